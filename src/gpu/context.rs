@@ -1,0 +1,242 @@
+//! Adapter/device setup and the device-facing helpers (pipelines, buffers, readback).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    #[error("no GPU adapter: {0}")]
+    NoAdapter(String),
+    #[error("WGPU_ADAPTER_NAME={0:?} matches no adapter; available: {1}")]
+    AdapterNameNotFound(String, String),
+    #[error("could not open the GPU device: {0}")]
+    RequestDevice(String),
+    #[error("GPU buffer readback failed: {0}")]
+    Readback(String),
+    #[error("dispatch `{label}`: {why}")]
+    Dispatch { label: String, why: String },
+    #[error("GPU out of memory or validation error: {0}")]
+    Validation(String),
+}
+
+/// The adapter, device and queue, plus what coco needs to know about them.
+pub struct GpuContext {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: wgpu::AdapterInfo,
+    /// The limits the device was opened with (the adapter's own, so nothing is left on the table).
+    pub limits: wgpu::Limits,
+    /// Optional features we asked for and got: SHADER_F16, SUBGROUP, TIMESTAMP_QUERY.
+    pub features: wgpu::Features,
+    pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
+}
+
+/// Features coco uses when present; none is required.
+const WANTED_FEATURES: wgpu::Features = wgpu::Features::SHADER_F16
+    .union(wgpu::Features::SUBGROUP)
+    .union(wgpu::Features::TIMESTAMP_QUERY);
+
+impl GpuContext {
+    /// Opens the default adapter. Natively `WGPU_BACKEND` picks the backend and
+    /// `WGPU_ADAPTER_NAME` (substring, case-insensitive) picks the adapter.
+    pub async fn new() -> Result<GpuContext, GpuError> {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let adapter = Self::pick_adapter(&instance).await?;
+        let info = adapter.get_info();
+        let limits = adapter.limits();
+        let features = adapter.features() & WANTED_FEATURES;
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("coco"),
+                required_features: features,
+                required_limits: limits.clone(),
+                experimental_features: wgpu::ExperimentalFeatures::disabled(),
+                memory_hints: wgpu::MemoryHints::Performance,
+                trace: wgpu::Trace::Off,
+            })
+            .await
+            .map_err(|e| GpuError::RequestDevice(e.to_string()))?;
+        Ok(GpuContext { device, queue, info, limits, features, pipelines: Mutex::new(HashMap::new()) })
+    }
+
+    /// Blocking constructor for the CLI and tests.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn new_blocking() -> Result<GpuContext, GpuError> {
+        pollster::block_on(Self::new())
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    async fn pick_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter, GpuError> {
+        if let Ok(wanted) = std::env::var("WGPU_ADAPTER_NAME") {
+            let adapters = instance.enumerate_adapters(wgpu::Backends::all()).await;
+            let names: Vec<String> = adapters.iter().map(|a| a.get_info().name).collect();
+            return adapters
+                .into_iter()
+                .find(|a| a.get_info().name.to_lowercase().contains(&wanted.to_lowercase()))
+                .ok_or_else(|| GpuError::AdapterNameNotFound(wanted, names.join(", ")));
+        }
+        Self::default_adapter(instance).await
+    }
+
+    #[cfg(target_arch = "wasm32")]
+    async fn pick_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter, GpuError> {
+        Self::default_adapter(instance).await
+    }
+
+    async fn default_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter, GpuError> {
+        instance
+            .request_adapter(&wgpu::RequestAdapterOptions {
+                power_preference: wgpu::PowerPreference::HighPerformance,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| GpuError::NoAdapter(e.to_string()))
+    }
+
+    pub fn has_f16(&self) -> bool {
+        self.features.contains(wgpu::Features::SHADER_F16)
+    }
+
+    pub fn has_subgroups(&self) -> bool {
+        self.features.contains(wgpu::Features::SUBGROUP)
+    }
+
+    /// Largest range one storage binding may cover, rounded down to 4 bytes.
+    pub fn max_binding_bytes(&self) -> u64 {
+        let limit = self.limits.max_storage_buffer_binding_size as u64;
+        limit.min(self.limits.max_buffer_size) & !3
+    }
+
+    /// A one-line description: "NVIDIA H200 (Vulkan, DiscreteGpu)".
+    pub fn describe(&self) -> String {
+        format!("{} ({:?}, {:?})", self.info.name, self.info.backend, self.info.device_type)
+    }
+
+    /// The compute pipeline named `label`, compiled from `source()` on first use.
+    /// The label names the variant (STYLE.md: `matmul_q4_k_tiled`), so it is the cache key.
+    pub fn pipeline(&self, label: &str, source: impl FnOnce() -> String) -> Arc<wgpu::ComputePipeline> {
+        let mut cache = self.pipelines.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(p) = cache.get(label) {
+            return p.clone();
+        }
+        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(label),
+            source: wgpu::ShaderSource::Wgsl(source().into()),
+        });
+        let pipeline = Arc::new(self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(label),
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        }));
+        cache.insert(label.to_string(), pipeline.clone());
+        pipeline
+    }
+
+    pub fn pipeline_count(&self) -> usize {
+        self.pipelines.lock().map(|c| c.len()).unwrap_or(0)
+    }
+
+    /// A zeroed storage buffer; `size` is rounded up to 4 bytes (wgpu's copy alignment).
+    pub fn storage_buffer(&self, label: &str, size: u64) -> wgpu::Buffer {
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: (size.max(4) + 3) & !3,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// A storage buffer holding `data` (padded with zeros to 4 bytes).
+    pub fn storage_buffer_init(&self, label: &str, data: &[u8]) -> wgpu::Buffer {
+        let buffer = self.storage_buffer(label, data.len() as u64);
+        self.write_padded(&buffer, 0, data);
+        buffer
+    }
+
+    /// `queue.write_buffer` that accepts any length: the tail is zero-padded to 4 bytes.
+    /// `offset` must be a multiple of 4.
+    pub fn write_padded(&self, buffer: &wgpu::Buffer, offset: u64, data: &[u8]) {
+        let whole = data.len() & !3;
+        if whole > 0 {
+            self.queue.write_buffer(buffer, offset, &data[..whole]);
+        }
+        if whole < data.len() {
+            let mut tail = [0u8; 4];
+            tail[..data.len() - whole].copy_from_slice(&data[whole..]);
+            self.queue.write_buffer(buffer, offset + whole as u64, &tail);
+        }
+    }
+
+    /// A uniform buffer holding `data` (used by the step recorder for dispatch parameters).
+    pub(crate) fn uniform_buffer_init(&self, label: &str, data: &[u8]) -> wgpu::Buffer {
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: (data.len().max(16) as u64 + 15) & !15,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        self.write_padded(&buffer, 0, data);
+        buffer
+    }
+
+    pub(crate) fn bind_group(
+        &self,
+        label: &str,
+        layout: &wgpu::BindGroupLayout,
+        entries: &[wgpu::BindGroupEntry<'_>],
+    ) -> wgpu::BindGroup {
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor { label: Some(label), layout, entries })
+    }
+
+    pub(crate) fn command_encoder(&self, label: &str) -> wgpu::CommandEncoder {
+        self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) })
+    }
+
+    /// Copies `size` bytes at `offset` of `buffer` back to the CPU.
+    pub async fn read_buffer_async(&self, buffer: &wgpu::Buffer, offset: u64, size: u64) -> Result<Vec<u8>, GpuError> {
+        let size = (size + 3) & !3;
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("readback"),
+            size: size.max(4),
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut encoder = self.command_encoder("readback");
+        encoder.copy_buffer_to_buffer(buffer, offset, &staging, 0, size);
+        self.queue.submit([encoder.finish()]);
+        let (sender, receiver) = futures_channel::oneshot::channel();
+        staging.slice(..).map_async(wgpu::MapMode::Read, move |result| {
+            let _ = sender.send(result);
+        });
+        #[cfg(not(target_arch = "wasm32"))]
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| GpuError::Readback(e.to_string()))?;
+        receiver
+            .await
+            .map_err(|_| GpuError::Readback("map callback dropped".into()))?
+            .map_err(|e| GpuError::Readback(e.to_string()))?;
+        let data = staging
+            .slice(..)
+            .get_mapped_range()
+            .map_err(|e| GpuError::Readback(e.to_string()))?
+            .to_vec();
+        staging.unmap();
+        Ok(data)
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn read_buffer(&self, buffer: &wgpu::Buffer, offset: u64, size: u64) -> Result<Vec<u8>, GpuError> {
+        pollster::block_on(self.read_buffer_async(buffer, offset, size))
+    }
+
+    /// Reads `count` f32 values starting at element `first`.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn read_f32(&self, buffer: &wgpu::Buffer, first: u64, count: u64) -> Result<Vec<f32>, GpuError> {
+        let bytes = self.read_buffer(buffer, first * 4, count * 4)?;
+        Ok(bytes.chunks_exact(4).take(count as usize).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    }
+}

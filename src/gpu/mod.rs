@@ -1,0 +1,14 @@
+//! Everything that talks to the wgpu device: adapter and device setup, the pipeline cache,
+//! buffer creation and readback, and the one-compute-pass-per-step recorder.
+//!
+//! Boundary: only this module calls `create_*` on the device.
+
+mod context;
+mod recorder;
+mod shader;
+mod weights;
+
+pub use context::{GpuContext, GpuError};
+pub use recorder::{Binding, StepRecorder};
+pub use shader::{preprocess, shader_source};
+pub use weights::{GpuTensor, TensorPart};

@@ -1,0 +1,55 @@
+//! The WGSL sources in `shaders/`, embedded at compile time, and a one-level preprocessor:
+//! `#include "common/x.wgsl"` and `#ifdef NAME` / `#else` / `#endif` blocks.
+//!
+//! Defines only switch dtypes or binding layouts (STYLE.md); scalars are WGSL `override`s
+//! or uniforms.
+
+// `SHADER_FILES`: every file under `shaders/`, by relative path (written by build.rs).
+include!(concat!(env!("OUT_DIR"), "/shaders.rs"));
+
+/// The source of `shaders/<name>`, or `None` if no such file is embedded.
+pub fn shader_source(name: &str) -> Option<&'static str> {
+    SHADER_FILES.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
+}
+
+/// Expands includes (recursively, each file once) and the `#ifdef` blocks for `defines`.
+/// Panics on a missing include or unbalanced `#ifdef`: shader sources are compiled in, so
+/// that is a bug in coco, caught by every test that builds the pipeline.
+pub fn preprocess(name: &str, defines: &[&str]) -> String {
+    let mut out = String::new();
+    let mut included = Vec::new();
+    expand(name, defines, &mut out, &mut included);
+    out
+}
+
+fn expand(name: &str, defines: &[&str], out: &mut String, included: &mut Vec<String>) {
+    if included.iter().any(|n| n == name) {
+        return;
+    }
+    included.push(name.to_string());
+    let source = shader_source(name).unwrap_or_else(|| panic!("shader `{name}` is not embedded"));
+    // Stack of "is this branch active" for nested #ifdef.
+    let mut active: Vec<bool> = Vec::new();
+    for line in source.lines() {
+        let trimmed = line.trim();
+        let enabled = active.iter().all(|a| *a);
+        if let Some(rest) = trimmed.strip_prefix("#ifdef ") {
+            active.push(defines.contains(&rest.trim()));
+        } else if let Some(rest) = trimmed.strip_prefix("#ifndef ") {
+            active.push(!defines.contains(&rest.trim()));
+        } else if trimmed == "#else" {
+            let top = active.last_mut().unwrap_or_else(|| panic!("{name}: #else without #ifdef"));
+            *top = !*top;
+        } else if trimmed == "#endif" {
+            active.pop().unwrap_or_else(|| panic!("{name}: #endif without #ifdef"));
+        } else if let Some(rest) = trimmed.strip_prefix("#include ") {
+            if enabled {
+                expand(rest.trim().trim_matches('"'), defines, out, included);
+            }
+        } else if enabled {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    assert!(active.is_empty(), "{name}: unterminated #ifdef");
+}

@@ -1,0 +1,106 @@
+//! Weight tensors on the GPU, stored as the file's raw blocks (never dequantized).
+//!
+//! A tensor larger than the device's storage-binding limit is split by rows into parts, each
+//! its own buffer (Gemma's 178 MB `token_embd` exceeds lavapipe's and default WebGPU's 128 MiB).
+
+use crate::gguf::GgmlType;
+
+use super::GpuContext;
+
+/// A contiguous run of rows of one tensor, in one buffer.
+#[derive(Clone, Debug)]
+pub struct TensorPart {
+    pub buffer: wgpu::Buffer,
+    pub first_row: u64,
+    pub n_rows: u64,
+}
+
+/// A 2-D (or 1-D) weight: `n_rows` rows of `row_len` elements of type `ty`, raw GGUF blocks.
+#[derive(Clone, Debug)]
+pub struct GpuTensor {
+    pub name: String,
+    pub ty: GgmlType,
+    /// Elements per row (GGUF `dims[0]`; the matmul's K).
+    pub row_len: u64,
+    /// Rows (product of the other dims; the matmul's N).
+    pub n_rows: u64,
+    pub row_bytes: u64,
+    pub parts: Vec<TensorPart>,
+}
+
+impl GpuTensor {
+    /// Rows per part so that each part fits `max_part_bytes`. A multiple of 4 rows, so part
+    /// boundaries stay 4-byte aligned for `write_buffer` whatever the row size.
+    pub fn rows_per_part(row_bytes: u64, n_rows: u64, max_part_bytes: u64) -> u64 {
+        let fit = (max_part_bytes / row_bytes.max(1)).max(1);
+        if fit >= n_rows {
+            n_rows
+        } else {
+            (fit & !3).max(4).min(n_rows)
+        }
+    }
+
+    /// Allocates the (zeroed) part buffers for a tensor of this shape.
+    pub fn allocate(
+        ctx: &GpuContext,
+        name: &str,
+        ty: GgmlType,
+        row_len: u64,
+        n_rows: u64,
+        max_part_bytes: u64,
+    ) -> GpuTensor {
+        let row_bytes = ty.bytes_for(row_len).unwrap_or(0);
+        let per_part = Self::rows_per_part(row_bytes, n_rows, max_part_bytes);
+        let mut parts = Vec::new();
+        let mut first_row = 0;
+        while first_row < n_rows {
+            let rows = per_part.min(n_rows - first_row);
+            let label = if parts.is_empty() { name.to_string() } else { format!("{name}#{}", parts.len()) };
+            parts.push(TensorPart { buffer: ctx.storage_buffer(&label, rows * row_bytes), first_row, n_rows: rows });
+            first_row += rows;
+        }
+        GpuTensor { name: name.to_string(), ty, row_len, n_rows, row_bytes, parts }
+    }
+
+    /// Uploads a whole tensor from memory (tests, small tensors). Streaming loads use
+    /// [`GpuTensor::write_at`] instead.
+    pub fn from_bytes(
+        ctx: &GpuContext,
+        name: &str,
+        ty: GgmlType,
+        row_len: u64,
+        n_rows: u64,
+        bytes: &[u8],
+        max_part_bytes: u64,
+    ) -> GpuTensor {
+        let t = Self::allocate(ctx, name, ty, row_len, n_rows, max_part_bytes);
+        t.write_at(ctx, 0, bytes);
+        t
+    }
+
+    /// Writes `bytes` at byte `offset` of the tensor, splitting across parts.
+    /// `offset` must be a multiple of 4; a short tail is zero-padded (callers stream in
+    /// 4-byte-aligned pieces, see `engine::loader`).
+    pub fn write_at(&self, ctx: &GpuContext, offset: u64, bytes: &[u8]) {
+        let mut offset = offset;
+        let mut bytes = bytes;
+        for part in &self.parts {
+            let start = part.first_row * self.row_bytes;
+            let end = start + part.n_rows * self.row_bytes;
+            if bytes.is_empty() {
+                break;
+            }
+            if offset >= end {
+                continue;
+            }
+            let n = ((end - offset) as usize).min(bytes.len());
+            ctx.write_padded(&part.buffer, offset - start, &bytes[..n]);
+            bytes = &bytes[n..];
+            offset += n as u64;
+        }
+    }
+
+    pub fn total_bytes(&self) -> u64 {
+        self.row_bytes * self.n_rows
+    }
+}

@@ -1,0 +1,10 @@
+//! coco: LLM inference from GGUF files on the GPU, through wgpu (native) and WebGPU (browser).
+//!
+//! Data flow: bytes → [`gguf::Parser`] → [`model::Config`] → [`capabilities`] →
+//! GPU weights → [`tokenizer::Tokenizer`] → [`engine::Session`] → text.
+
+pub mod gguf;
+pub mod tokenizer;
+pub mod gpu;
+pub mod kernels;
+pub mod reference;

