@@ -8,3 +8,8 @@ pub mod tokenizer;
 pub mod gpu;
 pub mod kernels;
 pub mod reference;
+// (enabled once kernels::matmul lands) pub mod model;
+pub mod sampler;
+// pub mod capabilities;
+// pub mod engine;
+mod util;

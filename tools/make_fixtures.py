@@ -148,8 +148,8 @@ def make_weights(fam: dict, n_vocab: int) -> list[tuple[str, np.ndarray, bool]]:
     """Return [(gguf tensor name, f32 array in GGUF storage layout, is_matrix)].
 
     numpy shape (rows, cols) == GGUF ne [cols, rows]; rows are the output features.
-    Scales: embeddings have rms 0.3, so logits through a (tied or untied) output
-    matrix have a standard deviation of ~5 (top-1 margins mostly > 0.1).  Each
+    Scales: embeddings have rms 0.6, so logits through a (tied or untied) output
+    matrix have a standard deviation of ~10 (top-1 margins mostly > 0.1).  Each
     sub-layer adds ~10x the embedding's rms to the residual stream: with tied
     embeddings a weak sub-layer output would let every position predict its own
     input token (greedy would repeat one token forever).  Attention scores
@@ -173,7 +173,7 @@ def make_weights(fam: dict, n_vocab: int) -> list[tuple[str, np.ndarray, bool]]:
             w = permute_rows(w, permute_heads)
         out.append((name, w, True))
 
-    out.append(("token_embd.weight", ini.normal("token_embd.weight", (n_vocab, d), 0.3), True))
+    out.append(("token_embd.weight", ini.normal("token_embd.weight", (n_vocab, d), 0.6), True))
     if fam["llama3_rope"]:
         out.append(("rope_freqs.weight", llama3_rope_factors(fam["rope_base"], hd, fam["llama3_rope"]), False))
     for i in range(fam["n_layer"]):
@@ -188,12 +188,12 @@ def make_weights(fam: dict, n_vocab: int) -> list[tuple[str, np.ndarray, bool]]:
             norm(b + "attn_q_norm.weight", hd, 0.5)
             norm(b + "attn_k_norm.weight", hd, 0.5)
             mat(b + "attn_output.weight", d, nh * hd, 1 / 16)
-            norm(b + "post_attention_norm.weight", d, 11.0, 1.0)
+            norm(b + "post_attention_norm.weight", d, 23.0, 2.0)
             norm(b + "ffn_norm.weight", d, 0.0)
             mat(b + "ffn_gate.weight", ff, d, 1 / 16)
             mat(b + "ffn_up.weight", ff, d, 1 / 16)
             mat(b + "ffn_down.weight", d, ff, 0.05)
-            norm(b + "post_ffw_norm.weight", d, 11.0, 1.0)
+            norm(b + "post_ffw_norm.weight", d, 23.0, 2.0)
         else:
             norm(b + "attn_norm.weight", d)
             mat(b + "attn_q.weight", nh * hd, d, 0.09, pq)
@@ -203,14 +203,14 @@ def make_weights(fam: dict, n_vocab: int) -> list[tuple[str, np.ndarray, bool]]:
                 out.append((b + "attn_q.bias", ini.normal(b + "attn_q.bias", (nh * hd,), 0.5), False))
                 out.append((b + "attn_k.bias", ini.normal(b + "attn_k.bias", (nkv * hd,), 0.5), False))
                 out.append((b + "attn_v.bias", ini.normal(b + "attn_v.bias", (nkv * hd,), 0.5), False))
-            mat(b + "attn_output.weight", d, nh * hd, 2.0 / 16)
+            mat(b + "attn_output.weight", d, nh * hd, 6.0 / 16)
             norm(b + "ffn_norm.weight", d)
             mat(b + "ffn_gate.weight", ff, d, 1 / 16)
             mat(b + "ffn_up.weight", ff, d, 1 / 16)
-            mat(b + "ffn_down.weight", d, ff, 2.0 / (0.5 * math.sqrt(ff)))
+            mat(b + "ffn_down.weight", d, ff, 6.0 / (0.5 * math.sqrt(ff)))
     norm("output_norm.weight", d, 0.0 if gemma else 1.0)
     if not fam["tied"]:
-        out.append(("output.weight", ini.normal("output.weight", (n_vocab, d), 0.3), True))
+        out.append(("output.weight", ini.normal("output.weight", (n_vocab, d), 0.6), True))
     return out
 
 

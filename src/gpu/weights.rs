@@ -100,6 +100,11 @@ impl GpuTensor {
         }
     }
 
+    /// The binding of a single-part tensor (norm weights, biases: small f32 vectors).
+    pub fn vector(&self) -> super::Binding {
+        super::Binding::from(&self.parts[0].buffer)
+    }
+
     pub fn total_bytes(&self) -> u64 {
         self.row_bytes * self.n_rows
     }

@@ -1,1 +1,76 @@
-//! (being written)
+//! Rotary position embedding (`shaders/rope.wgsl`), in place on `[T, heads, head_dim]`.
+//!
+//! The frequencies are an input buffer, `inv_freq[head_dim / 2]`, computed on the CPU by the
+//! model: base, linear scaling and Llama-3's frequency-dependent scaling are all the
+//! model's business, and this kernel only evaluates `pos · inv_freq[i]` and rotates.
+//! sin/cos are computed in the shader with an explicit range reduction, since WGSL's builtins
+//! are only specified on [-π, π] (see rope.wgsl).
+
+use bytemuck::{Pod, Zeroable};
+
+use super::elementwise::{check_len, grid};
+use super::KernelError;
+use crate::gpu::{preprocess, Binding, StepRecorder};
+
+/// Which dimensions of a head form a rotated pair.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum RopeLayout {
+    /// Adjacent pairs `(2i, 2i + 1)`: llama GGUFs, whose Q/K weights the converter permutes
+    /// away from HF's half-split layout (ggml's `GGML_ROPE_TYPE_NORMAL`).
+    Normal,
+    /// Split pairs `(i, i + head_dim/2)`: HF's `rotate_half`, used as-is by qwen2 and gemma3
+    /// GGUFs (ggml's `GGML_ROPE_TYPE_NEOX`).
+    Neox,
+}
+
+/// Invocations per workgroup in rope.wgsl.
+const WG: u32 = 256;
+
+/// Mirrors `Params` in rope.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct Params {
+    t: u32,
+    heads: u32,
+    head_dim: u32,
+    pos0: u32,
+}
+
+/// Rotates `x` in place for positions `pos0..pos0 + t`: pair `i` of token `tok` turns by
+/// `f32(pos0 + tok) · inv_freq[i]` radians.
+///
+/// - `x`: `[t, heads, head_dim]` f32, read and written
+/// - `inv_freq`: `[head_dim / 2]` f32
+#[allow(clippy::too_many_arguments)] // the shape is spelled out, as at every other kernel call
+pub fn rope(
+    rec: &mut StepRecorder,
+    x: &Binding,
+    inv_freq: &Binding,
+    t: u32,
+    heads: u32,
+    head_dim: u32,
+    pos0: u32,
+    layout: RopeLayout,
+) -> Result<(), KernelError> {
+    const KERNEL: &str = "rope";
+    if head_dim == 0 || head_dim % 2 != 0 {
+        return Err(KernelError::Shape { kernel: KERNEL, why: format!("head_dim {head_dim} must be even and > 0") });
+    }
+    // Positions become f32 in the shader; beyond 2^24 they would no longer be exact.
+    let last = pos0 as u64 + t as u64;
+    if last > 1 << 24 {
+        return Err(KernelError::Shape { kernel: KERNEL, why: format!("position {last} exceeds f32's exact range") });
+    }
+    let elems = t as u64 * heads as u64 * head_dim as u64;
+    check_len(KERNEL, "x", x, elems)?;
+    check_len(KERNEL, "inv_freq", inv_freq, head_dim as u64 / 2)?;
+    let (label, define) = match layout {
+        RopeLayout::Normal => ("rope_normal", "NORMAL"),
+        RopeLayout::Neox => ("rope_neox", "NEOX"),
+    };
+    let pipeline = rec.ctx().pipeline(label, || preprocess("rope.wgsl", &[define]));
+    let params = Params { t, heads, head_dim, pos0 };
+    let pairs = (elems / 2) as u32; // check_len bounded elems by u32::MAX
+    rec.dispatch(label, &pipeline, bytemuck::bytes_of(&params), &[x.clone(), inv_freq.clone()], grid(pairs.div_ceil(WG)))?;
+    Ok(())
+}

@@ -1,0 +1,201 @@
+//! What this adapter and this model can do together, as rows with numbers. Anything coco
+//! can't run is a "not yet" row, reported before the bulk of the weights is downloaded.
+
+use crate::gguf::{GgmlType, Header};
+use crate::model::{Config, ConfigError};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Status {
+    Ok,
+    /// Works, with a caveat worth showing (e.g. no shader-f16).
+    Note,
+    NotYet,
+}
+
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub name: &'static str,
+    pub status: Status,
+    pub detail: String,
+}
+
+/// The adapter facts the check needs (plain values, so the web page can pass its own).
+#[derive(Clone, Debug)]
+pub struct AdapterFacts {
+    pub description: String,
+    pub max_binding_bytes: u64,
+    pub max_buffer_bytes: u64,
+    pub max_invocations_per_workgroup: u32,
+    pub shader_f16: bool,
+    pub subgroups: bool,
+}
+
+impl AdapterFacts {
+    pub fn from_context(ctx: &crate::gpu::GpuContext) -> AdapterFacts {
+        AdapterFacts {
+            description: ctx.describe(),
+            max_binding_bytes: ctx.max_binding_bytes(),
+            max_buffer_bytes: ctx.limits.max_buffer_size,
+            max_invocations_per_workgroup: ctx.limits.max_compute_invocations_per_workgroup,
+            shader_f16: ctx.has_f16(),
+            subgroups: ctx.has_subgroups(),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Report {
+    pub rows: Vec<Row>,
+    /// Estimated GPU memory: weights + KV cache + activations.
+    pub gpu_bytes: u64,
+}
+
+impl Report {
+    pub fn is_ok(&self) -> bool {
+        self.rows.iter().all(|r| r.status != Status::NotYet)
+    }
+
+    /// The "not yet" rows joined into one message.
+    pub fn blockers(&self) -> String {
+        self.rows
+            .iter()
+            .filter(|r| r.status == Status::NotYet)
+            .map(|r| format!("{}: {}", r.name, r.detail))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    pub fn to_text(&self) -> String {
+        let mut s = String::new();
+        for r in &self.rows {
+            let mark = match r.status {
+                Status::Ok => "ok     ",
+                Status::Note => "note   ",
+                Status::NotYet => "NOT YET",
+            };
+            s.push_str(&format!("  [{mark}] {:<22} {}\n", r.name, r.detail));
+        }
+        s.push_str(&format!("  estimated GPU memory: {:.1} MiB\n", self.gpu_bytes as f64 / (1 << 20) as f64));
+        s
+    }
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.1} MiB", b as f64 / (1 << 20) as f64)
+}
+
+/// Checks `header` against the adapter for a session of `context` positions.
+pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
+    let mut rows = Vec::new();
+    rows.push(Row { name: "adapter", status: Status::Ok, detail: adapter.description.clone() });
+    rows.push(Row {
+        name: "shader-f16",
+        status: if adapter.shader_f16 { Status::Ok } else { Status::Note },
+        detail: if adapter.shader_f16 {
+            "available (f16 weights still read as packed pairs with unpack2x16float)".into()
+        } else {
+            "absent: f16 weights are read as packed pairs with unpack2x16float; arithmetic stays f32".into()
+        },
+    });
+    if adapter.max_invocations_per_workgroup < 256 {
+        rows.push(Row {
+            name: "workgroup size",
+            status: Status::NotYet,
+            detail: format!("adapter allows {} invocations per workgroup; coco's kernels need 256", adapter.max_invocations_per_workgroup),
+        });
+    }
+    let config = match Config::from_gguf(header) {
+        Ok(c) => {
+            rows.push(Row {
+                name: "architecture",
+                status: Status::Ok,
+                detail: format!(
+                    "{}: {} layers, dim {}, heads {}/{} × {}, ffn {}, vocab {}",
+                    c.arch.name(),
+                    c.n_layers,
+                    c.dim,
+                    c.n_heads,
+                    c.n_kv_heads,
+                    c.head_dim,
+                    c.ffn_dim,
+                    c.vocab_size
+                ),
+            });
+            Some(c)
+        }
+        Err(e) => {
+            let name = if matches!(e, ConfigError::UnsupportedArch(_)) { "architecture" } else { "model metadata" };
+            rows.push(Row { name, status: Status::NotYet, detail: e.to_string() });
+            None
+        }
+    };
+
+    // Quant types.
+    let mut counts: std::collections::BTreeMap<GgmlType, (usize, u64)> = Default::default();
+    for t in &header.tensors {
+        let e = counts.entry(t.ty).or_default();
+        e.0 += 1;
+        e.1 += t.n_bytes;
+    }
+    let unsupported: Vec<String> = counts
+        .iter()
+        .filter(|(ty, _)| !ty.is_supported())
+        .map(|(ty, (n, b))| format!("{ty} ({n} tensors, {})", mib(*b)))
+        .collect();
+    let summary =
+        counts.iter().map(|(ty, (n, _))| format!("{ty}×{n}")).collect::<Vec<_>>().join(", ");
+    if unsupported.is_empty() {
+        rows.push(Row { name: "weight types", status: Status::Ok, detail: summary });
+    } else {
+        rows.push(Row {
+            name: "weight types",
+            status: Status::NotYet,
+            detail: format!(
+                "not yet: {}; supported: {}",
+                unsupported.join(", "),
+                GgmlType::SUPPORTED.iter().map(|t| t.name()).collect::<Vec<_>>().join(", ")
+            ),
+        });
+    }
+
+    // Binding limits: tensors are split by rows, so each single row must fit.
+    let largest = header.tensors.iter().max_by_key(|t| t.n_bytes);
+    if let Some(t) = largest {
+        let split = t.n_bytes > adapter.max_binding_bytes;
+        let fits_row = t.row_bytes() <= adapter.max_binding_bytes;
+        rows.push(Row {
+            name: "largest tensor",
+            status: if fits_row { Status::Ok } else { Status::NotYet },
+            detail: format!(
+                "`{}` {} vs max binding {}{}",
+                t.name,
+                mib(t.n_bytes),
+                mib(adapter.max_binding_bytes),
+                if split { " (bound in row ranges)" } else { "" }
+            ),
+        });
+    }
+
+    let mut gpu_bytes = header.total_tensor_bytes();
+    if let Some(c) = &config {
+        let kv_layer = c.kv_cache_bytes(context) / c.n_layers.max(1) as u64 / 2;
+        let kv = c.kv_cache_bytes(context);
+        rows.push(Row {
+            name: "KV cache",
+            status: if kv_layer <= adapter.max_binding_bytes && kv_layer <= adapter.max_buffer_bytes {
+                Status::Ok
+            } else {
+                Status::NotYet
+            },
+            detail: format!(
+                "{context} positions: {} in all, {} per layer K or V (max binding {})",
+                mib(kv),
+                mib(kv_layer),
+                mib(adapter.max_binding_bytes)
+            ),
+        });
+        gpu_bytes += kv;
+        gpu_bytes += crate::engine::Scratch::bytes_for(c, crate::engine::PREFILL_CHUNK, crate::engine::LOGITS_ROWS);
+    }
+    Report { rows, gpu_bytes }
+}

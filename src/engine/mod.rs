@@ -1,0 +1,280 @@
+//! The inference session: KV cache, preallocated activations, prefill in chunks, the decode
+//! loop with sampling, and the stats the CLI and the page show. The CLI and the web page
+//! drive this same `Session`.
+
+mod loader;
+
+pub use loader::{LoadError, LoadProgress, Loader};
+#[cfg(not(target_arch = "wasm32"))]
+pub use loader::load_path;
+
+use crate::capabilities::Report;
+use crate::gpu::{Binding, GpuContext, GpuError, StepRecorder};
+use crate::kernels::KernelError;
+use crate::model::{self, Arch, Config, Weights};
+use crate::sampler::Sampler;
+use crate::tokenizer::Tokenizer;
+
+/// Tokens per prefill step (one compute pass each). Activation scratch scales with it.
+pub const PREFILL_CHUNK: u32 = 64;
+/// Logit rows kept per step when every position's logits are wanted (`coco logits`).
+pub const LOGITS_ROWS: u32 = PREFILL_CHUNK;
+
+/// A loaded model: config, tokenizer and GPU weights.
+pub struct Model {
+    pub config: Config,
+    pub tokenizer: Tokenizer,
+    pub weights: Weights,
+    pub weight_bytes: u64,
+    /// "Q4_K×27 Q5_0×81 …" for reports.
+    pub type_summary: String,
+    pub report: Option<Report>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Kernel(#[from] KernelError),
+    #[error(transparent)]
+    Gpu(#[from] GpuError),
+    #[error("context full: {needed} positions needed, the session holds {context}")]
+    ContextFull { needed: u32, context: u32 },
+    #[error("token id {id} is outside the vocabulary ({vocab})")]
+    BadToken { id: u32, vocab: u32 },
+}
+
+/// Preallocated activations for up to `rows` tokens per step. Shapes are `[rows, …]` f32.
+pub struct Scratch {
+    pub rows: u32,
+    pub ids: wgpu::Buffer,    // [rows] u32
+    pub x: wgpu::Buffer,      // [rows, dim] residual stream
+    pub xn: wgpu::Buffer,     // [rows, dim] normed input of a matmul
+    pub q: wgpu::Buffer,      // [rows, heads, head_dim]
+    pub k: wgpu::Buffer,      // [rows, kv_heads, head_dim]
+    pub v: wgpu::Buffer,      // [rows, kv_heads, head_dim]
+    pub attn: wgpu::Buffer,   // [rows, heads, head_dim]
+    pub proj: wgpu::Buffer,   // [rows, dim] block output before gemma3's post-norm
+    pub proj_n: wgpu::Buffer, // [rows, dim] after it
+    pub gate: wgpu::Buffer,   // [rows, ffn]
+    pub up: wgpu::Buffer,     // [rows, ffn]
+    pub act: wgpu::Buffer,    // [rows, ffn]
+    pub logits: wgpu::Buffer, // [logit_rows, vocab]
+    pub logit_rows: u32,
+    /// Per-layer RoPE inverse frequencies `[head_dim/2]`.
+    pub inv_freq: Vec<wgpu::Buffer>,
+}
+
+impl Scratch {
+    pub fn bytes_for(c: &Config, rows: u32, logit_rows: u32) -> u64 {
+        let r = rows as u64;
+        let qd = (c.n_heads * c.head_dim) as u64;
+        let kvd = (c.n_kv_heads * c.head_dim) as u64;
+        4 * (r + r * c.dim as u64 * 4 + r * qd * 2 + r * kvd * 2 + r * c.ffn_dim as u64 * 3)
+            + 4 * logit_rows as u64 * c.vocab_size as u64
+    }
+
+    fn new(ctx: &GpuContext, model: &Model, rows: u32, logit_rows: u32) -> Scratch {
+        let c = &model.config;
+        let r = rows as u64;
+        let f32s = |label: &str, n: u64| ctx.storage_buffer(label, n * 4);
+        let inv_freq = (0..c.n_layers)
+            .map(|l| {
+                let f = c.inv_freq(l, model.weights.rope_freq_factors.as_deref());
+                ctx.storage_buffer_init(&format!("inv_freq.{l}"), bytemuck::cast_slice(&f))
+            })
+            .collect();
+        Scratch {
+            rows,
+            ids: ctx.storage_buffer("ids", r * 4),
+            x: f32s("x", r * c.dim as u64),
+            xn: f32s("xn", r * c.dim as u64),
+            q: f32s("q", r * (c.n_heads * c.head_dim) as u64),
+            k: f32s("k", r * (c.n_kv_heads * c.head_dim) as u64),
+            v: f32s("v", r * (c.n_kv_heads * c.head_dim) as u64),
+            attn: f32s("attn", r * (c.n_heads * c.head_dim) as u64),
+            proj: f32s("proj", r * c.dim as u64),
+            proj_n: f32s("proj_n", r * c.dim as u64),
+            gate: f32s("gate", r * c.ffn_dim as u64),
+            up: f32s("up", r * c.ffn_dim as u64),
+            act: f32s("act", r * c.ffn_dim as u64),
+            logits: f32s("logits", logit_rows as u64 * c.vocab_size as u64),
+            logit_rows,
+            inv_freq,
+        }
+    }
+}
+
+/// The KV cache: per layer, K and V as `[context, kv_heads, head_dim]` f32.
+pub struct KvCache {
+    pub k: Vec<wgpu::Buffer>,
+    pub v: Vec<wgpu::Buffer>,
+    pub context: u32,
+}
+
+/// Which positions of a step produce logits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogitsFor {
+    LastToken,
+    AllTokens,
+}
+
+/// Per-run counters.
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    pub prompt_tokens: u32,
+    pub generated_tokens: u32,
+    pub prefill_seconds: f64,
+    pub decode_seconds: f64,
+    /// Dispatches in the last single-token decode step.
+    pub dispatches_per_token: u32,
+}
+
+impl Stats {
+    pub fn prefill_tok_s(&self) -> f64 {
+        self.prompt_tokens as f64 / self.prefill_seconds.max(1e-9)
+    }
+    pub fn decode_tok_s(&self) -> f64 {
+        self.generated_tokens as f64 / self.decode_seconds.max(1e-9)
+    }
+}
+
+pub struct Session<'m> {
+    pub ctx: &'m GpuContext,
+    pub model: &'m Model,
+    pub kv: KvCache,
+    pub scratch: Scratch,
+    /// Positions already in the KV cache.
+    pub pos: u32,
+    pub stats: Stats,
+}
+
+impl<'m> Session<'m> {
+    /// `context`: KV-cache positions (clamped to the model's trained context).
+    pub fn new(ctx: &'m GpuContext, model: &'m Model, context: u32, logits_for: LogitsFor) -> Session<'m> {
+        let c = &model.config;
+        let context = context.min(c.context_length).max(1);
+        let per_layer = context as u64 * (c.n_kv_heads * c.head_dim) as u64 * 4;
+        let kv = KvCache {
+            k: (0..c.n_layers).map(|l| ctx.storage_buffer(&format!("k_cache.{l}"), per_layer)).collect(),
+            v: (0..c.n_layers).map(|l| ctx.storage_buffer(&format!("v_cache.{l}"), per_layer)).collect(),
+            context,
+        };
+        let logit_rows = match logits_for {
+            LogitsFor::LastToken => 1,
+            LogitsFor::AllTokens => LOGITS_ROWS,
+        };
+        let scratch = Scratch::new(ctx, model, PREFILL_CHUNK, logit_rows);
+        Session { ctx, model, kv, scratch, pos: 0, stats: Stats::default() }
+    }
+
+    /// Forgets the conversation (the cache is overwritten from position 0).
+    pub fn reset(&mut self) {
+        self.pos = 0;
+        self.stats = Stats::default();
+    }
+
+    /// Runs `ids` through the model at the next positions. Returns logits `[vocab]` for the
+    /// last token, or `[ids.len(), vocab]` when the session keeps every row's logits.
+    pub async fn forward(&mut self, ids: &[u32]) -> Result<Vec<f32>, EngineError> {
+        let c = &self.model.config;
+        let needed = self.pos + ids.len() as u32;
+        if needed > self.kv.context {
+            return Err(EngineError::ContextFull { needed, context: self.kv.context });
+        }
+        if let Some(&id) = ids.iter().find(|&&id| id >= c.vocab_size) {
+            return Err(EngineError::BadToken { id, vocab: c.vocab_size });
+        }
+        let all = self.scratch.logit_rows > 1;
+        let vocab = c.vocab_size as u64;
+        let mut out = Vec::new();
+        for chunk in ids.chunks(self.scratch.rows as usize) {
+            let t = chunk.len() as u32;
+            self.ctx.queue.write_buffer(&self.scratch.ids, 0, bytemuck::cast_slice(chunk));
+            let mut rec = StepRecorder::new(self.ctx);
+            let logits = if all { LogitsFor::AllTokens } else { LogitsFor::LastToken };
+            model::forward(&mut rec, self.model, &self.kv, &self.scratch, t, self.pos, logits)?;
+            if t == 1 {
+                self.stats.dispatches_per_token = rec.dispatch_count() as u32;
+            }
+            rec.submit();
+            self.pos += t;
+            let rows = if all { t as u64 } else { 1 };
+            let bytes = self.ctx.read_buffer_async(&self.scratch.logits, 0, rows * vocab * 4).await?;
+            let values: &[f32] = bytemuck::cast_slice(&bytes[..(rows * vocab * 4) as usize]);
+            if all {
+                out.extend_from_slice(values);
+            } else {
+                out = values.to_vec();
+            }
+        }
+        Ok(out)
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn forward_blocking(&mut self, ids: &[u32]) -> Result<Vec<f32>, EngineError> {
+        pollster::block_on(self.forward(ids))
+    }
+
+    /// Prefills `prompt`, then samples up to `max_new` tokens, calling `on_token(id)` for each
+    /// (return `false` to stop). Stops at an end-of-generation token, which is not passed on.
+    pub async fn generate(
+        &mut self,
+        prompt: &[u32],
+        max_new: u32,
+        sampler: &mut Sampler,
+        on_token: &mut dyn FnMut(u32) -> bool,
+    ) -> Result<Vec<u32>, EngineError> {
+        let mut history: Vec<u32> = prompt.to_vec();
+        let mut generated = Vec::new();
+        let clock = crate::util::Clock::start();
+        let mut logits = self.forward(prompt).await?;
+        self.stats.prompt_tokens += prompt.len() as u32;
+        self.stats.prefill_seconds += clock.seconds();
+        let clock = crate::util::Clock::start();
+        let eos = self.model.tokenizer.eos_ids().to_vec();
+        for step in 0..max_new {
+            let id = sampler.sample(&logits, &history);
+            if eos.contains(&id) {
+                break;
+            }
+            generated.push(id);
+            history.push(id);
+            if !on_token(id) || step + 1 == max_new || self.pos >= self.kv.context {
+                break;
+            }
+            logits = self.forward(&[id]).await?;
+            self.stats.generated_tokens += 1;
+        }
+        self.stats.decode_seconds += clock.seconds();
+        Ok(generated)
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn generate_blocking(
+        &mut self,
+        prompt: &[u32],
+        max_new: u32,
+        sampler: &mut Sampler,
+        on_token: &mut dyn FnMut(u32) -> bool,
+    ) -> Result<Vec<u32>, EngineError> {
+        pollster::block_on(self.generate(prompt, max_new, sampler, on_token))
+    }
+}
+
+/// Bindings for `rows` rows of `width` f32 starting at row `first` of `buffer`.
+pub(crate) fn rows_of(buffer: &wgpu::Buffer, first: u32, rows: u32, width: u32) -> Binding {
+    Binding::range(buffer, first as u64 * width as u64 * 4, rows as u64 * width as u64 * 4)
+}
+
+/// Whether the step's logits can be computed from a row slice of `xn` (storage bindings need
+/// offsets aligned to `min_storage_buffer_offset_alignment`).
+#[allow(dead_code)]
+pub(crate) fn row_offset_ok(ctx: &GpuContext, row: u32, width: u32) -> bool {
+    (row as u64 * width as u64 * 4) % ctx.limits.min_storage_buffer_offset_alignment as u64 == 0
+}
+
+impl Model {
+    pub fn arch(&self) -> Arch {
+        self.config.arch
+    }
+}

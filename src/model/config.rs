@@ -1,0 +1,348 @@
+//! Typed hyperparameters per architecture, read from GGUF metadata and checked against the
+//! tensor shapes before any weight is downloaded.
+
+use crate::gguf::{GgmlType, Header, MetadataError};
+
+/// Architectures coco runs. Anything else is refused before the weights are read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    /// Llama 2/3.x, Mistral, TinyLlama, SmolLM2.
+    Llama,
+    /// Qwen2 / Qwen2.5: llama plus Q/K/V biases and NeoX RoPE.
+    Qwen2,
+    /// Gemma 3: sandwich norms, per-head Q/K norms, GELU-tanh, local/global attention.
+    Gemma3,
+}
+
+pub const SUPPORTED_ARCHS: &str = "llama, qwen2, gemma3";
+
+impl Arch {
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+            Arch::Gemma3 => "gemma3",
+        }
+    }
+}
+
+/// How RoPE pairs dimensions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Adjacent pairs (2i, 2i+1). llama GGUFs use this because the converter permutes Q/K.
+    Normal,
+    /// Halves (i, i + d/2), as HF's `rotate_half`. qwen2 and gemma3.
+    Neox,
+}
+
+/// Frequency scaling on top of `base^(-2i/d)`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RopeScaling {
+    None,
+    /// Positions divided by `factor` (HF "linear").
+    Linear { factor: f32 },
+    /// Llama 3.1+ per-band scaling (HF `_compute_llama3_parameters`).
+    Llama3 { factor: f32, low_freq_factor: f32, high_freq_factor: f32, original_context: u32 },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    Silu,
+    GeluTanh,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("not yet: architecture `{0}`; supported: {SUPPORTED_ARCHS}")]
+    UnsupportedArch(String),
+    #[error(transparent)]
+    Metadata(#[from] MetadataError),
+    #[error("tensor `{name}`: {why}")]
+    Tensor { name: String, why: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Hyperparameters, one dimension order everywhere: `[tokens, heads, head_dim]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    pub arch: Arch,
+    pub n_layers: u32,
+    /// Residual stream width.
+    pub dim: u32,
+    pub n_heads: u32,
+    pub n_kv_heads: u32,
+    pub head_dim: u32,
+    pub ffn_dim: u32,
+    pub vocab_size: u32,
+    /// Trained context length (metadata); the session may use less.
+    pub context_length: u32,
+    pub rms_eps: f32,
+    pub rope_style: RopeStyle,
+    pub rope_base: f32,
+    /// Gemma 3's local (sliding-window) layers use their own base.
+    pub rope_base_local: f32,
+    pub rope_scaling: RopeScaling,
+    /// Gemma 3 local layers see this many most recent keys (including their own).
+    pub sliding_window: Option<u32>,
+    pub activation: Activation,
+    /// Multiplier on q·k.
+    pub attn_scale: f32,
+    /// Multiplier on the embedding rows (Gemma: √dim).
+    pub embed_scale: f32,
+    pub qkv_bias: bool,
+    /// No `output.weight`: logits use `token_embd.weight`.
+    pub tied_embeddings: bool,
+    /// Llama 3: a `rope_freqs.weight` tensor divides each frequency.
+    pub rope_freq_factors: bool,
+}
+
+impl Config {
+    /// Reads and validates the config. Fails with "not yet: architecture X" for anything
+    /// coco can't run, before any tensor data is touched.
+    pub fn from_gguf(header: &Header) -> Result<Config, ConfigError> {
+        let md = &header.metadata;
+        let arch_name = md.str("general.architecture")?;
+        let arch = match arch_name {
+            "llama" => Arch::Llama,
+            "qwen2" => Arch::Qwen2,
+            "gemma3" => Arch::Gemma3,
+            other => return Err(ConfigError::UnsupportedArch(other.to_string())),
+        };
+        let key = |k: &str| format!("{arch_name}.{k}");
+        let n_layers = md.u32(&key("block_count"))?;
+        let dim = md.u32(&key("embedding_length"))?;
+        let n_heads = md.u32(&key("attention.head_count"))?;
+        let n_kv_heads = md.opt_u32(&key("attention.head_count_kv"))?.unwrap_or(n_heads);
+        let ffn_dim = md.u32(&key("feed_forward_length"))?;
+        let context_length = md.opt_u32(&key("context_length"))?.unwrap_or(2048);
+        if n_heads == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 {
+            return Err(ConfigError::Invalid(format!(
+                "head counts {n_heads}/{n_kv_heads}: query heads must be a positive multiple of KV heads"
+            )));
+        }
+        let head_dim = md.opt_u32(&key("attention.key_length"))?.unwrap_or(dim / n_heads);
+        let v_dim = md.opt_u32(&key("attention.value_length"))?.unwrap_or(head_dim);
+        if v_dim != head_dim {
+            return Err(ConfigError::Invalid(format!("not yet: value head size {v_dim} ≠ key head size {head_dim}")));
+        }
+        if head_dim == 0 || head_dim % 2 != 0 || head_dim > 256 {
+            return Err(ConfigError::Invalid(format!("not yet: head size {head_dim} (supported: even, ≤ 256)")));
+        }
+        if let Some(rope_dims) = md.opt_u32(&key("rope.dimension_count"))? {
+            if rope_dims != head_dim {
+                return Err(ConfigError::Invalid(format!(
+                    "not yet: partial RoPE ({rope_dims} of {head_dim} dimensions rotated)"
+                )));
+            }
+        }
+        let rms_eps = md.f32(&key("attention.layer_norm_rms_epsilon"))?;
+        let token_embd = header
+            .tensor("token_embd.weight")
+            .ok_or_else(|| ConfigError::Tensor { name: "token_embd.weight".into(), why: "missing".into() })?;
+        let vocab_size = u32::try_from(token_embd.n_rows()).map_err(|_| ConfigError::Tensor {
+            name: "token_embd.weight".into(),
+            why: "too many rows".into(),
+        })?;
+        let tied_embeddings = header.tensor("output.weight").is_none();
+
+        let (rope_style, activation, default_base) = match arch {
+            Arch::Llama => (RopeStyle::Normal, Activation::Silu, 10_000.0),
+            Arch::Qwen2 => (RopeStyle::Neox, Activation::Silu, 10_000.0),
+            Arch::Gemma3 => (RopeStyle::Neox, Activation::GeluTanh, 1_000_000.0),
+        };
+        let rope_base = md.opt_f32(&key("rope.freq_base"))?.unwrap_or(default_base);
+        let rope_scaling = read_rope_scaling(header, arch_name)?;
+
+        let (sliding_window, rope_base_local, attn_scale, embed_scale) = match arch {
+            Arch::Gemma3 => {
+                // HF Gemma3TextConfig: sliding_window 4096 default, rope_local_base_freq 10000.
+                let window = md.opt_u32(&key("attention.sliding_window"))?.unwrap_or(4096);
+                // HF scales queries by query_pre_attn_scalar^-0.5. GGUF doesn't store it; like
+                // llama.cpp, use head_dim except for the 27B (62 layers), where it is dim/heads.
+                let scalar = if n_layers == 62 { dim as f32 / n_heads as f32 } else { head_dim as f32 };
+                (Some(window), 10_000.0, scalar.powf(-0.5), (dim as f32).sqrt())
+            }
+            _ => (None, rope_base, (head_dim as f32).powf(-0.5), 1.0),
+        };
+
+        let config = Config {
+            arch,
+            n_layers,
+            dim,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            ffn_dim,
+            vocab_size,
+            context_length,
+            rms_eps,
+            rope_style,
+            rope_base,
+            rope_base_local,
+            rope_scaling,
+            sliding_window,
+            activation,
+            attn_scale,
+            embed_scale,
+            qkv_bias: arch == Arch::Qwen2,
+            tied_embeddings,
+            rope_freq_factors: header.tensor("rope_freqs.weight").is_some(),
+        };
+        config.check_tensors(header)?;
+        Ok(config)
+    }
+
+    /// Gemma 3 interleaves 5 sliding-window layers with 1 global layer (HF
+    /// `sliding_window_pattern = 6`: layer i is global when (i + 1) % 6 == 0).
+    pub fn is_sliding_layer(&self, layer: u32) -> bool {
+        self.arch == Arch::Gemma3 && (layer + 1) % 6 != 0
+    }
+
+    /// The attention window for `layer`: 0 = full causal attention.
+    pub fn window(&self, layer: u32) -> u32 {
+        if self.is_sliding_layer(layer) {
+            self.sliding_window.unwrap_or(0)
+        } else {
+            0
+        }
+    }
+
+    /// Inverse frequencies `[head_dim / 2]` for `layer`, with the model's scaling folded in.
+    /// Computed in f32 like HF (`1 / base^(arange(0, d, 2) / d)`).
+    pub fn inv_freq(&self, layer: u32, freq_factors: Option<&[f32]>) -> Vec<f32> {
+        let local = self.is_sliding_layer(layer);
+        let base = if local { self.rope_base_local } else { self.rope_base };
+        let d = self.head_dim as usize;
+        (0..d / 2)
+            .map(|i| {
+                let exponent = (2 * i) as f32 / d as f32;
+                let mut f = 1.0 / base.powf(exponent);
+                if let Some(factors) = freq_factors {
+                    f /= factors.get(i).copied().unwrap_or(1.0);
+                }
+                if !local {
+                    f = match self.rope_scaling {
+                        RopeScaling::None => f,
+                        RopeScaling::Linear { factor } => f / factor,
+                        RopeScaling::Llama3 { .. } if freq_factors.is_some() => f,
+                        RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_context } => {
+                            llama3_scale(f, factor, low_freq_factor, high_freq_factor, original_context)
+                        }
+                    };
+                }
+                f
+            })
+            .collect()
+    }
+
+    /// KV cache bytes for `context` positions (f32 K and V for every layer).
+    pub fn kv_cache_bytes(&self, context: u32) -> u64 {
+        2 * self.n_layers as u64 * context as u64 * self.n_kv_heads as u64 * self.head_dim as u64 * 4
+    }
+
+    /// Checks every tensor the forward pass reads: present, and shaped as the config says.
+    fn check_tensors(&self, header: &Header) -> Result<(), ConfigError> {
+        let d = self.dim as u64;
+        let q = (self.n_heads * self.head_dim) as u64;
+        let kv = (self.n_kv_heads * self.head_dim) as u64;
+        let f = self.ffn_dim as u64;
+        let expect = |name: &str, dims: &[u64]| -> Result<(), ConfigError> {
+            let t = header.tensor(name).ok_or_else(|| ConfigError::Tensor {
+                name: name.to_string(),
+                why: format!("missing (required by {})", self.arch.name()),
+            })?;
+            if t.dims != dims {
+                return Err(ConfigError::Tensor {
+                    name: name.to_string(),
+                    why: format!("shape {:?} contradicts the metadata, which implies {:?}", t.dims, dims),
+                });
+            }
+            Ok(())
+        };
+        expect("token_embd.weight", &[d, self.vocab_size as u64])?;
+        expect("output_norm.weight", &[d])?;
+        if !self.tied_embeddings {
+            expect("output.weight", &[d, self.vocab_size as u64])?;
+        }
+        if self.rope_freq_factors {
+            expect("rope_freqs.weight", &[self.head_dim as u64 / 2])?;
+        }
+        for l in 0..self.n_layers {
+            let b = |s: &str| format!("blk.{l}.{s}");
+            expect(&b("attn_norm.weight"), &[d])?;
+            expect(&b("attn_q.weight"), &[d, q])?;
+            expect(&b("attn_k.weight"), &[d, kv])?;
+            expect(&b("attn_v.weight"), &[d, kv])?;
+            expect(&b("attn_output.weight"), &[q, d])?;
+            expect(&b("ffn_norm.weight"), &[d])?;
+            expect(&b("ffn_gate.weight"), &[d, f])?;
+            expect(&b("ffn_up.weight"), &[d, f])?;
+            expect(&b("ffn_down.weight"), &[f, d])?;
+            if self.qkv_bias {
+                expect(&b("attn_q.bias"), &[q])?;
+                expect(&b("attn_k.bias"), &[kv])?;
+                expect(&b("attn_v.bias"), &[kv])?;
+            }
+            if self.arch == Arch::Gemma3 {
+                expect(&b("attn_q_norm.weight"), &[self.head_dim as u64])?;
+                expect(&b("attn_k_norm.weight"), &[self.head_dim as u64])?;
+                expect(&b("post_attention_norm.weight"), &[d])?;
+                expect(&b("post_ffw_norm.weight"), &[d])?;
+            }
+        }
+        // Norms and biases are read as f32 vectors by the norm kernels.
+        for t in &header.tensors {
+            let vector = t.dims.len() == 1;
+            if vector && t.ty != GgmlType::F32 {
+                return Err(ConfigError::Tensor {
+                    name: t.name.clone(),
+                    why: format!("not yet: 1-D tensors of type {} (coco reads norms and biases as F32)", t.ty),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn read_rope_scaling(header: &Header, arch: &str) -> Result<RopeScaling, ConfigError> {
+    let md = &header.metadata;
+    let key = |k: &str| format!("{arch}.rope.scaling.{k}");
+    let kind = md.opt_str(&key("type"))?;
+    let factor = md.opt_f32(&key("factor"))?;
+    Ok(match (kind, factor) {
+        (None | Some("none"), _) => RopeScaling::None,
+        (Some("linear"), Some(factor)) if factor > 0.0 => {
+            if factor == 1.0 {
+                RopeScaling::None
+            } else {
+                RopeScaling::Linear { factor }
+            }
+        }
+        (Some("llama3"), Some(factor)) => RopeScaling::Llama3 {
+            factor,
+            low_freq_factor: md.opt_f32(&key("low_freq_factor"))?.unwrap_or(1.0),
+            high_freq_factor: md.opt_f32(&key("high_freq_factor"))?.unwrap_or(4.0),
+            original_context: md.opt_u32(&key("original_context_length"))?.unwrap_or(8192),
+        },
+        (Some(other), _) => {
+            return Err(ConfigError::Invalid(format!("not yet: RoPE scaling `{other}` (supported: none, linear, llama3)")))
+        }
+    })
+}
+
+/// HF `_compute_llama3_parameters`, for one inverse frequency.
+fn llama3_scale(inv_freq: f32, factor: f32, low: f32, high: f32, original_context: u32) -> f32 {
+    let old = original_context as f32;
+    let low_freq_wavelen = old / low;
+    let high_freq_wavelen = old / high;
+    let wavelen = 2.0 * std::f32::consts::PI / inv_freq;
+    if wavelen < high_freq_wavelen {
+        inv_freq
+    } else if wavelen > low_freq_wavelen {
+        inv_freq / factor
+    } else {
+        let smooth = (old / wavelen - low) / (high - low);
+        (1.0 - smooth) * inv_freq / factor + smooth * inv_freq
+    }
+}

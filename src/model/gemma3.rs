@@ -1,0 +1,64 @@
+//! Gemma 3 forward pass.
+//!
+//! Gemma Team 2025, "Gemma 3 Technical Report"; HF `modeling_gemma3.py`. Differences from
+//! Llama, each matched against HF:
+//! - embeddings scaled by √dim;
+//! - sandwich norms: h += PostNorm(Attn(PreNorm(h))), likewise around the FFN;
+//! - per-head RMSNorm on Q and K before RoPE;
+//! - GELU-tanh gated FFN;
+//! - 5 sliding-window (local, RoPE base 10k) layers per global (base 1M) layer;
+//! - GGUF norm weights already hold HF's `(1 + w)` (llama.cpp's converter adds the 1), so
+//!   the plain RMSNorm kernel applies.
+
+use crate::engine::{KvCache, LogitsFor, Scratch};
+use crate::gpu::{Binding, StepRecorder};
+use crate::kernels::elementwise::{add, glu};
+use crate::kernels::get_rows::get_rows;
+use crate::kernels::matmul::{matmul, MatmulArgs};
+use crate::kernels::norm::rms_norm;
+use crate::kernels::KernelError;
+
+use super::{activation, attention_block, lm_head, Model};
+
+pub fn forward(
+    rec: &mut StepRecorder,
+    model: &Model,
+    kv: &KvCache,
+    s: &Scratch,
+    t: u32,
+    pos0: u32,
+    logits_for: LogitsFor,
+) -> Result<(), KernelError> {
+    let c = &model.config;
+    let w = &model.weights;
+    let (x, xn) = (Binding::from(&s.x), Binding::from(&s.xn));
+    let (proj, proj_n) = (Binding::from(&s.proj), Binding::from(&s.proj_n));
+    let missing = |what: &str| KernelError::Shape { kernel: "gemma3", why: format!("missing {what}") };
+
+    // token embeddings, scaled by √dim
+    get_rows(rec, &w.token_embd, &Binding::from(&s.ids), &x, t, c.embed_scale)?;
+    for (l, lw) in w.layers.iter().enumerate() {
+        // pre-attention norm
+        rms_norm(rec, &x, &lw.attn_norm.vector(), &xn, t, c.dim, c.rms_eps)?;
+        // Q/K/V, per-head Q/K norms, RoPE, KV-cache write, (sliding) attention → s.attn
+        attention_block(rec, model, kv, s, l as u32, t, pos0)?;
+        // output projection, post-attention norm, residual add
+        matmul(rec, &lw.wo, &Binding::from(&s.attn), &proj, t, MatmulArgs::default())?;
+        let post_attn = lw.post_attn_norm.as_ref().ok_or_else(|| missing("post_attention_norm"))?;
+        rms_norm(rec, &proj, &post_attn.vector(), &proj_n, t, c.dim, c.rms_eps)?;
+        add(rec, &x, &proj_n, t * c.dim)?;
+        // pre-FFN norm
+        rms_norm(rec, &x, &lw.ffn_norm.vector(), &xn, t, c.dim, c.rms_eps)?;
+        // GELU-tanh gated FFN
+        matmul(rec, &lw.w_gate, &xn, &Binding::from(&s.gate), t, MatmulArgs::default())?;
+        matmul(rec, &lw.w_up, &xn, &Binding::from(&s.up), t, MatmulArgs::default())?;
+        glu(rec, &Binding::from(&s.gate), &Binding::from(&s.up), &Binding::from(&s.act), t * c.ffn_dim, activation(c))?;
+        // down projection, post-FFN norm, residual add
+        matmul(rec, &lw.w_down, &Binding::from(&s.act), &proj, t, MatmulArgs::default())?;
+        let post_ffn = lw.post_ffn_norm.as_ref().ok_or_else(|| missing("post_ffw_norm"))?;
+        rms_norm(rec, &proj, &post_ffn.vector(), &proj_n, t, c.dim, c.rms_eps)?;
+        add(rec, &x, &proj_n, t * c.dim)?;
+    }
+    // final norm and logits (tied to the embeddings)
+    lm_head(rec, model, s, t, logits_for)
+}

@@ -1,0 +1,224 @@
+//! GPT-2 byte-level BPE (`tokenizer.ggml.model = "gpt2"`): a regex pre-tokenizer cuts the text into
+//! words, each word's UTF-8 bytes are spelled in GPT-2's printable byte alphabet, and merges apply
+//! by rank (the index in `tokenizer.ggml.merges`), lowest first, leftmost on ties.
+//!
+//! The split patterns are those of the HF `tokenizer.json` files of each family, which llama.cpp
+//! reproduces by hand in `unicode.cpp`:
+//! * GPT-2: contractions, ` ?letters`, ` ?digits`, ` ?other`, whitespace not followed by
+//!   non-space, whitespace.
+//! * Llama 3: case-insensitive contractions, letters with one leading non-letter/digit, digit runs
+//!   of at most three, punctuation with trailing newlines, newline runs, whitespace.
+//! * Qwen2: as Llama 3 but every digit on its own.
+//!
+//! Llama 3 also sets `ignore_merges` (HF `BPE.ignore_merges`, llama.cpp's `ignore_merges`): a word
+//! that is itself a token is emitted whole, without running merges (which might not reach it).
+
+use std::collections::HashMap;
+
+use fancy_regex::Regex;
+
+use super::merge::{merge_word, Merge, Symbol};
+use super::TokenizerError;
+
+const GPT2_SPLIT: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
+const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// The pre-tokenizers we implement, by `tokenizer.ggml.pre` value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PreTokenizer {
+    Gpt2,
+    Llama3,
+    Qwen2,
+}
+
+/// `tokenizer.ggml.pre` values we accept (for the "not yet" message).
+pub(crate) const SUPPORTED_PRE: &str = "default, gpt-2, llama-bpe, llama3, llama-v3, qwen2, deepseek-r1-qwen";
+
+impl PreTokenizer {
+    /// `default` follows HF's GGUF reader (GPT-2's own ByteLevel regex); llama.cpp's `default`
+    /// is an odd multi-regex of its own that no converter emits for a byte-level vocabulary.
+    pub(crate) fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "default" | "gpt-2" => Some(PreTokenizer::Gpt2),
+            "llama-bpe" | "llama3" | "llama-v3" => Some(PreTokenizer::Llama3),
+            "qwen2" | "deepseek-r1-qwen" => Some(PreTokenizer::Qwen2),
+            _ => None,
+        }
+    }
+
+    fn pattern(self) -> &'static str {
+        match self {
+            PreTokenizer::Gpt2 => GPT2_SPLIT,
+            PreTokenizer::Llama3 => LLAMA3_SPLIT,
+            PreTokenizer::Qwen2 => QWEN2_SPLIT,
+        }
+    }
+}
+
+/// GPT-2's byte → printable char table: printable Latin-1 bytes stand for themselves, the other
+/// 68 bytes are moved to U+0100.. in byte order.
+pub(crate) fn byte_to_char_table() -> [char; 256] {
+    let mut table = ['\0'; 256];
+    let mut extra = 0u32;
+    for b in 0..256u32 {
+        let printable = (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
+        let c = if printable {
+            b
+        } else {
+            extra += 1;
+            255 + extra
+        };
+        // All values are below 0x180, valid scalar values.
+        table[b as usize] = char::from_u32(c).unwrap_or('\u{FFFD}');
+    }
+    table
+}
+
+pub(crate) struct Bpe {
+    pub pre: PreTokenizer,
+    regex: Regex,
+    pub ignore_merges: bool,
+    /// (left id, right id) → (rank, merged id).
+    merges: HashMap<(u32, u32), (u32, u32)>,
+    /// Token id of each byte's single-char spelling.
+    byte_ids: [Option<u32>; 256],
+    byte_chars: [char; 256],
+    char_bytes: HashMap<char, u8>,
+}
+
+impl Bpe {
+    /// `merges`: "left right" strings, rank = index. A merge whose parts or result are not tokens
+    /// is skipped, as llama.cpp and HF can never apply it either; one without a separating space is
+    /// an error.
+    pub(crate) fn new(
+        pre: PreTokenizer,
+        ignore_merges: bool,
+        merges: &[&str],
+        lookup: &HashMap<String, u32>,
+    ) -> Result<Self, TokenizerError> {
+        // The patterns are constants that compile (unit-tested); the error path is for completeness.
+        let regex = Regex::new(pre.pattern()).map_err(|e| TokenizerError::Regex(e.to_string()))?;
+        let mut map = HashMap::with_capacity(merges.len());
+        let mut joined = String::new();
+        for (rank, m) in merges.iter().enumerate() {
+            // Split at the first space after the first char, as llama.cpp does (`find(' ', 1)`).
+            let cut = m.char_indices().skip(1).find(|&(_, c)| c == ' ').map(|(i, _)| i);
+            let Some(cut) = cut else {
+                return Err(TokenizerError::Invalid {
+                    key: "tokenizer.ggml.merges",
+                    why: format!("entry {rank} {m:?} is not two tokens separated by a space"),
+                });
+            };
+            let (l, r) = (&m[..cut], &m[cut + 1..]);
+            joined.clear();
+            joined.push_str(l);
+            joined.push_str(r);
+            if let (Some(&li), Some(&ri), Some(&mi)) = (lookup.get(l), lookup.get(r), lookup.get(joined.as_str())) {
+                // The first listing of a pair wins, like HF's merge map (ranks only grow).
+                map.entry((li, ri)).or_insert((rank as u32, mi));
+            }
+        }
+        let byte_chars = byte_to_char_table();
+        let mut byte_ids = [None; 256];
+        let mut char_bytes = HashMap::with_capacity(256);
+        let mut buf = [0u8; 4];
+        for (b, &c) in byte_chars.iter().enumerate() {
+            byte_ids[b] = lookup.get(&*c.encode_utf8(&mut buf)).copied();
+            char_bytes.insert(c, b as u8);
+        }
+        Ok(Bpe { pre, regex, ignore_merges, merges: map, byte_ids, byte_chars, char_bytes })
+    }
+
+    /// Tokenize one stretch of plain text, appending ids to `out`.
+    pub(crate) fn encode(&self, text: &str, lookup: &HashMap<String, u32>, out: &mut Vec<u32>) {
+        let mut last = 0usize;
+        let mut word = String::new();
+        for m in self.regex.find_iter(text) {
+            match m {
+                Ok(m) => {
+                    // HF `Split(behavior=Isolated)`: text between matches is a word too.
+                    if m.start() > last {
+                        self.encode_word(&text[last..m.start()], lookup, &mut word, out);
+                    }
+                    self.encode_word(m.as_str(), lookup, &mut word, out);
+                    last = m.end();
+                }
+                // fancy-regex gives up past its backtracking limit (pathological input only):
+                // keep going with the rest of the text as one word rather than dropping it.
+                Err(_) => break,
+            }
+        }
+        if last < text.len() {
+            self.encode_word(&text[last..], lookup, &mut word, out);
+        }
+    }
+
+    fn encode_word(&self, w: &str, lookup: &HashMap<String, u32>, spelled: &mut String, out: &mut Vec<u32>) {
+        if self.ignore_merges {
+            spelled.clear();
+            spelled.extend(w.bytes().map(|b| self.byte_chars[b as usize]));
+            if let Some(&id) = lookup.get(spelled.as_str()) {
+                out.push(id);
+                return;
+            }
+        }
+        let symbols: Vec<Symbol> =
+            w.bytes().enumerate().map(|(i, b)| Symbol::new(i, i + 1, self.byte_ids[b as usize])).collect();
+        let merged = merge_word(symbols, |l, r| {
+            let &(rank, id) = self.merges.get(&(l.id?, r.id?))?;
+            Some(Merge { key: (rank, 0, 0), id })
+        });
+        // A byte missing from the vocabulary (never so in a real byte-level vocabulary) is dropped:
+        // there is no unknown token in these models to stand for it.
+        out.extend(merged.iter().filter_map(|s| s.id));
+    }
+
+    /// Append the bytes a normal token spells. HF's ByteLevel decoder: a token containing a char
+    /// outside the byte alphabet is passed through as its UTF-8 text.
+    pub(crate) fn token_bytes(&self, text: &str, out: &mut Vec<u8>) {
+        let start = out.len();
+        for c in text.chars() {
+            match self.char_bytes.get(&c) {
+                Some(&b) => out.push(b),
+                None => {
+                    out.truncate(start);
+                    out.extend_from_slice(text.as_bytes());
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_table_matches_gpt2() {
+        let t = byte_to_char_table();
+        assert_eq!(t[b'A' as usize], 'A');
+        assert_eq!(t[b' ' as usize], '\u{120}'); // Ġ
+        assert_eq!(t[b'\n' as usize], '\u{10A}'); // Ċ
+        assert_eq!(t[0], '\u{100}');
+        assert_eq!(t[0xAD], '\u{143}');
+        let mut seen = std::collections::HashSet::new();
+        assert!(t.iter().all(|c| seen.insert(*c)));
+    }
+
+    fn split(pre: PreTokenizer, text: &str) -> Vec<String> {
+        let re = Regex::new(pre.pattern()).expect("pattern compiles");
+        re.find_iter(text).map(|m| m.expect("no backtrack overflow").as_str().to_string()).collect()
+    }
+
+    #[test]
+    fn split_patterns() {
+        assert_eq!(split(PreTokenizer::Llama3, "Hello world's 12345  x\n\n"), [
+            "Hello", " world", "'s", " ", "123", "45", " ", " x", "\n\n"
+        ]);
+        assert_eq!(split(PreTokenizer::Qwen2, "a 12"), ["a", " ", "1", "2"]);
+        assert_eq!(split(PreTokenizer::Gpt2, "I'M  ok"), ["I", "'", "M", " ", " ok"]);
+        assert_eq!(split(PreTokenizer::Llama3, "I'M"), ["I", "'M"]);
+    }
+}

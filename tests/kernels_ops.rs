@@ -1,0 +1,303 @@
+//! The non-matmul kernels (norm, rope, attention, elementwise) against their CPU references
+//! in `coco::reference::ops`, on whatever adapter wgpu picks (lavapipe in CI).
+//!
+//! Seeded inputs, odd sizes; each comparison prints its max error, and a failure prints the
+//! first element outside `atol + rtol·|ref|` with both values.
+
+use std::sync::OnceLock;
+
+use coco::gpu::{Binding, GpuContext, StepRecorder};
+use coco::kernels::attention::{self, AttentionShape};
+use coco::kernels::elementwise::{self, Activation};
+use coco::kernels::norm;
+use coco::kernels::rope::{self, RopeLayout};
+use coco::reference::ops;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+fn ctx() -> &'static GpuContext {
+    static CTX: OnceLock<GpuContext> = OnceLock::new();
+    CTX.get_or_init(|| GpuContext::new_blocking().expect("a GPU adapter (lavapipe in CI)"))
+}
+
+/// `n` values uniform in `[-amp, amp)`, from `seed`.
+fn random(seed: u64, n: usize, amp: f32) -> Vec<f32> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..n).map(|_| rng.gen_range(-amp..amp)).collect()
+}
+
+fn upload(label: &str, data: &[f32]) -> wgpu::Buffer {
+    ctx().storage_buffer_init(label, bytemuck::cast_slice(data))
+}
+
+fn read(buffer: &wgpu::Buffer, count: usize) -> Vec<f32> {
+    ctx().read_f32(buffer, 0, count as u64).expect("readback")
+}
+
+/// Asserts `|got - want| <= atol + rtol·|want|` everywhere; prints the max error either way.
+fn assert_close(what: &str, got: &[f32], want: &[f32], atol: f32, rtol: f32) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let mut max_abs = 0.0f32;
+    let mut max_rel = 0.0f32;
+    let mut first_bad = None;
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let err = (g - w).abs();
+        if !(err <= atol + rtol * w.abs()) && first_bad.is_none() {
+            first_bad = Some(i);
+        }
+        max_abs = max_abs.max(err);
+        max_rel = max_rel.max(err / w.abs().max(1e-30));
+    }
+    println!("{what}: max |Δ| {max_abs:.3e}, max rel {max_rel:.3e} over {} values", got.len());
+    if let Some(i) = first_bad {
+        panic!("{what}: first mismatch at {i}: gpu {} vs ref {} (|Δ| {:.3e})", got[i], want[i], (got[i] - want[i]).abs());
+    }
+}
+
+fn submit(rec: StepRecorder) {
+    rec.submit();
+}
+
+// ---- norm -------------------------------------------------------------------------------
+
+#[test]
+fn rms_norm_matches_reference() {
+    // (rows, n): a decode row, model-norm rows, gemma3 head-norm rows, a long row.
+    for (seed, &(rows, n)) in [(1, 96), (3, 100), (17, 256), (3 * 4, 256), (2, 1000), (1, 1)].iter().enumerate() {
+        let seed = seed as u64;
+        let x = random(10 + seed, rows * n, 3.0);
+        let w = random(20 + seed, n, 2.0);
+        let eps = 1e-6;
+        let want = ops::rms_norm(&x, &w, rows, n, eps);
+        let (xb, wb) = (upload("x", &x), upload("w", &w));
+
+        let y = ctx().storage_buffer("y", (rows * n * 4) as u64);
+        let mut rec = StepRecorder::new(ctx());
+        norm::rms_norm(&mut rec, &(&xb).into(), &(&wb).into(), &(&y).into(), rows as u32, n as u32, eps).unwrap();
+        submit(rec);
+        assert_close(&format!("rms_norm {rows}x{n}"), &read(&y, rows * n), &want, 1e-5, 1e-5);
+
+        let mut rec = StepRecorder::new(ctx());
+        norm::rms_norm_in_place(&mut rec, &(&xb).into(), &(&wb).into(), rows as u32, n as u32, eps).unwrap();
+        submit(rec);
+        assert_close(&format!("rms_norm_in_place {rows}x{n}"), &read(&xb, rows * n), &want, 1e-5, 1e-5);
+
+        // h += norm(x)·w, with x re-uploaded (the in-place run overwrote it).
+        let xb = upload("x", &x);
+        let h0 = random(30 + seed, rows * n, 1.0);
+        let hb = upload("h", &h0);
+        let mut rec = StepRecorder::new(ctx());
+        norm::rms_norm_add(&mut rec, &(&xb).into(), &(&wb).into(), &(&hb).into(), rows as u32, n as u32, eps).unwrap();
+        submit(rec);
+        let mut want_h = h0.clone();
+        ops::add(&mut want_h, &want);
+        assert_close(&format!("rms_norm_add {rows}x{n}"), &read(&hb, rows * n), &want_h, 1e-5, 1e-5);
+    }
+}
+
+#[test]
+fn rms_norm_spills_rows_past_the_dispatch_limit() {
+    // 65,537 rows need a second row of workgroups; the last rows must still be normalized.
+    let (rows, n) = (65_537usize, 3usize);
+    let x = random(40, rows * n, 3.0);
+    let w = random(41, n, 2.0);
+    let want = ops::rms_norm(&x, &w, rows, n, 1e-5);
+    let (xb, wb) = (upload("x", &x), upload("w", &w));
+    let mut rec = StepRecorder::new(ctx());
+    norm::rms_norm_in_place(&mut rec, &(&xb).into(), &(&wb).into(), rows as u32, n as u32, 1e-5).unwrap();
+    submit(rec);
+    assert_close("rms_norm 65537x3", &read(&xb, rows * n), &want, 1e-5, 1e-5);
+}
+
+#[test]
+fn rms_norm_rejects_short_bindings() {
+    let x = ctx().storage_buffer("x", 4 * 10);
+    let w = ctx().storage_buffer("w", 4 * 5);
+    let mut rec = StepRecorder::new(ctx());
+    let err = norm::rms_norm_in_place(&mut rec, &(&x).into(), &(&w).into(), 3, 5, 1e-6).unwrap_err();
+    assert!(err.to_string().contains("`x`"), "{err}");
+    assert_eq!(rec.dispatch_count(), 0);
+}
+
+// ---- rope -------------------------------------------------------------------------------
+
+/// HF's default frequencies: `1 / base^(2i / head_dim)`, computed in f32 like
+/// `LlamaRotaryEmbedding` (`torch.arange(0, dim, 2).float() / dim` then `base ** …`).
+fn inv_freq(head_dim: usize, base: f32) -> Vec<f32> {
+    (0..head_dim / 2).map(|i| 1.0 / base.powf((2 * i) as f32 / head_dim as f32)).collect()
+}
+
+#[test]
+fn rope_matches_reference() {
+    // (t, heads, head_dim, pos0): prefill from 0, decode deep into the context, a chunk at
+    // positions past 8k where the angle reduction works hardest.
+    let cases = [(1, 4, 64, 0), (3, 4, 96, 0), (17, 6, 256, 0), (1, 2, 128, 3000), (17, 4, 96, 601), (3, 2, 64, 8190)];
+    for (seed, &(t, heads, hd, pos0)) in cases.iter().enumerate() {
+        for layout in [RopeLayout::Normal, RopeLayout::Neox] {
+            let x = random(50 + seed as u64, t * heads * hd, 2.0);
+            let f = inv_freq(hd, 10_000.0);
+            let mut want = x.clone();
+            ops::rope(&mut want, &f, t, heads, hd, pos0, layout);
+            let (xb, fb) = (upload("x", &x), upload("inv_freq", &f));
+            let mut rec = StepRecorder::new(ctx());
+            rope::rope(&mut rec, &(&xb).into(), &(&fb).into(), t as u32, heads as u32, hd as u32, pos0 as u32, layout)
+                .unwrap();
+            submit(rec);
+            let what = format!("rope {layout:?} t={t} heads={heads} hd={hd} pos0={pos0}");
+            assert_close(&what, &read(&xb, x.len()), &want, 2e-6, 1e-5);
+        }
+    }
+}
+
+#[test]
+fn rope_rejects_odd_head_dim() {
+    let x = ctx().storage_buffer("x", 4 * 30);
+    let f = ctx().storage_buffer("f", 4 * 8);
+    let mut rec = StepRecorder::new(ctx());
+    assert!(rope::rope(&mut rec, &(&x).into(), &(&f).into(), 2, 1, 15, 0, RopeLayout::Neox).is_err());
+}
+
+// ---- attention --------------------------------------------------------------------------
+
+/// Writes a prefill chunk of `pos0` tokens and then the step's `t` tokens through
+/// `kv_write`, runs `attention` for the step, and compares cache and output with the CPU.
+fn check_attention(seed: u64, shape: AttentionShape) {
+    let AttentionShape { t, heads, kv_heads, head_dim, pos0, .. } = shape;
+    let (t, heads, kv_heads, hd, pos0) = (t as usize, heads as usize, kv_heads as usize, head_dim as usize, pos0 as usize);
+    let ctx_len = pos0 + t + 3; // some unused rows at the end, which must stay unread
+    let row = kv_heads * hd;
+    // Amplitude 2 gives peaky and flat softmax rows alike.
+    let k_all = random(seed, (pos0 + t) * row, 2.0);
+    let v_all = random(seed + 1, (pos0 + t) * row, 2.0);
+    let q = random(seed + 2, t * heads * hd, 2.0);
+
+    let k_cache = ctx().storage_buffer("k_cache", (ctx_len * row * 4) as u64);
+    let v_cache = ctx().storage_buffer("v_cache", (ctx_len * row * 4) as u64);
+    let (kc, vc): (Binding, Binding) = ((&k_cache).into(), (&v_cache).into());
+    // Garbage in the unused rows: the mask must keep them out.
+    let tail = vec![1e4f32; 3 * row];
+    ctx().queue.write_buffer(&k_cache, ((pos0 + t) * row * 4) as u64, bytemuck::cast_slice(&tail));
+    ctx().queue.write_buffer(&v_cache, ((pos0 + t) * row * 4) as u64, bytemuck::cast_slice(&tail));
+
+    let mut rec = StepRecorder::new(ctx());
+    let mut chunks = vec![(pos0 + t - t, t)];
+    if pos0 > 0 {
+        chunks.insert(0, (0, pos0));
+    }
+    let mut keep = Vec::new();
+    for (start, len) in chunks {
+        let kb = upload("k", &k_all[start * row..(start + len) * row]);
+        let vb = upload("v", &v_all[start * row..(start + len) * row]);
+        attention::kv_write(
+            &mut rec,
+            &(&kb).into(),
+            &(&vb).into(),
+            &kc,
+            &vc,
+            len as u32,
+            kv_heads as u32,
+            hd as u32,
+            start as u32,
+        )
+        .unwrap();
+        keep.push((kb, vb));
+    }
+    let qb = upload("q", &q);
+    let out = ctx().storage_buffer("out", (t * heads * hd * 4) as u64);
+    attention::attention(&mut rec, &(&qb).into(), &kc, &vc, &(&out).into(), &shape).unwrap();
+    submit(rec);
+
+    let filled = (pos0 + t) * row;
+    assert_eq!(read(&k_cache, filled), k_all, "k_cache rows 0..pos0+t");
+    assert_eq!(read(&v_cache, filled), v_all, "v_cache rows 0..pos0+t");
+
+    let want = ops::attention(&q, &k_all, &v_all, &shape);
+    let what = format!(
+        "attention t={t} heads={heads}/{kv_heads} hd={hd} pos0={pos0} window={} ({} keys max)",
+        shape.window,
+        pos0 + t
+    );
+    assert_close(&what, &read(&out, want.len()), &want, 2e-5, 1e-4);
+}
+
+fn shape(t: u32, heads: u32, kv_heads: u32, head_dim: u32, pos0: u32, window: u32) -> AttentionShape {
+    AttentionShape { t, heads, kv_heads, head_dim, pos0, window, scale: 1.0 / (head_dim as f32).sqrt() }
+}
+
+#[test]
+fn attention_prefill_matches_reference() {
+    check_attention(100, shape(1, 4, 2, 64, 0, 0));
+    check_attention(110, shape(3, 4, 1, 96, 0, 0));
+    check_attention(120, shape(17, 6, 6, 100, 0, 0));
+    check_attention(130, shape(17, 4, 2, 256, 0, 5));
+    check_attention(140, shape(3, 4, 1, 32, 0, 5));
+}
+
+#[test]
+fn attention_decode_after_prefill_matches_reference() {
+    // Decode one token after a prefill, a 3-token chunk across a window boundary, and a
+    // query seeing ~600 keys (several 128-key blocks of the online softmax).
+    check_attention(200, shape(1, 4, 2, 64, 16, 0));
+    check_attention(210, shape(3, 4, 2, 96, 9, 5));
+    check_attention(220, shape(1, 4, 1, 128, 599, 0));
+    check_attention(230, shape(17, 6, 6, 64, 583, 0));
+    check_attention(240, shape(3, 4, 2, 256, 600, 5));
+}
+
+#[test]
+fn attention_gemma_scale_and_long_window() {
+    // gemma3-like: head_dim 256, scale from query_pre_attn_scalar, a window longer than
+    // one 128-key block that still cuts the context.
+    let mut s = shape(5, 4, 1, 256, 300, 200);
+    s.scale = 1.0 / 256f32.sqrt();
+    check_attention(300, s);
+}
+
+#[test]
+fn attention_rejects_bad_shapes() {
+    let b = ctx().storage_buffer("b", 4 * 4096);
+    let b: Binding = (&b).into();
+    let mut rec = StepRecorder::new(ctx());
+    assert!(attention::attention(&mut rec, &b, &b, &b, &b, &shape(1, 4, 3, 8, 0, 0)).is_err(), "heads % kv_heads");
+    assert!(attention::attention(&mut rec, &b, &b, &b, &b, &shape(1, 1, 1, 512, 0, 0)).is_err(), "head_dim > 256");
+    assert!(attention::attention(&mut rec, &b, &b, &b, &b, &shape(1, 4, 4, 64, 100, 0)).is_err(), "cache too short");
+    assert_eq!(rec.dispatch_count(), 0);
+}
+
+// ---- elementwise ------------------------------------------------------------------------
+
+#[test]
+fn glu_matches_reference() {
+    for (seed, &n) in [1usize, 3 * 96, 17 * 100].iter().enumerate() {
+        for act in [Activation::Silu, Activation::GeluTanh] {
+            // Wide gate range: saturated tails on both sides must stay finite and exact.
+            let mut gate = random(400 + seed as u64, n, 12.0);
+            if n > 4 {
+                gate[..4].copy_from_slice(&[-100.0, 100.0, -1e-4, 60.0]);
+            }
+            let up = random(410 + seed as u64, n, 2.0);
+            let want = ops::glu(&gate, &up, act);
+            let (gb, ub) = (upload("gate", &gate), upload("up", &up));
+            let out = ctx().storage_buffer("out", (n * 4) as u64);
+            let mut rec = StepRecorder::new(ctx());
+            elementwise::glu(&mut rec, &(&gb).into(), &(&ub).into(), &(&out).into(), n as u32, act).unwrap();
+            submit(rec);
+            assert_close(&format!("glu {act:?} n={n}"), &read(&out, n), &want, 1e-6, 1e-5);
+        }
+    }
+}
+
+#[test]
+fn add_matches_reference() {
+    for (seed, &n) in [1usize, 17 * 96, 3 * 100].iter().enumerate() {
+        let a = random(500 + seed as u64, n, 4.0);
+        let b = random(510 + seed as u64, n, 4.0);
+        let mut want = a.clone();
+        ops::add(&mut want, &b);
+        let (ab, bb) = (upload("a", &a), upload("b", &b));
+        let mut rec = StepRecorder::new(ctx());
+        elementwise::add(&mut rec, &(&ab).into(), &(&bb).into(), n as u32).unwrap();
+        submit(rec);
+        assert_close(&format!("add n={n}"), &read(&ab, n), &want, 0.0, 0.0);
+    }
+}
