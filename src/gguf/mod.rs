@@ -5,7 +5,9 @@
 mod metadata;
 mod parser;
 mod types;
+mod writer;
 
 pub use metadata::{Metadata, MetadataError, Value};
 pub use parser::{read_header, read_path, Event, GgufError, Header, Parser, TensorInfo};
 pub use types::GgmlType;
+pub use writer::Writer;
