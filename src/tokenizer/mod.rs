@@ -211,7 +211,7 @@ impl Tokenizer {
                 let ty = types[i];
                 // Gemma stores its whitespace-run pieces with real spaces (the converter "pre-normalizes"
                 // user-defined tokens); HF spells them back as `▁`s and merges them like normal pieces.
-                let respelled = gemma && ty == TokenType::UserDefined && t.contains(' ') && t.trim().is_empty();
+                let respelled = gemma && std::env::var("EXP2").is_err() && ty == TokenType::UserDefined && t.contains(' ') && t.trim().is_empty();
                 if respelled {
                     lookup.insert(spm::SPACE.to_string().repeat(t.chars().count()), i as u32);
                 } else {
@@ -233,7 +233,7 @@ impl Tokenizer {
             let default_id = |id: u32| if (id as usize) < n { Some(id) } else { None };
             let unk = opt_id(md, KEY_UNK, n)?.or(default_id(0));
             let add_space_prefix = md.opt_bool(KEY_ADD_SPACE_PREFIX)?.unwrap_or(true);
-            let order = if gemma { MergeOrder::Position } else { MergeOrder::Score };
+            let order = if gemma && std::env::var("EXP1").is_err() { MergeOrder::Position } else { MergeOrder::Score };
             model = Model::Spm(Spm { add_space_prefix, order, byte_ids, unk });
             kind = "llama (SentencePiece)".to_string();
             bos = bos_key.or(default_id(1));

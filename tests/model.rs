@@ -1,0 +1,199 @@
+//! Whole models on the GPU (lavapipe) against Hugging Face transformers goldens made by
+//! `tools/hf_goldens.py` from the same GGUF files, and against the CPU reference forward.
+
+use std::path::{Path, PathBuf};
+
+use coco::engine::{load_path, LogitsFor, Model, Session};
+use coco::gpu::GpuContext;
+use coco::reference::forward::CpuModel;
+use coco::sampler::argmax;
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn gpu() -> GpuContext {
+    GpuContext::new_blocking().expect("a GPU adapter (lavapipe in CI)")
+}
+
+fn golden(name: &str) -> Value {
+    let path = root().join(format!("tests/goldens/model_{name}.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).expect("golden JSON")
+}
+
+fn fixture(name: &str) -> PathBuf {
+    let path = if name.starts_with("gemma-3-270m") {
+        root().join("models/gemma-3-270m-q4_k_m.gguf")
+    } else {
+        root().join(format!("tests/fixtures/{name}.gguf"))
+    };
+    assert!(path.exists(), "{} is missing: run scripts/fixtures.sh and scripts/install_model.sh", path.display());
+    path
+}
+
+fn ids_of(v: &Value) -> Vec<u32> {
+    v.as_array().expect("id array").iter().map(|x| x.as_u64().expect("id") as u32).collect()
+}
+
+/// Greedy continuation by raw argmax over the session's decode path (no EOS stop, as the
+/// golden records exactly `n` tokens or fewer if HF stopped).
+fn greedy(ctx: &GpuContext, model: &Model, prompt: &[u32], n: usize) -> Vec<u32> {
+    let mut s = Session::new(ctx, model, 512, LogitsFor::LastToken);
+    let mut logits = s.forward_blocking(prompt).expect("prefill");
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let id = argmax(&logits);
+        out.push(id);
+        logits = s.forward_blocking(&[id]).expect("decode");
+    }
+    out
+}
+
+struct Agreement {
+    positions: usize,
+    top1_equal: usize,
+    max_delta: f64,
+}
+
+/// Teacher-forced logits for every prompt of a golden, compared with HF's.
+fn check_against_hf(ctx: &GpuContext, model: &Model, golden: &Value, check_greedy: bool) -> Agreement {
+    let mut agreement = Agreement { positions: 0, top1_equal: 0, max_delta: 0.0 };
+    let vocab = model.config.vocab_size as usize;
+    for prompt in golden["prompts"].as_array().expect("prompts") {
+        let ids = ids_of(&prompt["ids"]);
+        let mut session = Session::new(ctx, model, 512, LogitsFor::AllTokens);
+        let logits = session.forward_blocking(&ids).expect("forward");
+        for (pos, expected) in prompt["positions"].as_array().expect("positions").iter().enumerate() {
+            let row = &logits[pos * vocab..(pos + 1) * vocab];
+            let top = expected["top"].as_array().expect("top");
+            let hf_top1 = top[0][0].as_u64().expect("id") as u32;
+            agreement.positions += 1;
+            if argmax(row) == hf_top1 {
+                agreement.top1_equal += 1;
+            }
+            for entry in top {
+                let id = entry[0].as_u64().expect("id") as usize;
+                let hf = entry[1].as_f64().expect("logit");
+                agreement.max_delta = agreement.max_delta.max((row[id] as f64 - hf).abs());
+            }
+        }
+        if check_greedy {
+            let expected = ids_of(&prompt["greedy"]);
+            let got = greedy(ctx, model, &ids, expected.len());
+            assert_eq!(got, expected, "greedy continuation of {:?} differs from HF", prompt["text"]);
+        }
+    }
+    agreement
+}
+
+fn fixture_names() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(root().join("tests/goldens"))
+        .expect("tests/goldens")
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let n = e.file_name().to_string_lossy().to_string();
+            n.strip_prefix("model_").and_then(|n| n.strip_suffix(".json")).map(str::to_string)
+        })
+        .filter(|n| !n.starts_with("gemma-3-270m"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn fixtures_match_hugging_face() {
+    let ctx = gpu();
+    let names = fixture_names();
+    assert!(!names.is_empty(), "no model goldens in tests/goldens");
+    let mut report = Vec::new();
+    for name in &names {
+        let g = golden(name);
+        let model = load_path(&ctx, &fixture(name), 512).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let a = check_against_hf(&ctx, &model, &g, true);
+        let rate = a.top1_equal as f64 / a.positions as f64;
+        report.push(format!(
+            "{name:<22} top-1 {}/{} ({:.1}%)  max|Δlogit| {:.2e}",
+            a.top1_equal,
+            a.positions,
+            rate * 100.0,
+            a.max_delta
+        ));
+        assert!(rate >= 0.99, "{name}: top-1 agreement {:.1}% < 99%", rate * 100.0);
+    }
+    println!("{}", report.join("\n"));
+}
+
+#[test]
+fn gpu_forward_matches_cpu_reference() {
+    let ctx = gpu();
+    for name in ["llama-spm-q8_0", "llama3-q4_k", "qwen2-q5_0", "gemma3-q8_0", "llama-spm-f16", "qwen2-q6_k"] {
+        let path = fixture(name);
+        let model = load_path(&ctx, &path, 512).unwrap();
+        let cpu = CpuModel::load(&path).unwrap();
+        let ids: Vec<u32> = (0..21u32).map(|i| (i * 7919 + 13) % model.config.vocab_size).collect();
+        let expected = cpu.forward(&ids);
+        // All at once, then prefill + one-token decode steps through the KV cache.
+        let mut s = Session::new(&ctx, &model, 512, LogitsFor::AllTokens);
+        let got = s.forward_blocking(&ids).unwrap();
+        let mut s2 = Session::new(&ctx, &model, 512, LogitsFor::AllTokens);
+        let mut stepped = s2.forward_blocking(&ids[..9]).unwrap();
+        for &id in &ids[9..] {
+            stepped.extend(s2.forward_blocking(&[id]).unwrap());
+        }
+        for (what, got) in [("batched", &got), ("decode", &stepped)] {
+            let mut worst = (0.0f32, 0usize);
+            for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+                let d = (g - e).abs() / (1.0 + e.abs());
+                if d > worst.0 {
+                    worst = (d, i);
+                }
+            }
+            println!("{name} {what}: max rel err {:.2e} at {}", worst.0, worst.1);
+            assert!(
+                worst.0 < 2e-3,
+                "{name} {what}: logit {} = {} vs reference {}",
+                worst.1,
+                got[worst.1],
+                expected[worst.1]
+            );
+        }
+    }
+}
+
+#[test]
+fn gemma_270m_matches_hugging_face() {
+    let ctx = gpu();
+    let g = golden("gemma-3-270m");
+    let model = load_path(&ctx, &fixture("gemma-3-270m"), 512).expect("load gemma");
+    let a = check_against_hf(&ctx, &model, &g, false);
+    let rate = a.top1_equal as f64 / a.positions as f64;
+    println!("gemma-3-270m: top-1 {}/{} ({:.1}%) max|Δlogit| {:.3}", a.top1_equal, a.positions, rate * 100.0, a.max_delta);
+    assert!(rate >= 0.99, "top-1 agreement {:.1}% < 99%", rate * 100.0);
+    // The greedy continuation of "The capital of France is".
+    let france = g["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["text"].as_str() == Some("The capital of France is"))
+        .expect("France prompt in the golden");
+    let expected = ids_of(&france["greedy"]);
+    let got = greedy(&ctx, &model, &ids_of(&france["ids"]), expected.len());
+    assert_eq!(got, expected, "greedy: got {:?}", model.tokenizer.decode(&got));
+    println!("greedy: {:?}", model.tokenizer.decode(&got));
+}
+
+#[test]
+fn unsupported_architecture_is_refused_before_weights() {
+    use coco::gguf::{GgmlType, Value, Writer};
+    let mut w = Writer::new();
+    w.kv("general.architecture", Value::String("mamba".into()));
+    w.tensor("token_embd.weight", &[32, 4], GgmlType::F32, vec![0; 512]);
+    let path = std::env::temp_dir().join(format!("coco-mamba-{}.gguf", std::process::id()));
+    std::fs::write(&path, w.to_bytes()).unwrap();
+    let ctx = gpu();
+    let err = load_path(&ctx, Path::new(&path), 64).err().expect("mamba must be refused").to_string();
+    let _ = std::fs::remove_file(&path);
+    assert!(err.contains("not yet") && err.contains("mamba") && err.contains("llama, qwen2, gemma3"), "{err}");
+}
