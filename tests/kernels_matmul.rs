@@ -1,0 +1,442 @@
+//! `kernels::matmul` and `kernels::get_rows` on the GPU against `reference::{matmul, quant}`,
+//! for every weight type coco reads, and `reference::quant` against gguf-py's bytes.
+//!
+//! Run on lavapipe:
+//! `VK_ICD_FILENAMES=/usr/share/vulkan/icd.d/lvp_icd.x86_64.json WGPU_BACKEND=vulkan
+//!  cargo test --test kernels_matmul -- --nocapture` (prints the max error of every case).
+//!
+//! Weights are random values quantized by `reference::quant`; the reference multiplies their
+//! CPU dequantization in f64, so a GPU result differs from it only by f32 rounding of the
+//! dot product. The tolerance is `atol + rtol·|ref|` with atol = 2e-6·Σ|w·x| (the scale of an
+//! f32 sum's rounding error) and rtol = 1e-5.
+
+use std::sync::OnceLock;
+
+use coco::gguf::GgmlType;
+use coco::gpu::{Binding, GpuContext, GpuTensor, StepRecorder};
+use coco::kernels::get_rows::get_rows;
+use coco::kernels::matmul::MatmulVariant::{self, MatvecSubgroup, MatvecWorkgroup, Tiled};
+use coco::kernels::matmul::{matmul_variant, MatmulArgs};
+use coco::reference::{matmul as reference, quant};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+const RTOL: f64 = 1e-5;
+const ATOL_PER_ABS_SUM: f64 = 2e-6;
+
+fn ctx() -> &'static GpuContext {
+    static CTX: OnceLock<GpuContext> = OnceLock::new();
+    CTX.get_or_init(|| {
+        let ctx =
+            GpuContext::new_blocking().expect("a GPU adapter (lavapipe: see the file header)");
+        eprintln!(
+            "adapter: {}; subgroups: {}",
+            ctx.describe(),
+            ctx.has_subgroups()
+        );
+        ctx
+    })
+}
+
+fn is_k_quant(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K)
+}
+
+/// K for the type: 2 super-blocks for K-quants, else 5 blocks of 32 (an odd block count, so
+/// Q8_0/Q4_0/Q5_0 rows alternate between word-aligned and 2-mod-4 starts).
+fn k_for(ty: GgmlType) -> usize {
+    if is_k_quant(ty) {
+        512
+    } else {
+        160
+    }
+}
+
+/// Random `[rows, k]` weights of type `ty`: the raw bytes and their dequantized values.
+/// Rows get different magnitudes (and a few outliers) so per-block scales vary.
+fn random_weights(
+    rng: &mut ChaCha8Rng,
+    ty: GgmlType,
+    rows: usize,
+    k: usize,
+) -> (Vec<u8>, Vec<f32>) {
+    let mut values = Vec::with_capacity(rows * k);
+    for _ in 0..rows {
+        let scale = rng.gen_range(0.05f32..2.0);
+        for _ in 0..k {
+            let outlier = if rng.gen_ratio(1, 200) { 6.0 } else { 1.0 };
+            values.push(rng.gen_range(-1.0f32..1.0) * scale * outlier);
+        }
+    }
+    let bytes = quant::quantize(ty, &values).expect("quantize");
+    let deq = quant::dequantize(ty, &bytes, values.len()).expect("dequantize");
+    (bytes, deq)
+}
+
+fn random_f32(rng: &mut ChaCha8Rng, n: usize) -> Vec<f32> {
+    (0..n).map(|_| rng.gen_range(-1.0f32..1.0)).collect()
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    ty: GgmlType,
+    n: usize,
+    k: usize,
+    t: usize,
+    variant: Option<MatmulVariant>,
+    bias: bool,
+    accumulate: bool,
+    /// Rows per part when the weight is split (a multiple of 4, see `GpuTensor::rows_per_part`).
+    part_rows: Option<usize>,
+}
+
+impl Case {
+    fn new(ty: GgmlType, n: usize, t: usize, variant: Option<MatmulVariant>) -> Case {
+        Case {
+            ty,
+            n,
+            k: k_for(ty),
+            t,
+            variant,
+            bias: false,
+            accumulate: false,
+            part_rows: None,
+        }
+    }
+    fn bias(self) -> Case {
+        Case { bias: true, ..self }
+    }
+    fn accumulate(self) -> Case {
+        Case {
+            accumulate: true,
+            ..self
+        }
+    }
+    fn split(self, rows: usize) -> Case {
+        Case {
+            part_rows: Some(rows),
+            ..self
+        }
+    }
+}
+
+/// Runs one matmul on the GPU and checks it against the reference; returns the max |error|.
+fn run_matmul(case: Case, seed: u64) -> f64 {
+    let ctx = ctx();
+    let Case { ty, n, k, t, .. } = case;
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let (bytes, w) = random_weights(&mut rng, ty, n, k);
+    let x = random_f32(&mut rng, t * k);
+    let bias = random_f32(&mut rng, n);
+    // Without accumulation y starts as NaN, so an output the kernel never wrote fails.
+    let y0: Vec<f32> = if case.accumulate {
+        random_f32(&mut rng, t * n)
+    } else {
+        vec![f32::NAN; t * n]
+    };
+
+    let row_bytes = ty.bytes_for(k as u64).unwrap();
+    let max_part = case.part_rows.map_or(u64::MAX, |r| r as u64 * row_bytes);
+    let wt = GpuTensor::from_bytes(ctx, "w", ty, k as u64, n as u64, &bytes, max_part);
+    if let Some(rows) = case.part_rows {
+        assert_eq!(
+            wt.parts.len(),
+            n.div_ceil(rows),
+            "the weight should be split into parts"
+        );
+    }
+    let xb = ctx.storage_buffer_init("x", bytemuck::cast_slice(&x));
+    let yb = ctx.storage_buffer_init("y", bytemuck::cast_slice(&y0));
+    let bb = ctx.storage_buffer_init("bias", bytemuck::cast_slice(&bias));
+    let mut rec = StepRecorder::new(ctx);
+    let args = MatmulArgs {
+        bias: case.bias.then_some(&bb),
+        accumulate: case.accumulate,
+    };
+    matmul_variant(
+        &mut rec,
+        &wt,
+        &Binding::from(&xb),
+        &Binding::from(&yb),
+        t as u32,
+        args,
+        case.variant,
+    )
+    .expect("matmul");
+    let labels = rec.labels();
+    rec.submit();
+    let got = ctx.read_f32(&yb, 0, (t * n) as u64).expect("readback");
+
+    let mut want = reference::matmul(&w, &x, n, k, t);
+    let abs = reference::matmul_abs(&w, &x, n, k, t);
+    for (i, v) in want.iter_mut().enumerate() {
+        if case.bias {
+            *v += bias[i % n];
+        }
+        if case.accumulate {
+            *v += y0[i];
+        }
+    }
+    let mut max_err = 0f64;
+    for i in 0..t * n {
+        let (g, r) = (got[i] as f64, want[i] as f64);
+        let err = (g - r).abs();
+        let tol = ATOL_PER_ABS_SUM * abs[i] as f64 + 1e-6 + RTOL * r.abs();
+        assert!(
+            err <= tol,
+            "{case:?} ({}): first mismatch at y[t={}, n={}]: gpu {g} vs reference {r} (|err| {err:.3e} > tol {tol:.3e})",
+            labels[0],
+            i / n,
+            i % n
+        );
+        max_err = max_err.max(err);
+    }
+    println!(
+        "{:<34} T={:<3} N={:<4} K={:<4} bias={:<5} acc={:<5} parts={:<2} max|err| {max_err:.2e}",
+        labels[0],
+        t,
+        n,
+        k,
+        case.bias,
+        case.accumulate,
+        wt.parts.len()
+    );
+    max_err
+}
+
+/// Every kernel shape, with and without bias/accumulation, whole and split, for one type.
+fn matmul_type(ty: GgmlType) {
+    let sg = ctx().has_subgroups();
+    let mut cases = vec![
+        Case::new(ty, 67, 1, Some(MatvecWorkgroup)),
+        Case::new(ty, 67, 3, Some(MatvecWorkgroup))
+            .bias()
+            .accumulate(),
+        Case::new(ty, 67, 17, Some(Tiled)),
+        Case::new(ty, 131, 33, Some(Tiled)).bias().accumulate(),
+        Case::new(ty, 67, 1, None).bias(),
+        Case::new(ty, 67, 33, None).accumulate(),
+        // Split weights: 67 rows in parts of 12 → 6 parts, the last of 7 rows.
+        Case::new(ty, 67, 1, Some(MatvecWorkgroup))
+            .bias()
+            .accumulate()
+            .split(12),
+        Case::new(ty, 67, 17, Some(Tiled))
+            .bias()
+            .accumulate()
+            .split(12),
+        Case::new(ty, 67, 5, Some(Tiled)).split(12),
+    ];
+    if sg {
+        cases.extend([
+            Case::new(ty, 67, 1, Some(MatvecSubgroup)),
+            Case::new(ty, 67, 3, Some(MatvecSubgroup))
+                .bias()
+                .accumulate(),
+            Case::new(ty, 67, 1, Some(MatvecSubgroup))
+                .bias()
+                .accumulate()
+                .split(12),
+        ]);
+    } else {
+        println!("{ty}: no SUBGROUP on this adapter; subgroup matvec not tested");
+    }
+    let mut worst = 0f64;
+    for (i, case) in cases.into_iter().enumerate() {
+        worst = worst.max(run_matmul(case, 1000 * ty.id() as u64 + i as u64));
+    }
+    println!("{ty}: matmul max|err| over all cases {worst:.2e}");
+}
+
+#[test]
+fn matmul_f32() {
+    matmul_type(GgmlType::F32);
+}
+#[test]
+fn matmul_f16() {
+    matmul_type(GgmlType::F16);
+}
+#[test]
+fn matmul_bf16() {
+    matmul_type(GgmlType::BF16);
+}
+#[test]
+fn matmul_q8_0() {
+    matmul_type(GgmlType::Q8_0);
+}
+#[test]
+fn matmul_q4_0() {
+    matmul_type(GgmlType::Q4_0);
+}
+#[test]
+fn matmul_q5_0() {
+    matmul_type(GgmlType::Q5_0);
+}
+#[test]
+fn matmul_q4_k() {
+    matmul_type(GgmlType::Q4_K);
+}
+#[test]
+fn matmul_q5_k() {
+    matmul_type(GgmlType::Q5_K);
+}
+#[test]
+fn matmul_q6_k() {
+    matmul_type(GgmlType::Q6_K);
+}
+
+/// Gemma's 262,144-row logits need more matvec workgroups than one dimension allows; this
+/// shape (530,000 rows / 8 per workgroup = 66,250 > 65,535) exercises the 2-D fold.
+#[test]
+fn matmul_folds_workgroups_past_the_dimension_limit() {
+    let mut case = Case::new(GgmlType::Q8_0, 530_000, 1, Some(MatvecWorkgroup));
+    case.k = 32;
+    run_matmul(case, 7);
+    if ctx().has_subgroups() {
+        run_matmul(
+            Case {
+                variant: Some(MatvecSubgroup),
+                ..case
+            },
+            8,
+        );
+    }
+}
+
+// ---- get_rows ----
+
+/// Looks up `t` ids (with repeats and one id past the table) in a `[37, K]` table.
+fn run_get_rows(ty: GgmlType, part_rows: Option<usize>, seed: u64) {
+    let ctx = ctx();
+    let (rows, dim, t) = (37usize, k_for(ty), 19usize);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let (bytes, table) = random_weights(&mut rng, ty, rows, dim);
+    let mut ids: Vec<u32> = (0..t).map(|_| rng.gen_range(0..rows as u32)).collect();
+    ids[3] = rows as u32 - 1;
+    ids[4] = 0;
+    ids[7] = ids[2];
+    ids[11] = rows as u32 + 5; // past the table: a zero row
+    let scale = 1.7f32;
+
+    let row_bytes = ty.bytes_for(dim as u64).unwrap();
+    let max_part = part_rows.map_or(u64::MAX, |r| r as u64 * row_bytes);
+    let tt = GpuTensor::from_bytes(ctx, "table", ty, dim as u64, rows as u64, &bytes, max_part);
+    let idb = ctx.storage_buffer_init("ids", bytemuck::cast_slice(&ids));
+    let nan = vec![f32::NAN; t * dim];
+    let out = ctx.storage_buffer_init("out", bytemuck::cast_slice(&nan));
+    let mut rec = StepRecorder::new(ctx);
+    get_rows(
+        &mut rec,
+        &tt,
+        &Binding::from(&idb),
+        &Binding::from(&out),
+        t as u32,
+        scale,
+    )
+    .expect("get_rows");
+    rec.submit();
+    let got = ctx.read_f32(&out, 0, (t * dim) as u64).expect("readback");
+    let want = reference::get_rows(&table, dim, &ids, scale);
+    let mut max_err = 0f64;
+    for i in 0..t * dim {
+        let (g, r) = (got[i] as f64, want[i] as f64);
+        let err = (g - r).abs();
+        // scale · (d·sc·q − dmin·m): the GPU may fuse a multiply-add, a few ulps at most.
+        let tol = 1e-6 * r.abs() + 1e-6;
+        assert!(
+            err <= tol,
+            "get_rows {ty} parts={}: first mismatch at out[t={}, {}] (id {}): gpu {g} vs reference {r}",
+            tt.parts.len(),
+            i / dim,
+            i % dim,
+            ids[i / dim]
+        );
+        max_err = max_err.max(err);
+    }
+    println!(
+        "get_rows_{:<6} T={t} dim={dim} parts={:<2} max|err| {max_err:.2e}",
+        ty.name().to_lowercase(),
+        tt.parts.len()
+    );
+}
+
+#[test]
+fn get_rows_every_type_whole_and_split() {
+    for ty in GgmlType::SUPPORTED {
+        run_get_rows(ty, None, ty.id() as u64);
+        run_get_rows(ty, Some(8), 100 + ty.id() as u64); // 37 rows → parts of 8, 8, 8, 8, 5
+    }
+}
+
+// ---- reference::quant against gguf-py (tests/goldens/quant_*.json, tools/quant_goldens.py) ----
+
+fn golden(ty: GgmlType) -> serde_json::Value {
+    let path = format!(
+        "{}/tests/goldens/quant_{}.json",
+        env!("CARGO_MANIFEST_DIR"),
+        ty.name().to_lowercase()
+    );
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e} (run tools/quant_goldens.py)"));
+    serde_json::from_str(&text).expect("golden JSON")
+}
+
+fn hex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+fn floats(v: &serde_json::Value) -> Vec<f32> {
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|x| x.as_f64().expect("number") as f32)
+        .collect()
+}
+
+#[test]
+fn dequantize_matches_gguf_py() {
+    for ty in GgmlType::SUPPORTED {
+        let g = golden(ty);
+        let n = g["n"].as_u64().unwrap() as usize;
+        let bytes = hex(g["bytes"].as_str().unwrap());
+        let want = floats(&g["dequant"]);
+        let got = quant::dequantize(ty, &bytes, n).unwrap();
+        for i in 0..n {
+            // Same f32 operations in the same order as gguf-py: bit-exact.
+            assert!(
+                got[i].to_bits() == want[i].to_bits(),
+                "{ty} dequantize: first mismatch at [{i}]: coco {} vs gguf-py {}",
+                got[i],
+                want[i]
+            );
+        }
+    }
+}
+
+#[test]
+fn quantize_matches_gguf_py() {
+    // gguf-py quantizes these with ggml's reference rounding; the K-quant goldens have no input.
+    for ty in [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::BF16,
+        GgmlType::Q8_0,
+        GgmlType::Q4_0,
+        GgmlType::Q5_0,
+    ] {
+        let g = golden(ty);
+        let input = floats(&g["input"]);
+        let want = hex(g["bytes"].as_str().unwrap());
+        let got = quant::quantize(ty, &input).unwrap();
+        assert_eq!(got.len(), want.len(), "{ty}");
+        if let Some(i) = (0..got.len()).find(|&i| got[i] != want[i]) {
+            panic!(
+                "{ty} quantize: first differing byte {i}: coco {:#04x} vs gguf-py {:#04x}",
+                got[i], want[i]
+            );
+        }
+    }
+}

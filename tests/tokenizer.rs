@@ -22,8 +22,12 @@ fn repo() -> PathBuf {
 
 fn golden(kind: &str) -> Value {
     let path = repo().join(format!("tests/goldens/tokenizer_{kind}.json"));
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}; regenerate with `python tools/tokenizer_goldens.py {kind}`", path.display()));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; regenerate with `python tools/tokenizer_goldens.py {kind}`",
+            path.display()
+        )
+    });
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -38,25 +42,48 @@ fn setup_hint(kind: &str) -> String {
 }
 
 fn load_uncached(kind: &str) -> Tokenizer {
-    let rel = golden(kind)["gguf"].as_str().expect("golden names its gguf").to_string();
+    let rel = golden(kind)["gguf"]
+        .as_str()
+        .expect("golden names its gguf")
+        .to_string();
     let path: PathBuf = repo().join(&rel);
-    assert!(Path::new(&path).is_file(), "{} is missing: {}", path.display(), setup_hint(kind));
-    let header = coco::gguf::read_header(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(
+        Path::new(&path).is_file(),
+        "{} is missing: {}",
+        path.display(),
+        setup_hint(kind)
+    );
+    let header =
+        coco::gguf::read_header(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let t0 = Instant::now();
     let tok = Tokenizer::from_gguf(&header.metadata).unwrap_or_else(|e| panic!("{kind}: {e}"));
-    eprintln!("{kind}: {} ({} tokens) built in {:?}", tok.kind(), tok.vocab_size(), t0.elapsed());
+    eprintln!(
+        "{kind}: {} ({} tokens) built in {:?}",
+        tok.kind(),
+        tok.vocab_size(),
+        t0.elapsed()
+    );
     tok
 }
 
 /// Each vocabulary is loaded once per test binary.
 fn tokenizer(kind: &str) -> &'static Tokenizer {
-    static CACHE: [OnceLock<Tokenizer>; 4] = [OnceLock::new(), OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    static CACHE: [OnceLock<Tokenizer>; 4] = [
+        OnceLock::new(),
+        OnceLock::new(),
+        OnceLock::new(),
+        OnceLock::new(),
+    ];
     let i = KINDS.iter().position(|k| *k == kind).expect("known kind");
     CACHE[i].get_or_init(|| load_uncached(kind))
 }
 
 fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().expect("id list").iter().map(|x| x.as_u64().expect("id") as u32).collect()
+    v.as_array()
+        .expect("id list")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
 }
 
 /// Every golden string: ids (three ways), decoded text, and the stream decoder.
@@ -69,14 +96,22 @@ fn check_goldens(kind: &str) {
     for case in cases {
         let text = case["text"].as_str().expect("text");
         let mut why = Vec::new();
-        for (field, add_special, parse_special) in
-            [("ids", false, true), ("ids_with_special", true, true), ("ids_split_special", false, false)]
-        {
+        for (field, add_special, parse_special) in [
+            ("ids", false, true),
+            ("ids_with_special", true, true),
+            ("ids_split_special", false, false),
+        ] {
             let want = ids(&case[field]);
             let got = tok.encode(text, add_special, parse_special);
             if got != want {
-                let names: Vec<&str> = got.iter().map(|&i| tok.token_text(i).unwrap_or("?")).collect();
-                let want_names: Vec<&str> = want.iter().map(|&i| tok.token_text(i).unwrap_or("?")).collect();
+                let names: Vec<&str> = got
+                    .iter()
+                    .map(|&i| tok.token_text(i).unwrap_or("?"))
+                    .collect();
+                let want_names: Vec<&str> = want
+                    .iter()
+                    .map(|&i| tok.token_text(i).unwrap_or("?"))
+                    .collect();
                 why.push(format!(
                     "{field} (add_special={add_special}, parse_special={parse_special}):\n    hf:   {want:?}\n    coco: {got:?}\n    hf:   {want_names:?}\n    coco: {names:?}"
                 ));
@@ -86,10 +121,16 @@ fn check_goldens(kind: &str) {
         let decoded = tok.decode(&with_special);
         let want_decoded = case["decoded"].as_str().expect("decoded");
         if decoded != want_decoded {
-            why.push(format!("decode:\n    hf:   {want_decoded:?}\n    coco: {decoded:?}"));
+            why.push(format!(
+                "decode:\n    hf:   {want_decoded:?}\n    coco: {decoded:?}"
+            ));
         }
         let mut stream = tok.stream_decoder();
-        let streamed: String = with_special.iter().map(|&i| stream.push(i)).collect::<String>() + &stream.flush();
+        let streamed: String = with_special
+            .iter()
+            .map(|&i| stream.push(i))
+            .collect::<String>()
+            + &stream.flush();
         if streamed != decoded {
             why.push(format!("stream decode {streamed:?} != decode {decoded:?}"));
         }
@@ -139,10 +180,19 @@ fn check_stream_splits(kind: &str) {
     let rest = d.flush();
     assert_eq!(pieces.concat() + &rest, tok.decode(&ids), "{kind}");
     assert_eq!(tok.decode(&ids), text, "{kind}");
-    assert!(rest.is_empty(), "{kind}: nothing left after complete text, got {rest:?}");
-    assert!(pieces.iter().all(|p| !p.contains('\u{FFFD}')), "{kind}: {pieces:?}");
+    assert!(
+        rest.is_empty(),
+        "{kind}: nothing left after complete text, got {rest:?}"
+    );
+    assert!(
+        pieces.iter().all(|p| !p.contains('\u{FFFD}')),
+        "{kind}: {pieces:?}"
+    );
     // Some rare character must have been split over byte tokens, so a push returned nothing.
-    assert!(pieces.iter().any(String::is_empty), "{kind}: expected a held-back partial character: {pieces:?}");
+    assert!(
+        pieces.iter().any(String::is_empty),
+        "{kind}: expected a held-back partial character: {pieces:?}"
+    );
 }
 
 #[test]
@@ -171,7 +221,9 @@ fn random_text(rng: &mut impl Rng) -> String {
                 _ => rng.gen_range(0u32..0x110000),
             };
             // U+2581 is SentencePiece's own space mark and decodes to a space, in HF too.
-            char::from_u32(c).filter(|&c| c != '\u{2581}').unwrap_or('?')
+            char::from_u32(c)
+                .filter(|&c| c != '\u{2581}')
+                .unwrap_or('?')
         })
         .collect()
 }
@@ -183,7 +235,10 @@ fn check_roundtrip(kind: &str) {
         let s = random_text(&mut rng);
         let ids = tok.encode(&s, false, false);
         let back = tok.decode(&ids);
-        assert_eq!(back, s, "{kind}: string #{n} does not round-trip; ids {ids:?}");
+        assert_eq!(
+            back, s,
+            "{kind}: string #{n} does not round-trip; ids {ids:?}"
+        );
         let mut d = tok.stream_decoder();
         let streamed: String = ids.iter().map(|&i| d.push(i)).collect::<String>() + &d.flush();
         assert_eq!(streamed, s, "{kind}: stream decode of string #{n}");

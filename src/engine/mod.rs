@@ -54,7 +54,6 @@ pub struct Scratch {
     pub v: wgpu::Buffer,      // [rows, kv_heads, head_dim]
     pub attn: wgpu::Buffer,   // [rows, heads, head_dim]
     pub proj: wgpu::Buffer,   // [rows, dim] block output before gemma3's post-norm
-    pub proj_n: wgpu::Buffer, // [rows, dim] after it
     pub gate: wgpu::Buffer,   // [rows, ffn]
     pub up: wgpu::Buffer,     // [rows, ffn]
     pub act: wgpu::Buffer,    // [rows, ffn]
@@ -69,7 +68,7 @@ impl Scratch {
         let r = rows as u64;
         let qd = (c.n_heads * c.head_dim) as u64;
         let kvd = (c.n_kv_heads * c.head_dim) as u64;
-        4 * (r + r * c.dim as u64 * 4 + r * qd * 2 + r * kvd * 2 + r * c.ffn_dim as u64 * 3)
+        4 * (r + r * c.dim as u64 * 3 + r * qd * 2 + r * kvd * 2 + r * c.ffn_dim as u64 * 3)
             + 4 * logit_rows as u64 * c.vocab_size as u64
     }
 
@@ -93,7 +92,6 @@ impl Scratch {
             v: f32s("v", r * (c.n_kv_heads * c.head_dim) as u64),
             attn: f32s("attn", r * (c.n_heads * c.head_dim) as u64),
             proj: f32s("proj", r * c.dim as u64),
-            proj_n: f32s("proj_n", r * c.dim as u64),
             gate: f32s("gate", r * c.ffn_dim as u64),
             up: f32s("up", r * c.ffn_dim as u64),
             act: f32s("act", r * c.ffn_dim as u64),

@@ -8,6 +8,8 @@ mod types;
 mod writer;
 
 pub use metadata::{Metadata, MetadataError, Value};
-pub use parser::{read_header, read_path, Event, GgufError, Header, Parser, TensorInfo};
+#[cfg(not(target_arch = "wasm32"))]
+pub use parser::{read_header, read_path};
+pub use parser::{Event, GgufError, Header, Parser, TensorInfo};
 pub use types::GgmlType;
 pub use writer::Writer;

@@ -93,11 +93,23 @@ pub fn kv_write(
     check_len(KERNEL, "k_cache", k_cache, offset + n)?;
     check_len(KERNEL, "v_cache", v_cache, offset + n)?;
     let label = "attention_kv_write";
-    let pipeline = rec.ctx().pipeline(label, || preprocess("attention.wgsl", &["KV_WRITE"]));
+    let pipeline = rec
+        .ctx()
+        .pipeline(label, || preprocess("attention.wgsl", &["KV_WRITE"]));
     // check_len bounded offset + n by u32::MAX.
-    let params = KvWriteParams { n: n as u32, offset: offset as u32, _pad: [0; 2] };
+    let params = KvWriteParams {
+        n: n as u32,
+        offset: offset as u32,
+        _pad: [0; 2],
+    };
     let bindings = [k.clone(), v.clone(), k_cache.clone(), v_cache.clone()];
-    rec.dispatch(label, &pipeline, bytemuck::bytes_of(&params), &bindings, grid((n as u32).div_ceil(KV_WRITE_WG)))?;
+    rec.dispatch(
+        label,
+        &pipeline,
+        bytemuck::bytes_of(&params),
+        &bindings,
+        grid((n as u32).div_ceil(KV_WRITE_WG)),
+    )?;
     Ok(())
 }
 
@@ -116,13 +128,28 @@ pub fn attention(
     shape: &AttentionShape,
 ) -> Result<(), KernelError> {
     const KERNEL: &str = "attention";
-    let AttentionShape { t, heads, kv_heads, head_dim, pos0, window, scale } = *shape;
-    let bad = |why: String| Err(KernelError::Shape { kernel: KERNEL, why });
+    let AttentionShape {
+        t,
+        heads,
+        kv_heads,
+        head_dim,
+        pos0,
+        window,
+        scale,
+    } = *shape;
+    let bad = |why: String| {
+        Err(KernelError::Shape {
+            kernel: KERNEL,
+            why,
+        })
+    };
     if head_dim == 0 || head_dim > MAX_HEAD_DIM {
         return bad(format!("head_dim {head_dim} is not in 1..={MAX_HEAD_DIM}"));
     }
-    if kv_heads == 0 || heads % kv_heads != 0 {
-        return bad(format!("heads {heads} is not a multiple of kv_heads {kv_heads}"));
+    if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
+        return bad(format!(
+            "heads {heads} is not a multiple of kv_heads {kv_heads}"
+        ));
     }
     if !scale.is_finite() {
         return bad(format!("scale {scale} is not finite"));
@@ -139,9 +166,26 @@ pub fn attention(
     check_len(KERNEL, "k_cache", k_cache, cache)?;
     check_len(KERNEL, "v_cache", v_cache, cache)?;
     let label = "attention_f32";
-    let pipeline = rec.ctx().pipeline(label, || preprocess("attention.wgsl", &[]));
-    let params = AttentionParams { t, heads, kv_heads, head_dim, pos0, window, scale, _pad: 0 };
+    let pipeline = rec
+        .ctx()
+        .pipeline(label, || preprocess("attention.wgsl", &[]));
+    let params = AttentionParams {
+        t,
+        heads,
+        kv_heads,
+        head_dim,
+        pos0,
+        window,
+        scale,
+        _pad: 0,
+    };
     let bindings = [q.clone(), k_cache.clone(), v_cache.clone(), out.clone()];
-    rec.dispatch(label, &pipeline, bytemuck::bytes_of(&params), &bindings, [heads, t, 1])?;
+    rec.dispatch(
+        label,
+        &pipeline,
+        bytemuck::bytes_of(&params),
+        &bindings,
+        [heads, t, 1],
+    )?;
     Ok(())
 }

@@ -48,10 +48,18 @@ pub fn glu(
         Activation::Silu => ("elementwise_glu_silu", "SILU"),
         Activation::GeluTanh => ("elementwise_glu_gelu_tanh", "GELU_TANH"),
     };
-    let pipeline = rec.ctx().pipeline(label, || preprocess("elementwise.wgsl", &["GLU", define]));
+    let pipeline = rec
+        .ctx()
+        .pipeline(label, || preprocess("elementwise.wgsl", &["GLU", define]));
     let params = Params { n, _pad: [0; 3] };
     let bindings = [gate.clone(), up.clone(), out.clone()];
-    rec.dispatch(label, &pipeline, bytemuck::bytes_of(&params), &bindings, grid(n.div_ceil(WG)))?;
+    rec.dispatch(
+        label,
+        &pipeline,
+        bytemuck::bytes_of(&params),
+        &bindings,
+        grid(n.div_ceil(WG)),
+    )?;
     Ok(())
 }
 
@@ -64,29 +72,49 @@ pub fn add(rec: &mut StepRecorder, a: &Binding, b: &Binding, n: u32) -> Result<(
     check_len(KERNEL, "a", a, n as u64)?;
     check_len(KERNEL, "b", b, n as u64)?;
     let label = "elementwise_add";
-    let pipeline = rec.ctx().pipeline(label, || preprocess("elementwise.wgsl", &["ADD"]));
+    let pipeline = rec
+        .ctx()
+        .pipeline(label, || preprocess("elementwise.wgsl", &["ADD"]));
     let params = Params { n, _pad: [0; 3] };
     let bindings = [a.clone(), b.clone()];
-    rec.dispatch(label, &pipeline, bytemuck::bytes_of(&params), &bindings, grid(n.div_ceil(WG)))?;
+    rec.dispatch(
+        label,
+        &pipeline,
+        bytemuck::bytes_of(&params),
+        &bindings,
+        grid(n.div_ceil(WG)),
+    )?;
     Ok(())
 }
 
 /// Bytes a binding covers: its explicit size, or the rest of its buffer.
 fn binding_bytes(b: &Binding) -> u64 {
-    b.size.unwrap_or_else(|| b.buffer.size().saturating_sub(b.offset))
+    b.size
+        .unwrap_or_else(|| b.buffer.size().saturating_sub(b.offset))
 }
 
 /// Fails unless `binding` holds at least `elems` f32 values and they are addressable with
 /// the shaders' u32 indices.
-pub(crate) fn check_len(kernel: &'static str, name: &str, binding: &Binding, elems: u64) -> Result<(), KernelError> {
+pub(crate) fn check_len(
+    kernel: &'static str,
+    name: &str,
+    binding: &Binding,
+    elems: u64,
+) -> Result<(), KernelError> {
     if elems > u32::MAX as u64 {
-        return Err(KernelError::Shape { kernel, why: format!("`{name}` needs {elems} elements, beyond u32 indexing") });
+        return Err(KernelError::Shape {
+            kernel,
+            why: format!("`{name}` needs {elems} elements, beyond u32 indexing"),
+        });
     }
     let have = binding_bytes(binding);
     if have < elems * 4 {
         return Err(KernelError::Shape {
             kernel,
-            why: format!("`{name}` binding holds {have} bytes, needs {elems} f32 = {} bytes", elems * 4),
+            why: format!(
+                "`{name}` binding holds {have} bytes, needs {elems} f32 = {} bytes",
+                elems * 4
+            ),
         });
     }
     Ok(())

@@ -69,7 +69,13 @@ pub struct MatmulKey {
 
 impl MatmulKey {
     /// The variant for `t` tokens on this device, unless `force`d (tests, A/B runs).
-    pub fn choose(has_subgroups: bool, ty: GgmlType, t: u32, bias: bool, force: Option<MatmulVariant>) -> MatmulKey {
+    pub fn choose(
+        has_subgroups: bool,
+        ty: GgmlType,
+        t: u32,
+        bias: bool,
+        force: Option<MatmulVariant>,
+    ) -> MatmulKey {
         let variant = force.unwrap_or(if t > MATVEC_MAX_T {
             MatmulVariant::Tiled
         } else if has_subgroups {
@@ -83,7 +89,11 @@ impl MatmulKey {
     /// `matmul_q4_k_matvec_wg256`, `matmul_f16_tiled64x32_bias`, …
     pub fn label(&self) -> String {
         let bias = if self.bias { "_bias" } else { "" };
-        format!("matmul_{}_{}{bias}", self.ty.name().to_lowercase(), self.variant.label())
+        format!(
+            "matmul_{}_{}{bias}",
+            self.ty.name().to_lowercase(),
+            self.variant.label()
+        )
     }
 
     /// The defines that select this variant in `matmul.wgsl` (errors on an unsupported type).
@@ -119,7 +129,10 @@ pub(crate) fn weight_define(ty: GgmlType) -> Result<&'static str, KernelError> {
         GgmlType::Q5_K => "Q5_K",
         GgmlType::Q6_K => "Q6_K",
         other => {
-            return Err(KernelError::Shape { kernel: "dequant", why: format!("not yet: weights of type {other}") });
+            return Err(KernelError::Shape {
+                kernel: "dequant",
+                why: format!("not yet: weights of type {other}"),
+            });
         }
     })
 }
@@ -130,15 +143,24 @@ pub(crate) fn check_weight(kernel: &'static str, w: &GpuTensor) -> Result<(), Ke
     let err = |why: String| Err(KernelError::Shape { kernel, why });
     weight_define(w.ty)?;
     if w.row_len == 0 || w.row_len % 32 != 0 {
-        return err(format!("{}: row length {} is not a positive multiple of 32", w.name, w.row_len));
+        return err(format!(
+            "{}: row length {} is not a positive multiple of 32",
+            w.name, w.row_len
+        ));
     }
     if w.ty.bytes_for(w.row_len) != Some(w.row_bytes) {
-        return err(format!("{}: {} bytes per row does not match {} × {}", w.name, w.row_bytes, w.row_len, w.ty));
+        return err(format!(
+            "{}: {} bytes per row does not match {} × {}",
+            w.name, w.row_bytes, w.row_len, w.ty
+        ));
     }
     for part in &w.parts {
         // +8: the funnelled loads may touch the word after a block.
         if part.n_rows * w.row_bytes + 8 > u32::MAX as u64 {
-            return err(format!("{}: a part of {} rows exceeds u32 byte offsets", w.name, part.n_rows));
+            return err(format!(
+                "{}: a part of {} rows exceeds u32 byte offsets",
+                w.name, part.n_rows
+            ));
         }
     }
     if w.n_rows > u32::MAX as u64 {
@@ -149,17 +171,29 @@ pub(crate) fn check_weight(kernel: &'static str, w: &GpuTensor) -> Result<(), Ke
 
 /// Bytes a binding covers.
 pub(crate) fn binding_bytes(b: &Binding) -> u64 {
-    b.size.unwrap_or_else(|| b.buffer.size().saturating_sub(b.offset))
+    b.size
+        .unwrap_or_else(|| b.buffer.size().saturating_sub(b.offset))
 }
 
 /// Errors unless `b` holds at least `elems` f32/u32 values.
-pub(crate) fn check_binding(kernel: &'static str, what: &str, b: &Binding, elems: u64) -> Result<(), KernelError> {
+pub(crate) fn check_binding(
+    kernel: &'static str,
+    what: &str,
+    b: &Binding,
+    elems: u64,
+) -> Result<(), KernelError> {
     let have = binding_bytes(b);
     if have < elems * 4 {
-        return Err(KernelError::Shape { kernel, why: format!("{what} holds {have} bytes, needs {}", elems * 4) });
+        return Err(KernelError::Shape {
+            kernel,
+            why: format!("{what} holds {have} bytes, needs {}", elems * 4),
+        });
     }
     if elems > u32::MAX as u64 {
-        return Err(KernelError::Shape { kernel, why: format!("{what}: {elems} elements exceed u32 indexing") });
+        return Err(KernelError::Shape {
+            kernel,
+            why: format!("{what}: {elems} elements exceed u32 indexing"),
+        });
     }
     Ok(())
 }
@@ -180,8 +214,6 @@ pub struct MatmulArgs<'a> {
     pub bias: Option<&'a wgpu::Buffer>,
     /// y += x·Wᵀ instead of y = x·Wᵀ (residual adds fused into the producing matmul).
     pub accumulate: bool,
-    /// Force a kernel shape (tests, A/B); `None` picks by T and the device.
-    pub variant: Option<MatmulVariant>,
 }
 
 /// Must match `Params` in matmul.wgsl.
@@ -198,18 +230,37 @@ struct Params {
     groups: u32,
 }
 
-/// Records y[T, N] (+)= x[T, K] · w[N, K]ᵀ (+ bias[N]): one dispatch per part of `w`.
-/// `x` must not share a buffer with `y` (a writable binding may not alias another).
+/// Records y[T, N] (+)= x[T, K] · w[N, K]ᵀ (+ bias[N]): one dispatch per part of `w`, with
+/// the kernel shape chosen by T and the device. `x` must not share a buffer with `y` (a
+/// writable binding may not alias another in one dispatch).
 pub fn matmul(
     rec: &mut StepRecorder,
-    w: &GpuTensor,
-    x: &Binding, // [T, K] f32
-    y: &Binding, // [T, N] f32
+    w: &GpuTensor, // [N, K] raw GGUF blocks
+    x: &Binding,   // [T, K] f32
+    y: &Binding,   // [T, N] f32
     t: u32,
     args: MatmulArgs,
 ) -> Result<(), KernelError> {
+    matmul_variant(rec, w, x, y, t, args, None)
+}
+
+/// [`matmul`] with the kernel shape forced (`Some`) for tests and A/B runs; `None` chooses.
+pub fn matmul_variant(
+    rec: &mut StepRecorder,
+    w: &GpuTensor, // [N, K] raw GGUF blocks
+    x: &Binding,   // [T, K] f32
+    y: &Binding,   // [T, N] f32
+    t: u32,
+    args: MatmulArgs,
+    variant: Option<MatmulVariant>,
+) -> Result<(), KernelError> {
     const KERNEL: &str = "matmul";
-    let err = |why: String| Err(KernelError::Shape { kernel: KERNEL, why });
+    let err = |why: String| {
+        Err(KernelError::Shape {
+            kernel: KERNEL,
+            why,
+        })
+    };
     check_weight(KERNEL, w)?;
     if t == 0 {
         return Ok(());
@@ -222,7 +273,7 @@ pub fn matmul(
         check_binding(KERNEL, "bias [N]", b, n)?;
     }
     let ctx = rec.ctx();
-    let key = MatmulKey::choose(ctx.has_subgroups(), w.ty, t, bias.is_some(), args.variant);
+    let key = MatmulKey::choose(ctx.has_subgroups(), w.ty, t, bias.is_some(), variant);
     if key.variant == MatmulVariant::MatvecSubgroup && !ctx.has_subgroups() {
         return err("the subgroup matvec needs Features::SUBGROUP, which this device lacks".into());
     }
@@ -232,7 +283,9 @@ pub fn matmul(
         _ => (MV_ROWS, t), // one token per z slice
     };
     if t_groups > max {
-        return err(format!("{t} tokens need {t_groups} workgroups along z, over the limit {max}"));
+        return err(format!(
+            "{t} tokens need {t_groups} workgroups along z, over the limit {max}"
+        ));
     }
     let defines = key.defines()?;
     let label = key.label();
@@ -252,7 +305,13 @@ pub fn matmul(
         };
         let mut bindings = vec![Binding::from(&part.buffer), x.clone(), y.clone()];
         bindings.extend(bias.clone());
-        rec.dispatch(&label, &pipeline, bytemuck::bytes_of(&params), &bindings, [gx, gy, t_groups])?;
+        rec.dispatch(
+            &label,
+            &pipeline,
+            bytemuck::bytes_of(&params),
+            &bindings,
+            [gx, gy, t_groups],
+        )?;
     }
     Ok(())
 }
@@ -281,9 +340,24 @@ mod tests {
     #[test]
     fn every_variant_preprocesses() {
         for ty in GgmlType::SUPPORTED {
-            for variant in [MatmulVariant::MatvecWorkgroup, MatmulVariant::MatvecSubgroup, MatmulVariant::Tiled] {
-                let src = source(&MatmulKey { ty, variant, bias: true }.defines().unwrap());
-                assert!(src.contains("fn dequant32") && src.contains("fn main"), "{ty} {variant:?}");
+            for variant in [
+                MatmulVariant::MatvecWorkgroup,
+                MatmulVariant::MatvecSubgroup,
+                MatmulVariant::Tiled,
+            ] {
+                let src = source(
+                    &MatmulKey {
+                        ty,
+                        variant,
+                        bias: true,
+                    }
+                    .defines()
+                    .unwrap(),
+                );
+                assert!(
+                    src.contains("fn dequant32") && src.contains("fn main"),
+                    "{ty} {variant:?}"
+                );
             }
         }
     }

@@ -64,7 +64,14 @@ pub fn rms_norm(
     n: u32,
     eps: f32,
 ) -> Result<(), KernelError> {
-    dispatch(rec, NormStore::Out, &[x.clone(), w.clone(), y.clone()], rows, n, eps)
+    dispatch(
+        rec,
+        NormStore::Out,
+        &[x.clone(), w.clone(), y.clone()],
+        rows,
+        n,
+        eps,
+    )
 }
 
 /// `x[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) · w`, in place.
@@ -79,7 +86,14 @@ pub fn rms_norm_in_place(
     n: u32,
     eps: f32,
 ) -> Result<(), KernelError> {
-    dispatch(rec, NormStore::InPlace, &[x.clone(), w.clone()], rows, n, eps)
+    dispatch(
+        rec,
+        NormStore::InPlace,
+        &[x.clone(), w.clone()],
+        rows,
+        n,
+        eps,
+    )
 }
 
 /// `h[r, :] += x[r, :] / sqrt(mean(x[r, :]²) + eps) · w`: a norm feeding the residual stream
@@ -97,7 +111,14 @@ pub fn rms_norm_add(
     n: u32,
     eps: f32,
 ) -> Result<(), KernelError> {
-    dispatch(rec, NormStore::AddInto, &[x.clone(), w.clone(), h.clone()], rows, n, eps)
+    dispatch(
+        rec,
+        NormStore::AddInto,
+        &[x.clone(), w.clone(), h.clone()],
+        rows,
+        n,
+        eps,
+    )
 }
 
 fn dispatch(
@@ -110,20 +131,44 @@ fn dispatch(
 ) -> Result<(), KernelError> {
     const KERNEL: &str = "norm";
     if n == 0 {
-        return Err(KernelError::Shape { kernel: KERNEL, why: "row length n is 0".into() });
+        return Err(KernelError::Shape {
+            kernel: KERNEL,
+            why: "row length n is 0".into(),
+        });
     }
-    if !(eps >= 0.0 && eps.is_finite()) {
-        return Err(KernelError::Shape { kernel: KERNEL, why: format!("eps {eps} is not a finite value >= 0") });
+    if !eps.is_finite() || eps < 0.0 {
+        return Err(KernelError::Shape {
+            kernel: KERNEL,
+            why: format!("eps {eps} is not a finite value >= 0"),
+        });
     }
     let elems = rows as u64 * n as u64;
     check_len(KERNEL, "x", &bindings[0], elems)?;
     check_len(KERNEL, "w", &bindings[1], n as u64)?;
-    if let Some(y) = bindings.get(2) {
-        check_len(KERNEL, "y", y, elems)?;
+    if let Some(out) = bindings.get(2) {
+        let name = if store == NormStore::AddInto {
+            "h"
+        } else {
+            "y"
+        };
+        check_len(KERNEL, name, out, elems)?;
     }
     let label = store.label();
-    let pipeline = rec.ctx().pipeline(label, || preprocess("norm.wgsl", &[store.define()]));
-    let params = Params { rows, n, eps, _pad: 0 };
-    rec.dispatch(label, &pipeline, bytemuck::bytes_of(&params), bindings, grid(rows))?;
+    let pipeline = rec
+        .ctx()
+        .pipeline(label, || preprocess("norm.wgsl", &[store.define()]));
+    let params = Params {
+        rows,
+        n,
+        eps,
+        _pad: 0,
+    };
+    rec.dispatch(
+        label,
+        &pipeline,
+        bytemuck::bytes_of(&params),
+        bindings,
+        grid(rows),
+    )?;
     Ok(())
 }

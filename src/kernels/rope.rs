@@ -53,13 +53,19 @@ pub fn rope(
     layout: RopeLayout,
 ) -> Result<(), KernelError> {
     const KERNEL: &str = "rope";
-    if head_dim == 0 || head_dim % 2 != 0 {
-        return Err(KernelError::Shape { kernel: KERNEL, why: format!("head_dim {head_dim} must be even and > 0") });
+    if head_dim == 0 || !head_dim.is_multiple_of(2) {
+        return Err(KernelError::Shape {
+            kernel: KERNEL,
+            why: format!("head_dim {head_dim} must be even and > 0"),
+        });
     }
     // Positions become f32 in the shader; beyond 2^24 they would no longer be exact.
     let last = pos0 as u64 + t as u64;
     if last > 1 << 24 {
-        return Err(KernelError::Shape { kernel: KERNEL, why: format!("position {last} exceeds f32's exact range") });
+        return Err(KernelError::Shape {
+            kernel: KERNEL,
+            why: format!("position {last} exceeds f32's exact range"),
+        });
     }
     let elems = t as u64 * heads as u64 * head_dim as u64;
     check_len(KERNEL, "x", x, elems)?;
@@ -68,9 +74,22 @@ pub fn rope(
         RopeLayout::Normal => ("rope_normal", "NORMAL"),
         RopeLayout::Neox => ("rope_neox", "NEOX"),
     };
-    let pipeline = rec.ctx().pipeline(label, || preprocess("rope.wgsl", &[define]));
-    let params = Params { t, heads, head_dim, pos0 };
+    let pipeline = rec
+        .ctx()
+        .pipeline(label, || preprocess("rope.wgsl", &[define]));
+    let params = Params {
+        t,
+        heads,
+        head_dim,
+        pos0,
+    };
     let pairs = (elems / 2) as u32; // check_len bounded elems by u32::MAX
-    rec.dispatch(label, &pipeline, bytemuck::bytes_of(&params), &[x.clone(), inv_freq.clone()], grid(pairs.div_ceil(WG)))?;
+    rec.dispatch(
+        label,
+        &pipeline,
+        bytemuck::bytes_of(&params),
+        &[x.clone(), inv_freq.clone()],
+        grid(pairs.div_ceil(WG)),
+    )?;
     Ok(())
 }

@@ -12,10 +12,10 @@
 
 use crate::engine::{KvCache, LogitsFor, Scratch};
 use crate::gpu::{Binding, StepRecorder};
-use crate::kernels::elementwise::{add, glu};
+use crate::kernels::elementwise::glu;
 use crate::kernels::get_rows::get_rows;
 use crate::kernels::matmul::{matmul, MatmulArgs};
-use crate::kernels::norm::rms_norm;
+use crate::kernels::norm::{rms_norm, rms_norm_add};
 use crate::kernels::KernelError;
 
 use super::{activation, attention_block, lm_head, Model};
@@ -32,7 +32,7 @@ pub fn forward(
     let c = &model.config;
     let w = &model.weights;
     let (x, xn) = (Binding::from(&s.x), Binding::from(&s.xn));
-    let (proj, proj_n) = (Binding::from(&s.proj), Binding::from(&s.proj_n));
+    let proj = Binding::from(&s.proj);
     let missing = |what: &str| KernelError::Shape { kernel: "gemma3", why: format!("missing {what}") };
 
     // token embeddings, scaled by √dim
@@ -42,22 +42,20 @@ pub fn forward(
         rms_norm(rec, &x, &lw.attn_norm.vector(), &xn, t, c.dim, c.rms_eps)?;
         // Q/K/V, per-head Q/K norms, RoPE, KV-cache write, (sliding) attention → s.attn
         attention_block(rec, model, kv, s, l as u32, t, pos0)?;
-        // output projection, post-attention norm, residual add
+        // output projection; post-attention norm added into the residual stream
         matmul(rec, &lw.wo, &Binding::from(&s.attn), &proj, t, MatmulArgs::default())?;
         let post_attn = lw.post_attn_norm.as_ref().ok_or_else(|| missing("post_attention_norm"))?;
-        rms_norm(rec, &proj, &post_attn.vector(), &proj_n, t, c.dim, c.rms_eps)?;
-        add(rec, &x, &proj_n, t * c.dim)?;
+        rms_norm_add(rec, &proj, &post_attn.vector(), &x, t, c.dim, c.rms_eps)?;
         // pre-FFN norm
         rms_norm(rec, &x, &lw.ffn_norm.vector(), &xn, t, c.dim, c.rms_eps)?;
         // GELU-tanh gated FFN
         matmul(rec, &lw.w_gate, &xn, &Binding::from(&s.gate), t, MatmulArgs::default())?;
         matmul(rec, &lw.w_up, &xn, &Binding::from(&s.up), t, MatmulArgs::default())?;
         glu(rec, &Binding::from(&s.gate), &Binding::from(&s.up), &Binding::from(&s.act), t * c.ffn_dim, activation(c))?;
-        // down projection, post-FFN norm, residual add
+        // down projection; post-FFN norm added into the residual stream
         matmul(rec, &lw.w_down, &Binding::from(&s.act), &proj, t, MatmulArgs::default())?;
         let post_ffn = lw.post_ffn_norm.as_ref().ok_or_else(|| missing("post_ffw_norm"))?;
-        rms_norm(rec, &proj, &post_ffn.vector(), &proj_n, t, c.dim, c.rms_eps)?;
-        add(rec, &x, &proj_n, t * c.dim)?;
+        rms_norm_add(rec, &proj, &post_ffn.vector(), &x, t, c.dim, c.rms_eps)?;
     }
     // final norm and logits (tied to the embeddings)
     lm_head(rec, model, s, t, logits_for)

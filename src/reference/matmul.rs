@@ -8,7 +8,11 @@ pub fn matmul(w: &[f32], x: &[f32], n: usize, k: usize, t: usize) -> Vec<f32> {
     let mut y = vec![0f32; t * n];
     for (xr, yr) in x.chunks_exact(k).zip(y.chunks_exact_mut(n)) {
         for (wr, out) in w.chunks_exact(k).zip(yr.iter_mut()) {
-            *out = wr.iter().zip(xr).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() as f32;
+            *out = wr
+                .iter()
+                .zip(xr)
+                .map(|(&a, &b)| a as f64 * b as f64)
+                .sum::<f64>() as f32;
         }
     }
     y

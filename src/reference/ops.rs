@@ -50,8 +50,12 @@ pub fn rope(
     pos0: usize,
     layout: RopeLayout,
 ) {
-    assert_eq!(x.len(), t * heads * head_dim, "rope: x is not [t, heads, head_dim]");
-    assert!(head_dim % 2 == 0, "rope: head_dim must be even");
+    assert_eq!(
+        x.len(),
+        t * heads * head_dim,
+        "rope: x is not [t, heads, head_dim]"
+    );
+    assert!(head_dim.is_multiple_of(2), "rope: head_dim must be even");
     let half = head_dim / 2;
     assert_eq!(inv_freq.len(), half, "rope: inv_freq is not [head_dim / 2]");
     for tok in 0..t {
@@ -99,11 +103,24 @@ pub fn attention(q: &[f32], k_cache: &[f32], v_cache: &[f32], shape: &AttentionS
     let kv_heads = shape.kv_heads as usize;
     let hd = shape.head_dim as usize;
     let pos0 = shape.pos0 as usize;
-    assert!(kv_heads > 0 && heads % kv_heads == 0, "attention: heads must be a multiple of kv_heads");
-    assert_eq!(q.len(), t * heads * hd, "attention: q is not [t, heads, head_dim]");
+    assert!(
+        kv_heads > 0 && heads.is_multiple_of(kv_heads),
+        "attention: heads must be a multiple of kv_heads"
+    );
+    assert_eq!(
+        q.len(),
+        t * heads * hd,
+        "attention: q is not [t, heads, head_dim]"
+    );
     let rows = pos0 + t;
-    assert!(k_cache.len() >= rows * kv_heads * hd, "attention: k_cache has fewer than pos0 + t rows");
-    assert!(v_cache.len() >= rows * kv_heads * hd, "attention: v_cache has fewer than pos0 + t rows");
+    assert!(
+        k_cache.len() >= rows * kv_heads * hd,
+        "attention: k_cache has fewer than pos0 + t rows"
+    );
+    assert!(
+        v_cache.len() >= rows * kv_heads * hd,
+        "attention: v_cache has fewer than pos0 + t rows"
+    );
     let group = heads / kv_heads;
     let mut out = vec![0.0f32; t * heads * hd];
     let mut scores = Vec::new();
@@ -117,7 +134,11 @@ pub fn attention(q: &[f32], k_cache: &[f32], v_cache: &[f32], shape: &AttentionS
             scores.clear();
             for j in first..=pos {
                 let krow = &k_cache[(j * kv_heads + kvh) * hd..][..hd];
-                let dot: f64 = qrow.iter().zip(krow).map(|(&a, &b)| a as f64 * b as f64).sum();
+                let dot: f64 = qrow
+                    .iter()
+                    .zip(krow)
+                    .map(|(&a, &b)| a as f64 * b as f64)
+                    .sum();
                 scores.push(dot * shape.scale as f64);
             }
             let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -157,7 +178,10 @@ pub fn activation(x: f64, act: Activation) -> f64 {
 /// - `gate`, `up`: `[t, ffn]` (any shape; elementwise)
 pub fn glu(gate: &[f32], up: &[f32], act: Activation) -> Vec<f32> {
     assert_eq!(gate.len(), up.len(), "glu: gate and up differ in length");
-    gate.iter().zip(up).map(|(&g, &u)| (activation(g as f64, act) * u as f64) as f32).collect()
+    gate.iter()
+        .zip(up)
+        .map(|(&g, &u)| (activation(g as f64, act) * u as f64) as f32)
+        .collect()
 }
 
 /// Residual add in place: `a[i] += b[i]`.
@@ -190,16 +214,30 @@ mod tests {
         let mut normal = [1.0, 2.0, 3.0, 4.0];
         rope(&mut normal, &f, 1, 1, 4, 1, RopeLayout::Normal);
         let want = [-2.0, 1.0, 3.0, 4.0];
-        assert!(normal.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-6), "{normal:?}");
+        assert!(
+            normal.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-6),
+            "{normal:?}"
+        );
         let mut neox = [1.0, 2.0, 3.0, 4.0];
         rope(&mut neox, &f, 1, 1, 4, 1, RopeLayout::Neox);
         let want = [-3.0, 2.0, 1.0, 4.0];
-        assert!(neox.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-6), "{neox:?}");
+        assert!(
+            neox.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-6),
+            "{neox:?}"
+        );
     }
 
     #[test]
     fn attention_of_one_key_returns_its_value() {
-        let shape = AttentionShape { t: 1, heads: 2, kv_heads: 1, head_dim: 2, pos0: 0, window: 0, scale: 0.5 };
+        let shape = AttentionShape {
+            t: 1,
+            heads: 2,
+            kv_heads: 1,
+            head_dim: 2,
+            pos0: 0,
+            window: 0,
+            scale: 0.5,
+        };
         let out = attention(&[1.0, 2.0, 3.0, 4.0], &[5.0, 6.0], &[7.0, 8.0], &shape);
         assert_eq!(out, vec![7.0, 8.0, 7.0, 8.0]);
     }

@@ -30,9 +30,18 @@ pub enum QuantError {
     #[error("{0}: not a type coco can (de)quantize")]
     Unsupported(GgmlType),
     #[error("{ty}: {n} elements is not a whole number of {block}-element blocks")]
-    PartialBlock { ty: GgmlType, n: usize, block: usize },
+    PartialBlock {
+        ty: GgmlType,
+        n: usize,
+        block: usize,
+    },
     #[error("{ty}: {n} elements need {need} bytes, got {got}")]
-    Short { ty: GgmlType, n: usize, need: usize, got: usize },
+    Short {
+        ty: GgmlType,
+        n: usize,
+        need: usize,
+        got: usize,
+    },
 }
 
 /// (elements per block, bytes per block) for the types this module handles.
@@ -58,7 +67,12 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8], n: usize) -> Result<Vec<f32>, Quan
     let (block, block_bytes) = geometry(ty, n)?;
     let need = n / block * block_bytes;
     if bytes.len() < need {
-        return Err(QuantError::Short { ty, n, need, got: bytes.len() });
+        return Err(QuantError::Short {
+            ty,
+            n,
+            need,
+            got: bytes.len(),
+        });
     }
     let mut out = vec![0f32; n];
     let blocks = bytes[..need].chunks_exact(block_bytes);
@@ -66,7 +80,9 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8], n: usize) -> Result<Vec<f32>, Quan
         match ty {
             GgmlType::F32 => y[0] = f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
             GgmlType::F16 => y[0] = f16_at(b, 0),
-            GgmlType::BF16 => y[0] = f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16),
+            GgmlType::BF16 => {
+                y[0] = f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16)
+            }
             GgmlType::Q8_0 => dequant_q8_0(b, y),
             GgmlType::Q4_0 => dequant_q4_0(b, y),
             GgmlType::Q5_0 => dequant_q5_0(b, y),
@@ -83,7 +99,10 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8], n: usize) -> Result<Vec<f32>, Quan
 pub fn quantize(ty: GgmlType, values: &[f32]) -> Result<Vec<u8>, QuantError> {
     let (block, block_bytes) = geometry(ty, values.len())?;
     let mut out = vec![0u8; values.len() / block * block_bytes];
-    for (x, b) in values.chunks_exact(block).zip(out.chunks_exact_mut(block_bytes)) {
+    for (x, b) in values
+        .chunks_exact(block)
+        .zip(out.chunks_exact_mut(block_bytes))
+    {
         match ty {
             GgmlType::F32 => b.copy_from_slice(&x[0].to_le_bytes()),
             GgmlType::F16 => b.copy_from_slice(&f16::from_f32(x[0]).to_le_bytes()),
@@ -166,7 +185,10 @@ pub fn scale_min_k4(j: usize, s: &[u8]) -> (u8, u8) {
     if j < 4 {
         (s[j] & 63, s[j + 4] & 63)
     } else {
-        ((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4), (s[j + 4] >> 4) | ((s[j] >> 6) << 4))
+        (
+            (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4),
+            (s[j + 4] >> 4) | ((s[j] >> 6) << 4),
+        )
     }
 }
 
@@ -218,7 +240,13 @@ fn dequant_q5_k(b: &[u8], y: &mut [f32]) {
 /// (nibble s>>1), top 2 bits in qh[32h + l] at bits 2s, scale index 8h + 2s + l/16.
 pub fn q6_k_position(e: usize) -> (usize, usize, usize, usize, usize) {
     let (h, s, l) = (e / 128, (e / 32) % 4, e % 32);
-    (64 * h + 32 * (s & 1) + l, 4 * (s >> 1), 128 + 32 * h + l, 2 * s, 8 * h + 2 * s + l / 16)
+    (
+        64 * h + 32 * (s & 1) + l,
+        4 * (s >> 1),
+        128 + 32 * h + l,
+        2 * s,
+        8 * h + 2 * s + l / 16,
+    )
 }
 
 fn dequant_q6_k(b: &[u8], y: &mut [f32]) {
@@ -248,17 +276,25 @@ fn quant_q8_0(x: &[f32], b: &mut [u8]) {
 fn quant_qx_0(x: &[f32], b: &mut [u8], bits: u32) {
     let half = (1u32 << (bits - 1)) as f32;
     let top = (1u32 << bits) - 1;
-    let max = x.iter().fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+    let max = x
+        .iter()
+        .fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
     let d = max / -half;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
     put_f16(b, 0, f16::from_f32(d));
-    let q: Vec<u32> = x.iter().map(|v| ((v * id + half + 0.5) as u32).min(top)).collect();
+    let q: Vec<u32> = x
+        .iter()
+        .map(|v| ((v * id + half + 0.5) as u32).min(top))
+        .collect();
     let qs_at = if bits == 5 { 6 } else { 2 };
     for j in 0..16 {
         b[qs_at + j] = ((q[j] & 15) | ((q[j + 16] & 15) << 4)) as u8;
     }
     if bits == 5 {
-        let qh = q.iter().enumerate().fold(0u32, |h, (j, &v)| h | ((v >> 4) & 1) << j);
+        let qh = q
+            .iter()
+            .enumerate()
+            .fold(0u32, |h, (j, &v)| h | ((v >> 4) & 1) << j);
         b[2..6].copy_from_slice(&qh.to_le_bytes());
     }
 }
@@ -277,7 +313,16 @@ fn quant_q45_k(x: &[f32], b: &mut [u8], high_bit: bool) {
     }
     let dmin = f16_at_least(lo.iter().fold(0f32, |a, &v| a.max(-v)) / 63.0);
     let dminf = dmin.to_f32();
-    let m: Vec<f32> = lo.iter().map(|&l| if dminf > 0.0 { (-l / dminf).ceil().min(63.0) } else { 0.0 }).collect();
+    let m: Vec<f32> = lo
+        .iter()
+        .map(|&l| {
+            if dminf > 0.0 {
+                (-l / dminf).ceil().min(63.0)
+            } else {
+                0.0
+            }
+        })
+        .collect();
     let need: Vec<f32> = (0..8).map(|sb| (hi[sb] + dminf * m[sb]) / levels).collect();
     let d = f16_at_least(need.iter().fold(0f32, |a, &v| a.max(v)) / 63.0);
     let df = d.to_f32();
@@ -285,11 +330,19 @@ fn quant_q45_k(x: &[f32], b: &mut [u8], high_bit: bool) {
     put_f16(b, 2, dmin);
     let qs_at = if high_bit { 48 } else { 16 };
     for sb in 0..8 {
-        let sc = if df > 0.0 { (need[sb] / df).ceil().min(63.0) } else { 0.0 };
+        let sc = if df > 0.0 {
+            (need[sb] / df).ceil().min(63.0)
+        } else {
+            0.0
+        };
         put_scale_min_k4(sb, sc as u8, m[sb] as u8, &mut b[4..16]);
         let (step, off) = (df * sc, dminf * m[sb]);
         for l in 0..32 {
-            let q = if step > 0.0 { ((x[32 * sb + l] + off) / step).round().clamp(0.0, levels) as u8 } else { 0 };
+            let q = if step > 0.0 {
+                ((x[32 * sb + l] + off) / step).round().clamp(0.0, levels) as u8
+            } else {
+                0
+            };
             b[qs_at + 32 * (sb / 2) + l] |= (q & 15) << (4 * (sb % 2));
             if high_bit {
                 b[16 + l] |= (q >> 4) << sb;
@@ -300,18 +353,29 @@ fn quant_q45_k(x: &[f32], b: &mut [u8], high_bit: bool) {
 
 /// Q6_K: symmetric per 16-element sub-block, step = max|x| / 31 as int8 multiples of d.
 fn quant_q6_k(x: &[f32], b: &mut [u8]) {
-    let step: Vec<f32> = x.chunks_exact(16).map(|s| s.iter().fold(0f32, |a, v| a.max(v.abs())) / 31.0).collect();
+    let step: Vec<f32> = x
+        .chunks_exact(16)
+        .map(|s| s.iter().fold(0f32, |a, v| a.max(v.abs())) / 31.0)
+        .collect();
     let d = f16_at_least(step.iter().fold(0f32, |a, &v| a.max(v)) / 127.0);
     let df = d.to_f32();
     put_f16(b, 208, d);
     for (j, s) in step.iter().enumerate() {
-        let sc = if df > 0.0 { (s / df).ceil().min(127.0) } else { 0.0 };
+        let sc = if df > 0.0 {
+            (s / df).ceil().min(127.0)
+        } else {
+            0.0
+        };
         b[192 + j] = sc as i8 as u8;
     }
     for (e, v) in x.iter().enumerate() {
         let (ql, ql_shift, qh, qh_shift, sc) = q6_k_position(e);
         let unit = df * (b[192 + sc] as i8) as f32;
-        let q = if unit > 0.0 { ((v / unit).round().clamp(-32.0, 31.0) + 32.0) as u8 } else { 32 };
+        let q = if unit > 0.0 {
+            ((v / unit).round().clamp(-32.0, 31.0) + 32.0) as u8
+        } else {
+            32
+        };
         b[ql] |= (q & 15) << ql_shift;
         b[qh] |= (q >> 4) << qh_shift;
     }
@@ -366,7 +430,11 @@ mod tests {
                     GgmlType::BF16 => a.abs() / 128.0,
                     _ => range / levels,
                 };
-                assert!((a - b).abs() <= tol, "{ty} [{i}]: {a} → {b}, |err| {} > {tol}", (a - b).abs());
+                assert!(
+                    (a - b).abs() <= tol,
+                    "{ty} [{i}]: {a} → {b}, |err| {} > {tol}",
+                    (a - b).abs()
+                );
             }
         }
     }
@@ -375,14 +443,22 @@ mod tests {
     fn zero_blocks_stay_zero() {
         for ty in GgmlType::SUPPORTED {
             let bytes = quantize(ty, &[0.0; QK_K]).unwrap();
-            assert!(dequantize(ty, &bytes, QK_K).unwrap().iter().all(|v| *v == 0.0), "{ty}");
+            assert!(
+                dequantize(ty, &bytes, QK_K)
+                    .unwrap()
+                    .iter()
+                    .all(|v| *v == 0.0),
+                "{ty}"
+            );
         }
     }
 
     #[test]
     fn scale_min_packing_round_trips() {
         let mut s = [0u8; 12];
-        let pairs: Vec<(u8, u8)> = (0..8).map(|j| ((j * 9 + 5) as u8 % 64, (63 - j * 7) as u8)).collect();
+        let pairs: Vec<(u8, u8)> = (0..8)
+            .map(|j| ((j * 9 + 5) as u8 % 64, (63 - j * 7) as u8))
+            .collect();
         for (j, &(sc, m)) in pairs.iter().enumerate() {
             put_scale_min_k4(j, sc, m, &mut s);
         }
@@ -393,8 +469,17 @@ mod tests {
 
     #[test]
     fn rejects_bad_lengths() {
-        assert!(matches!(dequantize(GgmlType::Q4_K, &[0; 144], 100), Err(QuantError::PartialBlock { .. })));
-        assert!(matches!(dequantize(GgmlType::Q4_K, &[0; 100], 256), Err(QuantError::Short { .. })));
-        assert!(matches!(quantize(GgmlType::Q2_K, &[0.0; 256]), Err(QuantError::Unsupported(_))));
+        assert!(matches!(
+            dequantize(GgmlType::Q4_K, &[0; 144], 100),
+            Err(QuantError::PartialBlock { .. })
+        ));
+        assert!(matches!(
+            dequantize(GgmlType::Q4_K, &[0; 100], 256),
+            Err(QuantError::Short { .. })
+        ));
+        assert!(matches!(
+            quantize(GgmlType::Q2_K, &[0.0; 256]),
+            Err(QuantError::Unsupported(_))
+        ));
     }
 }

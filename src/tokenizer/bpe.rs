@@ -13,14 +13,14 @@
 //! Llama 3 also sets `ignore_merges` (HF `BPE.ignore_merges`, llama.cpp's `ignore_merges`): a word
 //! that is itself a token is emitted whole, without running merges (which might not reach it).
 
-use std::collections::HashMap;
-
 use fancy_regex::Regex;
 
+use super::hash::{map_with_capacity, FxHashMap};
 use super::merge::{merge_word, Merge, Symbol};
 use super::TokenizerError;
 
-const GPT2_SPLIT: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
+const GPT2_SPLIT: &str =
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
 const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
@@ -33,7 +33,8 @@ pub(crate) enum PreTokenizer {
 }
 
 /// `tokenizer.ggml.pre` values we accept (for the "not yet" message).
-pub(crate) const SUPPORTED_PRE: &str = "default, gpt-2, llama-bpe, llama3, llama-v3, qwen2, deepseek-r1-qwen";
+pub(crate) const SUPPORTED_PRE: &str =
+    "default, gpt-2, llama-bpe, llama3, llama-v3, qwen2, deepseek-r1-qwen";
 
 impl PreTokenizer {
     /// `default` follows HF's GGUF reader (GPT-2's own ByteLevel regex); llama.cpp's `default`
@@ -62,7 +63,8 @@ pub(crate) fn byte_to_char_table() -> [char; 256] {
     let mut table = ['\0'; 256];
     let mut extra = 0u32;
     for b in 0..256u32 {
-        let printable = (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
+        let printable =
+            (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
         let c = if printable {
             b
         } else {
@@ -76,15 +78,14 @@ pub(crate) fn byte_to_char_table() -> [char; 256] {
 }
 
 pub(crate) struct Bpe {
-    pub pre: PreTokenizer,
     regex: Regex,
     pub ignore_merges: bool,
     /// (left id, right id) → (rank, merged id).
-    merges: HashMap<(u32, u32), (u32, u32)>,
+    merges: FxHashMap<(u32, u32), (u32, u32)>,
     /// Token id of each byte's single-char spelling.
     byte_ids: [Option<u32>; 256],
     byte_chars: [char; 256],
-    char_bytes: HashMap<char, u8>,
+    char_bytes: FxHashMap<char, u8>,
 }
 
 impl Bpe {
@@ -95,15 +96,19 @@ impl Bpe {
         pre: PreTokenizer,
         ignore_merges: bool,
         merges: &[&str],
-        lookup: &HashMap<String, u32>,
+        lookup: &FxHashMap<String, u32>,
     ) -> Result<Self, TokenizerError> {
         // The patterns are constants that compile (unit-tested); the error path is for completeness.
         let regex = Regex::new(pre.pattern()).map_err(|e| TokenizerError::Regex(e.to_string()))?;
-        let mut map = HashMap::with_capacity(merges.len());
+        let mut map = map_with_capacity(merges.len());
         let mut joined = String::new();
         for (rank, m) in merges.iter().enumerate() {
             // Split at the first space after the first char, as llama.cpp does (`find(' ', 1)`).
-            let cut = m.char_indices().skip(1).find(|&(_, c)| c == ' ').map(|(i, _)| i);
+            let cut = m
+                .char_indices()
+                .skip(1)
+                .find(|&(_, c)| c == ' ')
+                .map(|(i, _)| i);
             let Some(cut) = cut else {
                 return Err(TokenizerError::Invalid {
                     key: "tokenizer.ggml.merges",
@@ -114,24 +119,33 @@ impl Bpe {
             joined.clear();
             joined.push_str(l);
             joined.push_str(r);
-            if let (Some(&li), Some(&ri), Some(&mi)) = (lookup.get(l), lookup.get(r), lookup.get(joined.as_str())) {
+            if let (Some(&li), Some(&ri), Some(&mi)) =
+                (lookup.get(l), lookup.get(r), lookup.get(joined.as_str()))
+            {
                 // The first listing of a pair wins, like HF's merge map (ranks only grow).
                 map.entry((li, ri)).or_insert((rank as u32, mi));
             }
         }
         let byte_chars = byte_to_char_table();
         let mut byte_ids = [None; 256];
-        let mut char_bytes = HashMap::with_capacity(256);
+        let mut char_bytes = map_with_capacity(256);
         let mut buf = [0u8; 4];
         for (b, &c) in byte_chars.iter().enumerate() {
             byte_ids[b] = lookup.get(&*c.encode_utf8(&mut buf)).copied();
             char_bytes.insert(c, b as u8);
         }
-        Ok(Bpe { pre, regex, ignore_merges, merges: map, byte_ids, byte_chars, char_bytes })
+        Ok(Bpe {
+            regex,
+            ignore_merges,
+            merges: map,
+            byte_ids,
+            byte_chars,
+            char_bytes,
+        })
     }
 
     /// Tokenize one stretch of plain text, appending ids to `out`.
-    pub(crate) fn encode(&self, text: &str, lookup: &HashMap<String, u32>, out: &mut Vec<u32>) {
+    pub(crate) fn encode(&self, text: &str, lookup: &FxHashMap<String, u32>, out: &mut Vec<u32>) {
         let mut last = 0usize;
         let mut word = String::new();
         for m in self.regex.find_iter(text) {
@@ -154,7 +168,13 @@ impl Bpe {
         }
     }
 
-    fn encode_word(&self, w: &str, lookup: &HashMap<String, u32>, spelled: &mut String, out: &mut Vec<u32>) {
+    fn encode_word(
+        &self,
+        w: &str,
+        lookup: &FxHashMap<String, u32>,
+        spelled: &mut String,
+        out: &mut Vec<u32>,
+    ) {
         if self.ignore_merges {
             spelled.clear();
             spelled.extend(w.bytes().map(|b| self.byte_chars[b as usize]));
@@ -163,11 +183,17 @@ impl Bpe {
                 return;
             }
         }
-        let symbols: Vec<Symbol> =
-            w.bytes().enumerate().map(|(i, b)| Symbol::new(i, i + 1, self.byte_ids[b as usize])).collect();
+        let symbols: Vec<Symbol> = w
+            .bytes()
+            .enumerate()
+            .map(|(i, b)| Symbol::new(i, i + 1, self.byte_ids[b as usize]))
+            .collect();
         let merged = merge_word(symbols, |l, r| {
             let &(rank, id) = self.merges.get(&(l.id?, r.id?))?;
-            Some(Merge { key: (rank, 0, 0), id })
+            Some(Merge {
+                key: (rank, 0, 0),
+                id,
+            })
         });
         // A byte missing from the vocabulary (never so in a real byte-level vocabulary) is dropped:
         // there is no unknown token in these models to stand for it.
@@ -209,16 +235,22 @@ mod tests {
 
     fn split(pre: PreTokenizer, text: &str) -> Vec<String> {
         let re = Regex::new(pre.pattern()).expect("pattern compiles");
-        re.find_iter(text).map(|m| m.expect("no backtrack overflow").as_str().to_string()).collect()
+        re.find_iter(text)
+            .map(|m| m.expect("no backtrack overflow").as_str().to_string())
+            .collect()
     }
 
     #[test]
     fn split_patterns() {
-        assert_eq!(split(PreTokenizer::Llama3, "Hello world's 12345  x\n\n"), [
-            "Hello", " world", "'s", " ", "123", "45", " ", " x", "\n\n"
-        ]);
+        assert_eq!(
+            split(PreTokenizer::Llama3, "Hello world's 12345  x\n\n"),
+            ["Hello", " world", "'s", " ", "123", "45", " ", " x", "\n\n"]
+        );
         assert_eq!(split(PreTokenizer::Qwen2, "a 12"), ["a", " ", "1", "2"]);
-        assert_eq!(split(PreTokenizer::Gpt2, "I'M  ok"), ["I", "'", "M", " ", " ok"]);
+        assert_eq!(
+            split(PreTokenizer::Gpt2, "I'M  ok"),
+            ["I", "'", "M", " ", " ok"]
+        );
         assert_eq!(split(PreTokenizer::Llama3, "I'M"), ["I", "'M"]);
     }
 }

@@ -24,7 +24,13 @@ const NONE: u32 = u32::MAX;
 
 impl Symbol {
     pub(crate) fn new(start: usize, end: usize, id: Option<u32>) -> Self {
-        Symbol { start: start as u32, end: end as u32, id, prev: NONE, next: NONE }
+        Symbol {
+            start: start as u32,
+            end: end as u32,
+            id,
+            prev: NONE,
+            next: NONE,
+        }
     }
 }
 
@@ -44,15 +50,18 @@ pub(crate) fn merge_word(
     if n < 2 {
         return symbols;
     }
-    for i in 0..n {
-        symbols[i].prev = if i == 0 { NONE } else { (i - 1) as u32 };
-        symbols[i].next = if i + 1 == n { NONE } else { (i + 1) as u32 };
+    for (i, s) in symbols.iter_mut().enumerate() {
+        s.prev = if i == 0 { NONE } else { (i - 1) as u32 };
+        s.next = if i + 1 == n { NONE } else { (i + 1) as u32 };
     }
     // Heap entries: (key, left start, left index, right end, merged id). The right end tells a
     // stale entry apart: once either symbol has changed, the pair no longer spans the same bytes.
     type Entry = Reverse<((u32, u32, i64), u32, u32, u32, u32)>;
     let mut heap: BinaryHeap<Entry> = BinaryHeap::with_capacity(n);
-    let push = |heap: &mut BinaryHeap<Entry>, symbols: &[Symbol], l: usize, pair: &mut dyn FnMut(&Symbol, &Symbol) -> Option<Merge>| {
+    let push = |heap: &mut BinaryHeap<Entry>,
+                symbols: &[Symbol],
+                l: usize,
+                pair: &mut dyn FnMut(&Symbol, &Symbol) -> Option<Merge>| {
         let r = symbols[l].next;
         if r == NONE {
             return;
@@ -108,13 +117,21 @@ mod tests {
     #[test]
     fn merges_leftmost_then_next_rank() {
         let text = "aaaaa";
-        let syms: Vec<Symbol> = (0..text.len()).map(|i| Symbol::new(i, i + 1, Some(0))).collect();
+        let syms: Vec<Symbol> = (0..text.len())
+            .map(|i| Symbol::new(i, i + 1, Some(0)))
+            .collect();
         let out = merge_word(syms, |l, r| {
             let len = (r.end - l.start) as usize;
             let (ll, rl) = ((l.end - l.start) as usize, (r.end - r.start) as usize);
             match (ll, rl) {
-                (1, 1) => Some(Merge { key: (0, 0, 0), id: 2 }),
-                (2, 2) => Some(Merge { key: (1, 0, 0), id: 4 }),
+                (1, 1) => Some(Merge {
+                    key: (0, 0, 0),
+                    id: 2,
+                }),
+                (2, 2) => Some(Merge {
+                    key: (1, 0, 0),
+                    id: 4,
+                }),
                 _ => {
                     let _ = len;
                     None

@@ -18,21 +18,24 @@
 //! Special tokens: control (type 3) and unknown (2) tokens are matched in the text only with
 //! `parse_special`; user-defined (4) tokens always are, as in both llama.cpp and HF.
 //!
-//! Decoding drops control, unknown and unused tokens. A SentencePiece vocabulary that adds a
-//! space prefix has one leading space removed from the decoded text (HF's `Strip(left=1)` decoder
-//! step; llama.cpp does the same unless the ids start with BOS). [`StreamDecoder`] yields the same
-//! text piecewise, holding back bytes of an incomplete UTF-8 character.
+//! Decoding drops control, unknown and unused tokens ([`Tokenizer::decode_with_special`] keeps
+//! control and unknown ones). A SentencePiece vocabulary that adds a space prefix has one leading
+//! space removed from the decoded text: HF's `Strip(left=1)` decoder step, applied after special
+//! tokens are skipped (llama.cpp keeps the space when the ids start with BOS). [`StreamDecoder`]
+//! yields the same text piecewise, holding back bytes of an incomplete UTF-8 character; for
+//! generated text that continues a prompt use [`StreamDecoder::continuing`], which keeps the
+//! first token's space.
 
 mod bpe;
+mod hash;
 mod merge;
 mod special;
 mod spm;
 
-use std::collections::HashMap;
-
 use crate::gguf::{Metadata, MetadataError};
 
 use bpe::{Bpe, PreTokenizer, SUPPORTED_PRE};
+use hash::FxHashMap;
 use special::{Piece, SpecialMatcher};
 use spm::{MergeOrder, Spm};
 
@@ -76,9 +79,17 @@ pub enum TokenizerError {
     #[error("not yet: pre-tokenizer {0:?} (`tokenizer.ggml.pre`); supported: {supported}", supported = SUPPORTED_PRE)]
     UnsupportedPre(String),
     #[error("metadata key `{key}` has {found} entries, but `tokenizer.ggml.tokens` has {tokens}")]
-    LengthMismatch { key: &'static str, found: usize, tokens: usize },
+    LengthMismatch {
+        key: &'static str,
+        found: usize,
+        tokens: usize,
+    },
     #[error("metadata key `{key}` = {id} is not a token id (vocabulary of {vocab_size})")]
-    IdOutOfRange { key: &'static str, id: u32, vocab_size: usize },
+    IdOutOfRange {
+        key: &'static str,
+        id: u32,
+        vocab_size: usize,
+    },
     #[error("metadata key `{key}`: {why}")]
     Invalid { key: &'static str, why: String },
     #[error("pre-tokenizer regex failed to compile: {0}")]
@@ -112,8 +123,9 @@ impl TokenType {
 }
 
 enum Model {
-    Spm(Spm),
-    Bpe(Bpe),
+    // Boxed: both carry 256-entry byte tables; the Tokenizer itself stays small.
+    Spm(Box<Spm>),
+    Bpe(Box<Bpe>),
 }
 
 /// A tokenizer read from GGUF metadata. Pure computation: builds for wasm32 as well.
@@ -123,7 +135,7 @@ pub struct Tokenizer {
     texts: Vec<String>,
     types: Vec<TokenType>,
     /// Text → id for the model's lookups (later ids win on duplicate texts, as in HF and llama.cpp).
-    lookup: HashMap<String, u32>,
+    lookup: FxHashMap<String, u32>,
     /// SentencePiece only: whether a piece may take part in merges, and its score.
     mergeable: Vec<bool>,
     scores: Vec<f32>,
@@ -150,7 +162,11 @@ impl std::fmt::Debug for Tokenizer {
 /// An optional token id, checked against the vocabulary.
 fn opt_id(md: &Metadata, key: &'static str, n: usize) -> Result<Option<u32>, TokenizerError> {
     match md.opt_u32(key)? {
-        Some(id) if id as usize >= n => Err(TokenizerError::IdOutOfRange { key, id, vocab_size: n }),
+        Some(id) if id as usize >= n => Err(TokenizerError::IdOutOfRange {
+            key,
+            id,
+            vocab_size: n,
+        }),
         other => Ok(other),
     }
 }
@@ -164,12 +180,19 @@ impl Tokenizer {
         let tokens = md.str_array(KEY_TOKENS)?;
         let n = tokens.len();
         if n == 0 || n > u32::MAX as usize {
-            return Err(TokenizerError::Invalid { key: KEY_TOKENS, why: format!("{n} tokens") });
+            return Err(TokenizerError::Invalid {
+                key: KEY_TOKENS,
+                why: format!("{n} tokens"),
+            });
         }
         let mut types = if md.contains(KEY_TYPES) {
             let raw = md.i64_array(KEY_TYPES)?;
             if raw.len() != n {
-                return Err(TokenizerError::LengthMismatch { key: KEY_TYPES, found: raw.len(), tokens: n });
+                return Err(TokenizerError::LengthMismatch {
+                    key: KEY_TYPES,
+                    found: raw.len(),
+                    tokens: n,
+                });
             }
             raw.into_iter().map(TokenType::from_gguf).collect()
         } else {
@@ -187,7 +210,7 @@ impl Tokenizer {
         let add_bos_key = md.opt_bool(KEY_ADD_BOS)?;
         let add_eos = md.opt_bool(KEY_ADD_EOS)?.unwrap_or(false);
 
-        let mut lookup: HashMap<String, u32> = HashMap::with_capacity(n);
+        let mut lookup: FxHashMap<String, u32> = hash::map_with_capacity(n);
         let mut mergeable = Vec::new();
         let mut scores = Vec::new();
         let specials;
@@ -199,7 +222,11 @@ impl Tokenizer {
             scores = if md.contains(KEY_SCORES) {
                 let s = md.f32_array(KEY_SCORES)?;
                 if s.len() != n {
-                    return Err(TokenizerError::LengthMismatch { key: KEY_SCORES, found: s.len(), tokens: n });
+                    return Err(TokenizerError::LengthMismatch {
+                        key: KEY_SCORES,
+                        found: s.len(),
+                        tokens: n,
+                    });
                 }
                 s
             } else {
@@ -211,16 +238,22 @@ impl Tokenizer {
                 let ty = types[i];
                 // Gemma stores its whitespace-run pieces with real spaces (the converter "pre-normalizes"
                 // user-defined tokens); HF spells them back as `▁`s and merges them like normal pieces.
-                let respelled = gemma && std::env::var("EXP2").is_err() && ty == TokenType::UserDefined && t.contains(' ') && t.trim().is_empty();
+                let respelled =
+                    gemma && ty == TokenType::UserDefined && t.contains(' ') && t.trim().is_empty();
                 if respelled {
                     lookup.insert(spm::SPACE.to_string().repeat(t.chars().count()), i as u32);
                 } else {
                     lookup.insert(t.to_string(), i as u32);
                 }
-                mergeable[i] = ty == TokenType::Normal || respelled;
+                // Undefined types (0) are read as normal, as when the file has no type array.
+                mergeable[i] = matches!(ty, TokenType::Normal | TokenType::Undefined) || respelled;
                 match ty {
-                    TokenType::Control | TokenType::Unknown => special_entries.push((t, i as u32, true)),
-                    TokenType::UserDefined if !respelled => special_entries.push((t, i as u32, false)),
+                    TokenType::Control | TokenType::Unknown => {
+                        special_entries.push((t, i as u32, true))
+                    }
+                    TokenType::UserDefined if !respelled => {
+                        special_entries.push((t, i as u32, false))
+                    }
                     _ => {}
                 }
             }
@@ -233,21 +266,33 @@ impl Tokenizer {
             let default_id = |id: u32| if (id as usize) < n { Some(id) } else { None };
             let unk = opt_id(md, KEY_UNK, n)?.or(default_id(0));
             let add_space_prefix = md.opt_bool(KEY_ADD_SPACE_PREFIX)?.unwrap_or(true);
-            let order = if gemma && std::env::var("EXP1").is_err() { MergeOrder::Position } else { MergeOrder::Score };
-            model = Model::Spm(Spm { add_space_prefix, order, byte_ids, unk });
+            let order = if gemma {
+                MergeOrder::Position
+            } else {
+                MergeOrder::Score
+            };
+            model = Model::Spm(Box::new(Spm {
+                add_space_prefix,
+                order,
+                byte_ids,
+                unk,
+            }));
             kind = "llama (SentencePiece)".to_string();
             bos = bos_key.or(default_id(1));
             eos = eos_key.or(default_id(2));
             add_bos = add_bos_key.unwrap_or(true);
         } else {
             let pre_name = md.opt_str(KEY_PRE)?.unwrap_or("default");
-            let pre = PreTokenizer::from_name(pre_name).ok_or_else(|| TokenizerError::UnsupportedPre(pre_name.to_string()))?;
+            let pre = PreTokenizer::from_name(pre_name)
+                .ok_or_else(|| TokenizerError::UnsupportedPre(pre_name.to_string()))?;
             let merges = md.str_array(KEY_MERGES)?;
             let mut special_entries = Vec::new();
             for (i, &t) in tokens.iter().enumerate() {
                 lookup.insert(t.to_string(), i as u32);
                 match types[i] {
-                    TokenType::Control | TokenType::Unknown => special_entries.push((t, i as u32, true)),
+                    TokenType::Control | TokenType::Unknown => {
+                        special_entries.push((t, i as u32, true))
+                    }
                     TokenType::UserDefined => special_entries.push((t, i as u32, false)),
                     _ => {}
                 }
@@ -255,7 +300,7 @@ impl Tokenizer {
             specials = SpecialMatcher::new(special_entries);
             // llama.cpp: Llama 3 skips merges for whole-token words and adds BOS unless told not to.
             let llama3 = pre == PreTokenizer::Llama3;
-            model = Model::Bpe(Bpe::new(pre, llama3, &merges, &lookup)?);
+            model = Model::Bpe(Box::new(Bpe::new(pre, llama3, &merges, &lookup)?));
             kind = format!("gpt2 (byte-level BPE, pre={pre_name})");
             bos = bos_key;
             eos = eos_key;
@@ -263,9 +308,16 @@ impl Tokenizer {
         }
 
         let mut eos_ids: Vec<u32> = Vec::new();
-        let mut extra: Vec<u32> = [opt_id(md, KEY_EOT, n)?, opt_id(md, KEY_EOM, n)?].into_iter().flatten().collect();
+        let mut extra: Vec<u32> = [opt_id(md, KEY_EOT, n)?, opt_id(md, KEY_EOM, n)?]
+            .into_iter()
+            .flatten()
+            .collect();
         extra.extend(
-            tokens.iter().enumerate().filter(|(_, t)| END_OF_GENERATION_TEXTS.contains(t)).map(|(i, _)| i as u32),
+            tokens
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| END_OF_GENERATION_TEXTS.contains(t))
+                .map(|(i, _)| i as u32),
         );
         extra.sort_unstable();
         eos_ids.extend(eos);
@@ -304,7 +356,9 @@ impl Tokenizer {
             match piece {
                 Piece::Token(id) => out.push(id),
                 Piece::Text(t) => match &self.model {
-                    Model::Spm(spm) => spm.encode(t, &self.lookup, &self.mergeable, &self.scores, &mut out),
+                    Model::Spm(spm) => {
+                        spm.encode(t, &self.lookup, &self.mergeable, &self.scores, &mut out)
+                    }
                     Model::Bpe(bpe) => bpe.encode(t, &self.lookup, &mut out),
                 },
             }
@@ -318,9 +372,19 @@ impl Tokenizer {
     /// Ids → text. Control, unknown and unused tokens produce nothing; invalid UTF-8 (only
     /// possible from byte tokens) becomes U+FFFD.
     pub fn decode(&self, ids: &[u32]) -> String {
+        self.decode_impl(ids, false)
+    }
+
+    /// As [`Tokenizer::decode`], but control and unknown tokens appear as their text
+    /// (`<end_of_turn>`, `<|eot_id|>`): for showing a prompt exactly as the model sees it.
+    pub fn decode_with_special(&self, ids: &[u32]) -> String {
+        self.decode_impl(ids, true)
+    }
+
+    fn decode_impl(&self, ids: &[u32], render_special: bool) -> String {
         let mut bytes = Vec::with_capacity(ids.len() * 4);
         for &id in ids {
-            self.token_bytes(id, &mut bytes);
+            self.token_bytes(id, render_special, &mut bytes);
         }
         let skip = usize::from(self.strips_leading_space() && bytes.first() == Some(&b' '));
         String::from_utf8_lossy(&bytes[skip..]).into_owned()
@@ -328,7 +392,11 @@ impl Tokenizer {
 
     /// A decoder for ids arriving one at a time; its pieces concatenate to [`Tokenizer::decode`].
     pub fn stream_decoder(&self) -> StreamDecoder<'_> {
-        StreamDecoder { tok: self, pending: Vec::new(), strip_space: self.strips_leading_space() }
+        StreamDecoder {
+            tok: self,
+            pending: Vec::new(),
+            strip_space: self.strips_leading_space(),
+        }
     }
 
     pub fn vocab_size(&self) -> usize {
@@ -364,22 +432,30 @@ impl Tokenizer {
     }
 
     /// Append the bytes token `id` decodes to.
-    fn token_bytes(&self, id: u32, out: &mut Vec<u8>) {
-        let (Some(text), Some(&ty)) = (self.texts.get(id as usize), self.types.get(id as usize)) else {
+    fn token_bytes(&self, id: u32, render_special: bool, out: &mut Vec<u8>) {
+        let (Some(text), Some(&ty)) = (self.texts.get(id as usize), self.types.get(id as usize))
+        else {
             return;
         };
         match ty {
+            TokenType::Control | TokenType::Unknown if render_special => {
+                out.extend_from_slice(text.as_bytes())
+            }
             TokenType::Control | TokenType::Unknown | TokenType::Unused => {}
             TokenType::Byte => match spm::byte_piece_value(text) {
                 Some(b) => out.push(b),
                 None => out.extend_from_slice(text.as_bytes()),
             },
-            TokenType::UserDefined | TokenType::Normal | TokenType::Undefined => match &self.model {
-                Model::Spm(_) => spm::piece_bytes(text, out),
-                // User-defined tokens are stored as plain text, not in the byte alphabet.
-                Model::Bpe(_) if ty == TokenType::UserDefined => out.extend_from_slice(text.as_bytes()),
-                Model::Bpe(bpe) => bpe.token_bytes(text, out),
-            },
+            TokenType::UserDefined | TokenType::Normal | TokenType::Undefined => {
+                match &self.model {
+                    Model::Spm(_) => spm::piece_bytes(text, out),
+                    // User-defined tokens are stored as plain text, not in the byte alphabet.
+                    Model::Bpe(_) if ty == TokenType::UserDefined => {
+                        out.extend_from_slice(text.as_bytes())
+                    }
+                    Model::Bpe(bpe) => bpe.token_bytes(text, out),
+                }
+            }
         }
     }
 }
@@ -403,7 +479,7 @@ impl<'a> StreamDecoder<'a> {
 
     /// Add one id; returns the text that is now complete (possibly empty).
     pub fn push(&mut self, id: u32) -> String {
-        self.tok.token_bytes(id, &mut self.pending);
+        self.tok.token_bytes(id, false, &mut self.pending);
         if self.strip_space && !self.pending.is_empty() {
             if self.pending[0] == b' ' {
                 self.pending.remove(0);

@@ -119,10 +119,21 @@ mod tests {
         let m = SpecialMatcher::new([("<a>", 1, true), ("<a><b>", 2, true), ("<u>", 3, false)]);
         assert_eq!(
             m.split("x<a><b>y<a>", true),
-            vec![Piece::Text("x"), Piece::Token(2), Piece::Text("y"), Piece::Token(1)]
+            vec![
+                Piece::Text("x"),
+                Piece::Token(2),
+                Piece::Text("y"),
+                Piece::Token(1)
+            ]
         );
-        assert_eq!(m.split("x<a><u>", false), vec![Piece::Text("x<a>"), Piece::Token(3)]);
+        assert_eq!(
+            m.split("x<a><u>", false),
+            vec![Piece::Text("x<a>"), Piece::Token(3)]
+        );
         assert_eq!(m.split("", true), vec![]);
-        assert_eq!(m.split("é<u>é", false), vec![Piece::Text("é"), Piece::Token(3), Piece::Text("é")]);
+        assert_eq!(
+            m.split("é<u>é", false),
+            vec![Piece::Text("é"), Piece::Token(3), Piece::Text("é")]
+        );
     }
 }

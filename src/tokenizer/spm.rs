@@ -17,8 +17,7 @@
 //! Only normal pieces (and, for Gemma, the whitespace pieces described in `mod.rs`) are merge
 //! results, as in SentencePiece itself: control, byte and unused pieces are never formed from text.
 
-use std::collections::HashMap;
-
+use super::hash::FxHashMap;
 use super::merge::{merge_word, Merge, Symbol};
 
 /// `▁` (U+2581), SentencePiece's visible space.
@@ -42,7 +41,11 @@ pub(crate) struct Spm {
 /// `f32::total_cmp` reversed).
 fn descending_score_key(score: f32) -> u32 {
     let bits = score.to_bits();
-    let ascending = if bits & 0x8000_0000 != 0 { !bits } else { bits | 0x8000_0000 };
+    let ascending = if bits & 0x8000_0000 != 0 {
+        !bits
+    } else {
+        bits | 0x8000_0000
+    };
     !ascending
 }
 
@@ -53,7 +56,7 @@ impl Spm {
     pub(crate) fn encode(
         &self,
         text: &str,
-        lookup: &HashMap<String, u32>,
+        lookup: &FxHashMap<String, u32>,
         mergeable: &[bool],
         scores: &[f32],
         out: &mut Vec<u32>,
@@ -76,7 +79,9 @@ impl Spm {
                 Symbol::new(i, end, lookup.get(&s[i..end]).copied())
             })
             .collect();
-        let can_merge = |id: Option<u32>| id.is_some_and(|id| mergeable.get(id as usize).copied().unwrap_or(false));
+        let can_merge = |id: Option<u32>| {
+            id.is_some_and(|id| mergeable.get(id as usize).copied().unwrap_or(false))
+        };
         let merged = merge_word(symbols, |l, r| {
             if !can_merge(l.id) || !can_merge(r.id) {
                 return None;
@@ -87,7 +92,11 @@ impl Spm {
             }
             let left_len = (l.end - l.start) as i64;
             let key = match self.order {
-                MergeOrder::Score => (descending_score_key(scores.get(id as usize).copied().unwrap_or(0.0)), id, left_len),
+                MergeOrder::Score => (
+                    descending_score_key(scores.get(id as usize).copied().unwrap_or(0.0)),
+                    id,
+                    left_len,
+                ),
                 MergeOrder::Position => (id, 0, -left_len),
             };
             Some(Merge { key, id })
@@ -101,7 +110,8 @@ impl Spm {
                 continue;
             }
             let piece = &s[sym.start as usize..sym.end as usize];
-            let bytes: Option<Vec<u32>> = piece.bytes().map(|b| self.byte_ids[b as usize]).collect();
+            let bytes: Option<Vec<u32>> =
+                piece.bytes().map(|b| self.byte_ids[b as usize]).collect();
             match (bytes, self.unk) {
                 (Some(ids), _) => {
                     out.extend(ids);
@@ -147,7 +157,16 @@ mod tests {
 
     #[test]
     fn score_key_orders_descending() {
-        let xs = [f32::INFINITY, 3.0, 0.5, 0.0, -0.0, -1.0, -1e9, f32::NEG_INFINITY];
+        let xs = [
+            f32::INFINITY,
+            3.0,
+            0.5,
+            0.0,
+            -0.0,
+            -1.0,
+            -1e9,
+            f32::NEG_INFINITY,
+        ];
         let keys: Vec<u32> = xs.iter().map(|&x| descending_score_key(x)).collect();
         assert!(keys.windows(2).all(|w| w[0] < w[1]), "{keys:?}");
     }

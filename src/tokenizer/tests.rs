@@ -21,20 +21,25 @@ fn spm_metadata(extra: Vec<(&str, Value)>) -> Metadata {
     let mut tokens: Vec<String> = vec!["<unk>".into(), "<s>".into(), "</s>".into()];
     let mut types = vec![2i32, 3, 3];
     tokens.extend((0..256).map(|b| format!("<0x{b:02X}>")));
-    types.extend(std::iter::repeat(6).take(256));
+    types.extend(std::iter::repeat_n(6, 256));
     let normal = ["▁", "a", "b", "c", "▁a", "ab", "▁ab", "bc", "▁▁", "<", ">"];
     tokens.extend(normal.iter().map(|s| s.to_string()));
-    types.extend(std::iter::repeat(1).take(normal.len()));
+    types.extend(std::iter::repeat_n(1, normal.len()));
     tokens.push("<tag>".into());
     types.push(4);
     let n = tokens.len();
-    let scores: Vec<Value> = (0..n).map(|i| Value::F32(if i < 259 { 0.0 } else { -(i as f32) })).collect();
+    let scores: Vec<Value> = (0..n)
+        .map(|i| Value::F32(if i < 259 { 0.0 } else { -(i as f32) }))
+        .collect();
     let refs: Vec<&str> = tokens.iter().map(String::as_str).collect();
     let mut e = vec![
         ("tokenizer.ggml.model", Value::String("llama".into())),
         ("tokenizer.ggml.tokens", strings(&refs)),
         ("tokenizer.ggml.scores", Value::Array(scores)),
-        ("tokenizer.ggml.token_type", Value::Array(types.into_iter().map(Value::I32).collect())),
+        (
+            "tokenizer.ggml.token_type",
+            Value::Array(types.into_iter().map(Value::I32).collect()),
+        ),
     ];
     e.extend(extra);
     md(e)
@@ -51,12 +56,24 @@ fn spm_merges_prefix_and_byte_fallback() {
     assert_eq!(t.bos_id(), Some(1));
     assert_eq!(t.eos_ids(), &[2]);
     // "ab c" → ▁ab ▁ c ; BOS added by default.
-    assert_eq!(t.encode("ab c", true, false), vec![1, id(&t, "▁ab"), id(&t, "▁"), id(&t, "c")]);
+    assert_eq!(
+        t.encode("ab c", true, false),
+        vec![1, id(&t, "▁ab"), id(&t, "▁"), id(&t, "c")]
+    );
     // A leading space gets its own ▁ in front; ▁a outranks ▁▁.
-    assert_eq!(t.encode(" a", false, false), vec![id(&t, "▁"), id(&t, "▁a")]);
-    assert_eq!(t.encode("  ", false, false), vec![id(&t, "▁▁"), id(&t, "▁")]);
+    assert_eq!(
+        t.encode(" a", false, false),
+        vec![id(&t, "▁"), id(&t, "▁a")]
+    );
+    assert_eq!(
+        t.encode("  ", false, false),
+        vec![id(&t, "▁▁"), id(&t, "▁")]
+    );
     // é is no piece: its two UTF-8 bytes.
-    assert_eq!(t.encode("é", false, false), vec![id(&t, "▁"), 3 + 0xC3, 3 + 0xA9]);
+    assert_eq!(
+        t.encode("é", false, false),
+        vec![id(&t, "▁"), 3 + 0xC3, 3 + 0xA9]
+    );
     assert_eq!(t.decode(&t.encode("é ab", true, false)), "é ab");
     assert_eq!(t.encode("", true, false), vec![1]);
 }
@@ -66,19 +83,29 @@ fn spm_special_tokens() {
     let t = Tokenizer::from_gguf(&spm_metadata(vec![])).expect("builds");
     let tag = id(&t, "<tag>");
     // Control text only with parse_special; each stretch of text gets its own ▁ prefix.
-    assert_eq!(t.encode("a</s>a", false, true), vec![id(&t, "▁a"), 2, id(&t, "▁a")]);
+    assert_eq!(
+        t.encode("a</s>a", false, true),
+        vec![id(&t, "▁a"), 2, id(&t, "▁a")]
+    );
     let plain = t.encode("a</s>", false, false);
     assert!(!plain.contains(&2), "{plain:?}");
     // User-defined always.
     assert_eq!(t.encode("a<tag>", false, false), vec![id(&t, "▁a"), tag]);
     // Control tokens decode to nothing; user-defined to their text.
     assert_eq!(t.decode(&[1, id(&t, "▁a"), 2, tag]), "a<tag>");
+    assert_eq!(
+        t.decode_with_special(&[1, id(&t, "▁a"), 2, tag]),
+        "<s> a</s><tag>"
+    );
 }
 
 #[test]
 fn spm_without_space_prefix_keeps_spaces() {
-    let t = Tokenizer::from_gguf(&spm_metadata(vec![("tokenizer.ggml.add_space_prefix", Value::Bool(false))]))
-        .expect("builds");
+    let t = Tokenizer::from_gguf(&spm_metadata(vec![(
+        "tokenizer.ggml.add_space_prefix",
+        Value::Bool(false),
+    )]))
+    .expect("builds");
     assert_eq!(t.encode("ab", false, false), vec![id(&t, "ab")]);
     assert_eq!(t.decode(&[id(&t, "▁a")]), " a");
 }
@@ -90,7 +117,10 @@ fn stream_decoder_holds_split_characters() {
     let mut d = t.stream_decoder();
     let pieces: Vec<String> = ids.iter().map(|&i| d.push(i)).collect();
     assert_eq!(pieces.concat() + &d.flush(), "a€b");
-    assert!(pieces.iter().any(|p| p.is_empty()), "a partial character was held back: {pieces:?}");
+    assert!(
+        pieces.iter().any(|p| p.is_empty()),
+        "a partial character was held back: {pieces:?}"
+    );
     // Invalid bytes become U+FFFD; an incomplete tail is flushed as U+FFFD.
     let mut d = t.stream_decoder();
     assert_eq!(d.push(3 + 0xFF), "\u{FFFD}");
@@ -123,7 +153,10 @@ fn bpe_metadata(pre: &str, merges: &[&str], extra_tokens: &[(&str, i32)]) -> Met
         ("tokenizer.ggml.model", Value::String("gpt2".into())),
         ("tokenizer.ggml.pre", Value::String(pre.into())),
         ("tokenizer.ggml.tokens", strings(&refs)),
-        ("tokenizer.ggml.token_type", Value::Array(types.into_iter().map(Value::I32).collect())),
+        (
+            "tokenizer.ggml.token_type",
+            Value::Array(types.into_iter().map(Value::I32).collect()),
+        ),
         ("tokenizer.ggml.merges", strings(merges)),
     ])
 }
@@ -136,21 +169,35 @@ fn bpe_merges_by_rank() {
     assert_eq!(t.kind(), "gpt2 (byte-level BPE, pre=qwen2)");
     // " the": Ġ+t (rank 0) first, then h+e (rank 1), then Ġt+he (rank 3). "th" (rank 2) never forms.
     assert_eq!(t.encode(" the", true, false), vec![id(&t, "Ġthe")]);
-    assert_eq!(t.encode("the", false, false), vec![b't' as u32, id(&t, "he")]);
+    assert_eq!(
+        t.encode("the", false, false),
+        vec![b't' as u32, id(&t, "he")]
+    );
     let im_end = id(&t, "<|im_end|>");
-    assert_eq!(t.encode("x<|im_end|>", false, true), vec![b'x' as u32, im_end]);
+    assert_eq!(
+        t.encode("x<|im_end|>", false, true),
+        vec![b'x' as u32, im_end]
+    );
     assert!(!t.encode("x<|im_end|>", false, false).contains(&im_end));
     assert_eq!(t.eos_ids(), &[im_end]);
     let think = id(&t, "<think>");
     assert_eq!(t.encode("<think>", false, false), vec![think]);
-    assert_eq!(t.decode(&t.encode("é <think> 日本<|im_end|>", false, true)), "é <think> 日本");
+    assert_eq!(
+        t.decode(&t.encode("é <think> 日本<|im_end|>", false, true)),
+        "é <think> 日本"
+    );
 }
 
 #[test]
 fn bpe_llama3_defaults_and_ignore_merges() {
     // "Ġthe" is a token but unreachable by merges: ignore_merges emits it whole.
-    let mut m = bpe_metadata("llama-bpe", &["h e"], &[("Ġthe", 1), ("<|begin_of_text|>", 3)]);
-    m.entries.insert("tokenizer.ggml.bos_token_id".into(), Value::U32(258));
+    let mut m = bpe_metadata(
+        "llama-bpe",
+        &["h e"],
+        &[("Ġthe", 1), ("<|begin_of_text|>", 3)],
+    );
+    m.entries
+        .insert("tokenizer.ggml.bos_token_id".into(), Value::U32(258));
     let t = Tokenizer::from_gguf(&m).expect("builds");
     assert_eq!(t.encode(" the", true, false), vec![258, id(&t, "Ġthe")]);
     assert_eq!(t.decode(&[258, id(&t, "Ġthe")]), " the");
@@ -160,16 +207,24 @@ fn bpe_llama3_defaults_and_ignore_merges() {
 fn errors_name_the_key() {
     let mut m = bpe_metadata("falcon", &[], &[]);
     let e = Tokenizer::from_gguf(&m).expect_err("unknown pre");
-    assert!(e.to_string().contains("not yet: pre-tokenizer \"falcon\""), "{e}");
+    assert!(
+        e.to_string().contains("not yet: pre-tokenizer \"falcon\""),
+        "{e}"
+    );
     assert!(e.to_string().contains("llama-bpe"), "{e}");
 
-    m.entries.insert("tokenizer.ggml.pre".into(), Value::String("gpt-2".into()));
-    m.entries.insert("tokenizer.ggml.eos_token_id".into(), Value::U32(100_000));
+    m.entries
+        .insert("tokenizer.ggml.pre".into(), Value::String("gpt-2".into()));
+    m.entries
+        .insert("tokenizer.ggml.eos_token_id".into(), Value::U32(100_000));
     let e = Tokenizer::from_gguf(&m).expect_err("bad id");
     assert!(e.to_string().contains("tokenizer.ggml.eos_token_id"), "{e}");
 
     m.entries.remove("tokenizer.ggml.eos_token_id");
-    m.entries.insert("tokenizer.ggml.token_type".into(), Value::Array(vec![Value::I32(1)]));
+    m.entries.insert(
+        "tokenizer.ggml.token_type".into(),
+        Value::Array(vec![Value::I32(1)]),
+    );
     let e = Tokenizer::from_gguf(&m).expect_err("short types");
     assert!(e.to_string().contains("tokenizer.ggml.token_type"), "{e}");
 
@@ -178,9 +233,13 @@ fn errors_name_the_key() {
     let e = Tokenizer::from_gguf(&m).expect_err("no merges");
     assert!(e.to_string().contains("tokenizer.ggml.merges"), "{e}");
 
-    m.entries.insert("tokenizer.ggml.model".into(), Value::String("t5".into()));
+    m.entries
+        .insert("tokenizer.ggml.model".into(), Value::String("t5".into()));
     let e = Tokenizer::from_gguf(&m).expect_err("t5");
-    assert!(e.to_string().contains("not yet: tokenizer model \"t5\""), "{e}");
+    assert!(
+        e.to_string().contains("not yet: tokenizer model \"t5\""),
+        "{e}"
+    );
 
     m.entries.remove("tokenizer.ggml.model");
     let e = Tokenizer::from_gguf(&m).expect_err("no model key");

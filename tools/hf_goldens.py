@@ -1,0 +1,523 @@
+#!/usr/bin/env python3
+"""Oracle goldens from Hugging Face transformers for coco's model tests.
+
+For each fixture GGUF (tools/make_fixtures.py) and for the real Gemma 3 270M,
+load the GGUF with transformers (which dequantizes every tensor to float32),
+run it on the CPU in float32, and write tests/goldens/model_<name>.json:
+
+  {"fixture", "sha256", "hf": {versions}, "config_overrides", "checks",
+   "tokenizer", "greedy_method",
+   "prompts": [{"text", "ids",
+                "positions": [{"top": [[id, logit] x10], "lse": logsumexp} per prompt token],
+                "greedy": [24 ids], "greedy_margins": [top1 - top2 at each step]}]}
+
+"positions"[i] are the logits after feeding ids[0..=i] (teacher forcing).
+Greedy is our own argmax loop that recomputes the whole sequence each step
+(no KV cache); it is cross-checked against model.generate(do_sample=False).
+
+  python tools/hf_goldens.py                      # all fixtures in tests/goldens/fixtures.json + the real model
+  python tools/hf_goldens.py --only llama3-q4_k   # some
+  python tools/hf_goldens.py --only gemma-3-270m  # the real model (models/gemma-3-270m-q4_k_m.gguf)
+
+Where HF's GGUF loader does not read something the GGUF carries, the config is
+patched and the patch recorded under "config_overrides" (and checked):
+  * llama3: HF ignores rope_freqs.weight; rope_parameters is set to rope_type
+    "llama3" with the generator's parameters, and HF's inverse frequencies are
+    checked against base^(-2i/d) / rope_freqs[i].
+  * gemma3: HF's default query_pre_attn_scalar is 256; llama.cpp scales queries
+    by 1/sqrt(head_dim) (key_length) for all Gemma 3 sizes but 27B, so it is
+    set to head_dim.  (For the real 270M, head_dim is 256: no change.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.metadata as md
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+TOOLS = Path(__file__).resolve().parent
+ROOT = TOOLS.parent
+sys.path.insert(0, str(TOOLS))
+
+import gguf  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+
+import make_fixtures  # noqa: E402
+
+GOLDENS = ROOT / "tests" / "goldens"
+TOP_K = 10
+N_GREEDY = 24
+DIGITS = 5  # logits are rounded to 1e-5
+
+PROMPTS = [
+    "The capital of France is Paris, and the capital of Germany is",
+    "Once upon a time, in a small village by the sea, there lived an old fisherman.",
+    "def add(a, b):\n    return a + b\n\nprint(add(2, 3))",
+]
+
+REAL = {
+    "name": "gemma-3-270m",
+    "path": ROOT / "models" / "gemma-3-270m-q4_k_m.gguf",
+    "sha256": "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    "prompts": [
+        "The capital of France is",
+        "Water boils at 100 degrees Celsius at sea level, but at the top of Mount Everest it boils at",
+        "def fibonacci(n):\n    if n < 2:\n        return n\n    return",
+    ],
+    "greedy_prompt": "The capital of France is",
+}
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def versions() -> dict:
+    return {p: md.version(p) for p in ("transformers", "torch", "gguf", "numpy", "tokenizers", "sentencepiece")}
+
+
+# ---------------------------------------------------------------------------
+# GGUF metadata
+
+
+class Meta:
+    def __init__(self, path: Path):
+        self.reader = gguf.GGUFReader(str(path))
+        self.arch = self.get("general.architecture")
+
+    def get(self, key: str, default=None):
+        f = self.reader.fields.get(key)
+        return default if f is None else f.contents()
+
+    def a(self, key: str, default=None):
+        return self.get(f"{self.arch}.{key}", default)
+
+    def tensor(self, name: str):
+        for t in self.reader.tensors:
+            if t.name == name:
+                return t
+        return None
+
+    def add_bos(self) -> tuple[bool, str]:
+        """Whether BOS is prepended, as llama.cpp decides it."""
+        v = self.get("tokenizer.ggml.add_bos_token")
+        if v is not None:
+            return bool(v), "tokenizer.ggml.add_bos_token"
+        model, pre = self.get("tokenizer.ggml.model"), self.get("tokenizer.ggml.pre")
+        if model == "llama":
+            return True, "no add_bos_token key; llama.cpp's SPM default is true"
+        if model == "gpt2" and pre in ("llama3", "llama-v3", "llama-bpe"):
+            return True, f"no add_bos_token key; llama.cpp sets add_bos for pre={pre}"
+        return False, f"no add_bos_token key; llama.cpp default for model={model} pre={pre} is false"
+
+
+# ---------------------------------------------------------------------------
+# tokenization
+
+
+class SourceTokenizer:
+    """The tokenizer the fixture's vocabulary was taken from (see tools/vocab.py)."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        if kind == "mistral-spm":
+            from sentencepiece import SentencePieceProcessor
+
+            import vocab
+
+            self.sp = SentencePieceProcessor()
+            self.sp.LoadFromFile(str(vocab.mistral_model_path()))
+            self.source = "sentencepiece: mistral_common/data/tokenizer.model.v1 (add_dummy_prefix as in the model)"
+        else:
+            from tokenizers import Tokenizer
+
+            import vocab
+
+            p = vocab.npm_models_dir(kind) / "tokenizer.json"
+            self.tk = Tokenizer.from_file(str(p))
+            self.source = f"tokenizers: {p.relative_to(ROOT)}"
+
+    def encode(self, text: str) -> list[int]:
+        if self.kind == "mistral-spm":
+            return list(self.sp.EncodeAsIds(text))
+        return self.tk.encode(text, add_special_tokens=False).ids
+
+
+# ---------------------------------------------------------------------------
+# model loading and checks
+
+
+def unpermute_rows(w: np.ndarray, n_head: int) -> np.ndarray:
+    """GGUF llama q/k rows -> HF rows (inverse of make_fixtures.permute_rows)."""
+    rows = w.shape[0]
+    return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+HF_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+    "attn_norm.weight": "input_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_q.bias": "self_attn.q_proj.bias",
+    "attn_k.bias": "self_attn.k_proj.bias",
+    "attn_v.bias": "self_attn.v_proj.bias",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "attn_q_norm.weight": "self_attn.q_norm.weight",
+    "attn_k_norm.weight": "self_attn.k_norm.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
+
+
+def hf_name(meta: Meta, name: str) -> str | None:
+    if name in HF_NAMES:
+        return HF_NAMES[name]
+    if name.startswith("blk."):
+        _, i, rest = name.split(".", 2)
+        if meta.arch == "gemma3":
+            extra = {
+                "attn_norm.weight": "input_layernorm.weight",
+                "post_attention_norm.weight": "post_attention_layernorm.weight",
+                "ffn_norm.weight": "pre_feedforward_layernorm.weight",
+                "post_ffw_norm.weight": "post_feedforward_layernorm.weight",
+            }
+            if rest in extra:
+                return f"model.layers.{i}.{extra[rest]}"
+        elif rest == "ffn_norm.weight":
+            return f"model.layers.{i}.post_attention_layernorm.weight"
+        return f"model.layers.{i}.{HF_NAMES[rest]}"
+    return None
+
+
+def check_weights(meta: Meta, model) -> dict:
+    """Every GGUF tensor, dequantized by gguf-py and mapped by hand, equals HF's parameter."""
+    sd = model.state_dict()
+    nh, nkv = meta.a("attention.head_count"), meta.a("attention.head_count_kv")
+    checked, skipped = 0, []
+    for t in meta.reader.tensors:
+        name = hf_name(meta, t.name)
+        if name is None:
+            skipped.append(t.name)
+            continue
+        w = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
+        if meta.arch == "llama" and t.name.endswith("attn_q.weight"):
+            w = unpermute_rows(w, nh)
+        if meta.arch == "llama" and t.name.endswith("attn_k.weight"):
+            w = unpermute_rows(w, nkv)
+        if meta.arch == "gemma3" and t.name.endswith("norm.weight"):
+            w = w - np.float32(1.0)
+        hf = sd[name].detach().numpy()
+        if hf.shape != w.shape or not np.array_equal(hf, w):
+            raise AssertionError(f"{t.name} -> {name}: HF's tensor differs from the hand-mapped GGUF tensor")
+        checked += 1
+    if meta.tensor("output.weight") is None:
+        if model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr():
+            raise AssertionError("no output.weight but HF did not tie lm_head to embed_tokens")
+    return {"tensors_equal_to_gguf": checked, "tensors_not_used_by_hf": skipped}
+
+
+def load(path: Path, meta: Meta, fam: dict | None):
+    config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+    overrides = {}
+    if meta.arch == "gemma3":
+        hd = int(meta.a("attention.key_length"))
+        if config.query_pre_attn_scalar != hd:
+            overrides["query_pre_attn_scalar"] = {
+                "from": config.query_pre_attn_scalar, "to": hd,
+                "why": "llama.cpp scales queries by 1/sqrt(key_length) for Gemma 3 (all sizes but 27B); "
+                       "HF's default (256) comes from the 270M/1B config.json, absent from GGUF",
+            }
+            config.query_pre_attn_scalar = hd
+    rope_freqs = meta.tensor("rope_freqs.weight")
+    if rope_freqs is not None:
+        if not fam or not fam.get("llama3_rope"):
+            raise SystemExit(f"{path.name} has rope_freqs.weight but no known llama3 rope parameters")
+        p = dict(fam["llama3_rope"])
+        new = {"rope_type": "llama3", "rope_theta": float(meta.a("rope.freq_base")), **p}
+        overrides["rope_parameters"] = {
+            "from": dict(config.rope_parameters), "to": new,
+            "why": "HF's GGUF loader ignores rope_freqs.weight (llama.cpp's form of Llama-3 RoPE scaling)",
+        }
+        config.rope_parameters = new
+    model = AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, config=config, dtype=torch.float32
+    )
+    model.eval()
+    return model, overrides
+
+
+def rope_inv_freq(model, layer_type: str | None = None) -> torch.Tensor:
+    r = model.model.rotary_emb
+    return getattr(r, f"{layer_type}_inv_freq") if layer_type else r.inv_freq
+
+
+def arch_checks(meta: Meta, model) -> dict:
+    c = model.config
+    out: dict = {"model_class": type(model).__name__}
+    hd = int(meta.a("attention.key_length") or meta.a("embedding_length") // meta.a("attention.head_count"))
+    out["tied_embeddings"] = model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    if meta.arch == "gemma3":
+        scal = {float(l.self_attn.scaling) for l in model.model.layers}
+        assert scal == {hd ** -0.5}, scal
+        out["query_scale"] = hd ** -0.5
+        out["layer_types"] = list(c.layer_types)
+        out["sliding_window"] = c.sliding_window
+        assert c.sliding_window == meta.a("attention.sliding_window")
+        thetas = {k: v["rope_theta"] for k, v in c.rope_parameters.items()}
+        out["rope_theta"] = thetas
+        assert thetas["full_attention"] == meta.a("rope.freq_base")
+        for lt, theta in thetas.items():
+            want = 1.0 / (theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
+            np.testing.assert_allclose(rope_inv_freq(model, lt).numpy(), want, rtol=1e-6)
+        out["embed_scale"] = float(model.model.embed_tokens.embed_scale)
+        assert abs(out["embed_scale"] - math.sqrt(meta.a("embedding_length"))) < 1e-4
+        out["hidden_activation"] = c.hidden_activation
+        out["final_logit_softcapping"] = c.final_logit_softcapping
+        out["attn_logit_softcapping"] = c.attn_logit_softcapping
+    else:
+        base = float(meta.a("rope.freq_base"))
+        inv = rope_inv_freq(model).numpy().astype(np.float64)
+        want = 1.0 / (base ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
+        rf = meta.tensor("rope_freqs.weight")
+        if rf is not None:
+            want = want / np.asarray(rf.data, dtype=np.float64)
+            out["rope_freqs"] = "inv_freq == base^(-2i/d) / rope_freqs.weight[i] (checked)"
+        np.testing.assert_allclose(inv, want, rtol=1e-6)
+        out["rope_theta"] = base
+        out["query_scale"] = float(model.model.layers[0].self_attn.scaling)
+        assert abs(out["query_scale"] - hd ** -0.5) < 1e-7
+        out["hidden_act"] = c.hidden_act
+        if meta.arch == "qwen2":
+            assert model.model.layers[0].self_attn.q_proj.bias is not None
+    out["rms_norm_eps"] = c.rms_norm_eps
+    return out
+
+
+# ---------------------------------------------------------------------------
+# oracle runs
+
+
+@torch.no_grad()
+def logits_of(model, ids: list[int]) -> torch.Tensor:
+    return model(torch.tensor([ids])).logits[0].float()
+
+
+def positions(logits: torch.Tensor) -> list[dict]:
+    lse = torch.logsumexp(logits.double(), dim=-1)
+    top = torch.topk(logits, TOP_K, dim=-1)
+    return [
+        {"top": [[int(i), round(float(v), DIGITS)] for i, v in zip(top.indices[p], top.values[p])],
+         "lse": round(float(lse[p]), DIGITS)}
+        for p in range(logits.shape[0])
+    ]
+
+
+@torch.no_grad()
+def greedy(model, ids: list[int], n: int) -> tuple[list[int], list[float]]:
+    seq, margins = list(ids), []
+    for _ in range(n):
+        last = logits_of(model, seq)[-1]
+        v, i = torch.topk(last, 2)
+        margins.append(round(float(v[0] - v[1]), DIGITS))
+        seq.append(int(i[0]))
+    return seq[len(ids):], margins
+
+
+@torch.no_grad()
+def generate_ids(model, ids: list[int], n: int) -> list[int]:
+    out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                         do_sample=False, max_new_tokens=n, min_new_tokens=n, pad_token_id=0)
+    return out[0, len(ids):].tolist()
+
+
+@torch.no_grad()
+def sensitivity(meta: Meta, model, fam: dict | None, ids: list[int]) -> dict:
+    """How much the patched details move the logits (so a test can tell them apart)."""
+    base = logits_of(model, ids)
+    out = {}
+    if meta.tensor("rope_freqs.weight") is not None:
+        r = model.model.rotary_emb
+        saved = r.inv_freq.clone()
+        hd = saved.numel() * 2
+        theta = float(meta.a("rope.freq_base"))
+        r.inv_freq.copy_(1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float) / hd)))
+        out["max_abs_logit_change_without_llama3_rope_scaling"] = float((logits_of(model, ids) - base).abs().max())
+        r.inv_freq.copy_(saved)
+    if meta.arch == "gemma3":
+        layers = model.model.layers
+        saved = [l.self_attn.scaling for l in layers]
+        for l in layers:
+            l.self_attn.scaling = 256 ** -0.5
+        if saved[0] != 256 ** -0.5:
+            out["max_abs_logit_change_with_hf_default_query_scale"] = float((logits_of(model, ids) - base).abs().max())
+        for l, s in zip(layers, saved):
+            l.self_attn.scaling = s
+        sw = model.config.sliding_window
+        model.config.sliding_window = 10 ** 6
+        d = (logits_of(model, ids) - base).abs().max(dim=-1).values
+        model.config.sliding_window = sw
+        out["sliding_window_effect"] = {
+            "max_abs_logit_change_without_window_first_positions": float(d[:sw].max()),
+            "max_abs_logit_change_without_window_later_positions": float(d[sw:].max()) if len(ids) > sw else None,
+        }
+    return out
+
+
+def hf_tokenizer_ids(path: Path, texts: list[str]) -> tuple[list[list[int]] | None, str]:
+    try:
+        tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    except Exception as e:  # noqa: BLE001
+        return None, f"HF tokenizer failed to load: {type(e).__name__}: {e}"
+    return [tok(t, add_special_tokens=False).input_ids for t in texts], type(tok).__name__
+
+
+def run_one(name: str, path: Path, sha: str, fam: dict | None, prompts: list[str], greedy_for: list[str],
+            hf_tok_cache: dict) -> dict:
+    t0 = time.perf_counter()
+    meta = Meta(path)
+    model, overrides = load(path, meta, fam)
+    t_load = time.perf_counter() - t0
+    checks = {"architecture": arch_checks(meta, model), "weights": check_weights(meta, model)}
+
+    add_bos, bos_why = meta.add_bos()
+    bos = meta.get("tokenizer.ggml.bos_token_id")
+    tok_info: dict = {"add_bos": add_bos, "add_bos_reason": bos_why, "bos_id": bos}
+    vocab_kind = fam["vocab"] if fam else None
+    if vocab_kind:
+        src = SourceTokenizer(vocab_kind)
+        raw = [src.encode(t) for t in prompts]
+        tok_info["source"] = src.source
+        key = (vocab_kind, meta.arch)
+        if key not in hf_tok_cache:
+            hf_tok_cache[key] = hf_tokenizer_ids(path, prompts)
+        hf_ids, hf_cls = hf_tok_cache[key]
+        tok_info["hf_gguf_tokenizer"] = hf_cls
+        tok_info["hf_gguf_tokenizer_agrees"] = None if hf_ids is None else hf_ids == raw
+    else:
+        hf_ids, hf_cls = hf_tokenizer_ids(path, prompts)
+        if hf_ids is None:
+            raise SystemExit(hf_cls)
+        raw = hf_ids
+        tok_info["source"] = f"HF AutoTokenizer from the GGUF ({hf_cls}), add_special_tokens=False, BOS added per metadata"
+    all_ids = [([bos] if add_bos else []) + r for r in raw]
+
+    out_prompts = []
+    sens = None
+    for text, ids in zip(prompts, all_ids):
+        entry: dict = {"text": text, "ids": ids, "positions": positions(logits_of(model, ids))}
+        if text in greedy_for:
+            g, m = greedy(model, ids, N_GREEDY)
+            gen = generate_ids(model, ids, N_GREEDY)
+            entry["greedy"] = g
+            entry["greedy_margins"] = m
+            entry["generate_agrees"] = gen == g
+        out_prompts.append(entry)
+        if sens is None:
+            sens = sensitivity(meta, model, fam, ids)
+    checks["sensitivity"] = sens
+    dt = time.perf_counter() - t0
+    golden = {
+        "fixture": name,
+        "file": str(path.relative_to(ROOT)),
+        "sha256": sha,
+        "hf": {**versions(), "dtype": "float32", "device": "cpu"},
+        "config_overrides": overrides,
+        "checks": checks,
+        "tokenizer": tok_info,
+        "greedy_method": f"argmax loop, {N_GREEDY} steps, whole sequence recomputed each step (no KV cache); "
+                         "generate_agrees: HF generate(do_sample=False) gave the same ids",
+        "logit_rounding": f"{DIGITS} decimals",
+        "prompts": out_prompts,
+    }
+    print(f"{name}: load {t_load:.1f} s, total {dt:.1f} s", flush=True)
+    return golden
+
+
+def compact_dump(golden: dict) -> str:
+    head = {k: v for k, v in golden.items() if k != "prompts"}
+    lines = ["{"]
+    for k, v in head.items():
+        lines.append(f" {json.dumps(k)}: {json.dumps(v, separators=(',', ':'))},")
+    lines.append(' "prompts": [')
+    for pi, p in enumerate(golden["prompts"]):
+        lines.append("  {")
+        keys = [k for k in p if k != "positions"]
+        for k in keys:
+            lines.append(f"   {json.dumps(k)}: {json.dumps(p[k], separators=(',', ':'))},")
+        lines.append('   "positions": [')
+        for i, pos in enumerate(p["positions"]):
+            comma = "," if i + 1 < len(p["positions"]) else ""
+            lines.append("    " + json.dumps(pos, separators=(",", ":")) + comma)
+        lines.append("   ]")
+        lines.append("  }" + ("," if pi + 1 < len(golden["prompts"]) else ""))
+    lines.append(" ]")
+    lines.append("}")
+    text = "\n".join(lines) + "\n"
+    assert json.loads(text) == json.loads(json.dumps(golden))
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--fixtures", default=str(ROOT / "tests" / "fixtures"))
+    ap.add_argument("--only", nargs="+", metavar="NAME")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+    manifest = json.loads((GOLDENS / "fixtures.json").read_text())
+    fams = manifest["generator"]["families"]
+    names = list(manifest["fixtures"]) + [REAL["name"]]
+    wanted = [n.removesuffix(".gguf") for n in args.only] if args.only else names
+    for n in wanted:
+        if n not in names:
+            raise SystemExit(f"unknown: {n}")
+
+    hf_tok_cache: dict = {}
+    t_all = time.perf_counter()
+    for n in wanted:
+        if n == REAL["name"]:
+            path, want, fam = REAL["path"], REAL["sha256"], None
+            prompts, greedy_for = REAL["prompts"], [REAL["greedy_prompt"]]
+        else:
+            e = manifest["fixtures"][n]
+            path, want, fam = Path(args.fixtures) / f"{n}.gguf", e["sha256"], fams[e["family"]]
+            prompts, greedy_for = PROMPTS, PROMPTS
+        if not path.exists():
+            raise SystemExit(f"{path} missing: run tools/make_fixtures.py (or setup for the real model)")
+        got = sha256_file(path)
+        if got != want:
+            raise SystemExit(f"{path}: sha256 {got} != {want}")
+        golden = run_one(n, path, want, fam, prompts, greedy_for, hf_tok_cache)
+        out = GOLDENS / f"model_{n}.json"
+        out.write_text(compact_dump(golden))
+        size = out.stat().st_size
+        print(f"  wrote {out.relative_to(ROOT)} ({size} bytes)", flush=True)
+        if size > 60_000:
+            print(f"  warning: {out.name} is over 60 KB", file=sys.stderr)
+    print(f"total {time.perf_counter() - t_all:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
