@@ -440,3 +440,112 @@ fn quantize_matches_gguf_py() {
         }
     }
 }
+
+// ---- throughput (not a correctness test) ----
+
+/// Median time of one matmul dispatch, from `reps` steps of `per_step` dependent dispatches
+/// each (one compute pass per step, as a decode step records them).
+fn time_matmul(
+    wt: &GpuTensor,
+    x: &wgpu::Buffer,
+    y: &wgpu::Buffer,
+    t: u32,
+    variant: MatmulVariant,
+) -> f64 {
+    let ctx = ctx();
+    let (per_step, reps) = (20, 7);
+    let mut times = Vec::new();
+    for rep in 0..reps + 1 {
+        let mut rec = StepRecorder::new(ctx);
+        for _ in 0..per_step {
+            let args = MatmulArgs {
+                bias: None,
+                accumulate: true,
+            };
+            matmul_variant(
+                &mut rec,
+                wt,
+                &Binding::from(x),
+                &Binding::from(y),
+                t,
+                args,
+                Some(variant),
+            )
+            .expect("matmul");
+        }
+        let start = std::time::Instant::now();
+        rec.submit();
+        ctx.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .expect("poll");
+        if rep > 0 {
+            times.push(start.elapsed().as_secs_f64() / per_step as f64); // rep 0 warms up
+        }
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    times[times.len() / 2]
+}
+
+/// Throughput of every variant and type on this adapter, e.g. on the H200:
+/// `cargo test --release --test kernels_matmul -- --ignored --nocapture bench`.
+/// Weights are random bytes (values don't change the work), larger than the H200's L2.
+#[test]
+#[ignore]
+fn bench_matmul() {
+    let ctx = ctx();
+    let mut s = 0x9e3779b97f4a7c15u64;
+    let mut random_bytes = |len: usize| -> Vec<u8> {
+        (0..len.div_ceil(8))
+            .flat_map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s.to_le_bytes()
+            })
+            .take(len)
+            .collect()
+    };
+    // BENCH_DIV=64 shrinks N and T to try the bench on lavapipe.
+    let div: u64 = std::env::var("BENCH_DIV")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    println!("{}", ctx.describe());
+    for ty in GgmlType::SUPPORTED {
+        // Decode: T = 1 over a [32768, 8192] weight.
+        let (n, k) = (32768 / div, 8192u64);
+        let bytes = random_bytes((n * ty.bytes_for(k).unwrap()) as usize);
+        let wt = GpuTensor::from_bytes(ctx, "w", ty, k, n, &bytes, ctx.max_binding_bytes());
+        drop(bytes);
+        let x = ctx.storage_buffer_init("x", bytemuck::cast_slice(&vec![0.5f32; k as usize]));
+        let y = ctx.storage_buffer("y", n * 4);
+        let mut variants = vec![MatvecWorkgroup];
+        if ctx.has_subgroups() {
+            variants.push(MatvecSubgroup);
+        }
+        for v in variants {
+            let sec = time_matmul(&wt, &x, &y, 1, v);
+            let gbs = wt.total_bytes() as f64 / sec / 1e9;
+            println!(
+                "{ty:<5} {v:<16?} T=1   N={n} K={k}: {:8.1} µs  {gbs:7.0} GB/s",
+                sec * 1e6
+            );
+        }
+        drop(wt);
+        // Prefill: T = 512 over a [4096, 4096] weight.
+        let (n, k, t) = (4096 / div, 4096u64, 512 / div as u32);
+        let bytes = random_bytes((n * ty.bytes_for(k).unwrap()) as usize);
+        let wt = GpuTensor::from_bytes(ctx, "w", ty, k, n, &bytes, ctx.max_binding_bytes());
+        let x = ctx.storage_buffer_init(
+            "x",
+            bytemuck::cast_slice(&vec![0.5f32; (k * t as u64) as usize]),
+        );
+        let y = ctx.storage_buffer("y", n * 4 * t as u64);
+        let sec = time_matmul(&wt, &x, &y, t, Tiled);
+        let tflops = 2.0 * (n * k) as f64 * t as f64 / sec / 1e12;
+        println!(
+            "{ty:<5} Tiled            T={t} N={n} K={k}: {:8.1} µs  {tflops:7.2} TFLOP/s",
+            sec * 1e6
+        );
+    }
+}

@@ -1,1 +1,267 @@
-fn main() {}
+//! The native CLI. Other tools drive it, so the flags and JSON shapes are a contract:
+//! `run`, `logits`, `tokenize`, `info`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use coco::capabilities::{self, AdapterFacts};
+use coco::engine::{load_path, LogitsFor, Model, Session};
+use coco::gpu::GpuContext;
+use coco::sampler::{Sampler, SamplerConfig};
+use serde_json::json;
+
+#[derive(Parser)]
+#[command(name = "coco", version, about = "LLM inference from GGUF files on the GPU (wgpu)")]
+struct Cli {
+    /// Print the adapter and load details to stderr.
+    #[arg(short, long, global = true)]
+    verbose: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args)]
+struct ModelArgs {
+    /// GGUF model file.
+    #[arg(short, long)]
+    model: PathBuf,
+    /// KV-cache positions for the session.
+    #[arg(long, default_value_t = 2048)]
+    ctx: u32,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate text from a prompt (streams to stdout).
+    Run {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[arg(short, long)]
+        prompt: String,
+        /// Tokens to generate.
+        #[arg(short = 'n', long, default_value_t = 128)]
+        n: u32,
+        /// 0 = greedy.
+        #[arg(long, default_value_t = 0.8)]
+        temp: f32,
+        #[arg(long, default_value_t = 40)]
+        top_k: usize,
+        #[arg(long, default_value_t = 0.95)]
+        top_p: f32,
+        #[arg(long, default_value_t = 0.05)]
+        min_p: f32,
+        #[arg(long, default_value_t = 1.1)]
+        repeat_penalty: f32,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Print one JSON object instead of streaming text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Teacher-forced logits for every prompt position.
+    Logits {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[arg(short, long)]
+        prompt: String,
+        /// Entries per position.
+        #[arg(long, default_value_t = 10)]
+        top: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Token ids of a text.
+    Tokenize {
+        #[arg(short, long)]
+        model: PathBuf,
+        #[arg(short, long)]
+        text: String,
+        /// Add BOS/EOS as the metadata says and parse special-token text.
+        #[arg(long)]
+        special: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Architecture, hyperparameters, tensors, and the capability check for this adapter.
+    Info {
+        #[arg(short, long)]
+        model: PathBuf,
+        #[arg(long, default_value_t = 2048)]
+        ctx: u32,
+    },
+}
+
+fn open_gpu(verbose: bool) -> Result<GpuContext> {
+    let ctx = GpuContext::new_blocking().context("opening the GPU")?;
+    if verbose {
+        eprintln!(
+            "adapter: {} | driver {} {} | f16 {} | subgroups {} | max binding {} MiB",
+            ctx.describe(),
+            ctx.info.driver,
+            ctx.info.driver_info,
+            ctx.has_f16(),
+            ctx.has_subgroups(),
+            ctx.max_binding_bytes() >> 20
+        );
+    }
+    Ok(ctx)
+}
+
+fn load(ctx: &GpuContext, args: &ModelArgs, verbose: bool) -> Result<Model> {
+    let clock = std::time::Instant::now();
+    let model = load_path(ctx, &args.model, args.ctx).with_context(|| format!("loading {}", args.model.display()))?;
+    if verbose {
+        eprintln!(
+            "loaded {} ({:.1} MiB, {}) in {:.2}s; tokenizer {}",
+            args.model.display(),
+            model.weight_bytes as f64 / (1 << 20) as f64,
+            model.type_summary,
+            clock.elapsed().as_secs_f64(),
+            model.tokenizer.kind()
+        );
+    }
+    Ok(model)
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run { model, prompt, n, temp, top_k, top_p, min_p, repeat_penalty, seed, json } => {
+            let ctx = open_gpu(cli.verbose)?;
+            let m = load(&ctx, &model, cli.verbose)?;
+            let prompt_ids = m.tokenizer.encode(&prompt, true, true);
+            if prompt_ids.is_empty() {
+                bail!("the prompt encodes to no tokens");
+            }
+            let mut session = Session::new(&ctx, &m, model.ctx, LogitsFor::LastToken);
+            let mut sampler = Sampler::new(SamplerConfig {
+                temperature: temp,
+                top_k,
+                top_p,
+                min_p,
+                repeat_penalty,
+                seed,
+                ..Default::default()
+            });
+            let mut decoder = m.tokenizer.stream_decoder().continuing();
+            let mut stdout = std::io::stdout();
+            let ids = session.generate_blocking(&prompt_ids, n, &mut sampler, &mut |id| {
+                if !json {
+                    let piece = decoder.push(id);
+                    let _ = stdout.write_all(piece.as_bytes());
+                    let _ = stdout.flush();
+                }
+                true
+            })?;
+            if json {
+                let text = m.tokenizer.decode(&ids);
+                println!("{}", json!({ "prompt_ids": prompt_ids, "ids": ids, "text": text }));
+            } else {
+                let _ = stdout.write_all(decoder.flush().as_bytes());
+                println!();
+            }
+            if cli.verbose {
+                let s = &session.stats;
+                eprintln!(
+                    "prefill {} tok {:.1} tok/s | decode {} tok {:.2} tok/s ({:.1} ms/token) | {} dispatches/token",
+                    s.prompt_tokens,
+                    s.prefill_tok_s(),
+                    s.generated_tokens,
+                    s.decode_tok_s(),
+                    1000.0 / s.decode_tok_s().max(1e-9),
+                    s.dispatches_per_token
+                );
+            }
+        }
+        Command::Logits { model, prompt, top, json } => {
+            let ctx = open_gpu(cli.verbose)?;
+            let m = load(&ctx, &model, cli.verbose)?;
+            let ids = m.tokenizer.encode(&prompt, true, true);
+            let mut session = Session::new(&ctx, &m, model.ctx, LogitsFor::AllTokens);
+            let logits = session.forward_blocking(&ids)?;
+            let vocab = m.config.vocab_size as usize;
+            let positions: Vec<_> = logits.chunks_exact(vocab).map(|row| position_json(row, top)).collect();
+            let out = json!({ "ids": ids, "positions": positions });
+            if json {
+                println!("{out}");
+            } else {
+                println!("{}", serde_json::to_string_pretty(&out)?);
+            }
+        }
+        Command::Tokenize { model, text, special, json } => {
+            let header = coco::gguf::read_header(&model).with_context(|| format!("reading {}", model.display()))?;
+            let tok = coco::tokenizer::Tokenizer::from_gguf(&header.metadata)?;
+            let ids = tok.encode(&text, special, special);
+            if json {
+                println!("{}", json!({ "ids": ids }));
+            } else {
+                for id in ids {
+                    println!("{id}\t{:?}", tok.token_text(id).unwrap_or("?"));
+                }
+            }
+        }
+        Command::Info { model, ctx } => info(&model, ctx, cli.verbose)?,
+    }
+    Ok(())
+}
+
+/// `{"top": [[id, logit], …], "lse": x}` for one position; lse over the full vocabulary.
+fn position_json(row: &[f32], top: usize) -> serde_json::Value {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let lse = max + row.iter().map(|&l| (l as f64 - max).exp()).sum::<f64>().ln();
+    let mut idx: Vec<usize> = (0..row.len()).collect();
+    let k = top.min(row.len());
+    idx.select_nth_unstable_by(k.saturating_sub(1), |&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+    idx.truncate(k);
+    idx.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+    let top: Vec<_> = idx.iter().map(|&i| json!([i, row[i]])).collect();
+    json!({ "top": top, "lse": lse })
+}
+
+fn info(path: &Path, ctx_len: u32, verbose: bool) -> Result<()> {
+    let header = coco::gguf::read_header(path).with_context(|| format!("reading {}", path.display()))?;
+    println!("file: {} (GGUF v{}, {} tensors, {} metadata keys)", path.display(), header.version, header.tensors.len(), header.metadata.entries.len());
+    match coco::model::Config::from_gguf(&header) {
+        Ok(c) => {
+            println!("architecture: {}", c.arch.name());
+            println!(
+                "  layers {} | dim {} | heads {} (kv {}) × {} | ffn {} | vocab {} | context {}",
+                c.n_layers, c.dim, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn_dim, c.vocab_size, c.context_length
+            );
+            println!(
+                "  rms eps {:e} | rope {:?} base {} (local {}) {:?} | window {:?} | attn scale {:.5} | tied {}",
+                c.rms_eps, c.rope_style, c.rope_base, c.rope_base_local, c.rope_scaling, c.sliding_window, c.attn_scale, c.tied_embeddings
+            );
+        }
+        Err(e) => println!("architecture: {e}"),
+    }
+    match coco::tokenizer::Tokenizer::from_gguf(&header.metadata) {
+        Ok(t) => println!("tokenizer: {} ({} tokens, bos {:?}, eos {:?})", t.kind(), t.vocab_size(), t.bos_id(), t.eos_ids()),
+        Err(e) => println!("tokenizer: {e}"),
+    }
+    println!("tensors: {:.1} MiB", header.total_tensor_bytes() as f64 / (1 << 20) as f64);
+    let mut by_type: std::collections::BTreeMap<_, (usize, u64)> = Default::default();
+    for t in &header.tensors {
+        let e = by_type.entry(t.ty).or_default();
+        e.0 += 1;
+        e.1 += t.n_bytes;
+    }
+    for (ty, (n, bytes)) in &by_type {
+        println!("  {:<6} {:>4} tensors {:>10.1} MiB", ty.name(), n, *bytes as f64 / (1 << 20) as f64);
+    }
+    if verbose {
+        for t in &header.tensors {
+            println!("  {:<40} {:<6} {:?}", t.name, t.ty.name(), t.dims);
+        }
+    }
+    let ctx = open_gpu(verbose)?;
+    let report = capabilities::check(&header, &AdapterFacts::from_context(&ctx), ctx_len);
+    println!("capability check on {}:", ctx.describe());
+    print!("{}", report.to_text());
+    if !report.is_ok() {
+        bail!("not yet: {}", report.blockers());
+    }
+    Ok(())
+}

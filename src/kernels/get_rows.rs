@@ -50,7 +50,7 @@ pub fn get_rows(
     scale: f32,
 ) -> Result<(), KernelError> {
     const KERNEL: &str = "get_rows";
-    check_weight(KERNEL, table)?;
+    check_weight(KERNEL, table, rec.ctx().max_binding_bytes())?;
     if t == 0 {
         return Ok(());
     }

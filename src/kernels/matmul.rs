@@ -138,8 +138,12 @@ pub(crate) fn weight_define(ty: GgmlType) -> Result<&'static str, KernelError> {
 }
 
 /// Checks that `w` can be read by `dequant32`: rows of whole 32-element chunks, row bytes
-/// as the type says, and every byte offset of every part within u32.
-pub(crate) fn check_weight(kernel: &'static str, w: &GpuTensor) -> Result<(), KernelError> {
+/// as the type says, every part bindable (`max_binding` bytes) and addressable in u32.
+pub(crate) fn check_weight(
+    kernel: &'static str,
+    w: &GpuTensor,
+    max_binding: u64,
+) -> Result<(), KernelError> {
     let err = |why: String| Err(KernelError::Shape { kernel, why });
     weight_define(w.ty)?;
     if w.row_len == 0 || w.row_len % 32 != 0 {
@@ -155,6 +159,13 @@ pub(crate) fn check_weight(kernel: &'static str, w: &GpuTensor) -> Result<(), Ke
         ));
     }
     for part in &w.parts {
+        if part.buffer.size() > max_binding {
+            return err(format!(
+                "{}: a part of {} bytes exceeds the binding limit {max_binding} (split it with a smaller max_part_bytes)",
+                w.name,
+                part.buffer.size()
+            ));
+        }
         // +8: the funnelled loads may touch the word after a block.
         if part.n_rows * w.row_bytes + 8 > u32::MAX as u64 {
             return err(format!(
@@ -261,7 +272,7 @@ pub fn matmul_variant(
             why,
         })
     };
-    check_weight(KERNEL, w)?;
+    check_weight(KERNEL, w, rec.ctx().max_binding_bytes())?;
     if t == 0 {
         return Ok(());
     }
