@@ -49,27 +49,39 @@ fn store(t: u32, row: u32, v: f32) {
     y[i] = out;
 }
 
-// Partial dot product of W row `row` (of this part) with x[t]: chunks first, first+stride, …
-fn dot_chunks(row: u32, t: u32, first: u32, stride: u32) -> f32 {
+// Partial dot product of W row `row` (of this part) with x[t], over the 4-element groups
+// first, first + stride, …: consecutive invocations read consecutive words of W and x, so a
+// warp streams each row (see dequant4 in common/dequant.wgsl for why). Four groups per trip
+// keep four independent reads in flight per invocation: a trip is otherwise one DRAM latency,
+// which capped the K-quants near 550 GB/s on the H200.
+fn dot_row(row: u32, t: u32, first: u32, stride: u32) -> f32 {
     let row_byte = row * p.row_bytes;
-    let chunks = p.k / 32u;
-    let xrow = t * (p.k / 4u);
-    var acc = vec4<f32>(0.0);
-    for (var c = first; c < chunks; c += stride) {
-        let wv = dequant32(row_byte, c);
-        let xi = xrow + 8u * c;
-        for (var j = 0u; j < 8u; j++) {
-            acc = fma(wv[j], x[xi + j], acc);
-        }
+    let groups = p.k / 4u;
+    let xrow = t * groups;
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    var q = first;
+    for (; q + 3u * stride < groups; q += 4u * stride) {
+        let w0 = dequant4(row_byte, q);
+        let w1 = dequant4(row_byte, q + stride);
+        let w2 = dequant4(row_byte, q + 2u * stride);
+        let w3 = dequant4(row_byte, q + 3u * stride);
+        acc0 = fma(w0, x[xrow + q], acc0);
+        acc1 = fma(w1, x[xrow + q + stride], acc1);
+        acc0 = fma(w2, x[xrow + q + 2u * stride], acc0);
+        acc1 = fma(w3, x[xrow + q + 3u * stride], acc1);
     }
+    for (; q < groups; q += stride) {
+        acc0 = fma(dequant4(row_byte, q), x[xrow + q], acc0);
+    }
+    let acc = acc0 + acc1;
     return (acc.x + acc.y) + (acc.z + acc.w);
 }
 
 #ifdef MATVEC_WG
 // Matrix–vector (decode): a workgroup of 256 (SwiftShader's maximum) computes MV_ROWS rows
-// of one token, MV_LANES lanes per row striding over the row's 32-element chunks, then a
-// shared-memory tree reduction. This is the variant browsers run (wgpu's WebGPU backend never
-// enables subgroups).
+// of one token, MV_LANES lanes per row, then a shared-memory tree sums each row's lanes.
+// This is the variant browsers run (wgpu's WebGPU backend never enables subgroups).
 var<workgroup> partial: array<f32, 256>;
 
 @compute @workgroup_size(256)
@@ -87,7 +99,7 @@ fn main(
     let row = g * MV_ROWS + li / MV_LANES;
     var acc = 0.0;
     if (row < p.rows) {
-        acc = dot_chunks(row, t, lane, MV_LANES);
+        acc = dot_row(row, t, lane, MV_LANES);
     }
     partial[li] = acc;
     workgroupBarrier();
@@ -133,7 +145,7 @@ fn main(
         let row = g * MV_ROWS + r;
         var acc = 0.0;
         if (row < p.rows) {
-            acc = dot_chunks(row, t, part * sg_size + lane, spr * sg_size);
+            acc = dot_row(row, t, part * sg_size + lane, spr * sg_size);
         }
         let sum = subgroupAdd(acc);
         if (lane == 0u) {

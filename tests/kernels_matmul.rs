@@ -112,6 +112,13 @@ impl Case {
             ..self
         }
     }
+    /// A longer row: matvec lanes then take both its unrolled loop and its tail.
+    fn long(self) -> Case {
+        Case {
+            k: self.k * 5 / 2 + if is_k_quant(self.ty) { 0 } else { 400 },
+            ..self
+        }
+    }
     fn split(self, rows: usize) -> Case {
         Case {
             part_rows: Some(rows),
@@ -285,8 +292,8 @@ fn matmul_q6_k() {
     matmul_type(GgmlType::Q6_K);
 }
 
-/// Gemma's 262,144-row logits need more matvec workgroups than one dimension allows; this
-/// shape (530,000 rows / 8 per workgroup = 66,250 > 65,535) exercises the 2-D fold.
+/// Large vocabularies need more matvec workgroups than one dimension allows; this shape
+/// (530,000 rows / 8 per workgroup = 66,250 > 65,535) exercises the 2-D fold.
 #[test]
 fn matmul_folds_workgroups_past_the_dimension_limit() {
     let mut case = Case::new(GgmlType::Q8_0, 530_000, 1, Some(MatvecWorkgroup));
@@ -512,26 +519,28 @@ fn bench_matmul() {
         .unwrap_or(1);
     println!("{}", ctx.describe());
     for ty in GgmlType::SUPPORTED {
-        // Decode: T = 1 over a [32768, 8192] weight.
-        let (n, k) = (32768 / div, 8192u64);
-        let bytes = random_bytes((n * ty.bytes_for(k).unwrap()) as usize);
-        let wt = GpuTensor::from_bytes(ctx, "w", ty, k, n, &bytes, ctx.max_binding_bytes());
-        drop(bytes);
-        let x = ctx.storage_buffer_init("x", bytemuck::cast_slice(&vec![0.5f32; k as usize]));
-        let y = ctx.storage_buffer("y", n * 4);
-        let mut variants = vec![MatvecWorkgroup];
-        if ctx.has_subgroups() {
-            variants.push(MatvecSubgroup);
+        // Decode: T = 1 over a [32768, 8192] weight (bandwidth), then a small-model shape
+        // (latency: Gemma 3 270M's FFN is [2048, 640]; K-quants need K % 256 == 0).
+        let small_k = if is_k_quant(ty) { 768 } else { 640 };
+        for (n, k) in [(32768 / div, 8192u64), (2048 / div, small_k)] {
+            let bytes = random_bytes((n * ty.bytes_for(k).unwrap()) as usize);
+            let wt = GpuTensor::from_bytes(ctx, "w", ty, k, n, &bytes, ctx.max_binding_bytes());
+            drop(bytes);
+            let x = ctx.storage_buffer_init("x", bytemuck::cast_slice(&vec![0.5f32; k as usize]));
+            let y = ctx.storage_buffer("y", n * 4);
+            let mut variants = vec![MatvecWorkgroup];
+            if ctx.has_subgroups() {
+                variants.push(MatvecSubgroup);
+            }
+            for v in variants {
+                let sec = time_matmul(&wt, &x, &y, 1, v);
+                let gbs = wt.total_bytes() as f64 / sec / 1e9;
+                println!(
+                    "{ty:<5} {v:<16?} T=1   N={n} K={k}: {:8.1} µs  {gbs:7.0} GB/s",
+                    sec * 1e6
+                );
+            }
         }
-        for v in variants {
-            let sec = time_matmul(&wt, &x, &y, 1, v);
-            let gbs = wt.total_bytes() as f64 / sec / 1e9;
-            println!(
-                "{ty:<5} {v:<16?} T=1   N={n} K={k}: {:8.1} µs  {gbs:7.0} GB/s",
-                sec * 1e6
-            );
-        }
-        drop(wt);
         // Prefill: T = 512 over a [4096, 4096] weight.
         let (n, k, t) = (4096 / div, 4096u64, 512 / div as u32);
         let bytes = random_bytes((n * ty.bytes_for(k).unwrap()) as usize);

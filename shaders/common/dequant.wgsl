@@ -4,11 +4,18 @@
 //   - it declares `var<storage, read> w: array<u32>;` holding one tensor part's raw blocks
 //     (the file's bytes, uploaded unchanged; rows start at row * row_bytes);
 //   - it defines exactly one weight type: F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q4_K Q5_K Q6_K.
-// This file then provides, for that type:
+// This file then provides, for that type, two views of the row starting at byte `row_byte`:
 //   fn dequant32(row_byte: u32, chunk: u32) -> array<vec4<f32>, 8>
-//     elements 32·chunk .. 32·chunk+31 of the row starting at byte `row_byte`, in order
-//     (vec4 j holds elements 4j..4j+3). Every type's blocks hold whole 32-element chunks
-//     (K-quant super-blocks are 8 chunks), so K must be a multiple of 32.
+//     elements 32·chunk .. 32·chunk+31 in order (vec4 j holds elements 4j..4j+3): one
+//     invocation decodes a whole chunk (tiled matmul, get_rows), scales decoded once.
+//   fn dequant4(row_byte: u32, q: u32) -> vec4<f32>
+//     elements 4q .. 4q+3: the matvec's view, so that consecutive invocations read
+//     consecutive words. (With a chunk per invocation, each load instruction of a warp touched
+//     32 cache lines and every type was capped near 0.5 ms for a 32768×8192 matvec on the
+//     H200, whatever its bytes.) Scales are re-decoded per 4 elements; their loads hit the
+//     same addresses across neighbouring invocations.
+// Every type's blocks hold whole 32-element chunks (K-quant super-blocks are 8 chunks), so K
+// must be a multiple of 32.
 //
 // Byte addressing (DESIGN.md "Read compressed"): blocks are loaded IN PLACE, not re-packed at
 // upload. Q8_0 (34 B), Q4_0 (18 B), Q5_0 (22 B) and Q6_K (210 B) blocks start 2 bytes past

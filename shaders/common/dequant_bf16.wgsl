@@ -13,3 +13,9 @@ fn dequant32(row_byte: u32, chunk: u32) -> array<vec4<f32>, 8> {
     }
     return v;
 }
+
+// Elements 4q..4q+3 of the row (matvec: consecutive lanes read consecutive words).
+fn dequant4(row_byte: u32, q: u32) -> vec4<f32> {
+    let i = (row_byte >> 2u) + 2u * q;
+    return vec4<f32>(bf16x2(w[i]), bf16x2(w[i + 1u]));
+}

@@ -13,3 +13,11 @@ fn dequant32(row_byte: u32, chunk: u32) -> array<vec4<f32>, 8> {
     }
     return v;
 }
+
+// Elements 4q..4q+3 of the row: group j = q % 8 of block q / 8 is the low (j < 4) or high
+// nibbles of qs word j % 4.
+fn dequant4(row_byte: u32, q: u32) -> vec4<f32> {
+    let b = row_byte + (q >> 3u) * 18u;
+    let j = q & 7u;
+    return load_f16(b) * (nibbles(load_u32(b + 2u + 4u * (j & 3u)), 4u * (j >> 2u)) - 8.0);
+}

@@ -20,3 +20,14 @@ fn dequant32(row_byte: u32, chunk: u32) -> array<vec4<f32>, 8> {
     }
     return v;
 }
+
+// Elements 4q..4q+3 of the row: word q % 8 of sub-block (q / 8) % 8 of super-block q / 64.
+// The 64 lanes reading one super-block load the same d/scales words (one broadcast).
+fn dequant4(row_byte: u32, q: u32) -> vec4<f32> {
+    let sb = (q >> 3u) & 7u;
+    let i = (row_byte + (q >> 6u) * 144u) >> 2u;
+    let dm = unpack2x16float(w[i]);
+    let sm = scale_min_k4(sb, w[i + 1u], w[i + 2u], w[i + 3u]);
+    let word = w[i + 4u + 8u * (sb >> 1u) + (q & 7u)];
+    return (dm.x * sm.x) * nibbles(word, 4u * (sb & 1u)) - dm.y * sm.y;
+}

@@ -21,3 +21,11 @@ fn dequant32(row_byte: u32, chunk: u32) -> array<vec4<f32>, 8> {
     }
     return v;
 }
+
+// Elements 4q..4q+3 of the row: as Q4_0, with bits 4j..4j+3 of qh on top (j = q % 8).
+fn dequant4(row_byte: u32, q: u32) -> vec4<f32> {
+    let b = row_byte + (q >> 3u) * 22u;
+    let j = q & 7u;
+    let lo = vec4<u32>(nibbles(load_u32(b + 6u + 4u * (j & 3u)), 4u * (j >> 2u)));
+    return load_f16(b) * (vec4<f32>(lo | q5_high(load_u32(b + 2u), 4u * j)) - 16.0);
+}

@@ -21,3 +21,14 @@ fn dequant32(row_byte: u32, chunk: u32) -> array<vec4<f32>, 8> {
     }
     return v;
 }
+
+// Elements 4q..4q+3 of the row: word q % 8 of sub-block (q / 8) % 8 of super-block q / 64.
+fn dequant4(row_byte: u32, q: u32) -> vec4<f32> {
+    let sb = (q >> 3u) & 7u;
+    let i = (row_byte + (q >> 6u) * 176u) >> 2u;
+    let dm = unpack2x16float(w[i]);
+    let sm = scale_min_k4(sb, w[i + 1u], w[i + 2u], w[i + 3u]);
+    let jw = q & 7u;
+    let v = nibbles(w[i + 12u + 8u * (sb >> 1u) + jw], 4u * (sb & 1u)) + 16.0 * vec4<f32>(byte_bits(w[i + 4u + jw], sb));
+    return (dm.x * sm.x) * v - dm.y * sm.y;
+}

@@ -24,3 +24,20 @@ fn dequant32(row_byte: u32, chunk: u32) -> array<vec4<f32>, 8> {
     }
     return v;
 }
+
+// Elements 4q..4q+3 of the row: word jw = q % 8 of chunk (q / 8) % 8 of super-block q / 64;
+// its scale is scales[8h + 2s + jw / 4].
+fn dequant4(row_byte: u32, q: u32) -> vec4<f32> {
+    let b = row_byte + (q >> 6u) * 210u;
+    let chunk = (q >> 3u) & 7u;
+    let h = chunk >> 2u;
+    let s = chunk & 3u;
+    let jw = q & 7u;
+    let ql = load_u32(b + 64u * h + 32u * (s & 1u) + 4u * jw);
+    let qh = load_u32(b + 128u + 32u * h + 4u * jw);
+    let sc = i8x4(load_u32(b + 192u + 8u * h + 2u * s + (jw >> 2u))).x;
+    let hs = 2u * s;
+    let hi = (vec4<u32>(qh) >> vec4<u32>(hs, hs + 8u, hs + 16u, hs + 24u)) & vec4<u32>(3u);
+    let v = nibbles(ql, 4u * (s >> 1u)) + 16.0 * vec4<f32>(hi);
+    return (load_f16(b + 208u) * sc) * (v - 32.0);
+}

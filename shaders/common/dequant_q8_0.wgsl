@@ -12,3 +12,9 @@ fn dequant32(row_byte: u32, chunk: u32) -> array<vec4<f32>, 8> {
     }
     return v;
 }
+
+// Elements 4q..4q+3 of the row: word q % 8 of block q / 8.
+fn dequant4(row_byte: u32, q: u32) -> vec4<f32> {
+    let b = row_byte + (q >> 3u) * 34u;
+    return load_f16(b) * i8x4(load_u32(b + 2u + 4u * (q & 7u)));
+}

@@ -2,8 +2,9 @@
 //! GGUF blocks and dequantized in registers.
 //!
 //! Three shapes of the same product, picked by [`MatmulKey::choose`]:
-//! - `matvec_wg256`: decode (T small); 256 invocations (SwiftShader's limit), 8 rows per
-//!   workgroup, 32 lanes per row, shared-memory reduction. What the browser runs.
+//! - `matvec_wg256`: decode (T small); 256 invocations (SwiftShader's limit) = 8 rows × 32
+//!   lanes, each lane taking every 32nd 4-element group of its row (coalesced reads),
+//!   shared-memory reduction. What the browser runs.
 //! - `matvec_sg256`: the same with `subgroupAdd`, when the device has SUBGROUP (native only:
 //!   wgpu's WebGPU backend never enables it).
 //! - `tiled64x32`: prefill; a 64-row × 32-token tile per workgroup, each W chunk dequantized
@@ -17,7 +18,8 @@ use crate::gpu::{preprocess, Binding, GpuTensor, StepRecorder};
 
 use super::KernelError;
 
-/// Rows per matvec workgroup and lanes per row (256 invocations; browsers allow no more).
+/// Matvec workgroups: MV_ROWS rows × MV_LANES lanes = 256 invocations (browsers allow no
+/// more); 32 lanes per row so that a 32-wide warp streams one row.
 pub const MV_ROWS: u32 = 8;
 pub const MV_LANES: u32 = 32;
 /// The tiled variant's output tile: W rows × tokens (the shader's 16×16 invocations each
