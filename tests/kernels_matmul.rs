@@ -219,6 +219,7 @@ fn matmul_type(ty: GgmlType) {
         Case::new(ty, 67, 3, Some(MatvecWorkgroup))
             .bias()
             .accumulate(),
+        Case::new(ty, 67, 2, Some(MatvecWorkgroup)).long(),
         Case::new(ty, 67, 17, Some(Tiled)),
         Case::new(ty, 131, 33, Some(Tiled)).bias().accumulate(),
         Case::new(ty, 67, 1, None).bias(),
@@ -237,6 +238,7 @@ fn matmul_type(ty: GgmlType) {
     if sg {
         cases.extend([
             Case::new(ty, 67, 1, Some(MatvecSubgroup)),
+            Case::new(ty, 67, 2, Some(MatvecSubgroup)).long(),
             Case::new(ty, 67, 3, Some(MatvecSubgroup))
                 .bias()
                 .accumulate(),

@@ -1,0 +1,68 @@
+//! The CLI contract other tools rely on: `run --json`, `logits --json`, `tokenize --json`,
+//! `info`, on a fixture model through the real binary.
+
+use std::process::Command;
+
+fn coco(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_coco")).args(args).output().expect("run coco");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn fixture() -> String {
+    format!("{}/tests/fixtures/llama-spm-q8_0.gguf", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn json(s: &str) -> serde_json::Value {
+    serde_json::from_str(s.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
+}
+
+#[test]
+fn run_json_is_deterministic_and_greedy_matches_logits() {
+    let m = fixture();
+    let args = ["run", "-m", &m, "-p", "Hello world", "-n", "8", "--temp", "0", "--json"];
+    let (ok, out, err) = coco(&args);
+    assert!(ok, "{err}");
+    let v = json(&out);
+    let ids = v["ids"].as_array().unwrap();
+    assert!(!ids.is_empty() && ids.len() <= 8);
+    assert!(v["prompt_ids"].as_array().unwrap().len() >= 2);
+    assert!(v["text"].is_string());
+    // Greedy: the first generated id is the top-1 of the last prompt position.
+    let (ok, out, err) = coco(&["logits", "-m", &m, "-p", "Hello world", "--top", "3", "--json"]);
+    assert!(ok, "{err}");
+    let l = json(&out);
+    let positions = l["positions"].as_array().unwrap();
+    assert_eq!(positions.len(), l["ids"].as_array().unwrap().len());
+    assert_eq!(l["ids"], v["prompt_ids"]);
+    let last = positions.last().unwrap();
+    assert_eq!(last["top"][0][0], ids[0]);
+    assert!(last["lse"].as_f64().unwrap() >= last["top"][0][1].as_f64().unwrap());
+    // Sampling with a seed is reproducible.
+    let sampled = ["run", "-m", &m, "-p", "Hello", "-n", "6", "--temp", "0.9", "--seed", "7", "--json"];
+    assert_eq!(json(&coco(&sampled).1)["ids"], json(&coco(&sampled).1)["ids"]);
+}
+
+#[test]
+fn tokenize_json_respects_special() {
+    let m = fixture();
+    let (ok, out, _) = coco(&["tokenize", "-m", &m, "-t", "Hello", "--json"]);
+    assert!(ok);
+    let plain = json(&out)["ids"].as_array().unwrap().len();
+    let (ok, out, _) = coco(&["tokenize", "-m", &m, "-t", "Hello", "--special", "--json"]);
+    assert!(ok);
+    assert_eq!(json(&out)["ids"].as_array().unwrap().len(), plain + 1, "--special adds BOS");
+}
+
+#[test]
+fn info_reports_architecture_and_capabilities() {
+    let (ok, out, err) = coco(&["info", "-m", &fixture()]);
+    assert!(ok, "{err}");
+    assert!(out.contains("architecture: llama") && out.contains("capability check") && out.contains("Q8_0"), "{out}");
+}
+
+#[test]
+fn missing_file_is_a_clear_error() {
+    let (ok, _, err) = coco(&["run", "-m", "/nonexistent.gguf", "-p", "x"]);
+    assert!(!ok);
+    assert!(err.contains("/nonexistent.gguf"), "{err}");
+}
