@@ -11,8 +11,9 @@
 // Constants prepended by kernels/matmul.rs (one source of truth for the host's grid math):
 //   MV_ROWS, MV_LANES (matvec), TILE_N, TILE_T (tiled).
 //
-// Workgroups are folded into 2-D (x + y·num_workgroups.x) because Gemma's 262,144 logits
-// rows exceed the 65,535-per-dimension limit; groups past p.groups return at once.
+// Workgroups are folded into 2-D (x + y·num_workgroups.x) because a large vocabulary's logits
+// can exceed the 65,535-per-dimension limit (matvec: from 524,288 rows at 8 rows per
+// workgroup); groups past p.groups return at once.
 
 #include "common/dequant.wgsl"
 
@@ -49,30 +50,31 @@ fn store(t: u32, row: u32, v: f32) {
     y[i] = out;
 }
 
-// Partial dot product of W row `row` (of this part) with x[t], over the 4-element groups
+// Partial dot product of W row `row` (of this part) with x[t], over the 8-element groups
 // first, first + stride, …: consecutive invocations read consecutive words of W and x, so a
-// warp streams each row (see dequant4 in common/dequant.wgsl for why). Four groups per trip
-// keep four independent reads in flight per invocation: a trip is otherwise one DRAM latency,
-// which capped the K-quants near 550 GB/s on the H200.
+// warp streams each row (see dequant8 in common/dequant.wgsl for why). Two groups per trip
+// keep more independent reads in flight per invocation.
 fn dot_row(row: u32, t: u32, first: u32, stride: u32) -> f32 {
     let row_byte = row * p.row_bytes;
-    let groups = p.k / 4u;
-    let xrow = t * groups;
+    let groups = p.k / 8u;
+    let xrow = t * (p.k / 4u);
     var acc0 = vec4<f32>(0.0);
     var acc1 = vec4<f32>(0.0);
-    var q = first;
-    for (; q + 3u * stride < groups; q += 4u * stride) {
-        let w0 = dequant4(row_byte, q);
-        let w1 = dequant4(row_byte, q + stride);
-        let w2 = dequant4(row_byte, q + 2u * stride);
-        let w3 = dequant4(row_byte, q + 3u * stride);
-        acc0 = fma(w0, x[xrow + q], acc0);
-        acc1 = fma(w1, x[xrow + q + stride], acc1);
-        acc0 = fma(w2, x[xrow + q + 2u * stride], acc0);
-        acc1 = fma(w3, x[xrow + q + 3u * stride], acc1);
+    var o = first;
+    for (; o + stride < groups; o += 2u * stride) {
+        let w0 = dequant8(row_byte, o);
+        let w1 = dequant8(row_byte, o + stride);
+        let x0 = xrow + 2u * o;
+        let x1 = xrow + 2u * (o + stride);
+        acc0 = fma(w0[0], x[x0], acc0);
+        acc1 = fma(w0[1], x[x0 + 1u], acc1);
+        acc0 = fma(w1[0], x[x1], acc0);
+        acc1 = fma(w1[1], x[x1 + 1u], acc1);
     }
-    for (; q < groups; q += stride) {
-        acc0 = fma(dequant4(row_byte, q), x[xrow + q], acc0);
+    if (o < groups) {
+        let w0 = dequant8(row_byte, o);
+        acc0 = fma(w0[0], x[xrow + 2u * o], acc0);
+        acc1 = fma(w0[1], x[xrow + 2u * o + 1u], acc1);
     }
     let acc = acc0 + acc1;
     return (acc.x + acc.y) + (acc.z + acc.w);

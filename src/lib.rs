@@ -10,6 +10,7 @@ pub mod kernels;
 pub mod reference;
 pub mod model;
 pub mod sampler;
+pub mod bench;
 pub mod capabilities;
 pub mod engine;
 mod util;

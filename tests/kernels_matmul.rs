@@ -522,9 +522,14 @@ fn bench_matmul() {
     println!("{}", ctx.describe());
     for ty in GgmlType::SUPPORTED {
         // Decode: T = 1 over a [32768, 8192] weight (bandwidth), then a small-model shape
-        // (latency: Gemma 3 270M's FFN is [2048, 640]; K-quants need K % 256 == 0).
+        // (latency: Gemma 3 270M's FFN is [2048, 640]; K-quants need K % 256 == 0), and for
+        // Q8_0 the 262,144-row logits.
         let small_k = if is_k_quant(ty) { 768 } else { 640 };
-        for (n, k) in [(32768 / div, 8192u64), (2048 / div, small_k)] {
+        let mut shapes = vec![(32768 / div, 8192u64), (2048 / div, small_k)];
+        if ty == GgmlType::Q8_0 {
+            shapes.push((262144 / div, 640)); // Gemma 3's tied logits projection
+        }
+        for (n, k) in shapes {
             let bytes = random_bytes((n * ty.bytes_for(k).unwrap()) as usize);
             let wt = GpuTensor::from_bytes(ctx, "w", ty, k, n, &bytes, ctx.max_binding_bytes());
             drop(bytes);

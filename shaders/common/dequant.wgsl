@@ -8,11 +8,11 @@
 //   fn dequant32(row_byte: u32, chunk: u32) -> array<vec4<f32>, 8>
 //     elements 32·chunk .. 32·chunk+31 in order (vec4 j holds elements 4j..4j+3): one
 //     invocation decodes a whole chunk (tiled matmul, get_rows), scales decoded once.
-//   fn dequant4(row_byte: u32, q: u32) -> vec4<f32>
-//     elements 4q .. 4q+3: the matvec's view, so that consecutive invocations read
+//   fn dequant8(row_byte: u32, o: u32) -> array<vec4<f32>, 2>
+//     elements 8o .. 8o+7: the matvec's view, so that consecutive invocations read
 //     consecutive words. (With a chunk per invocation, each load instruction of a warp touched
 //     32 cache lines and every type was capped near 0.5 ms for a 32768×8192 matvec on the
-//     H200, whatever its bytes.) Scales are re-decoded per 4 elements; their loads hit the
+//     H200, whatever its bytes.) Scales are re-decoded per 8 elements; their loads hit the
 //     same addresses across neighbouring invocations.
 // Every type's blocks hold whole 32-element chunks (K-quant super-blocks are 8 chunks), so K
 // must be a multiple of 32.
@@ -41,6 +41,16 @@ fn load_u32(byte: u32) -> u32 {
 fn load_f16(byte: u32) -> f32 {
     let h = unpack2x16float(w[byte >> 2u]);
     return select(h.x, h.y, (byte & 2u) != 0u);
+}
+
+// 2 consecutive u32 at `byte`, each aligned word loaded once.
+fn load_words2(byte: u32) -> vec2<u32> {
+    let i = byte >> 2u;
+    let s = (byte & 3u) * 8u;
+    let a = w[i];
+    let b = w[i + 1u];
+    let c = w[i + 2u];
+    return select(vec2<u32>((a >> s) | (b << (32u - s)), (b >> s) | (c << (32u - s))), vec2<u32>(a, b), s == 0u);
 }
 
 // 4 consecutive u32 at `byte`, each aligned word loaded once.

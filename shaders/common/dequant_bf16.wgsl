@@ -14,8 +14,11 @@ fn dequant32(row_byte: u32, chunk: u32) -> array<vec4<f32>, 8> {
     return v;
 }
 
-// Elements 4q..4q+3 of the row (matvec: consecutive lanes read consecutive words).
-fn dequant4(row_byte: u32, q: u32) -> vec4<f32> {
-    let i = (row_byte >> 2u) + 2u * q;
-    return vec4<f32>(bf16x2(w[i]), bf16x2(w[i + 1u]));
+// Elements 8o..8o+7 of the row (matvec: consecutive invocations read consecutive words).
+fn dequant8(row_byte: u32, o: u32) -> array<vec4<f32>, 2> {
+    let i = (row_byte >> 2u) + 4u * o;
+    return array<vec4<f32>, 2>(
+        vec4<f32>(bf16x2(w[i]), bf16x2(w[i + 1u])),
+        vec4<f32>(bf16x2(w[i + 2u]), bf16x2(w[i + 3u])),
+    );
 }

@@ -10,8 +10,11 @@ fn dequant32(row_byte: u32, chunk: u32) -> array<vec4<f32>, 8> {
     return v;
 }
 
-// Elements 4q..4q+3 of the row (matvec: consecutive lanes read consecutive words).
-fn dequant4(row_byte: u32, q: u32) -> vec4<f32> {
-    let i = (row_byte >> 2u) + 4u * q;
-    return bitcast<vec4<f32>>(vec4<u32>(w[i], w[i + 1u], w[i + 2u], w[i + 3u]));
+// Elements 8o..8o+7 of the row (matvec: consecutive invocations read consecutive words).
+fn dequant8(row_byte: u32, o: u32) -> array<vec4<f32>, 2> {
+    let i = (row_byte >> 2u) + 8u * o;
+    return array<vec4<f32>, 2>(
+        bitcast<vec4<f32>>(vec4<u32>(w[i], w[i + 1u], w[i + 2u], w[i + 3u])),
+        bitcast<vec4<f32>>(vec4<u32>(w[i + 4u], w[i + 5u], w[i + 6u], w[i + 7u])),
+    );
 }

@@ -14,10 +14,13 @@ fn dequant32(row_byte: u32, chunk: u32) -> array<vec4<f32>, 8> {
     return v;
 }
 
-// Elements 4q..4q+3 of the row: group j = q % 8 of block q / 8 is the low (j < 4) or high
-// nibbles of qs word j % 4.
-fn dequant4(row_byte: u32, q: u32) -> vec4<f32> {
-    let b = row_byte + (q >> 3u) * 18u;
-    let j = q & 7u;
-    return load_f16(b) * (nibbles(load_u32(b + 2u + 4u * (j & 3u)), 4u * (j >> 2u)) - 8.0);
+// Elements 8o..8o+7 of the row: for j = o % 4 of block o / 4, the low (j < 2) or high
+// nibbles of qs words 2(j % 2) and 2(j % 2) + 1.
+fn dequant8(row_byte: u32, o: u32) -> array<vec4<f32>, 2> {
+    let b = row_byte + (o >> 2u) * 18u;
+    let j = o & 3u;
+    let d = load_f16(b);
+    let q = load_words2(b + 2u + 8u * (j & 1u));
+    let shift = 4u * (j >> 1u);
+    return array<vec4<f32>, 2>(d * (nibbles(q.x, shift) - 8.0), d * (nibbles(q.y, shift) - 8.0));
 }

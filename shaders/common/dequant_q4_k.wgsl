@@ -21,13 +21,16 @@ fn dequant32(row_byte: u32, chunk: u32) -> array<vec4<f32>, 8> {
     return v;
 }
 
-// Elements 4q..4q+3 of the row: word q % 8 of sub-block (q / 8) % 8 of super-block q / 64.
-// The 64 lanes reading one super-block load the same d/scales words (one broadcast).
-fn dequant4(row_byte: u32, q: u32) -> vec4<f32> {
-    let sb = (q >> 3u) & 7u;
-    let i = (row_byte + (q >> 6u) * 144u) >> 2u;
+// Elements 8o..8o+7 of the row: words 2(o % 4), +1 of sub-block (o / 4) % 8 of super-block
+// o / 32. The 32 invocations reading one super-block load the same d/scales words.
+fn dequant8(row_byte: u32, o: u32) -> array<vec4<f32>, 2> {
+    let sb = (o >> 2u) & 7u;
+    let i = (row_byte + (o >> 5u) * 144u) >> 2u;
     let dm = unpack2x16float(w[i]);
     let sm = scale_min_k4(sb, w[i + 1u], w[i + 2u], w[i + 3u]);
-    let word = w[i + 4u + 8u * (sb >> 1u) + (q & 7u)];
-    return (dm.x * sm.x) * nibbles(word, 4u * (sb & 1u)) - dm.y * sm.y;
+    let dl = dm.x * sm.x;
+    let ml = dm.y * sm.y;
+    let qs = i + 4u + 8u * (sb >> 1u) + 2u * (o & 3u);
+    let shift = 4u * (sb & 1u);
+    return array<vec4<f32>, 2>(dl * nibbles(w[qs], shift) - ml, dl * nibbles(w[qs + 1u], shift) - ml);
 }

@@ -22,10 +22,15 @@ fn dequant32(row_byte: u32, chunk: u32) -> array<vec4<f32>, 8> {
     return v;
 }
 
-// Elements 4q..4q+3 of the row: as Q4_0, with bits 4j..4j+3 of qh on top (j = q % 8).
-fn dequant4(row_byte: u32, q: u32) -> vec4<f32> {
-    let b = row_byte + (q >> 3u) * 22u;
-    let j = q & 7u;
-    let lo = vec4<u32>(nibbles(load_u32(b + 6u + 4u * (j & 3u)), 4u * (j >> 2u)));
-    return load_f16(b) * (vec4<f32>(lo | q5_high(load_u32(b + 2u), 4u * j)) - 16.0);
+// Elements 8o..8o+7 of the row: as Q4_0, with bits 8j..8j+7 of qh on top (j = o % 4).
+fn dequant8(row_byte: u32, o: u32) -> array<vec4<f32>, 2> {
+    let b = row_byte + (o >> 2u) * 22u;
+    let j = o & 3u;
+    let d = load_f16(b);
+    let qh = load_u32(b + 2u);
+    let q = load_words2(b + 6u + 8u * (j & 1u));
+    let shift = 4u * (j >> 1u);
+    let lo = vec4<u32>(nibbles(q.x, shift)) | q5_high(qh, 8u * j);
+    let hi = vec4<u32>(nibbles(q.y, shift)) | q5_high(qh, 8u * j + 4u);
+    return array<vec4<f32>, 2>(d * (vec4<f32>(lo) - 16.0), d * (vec4<f32>(hi) - 16.0));
 }

@@ -22,13 +22,20 @@ fn dequant32(row_byte: u32, chunk: u32) -> array<vec4<f32>, 8> {
     return v;
 }
 
-// Elements 4q..4q+3 of the row: word q % 8 of sub-block (q / 8) % 8 of super-block q / 64.
-fn dequant4(row_byte: u32, q: u32) -> vec4<f32> {
-    let sb = (q >> 3u) & 7u;
-    let i = (row_byte + (q >> 6u) * 176u) >> 2u;
+// Elements 8o..8o+7 of the row: words 2(o % 4), +1 of sub-block (o / 4) % 8 of super-block
+// o / 32, with the matching qh words.
+fn dequant8(row_byte: u32, o: u32) -> array<vec4<f32>, 2> {
+    let sb = (o >> 2u) & 7u;
+    let i = (row_byte + (o >> 5u) * 176u) >> 2u;
     let dm = unpack2x16float(w[i]);
     let sm = scale_min_k4(sb, w[i + 1u], w[i + 2u], w[i + 3u]);
-    let jw = q & 7u;
-    let v = nibbles(w[i + 12u + 8u * (sb >> 1u) + jw], 4u * (sb & 1u)) + 16.0 * vec4<f32>(byte_bits(w[i + 4u + jw], sb));
-    return (dm.x * sm.x) * v - dm.y * sm.y;
+    let dl = dm.x * sm.x;
+    let ml = dm.y * sm.y;
+    let jw = 2u * (o & 3u);
+    let qs = i + 12u + 8u * (sb >> 1u) + jw;
+    let qh = i + 4u + jw;
+    let shift = 4u * (sb & 1u);
+    let v0 = nibbles(w[qs], shift) + 16.0 * vec4<f32>(byte_bits(w[qh], sb));
+    let v1 = nibbles(w[qs + 1u], shift) + 16.0 * vec4<f32>(byte_bits(w[qh + 1u], sb));
+    return array<vec4<f32>, 2>(dl * v0 - ml, dl * v1 - ml);
 }

@@ -25,19 +25,20 @@ fn dequant32(row_byte: u32, chunk: u32) -> array<vec4<f32>, 8> {
     return v;
 }
 
-// Elements 4q..4q+3 of the row: word jw = q % 8 of chunk (q / 8) % 8 of super-block q / 64;
-// its scale is scales[8h + 2s + jw / 4].
-fn dequant4(row_byte: u32, q: u32) -> vec4<f32> {
-    let b = row_byte + (q >> 6u) * 210u;
-    let chunk = (q >> 3u) & 7u;
+// Elements 8o..8o+7 of the row: words jw, jw+1 (jw = 2(o % 4)) of chunk (o / 4) % 8 of
+// super-block o / 32; both use scales[8h + 2s + jw / 4].
+fn dequant8(row_byte: u32, o: u32) -> array<vec4<f32>, 2> {
+    let b = row_byte + (o >> 5u) * 210u;
+    let chunk = (o >> 2u) & 7u;
     let h = chunk >> 2u;
     let s = chunk & 3u;
-    let jw = q & 7u;
-    let ql = load_u32(b + 64u * h + 32u * (s & 1u) + 4u * jw);
-    let qh = load_u32(b + 128u + 32u * h + 4u * jw);
-    let sc = i8x4(load_u32(b + 192u + 8u * h + 2u * s + (jw >> 2u))).x;
-    let hs = 2u * s;
-    let hi = (vec4<u32>(qh) >> vec4<u32>(hs, hs + 8u, hs + 16u, hs + 24u)) & vec4<u32>(3u);
-    let v = nibbles(ql, 4u * (s >> 1u)) + 16.0 * vec4<f32>(hi);
-    return (load_f16(b + 208u) * sc) * (v - 32.0);
+    let jw = 2u * (o & 3u);
+    let ql = load_words2(b + 64u * h + 32u * (s & 1u) + 4u * jw);
+    let qh = load_words2(b + 128u + 32u * h + 4u * jw);
+    let sc = load_f16(b + 208u) * i8x4(load_u32(b + 192u + 8u * h + 2u * s + (jw >> 2u))).x;
+    let ls = 4u * (s >> 1u);
+    let hs = vec4<u32>(2u * s) + vec4<u32>(0u, 8u, 16u, 24u);
+    let v0 = nibbles(ql.x, ls) + 16.0 * vec4<f32>((vec4<u32>(qh.x) >> hs) & vec4<u32>(3u));
+    let v1 = nibbles(ql.y, ls) + 16.0 * vec4<f32>((vec4<u32>(qh.y) >> hs) & vec4<u32>(3u));
+    return array<vec4<f32>, 2>(sc * (v0 - 32.0), sc * (v1 - 32.0));
 }

@@ -13,8 +13,10 @@ fn dequant32(row_byte: u32, chunk: u32) -> array<vec4<f32>, 8> {
     return v;
 }
 
-// Elements 4q..4q+3 of the row: word q % 8 of block q / 8.
-fn dequant4(row_byte: u32, q: u32) -> vec4<f32> {
-    let b = row_byte + (q >> 3u) * 34u;
-    return load_f16(b) * i8x4(load_u32(b + 2u + 4u * (q & 7u)));
+// Elements 8o..8o+7 of the row: words 2j, 2j+1 of block o / 4 (j = o % 4).
+fn dequant8(row_byte: u32, o: u32) -> array<vec4<f32>, 2> {
+    let b = row_byte + (o >> 2u) * 34u;
+    let d = load_f16(b);
+    let q = load_words2(b + 2u + 8u * (o & 3u));
+    return array<vec4<f32>, 2>(d * i8x4(q.x), d * i8x4(q.y));
 }

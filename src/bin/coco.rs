@@ -84,6 +84,24 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Prompt-processing and generation speed (medians), dispatches/token, % of the floor.
+    Bench {
+        #[arg(short, long)]
+        model: PathBuf,
+        /// Prompt tokens (pp).
+        #[arg(short = 'p', long, default_value_t = 512)]
+        prompt: u32,
+        /// Generated tokens (tg).
+        #[arg(short = 'n', long, default_value_t = 128)]
+        n: u32,
+        #[arg(long, default_value_t = 5)]
+        reps: u32,
+        /// Measure read bandwidth, dispatch cost and round trip to compute the floor.
+        #[arg(long)]
+        probe: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Architecture, hyperparameters, tensors, and the capability check for this adapter.
     Info {
         #[arg(short, long)]
@@ -202,6 +220,7 @@ fn main() -> Result<()> {
                 }
             }
         }
+        Command::Bench { model, prompt, n, reps, probe, json } => bench(&model, prompt, n, reps, probe, json, cli.verbose)?,
         Command::Info { model, ctx } => info(&model, ctx, cli.verbose)?,
     }
     Ok(())
@@ -263,5 +282,58 @@ fn info(path: &Path, ctx_len: u32, verbose: bool) -> Result<()> {
     if !report.is_ok() {
         bail!("not yet: {}", report.blockers());
     }
+    Ok(())
+}
+
+fn bench(path: &Path, prompt: u32, n: u32, reps: u32, probe: bool, as_json: bool, verbose: bool) -> Result<()> {
+    let ctx = open_gpu(verbose)?;
+    let args = ModelArgs { model: path.to_path_buf(), ctx: prompt + n + 8 };
+    let m = load(&ctx, &args, verbose)?;
+    let cfg = coco::bench::BenchConfig { prompt_tokens: prompt, gen_tokens: n, reps: reps.max(1) };
+    let mut r = pollster::block_on(coco::bench::run(&ctx, &m, &cfg))?;
+    if probe {
+        r.probe = Some(pollster::block_on(coco::bench::probe(&ctx))?);
+    }
+    let name = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    let out = json!({
+        "model": name,
+        "adapter": r.adapter,
+        "prompt_tokens": prompt,
+        "gen_tokens": n,
+        "reps": r.reps,
+        "pp_tok_s": r.pp(),
+        "tg_tok_s": r.tg(),
+        "pp_runs": r.pp_tok_s,
+        "tg_runs": r.tg_tok_s,
+        "ms_per_token": 1000.0 / r.tg(),
+        "dispatches_per_token": r.dispatches_per_token,
+        "weight_bytes_per_token": r.weight_bytes_per_token,
+        "effective_gb_s": r.effective_gb_s(),
+        "probe": r.probe.as_ref().map(|p| json!({"read_gb_s": p.read_gb_s, "dispatch_us": p.dispatch_us, "round_trip_us": p.round_trip_us})),
+        "floor_ms": r.floor_seconds().map(|f| f * 1000.0),
+        "fraction_of_floor": r.fraction_of_floor(),
+        "megakernel": "not yet: the FFN megakernel is not built (issue: fused pipeline)",
+    });
+    if as_json {
+        println!("{out}");
+        return Ok(());
+    }
+    println!("| model | adapter | pp{prompt} tok/s | tg{n} tok/s | ms/token | dispatches/token | GB/s eff. | floor ms | % of floor |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    println!(
+        "| {name} | {} | {:.1} | {:.1} | {:.3} | {} | {:.1} | {} | {} |",
+        r.adapter,
+        r.pp(),
+        r.tg(),
+        1000.0 / r.tg(),
+        r.dispatches_per_token,
+        r.effective_gb_s(),
+        r.floor_seconds().map_or("-".into(), |f| format!("{:.3}", f * 1000.0)),
+        r.fraction_of_floor().map_or("-".into(), |f| format!("{:.0}%", f * 100.0)),
+    );
+    if let Some(p) = &r.probe {
+        println!("probe: read {:.0} GB/s, dispatch {:.2} µs, round trip {:.0} µs", p.read_gb_s, p.dispatch_us, p.round_trip_us);
+    }
+    println!("megakernel A/B: not yet (the FFN megakernel is not built)");
     Ok(())
 }

@@ -3,7 +3,7 @@
 //!
 //! Three shapes of the same product, picked by [`MatmulKey::choose`]:
 //! - `matvec_wg256`: decode (T small); 256 invocations (SwiftShader's limit) = 8 rows × 32
-//!   lanes, each lane taking every 32nd 4-element group of its row (coalesced reads),
+//!   lanes, each lane taking every 32nd 8-element group of its row (coalesced reads),
 //!   shared-memory reduction. What the browser runs.
 //! - `matvec_sg256`: the same with `subgroupAdd`, when the device has SUBGROUP (native only:
 //!   wgpu's WebGPU backend never enables it).
@@ -148,7 +148,7 @@ pub(crate) fn check_weight(
 ) -> Result<(), KernelError> {
     let err = |why: String| Err(KernelError::Shape { kernel, why });
     weight_define(w.ty)?;
-    if w.row_len == 0 || w.row_len % 32 != 0 {
+    if w.row_len == 0 || !w.row_len.is_multiple_of(32) {
         return err(format!(
             "{}: row length {} is not a positive multiple of 32",
             w.name, w.row_len

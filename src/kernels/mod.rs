@@ -12,6 +12,7 @@ pub mod elementwise;
 pub mod get_rows;
 pub mod matmul;
 pub mod norm;
+pub mod probe;
 pub mod rope;
 
 /// A host-side shape/argument check failed before anything was dispatched.

@@ -50,7 +50,7 @@ fn geometry(ty: GgmlType, n: usize) -> Result<(usize, usize), QuantError> {
         return Err(QuantError::Unsupported(ty));
     }
     let (block, bytes) = ty.block_geometry().ok_or(QuantError::Unsupported(ty))?;
-    if n % block != 0 {
+    if !n.is_multiple_of(block) {
         return Err(QuantError::PartialBlock { ty, n, block });
     }
     Ok((block, bytes))

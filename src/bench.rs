@@ -1,0 +1,182 @@
+//! The benchmark behind `coco bench` (and, later, the page's `?bench=1`): prompt processing
+//! and token generation speed as medians over repetitions, dispatches per token, effective
+//! bandwidth, and the floor a decode step can't beat on this adapter:
+//!
+//!   floor = weight bytes per token / read bandwidth + dispatches × dispatch cost + round trip
+//!
+//! `probe` measures the three adapter figures with micro-kernels.
+
+use crate::engine::{EngineError, LogitsFor, Model, Session};
+use crate::gpu::{Binding, GpuContext, StepRecorder};
+use crate::kernels::probe::{probe_empty, probe_read, READ_THREADS};
+use crate::sampler::argmax;
+use crate::util::Clock;
+
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    pub prompt_tokens: u32,
+    pub gen_tokens: u32,
+    pub reps: u32,
+}
+
+/// Adapter figures measured by [`probe`].
+#[derive(Clone, Debug)]
+pub struct Probe {
+    pub read_gb_s: f64,
+    pub dispatch_us: f64,
+    pub round_trip_us: f64,
+}
+
+#[derive(Clone, Debug)]
+pub struct BenchResult {
+    pub adapter: String,
+    pub prompt_tokens: u32,
+    pub gen_tokens: u32,
+    pub reps: u32,
+    pub pp_tok_s: Vec<f64>,
+    pub tg_tok_s: Vec<f64>,
+    pub dispatches_per_token: u32,
+    /// Bytes of weights one decode step reads (every matrix, the full LM head, one embedding row).
+    pub weight_bytes_per_token: u64,
+    pub probe: Option<Probe>,
+}
+
+pub fn median(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let m = s.len() / 2;
+    if s.len() % 2 == 1 {
+        s[m]
+    } else {
+        (s[m - 1] + s[m]) / 2.0
+    }
+}
+
+impl BenchResult {
+    pub fn pp(&self) -> f64 {
+        median(&self.pp_tok_s)
+    }
+    pub fn tg(&self) -> f64 {
+        median(&self.tg_tok_s)
+    }
+    pub fn effective_gb_s(&self) -> f64 {
+        self.weight_bytes_per_token as f64 * self.tg() / 1e9
+    }
+    /// Floor time per decoded token in seconds, when the adapter was probed.
+    pub fn floor_seconds(&self) -> Option<f64> {
+        self.probe.as_ref().map(|p| {
+            self.weight_bytes_per_token as f64 / (p.read_gb_s * 1e9)
+                + self.dispatches_per_token as f64 * p.dispatch_us * 1e-6
+                + p.round_trip_us * 1e-6
+        })
+    }
+    /// Decode speed as a fraction of the floor's speed (1.0 = at the floor).
+    pub fn fraction_of_floor(&self) -> Option<f64> {
+        self.floor_seconds().map(|f| self.tg() * f)
+    }
+}
+
+/// Weight bytes a decode step reads: all tensors, except that a separate output matrix
+/// means the embedding table contributes only one row.
+pub fn weight_bytes_per_token(model: &Model) -> u64 {
+    let w = &model.weights;
+    if w.output.is_some() {
+        model.weight_bytes - w.token_embd.total_bytes() + w.token_embd.row_bytes
+    } else {
+        model.weight_bytes
+    }
+}
+
+/// Runs pp and tg `reps` times each (after one warm-up) on a fresh session per rep.
+pub async fn run(ctx: &GpuContext, model: &Model, cfg: &BenchConfig) -> Result<BenchResult, EngineError> {
+    let vocab = model.config.vocab_size;
+    // A deterministic, varied prompt (ids spread over the vocabulary).
+    let prompt: Vec<u32> = (0..cfg.prompt_tokens.max(1)).map(|i| (i.wrapping_mul(2_654_435_761) >> 7) % vocab).collect();
+    let context = cfg.prompt_tokens + cfg.gen_tokens + 8;
+    let mut pp = Vec::new();
+    let mut tg = Vec::new();
+    let mut dispatches = 0;
+    for rep in 0..=cfg.reps {
+        let mut s = Session::new(ctx, model, context, LogitsFor::LastToken);
+        let clock = Clock::start();
+        let mut logits = s.forward(&prompt).await?;
+        let pp_rate = prompt.len() as f64 / clock.seconds();
+        let clock = Clock::start();
+        for _ in 0..cfg.gen_tokens {
+            let id = argmax(&logits);
+            logits = s.forward(&[id]).await?;
+        }
+        let tg_rate = cfg.gen_tokens as f64 / clock.seconds();
+        dispatches = s.stats.dispatches_per_token;
+        if rep > 0 {
+            pp.push(pp_rate);
+            tg.push(tg_rate);
+        }
+    }
+    Ok(BenchResult {
+        adapter: ctx.describe(),
+        prompt_tokens: cfg.prompt_tokens,
+        gen_tokens: cfg.gen_tokens,
+        reps: cfg.reps,
+        pp_tok_s: pp,
+        tg_tok_s: tg,
+        dispatches_per_token: dispatches,
+        weight_bytes_per_token: weight_bytes_per_token(model),
+        probe: None,
+    })
+}
+
+/// Measures read bandwidth, dependent-dispatch cost and submit+readback round trip.
+pub async fn probe(ctx: &GpuContext) -> Result<Probe, EngineError> {
+    // Bandwidth: 20 full reads of a buffer as large as one binding allows (≤ 1 GiB).
+    let bytes = ctx.max_binding_bytes().min(1 << 30) & !15;
+    let src = ctx.storage_buffer("probe_src", bytes);
+    let dst = ctx.storage_buffer("probe_dst", READ_THREADS as u64 * 4);
+    let n_vec4 = (bytes / 16) as u32;
+    let timed = |passes, read| timed_probe(ctx, &src, &dst, n_vec4, passes, read);
+    timed(2, true).await?; // warm-up: compile, first touch
+    timed(2, false).await?;
+    let mut trips = Vec::new();
+    for _ in 0..15 {
+        trips.push(timed(1, false).await?);
+    }
+    let round_trip = median(&trips);
+    let mut reads = Vec::new();
+    for _ in 0..3 {
+        reads.push(timed(20, true).await?);
+    }
+    let read_s = (median(&reads) - round_trip).max(1e-9) / 20.0;
+    let mut empties = Vec::new();
+    for _ in 0..3 {
+        empties.push(timed(500, false).await?);
+    }
+    let dispatch_s = (median(&empties) - round_trip).max(0.0) / 500.0;
+    Ok(Probe { read_gb_s: bytes as f64 / read_s / 1e9, dispatch_us: dispatch_s * 1e6, round_trip_us: round_trip * 1e6 })
+}
+
+/// One submit of `passes` probe dispatches (reads of `src`, or empty ones) plus a 4-byte
+/// readback; returns the wall time.
+async fn timed_probe(
+    ctx: &GpuContext,
+    src: &wgpu::Buffer,
+    dst: &wgpu::Buffer,
+    n_vec4: u32,
+    passes: u32,
+    read: bool,
+) -> Result<f64, EngineError> {
+    let mut rec = StepRecorder::new(ctx);
+    for _ in 0..passes {
+        if read {
+            probe_read(&mut rec, &Binding::from(src), &Binding::from(dst), n_vec4)?;
+        } else {
+            probe_empty(&mut rec, &Binding::from(dst))?;
+        }
+    }
+    let clock = Clock::start();
+    rec.submit();
+    ctx.read_buffer_async(dst, 0, 4).await?;
+    Ok(clock.seconds())
+}
