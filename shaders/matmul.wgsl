@@ -1,90 +1,285 @@
-// y[T, N] = x[T, K] · W[N, K]ᵀ (+ bias[N]) (+ y when accumulating): every linear layer.
+// y[T, N] = x[T, K] · W[N, K]ᵀ (+ bias[N]) (+ y when accumulating): every linear layer, and
+// the fused forms that save a decode step's dependent dispatches (DESIGN.md "The pipeline"):
+//   NORM   x is the raw residual stream and RMSNorm is applied on the fly:
+//          y = (x · rsqrt(mean(x²) + eps) · norm_w) · Wᵀ
+//   GLU    out = act(x'·W_gateᵀ) ⊙ (x'·W_upᵀ)          (x' = x, or its norm with NORM)
+//   QKV    q, k, v = x'·W_qᵀ, x'·W_kᵀ, x'·W_vᵀ (+ their biases), from one flat range of rows
 //
 // W is read as the file's raw GGUF blocks and dequantized in registers (common/dequant.wgsl);
-// no dequantized copy of a weight ever exists in GPU memory. One dispatch covers one part of
-// W (rows row0 .. row0 + rows; see gpu::GpuTensor) and writes those columns of y.
+// no dequantized copy of a weight ever exists in GPU memory. Without fusion one dispatch
+// covers one part of W (rows row0 .. row0 + rows.x; see gpu::GpuTensor).
+//
+// Every kernel shape computes "slots": a workgroup owns `per` consecutive slots (MV_ROWS for
+// the matvec, TILE_N for the tiled kernel), each a dot product of one row of one weight with
+// x', and `locate` says which weight and row a slot is. QKV lays W_q, W_k, W_v's rows end to
+// end; GLU gives a workgroup's first per/2 slots to W_gate rows and the rest to the same rows
+// of W_up, so both halves of an output meet in one workgroup. No workgroup depends on another.
+//
+// RMSNorm's scale rsqrt(mean(x²) + eps) is one scalar per token, so it is factored out of the
+// dot product: slots accumulate Σ w·(x ⊙ norm_w) and Σ x² side by side (the invocations
+// streaming a row read all of x[t] anyway) and multiply at the end. That costs no extra pass
+// over x, no barrier and no dispatch.
 //
 // Defines (kernels/matmul.rs builds them from a MatmulKey):
-//   weight type   F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q4_K Q5_K Q6_K
+//   weight type   F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q4_K Q5_K Q6_K (every weight has this type)
 //   kernel shape  MATVEC_WG | MATVEC_SG | TILED
-//   BIAS          binding 4 holds bias[N] (a binding-layout change, hence a define)
-// Constants prepended by kernels/matmul.rs (one source of truth for the host's grid math):
-//   MV_ROWS, MV_LANES (matvec), TILE_N, TILE_T (tiled).
+//   fusion        (none) | GLU + MULTI_W + SILU|GELU_TANH | QKV + MULTI_W
+//   NORM          binding norm_w[K]
+//   BIAS          binding bias[N] (of W, or of W_q); QKV_BIAS adds bias1, bias2 (W_k, W_v)
+// Constants prepended by kernels/matmul.rs (one source of truth for the host's grid math and
+// binding order): MV_ROWS, MV_LANES (matvec), TILE_N, TILE_T (tiled), and the binding numbers
+// B_W1, B_W2, B_X, B_Y, B_NORM, B_BIAS: storage bindings are numbered 1.. in the order the
+// host lists them (weights, x, outputs, norm_w, biases), so the optional ones shift the rest.
 //
 // Workgroups are folded into 2-D (x + y·num_workgroups.x) because a large vocabulary's logits
 // can exceed the 65,535-per-dimension limit (matvec: from 524,288 rows at 8 rows per
 // workgroup); groups past p.groups return at once.
 
 #include "common/dequant.wgsl"
+#ifdef GLU
+#include "common/activation.wgsl"
+#endif
 
 struct Params {
-    k: u32,          // K: elements per row of W and of x
-    n: u32,          // N: rows of the whole W = y's row stride
+    k: u32,          // K: elements per row of every W and of x
     t: u32,          // T: tokens
-    row0: u32,       // first row of W held by this part
-    rows: u32,       // rows in this part
-    row_bytes: u32,  // bytes per row of W
-    accumulate: u32, // 1: y += x·Wᵀ (residual adds fused in), 0: y = x·Wᵀ
-    groups: u32,     // row groups/tiles that do work (the folded x·y grid may hold more)
+    row_bytes: u32,  // bytes per row of every W (one type, one K)
+    groups: u32,     // workgroups that do work (the folded x·y grid may hold more)
+    row0: u32,       // first row of W held by this part (0 when fused)
+    accumulate: u32, // 1: y += x'·Wᵀ (residual adds fused in), 0: y = x'·Wᵀ
+    eps: f32,        // RMSNorm epsilon (NORM)
+    _pad: u32,
+    rows: vec4<u32>, // rows of W, W1, W2 in this dispatch (a part's rows when split)
+    n: vec4<u32>,    // row strides of y, y1, y2 (the whole weights' rows)
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> w: array<u32>;          // [rows, row_bytes] raw GGUF blocks
-@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;    // [T, K] f32
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;    // [T, N] f32
+@group(0) @binding(1) var<storage, read> w: array<u32>;                 // [rows.x, row_bytes] W | W_gate | W_q
+#ifdef MULTI_W
+@group(0) @binding(B_W1) var<storage, read> w1: array<u32>;             // [rows.y, row_bytes] W_up | W_k
+#endif
+#ifdef QKV
+@group(0) @binding(B_W2) var<storage, read> w2: array<u32>;             // [rows.z, row_bytes] W_v
+#endif
+@group(0) @binding(B_X) var<storage, read> x: array<vec4<f32>>;         // [T, K] f32
+@group(0) @binding(B_Y) var<storage, read_write> y: array<f32>;         // [T, n.x] f32: y | out | q
+#ifdef QKV
+@group(0) @binding(B_Y + 1u) var<storage, read_write> y1: array<f32>;   // [T, n.y] f32: k
+@group(0) @binding(B_Y + 2u) var<storage, read_write> y2: array<f32>;   // [T, n.z] f32: v
+#endif
+#ifdef NORM
+@group(0) @binding(B_NORM) var<storage, read> norm_w: array<vec4<f32>>; // [K] f32
+#endif
 #ifdef BIAS
-@group(0) @binding(4) var<storage, read> bias: array<f32>;       // [N] f32
+@group(0) @binding(B_BIAS) var<storage, read> bias: array<f32>;         // [n.x] f32
+#endif
+#ifdef QKV_BIAS
+@group(0) @binding(B_BIAS + 1u) var<storage, read> bias1: array<f32>;   // [n.y] f32
+@group(0) @binding(B_BIAS + 2u) var<storage, read> bias2: array<f32>;   // [n.z] f32
 #endif
 
-// Writes y[t, row0 + row] from the dot product `v` (bias and accumulation applied here).
-fn store(t: u32, row: u32, v: f32) {
-    let n = p.row0 + row;
-    var out = v;
-#ifdef BIAS
-    out += bias[n];
+// ---- which weight a load reads (MULTI_W) ----
+
+#ifdef MULTI_W
+// The weight dequant.wgsl's wl() reads. Callers set it to a constant right before a call
+// (see dot_w), so once inlined each copy of a loop reads one buffer and compilers drop the
+// branches below instead of taking them on every load.
+var<private> wsel: u32;
 #endif
-    let i = t * p.n + n;
-    if (p.accumulate != 0u) {
-        out += y[i];
+#ifdef GLU
+fn wl(i: u32) -> u32 {
+    if (wsel == 1u) {
+        return w1[i];
     }
-    y[i] = out;
+    return w[i];
+}
+#endif
+#ifdef QKV
+fn wl(i: u32) -> u32 {
+    if (wsel == 2u) {
+        return w2[i];
+    }
+    if (wsel == 1u) {
+        return w1[i];
+    }
+    return w[i];
+}
+#endif
+
+// ---- slots: (weight, row) ----
+
+// (weight 0/1/2, row of it) computed by slot `f` of a grid with `per` slots per workgroup.
+#ifndef MULTI_W
+fn locate(f: u32, per: u32) -> vec2<u32> {
+    return vec2<u32>(0u, f);
+}
+#endif
+#ifdef GLU
+fn locate(f: u32, per: u32) -> vec2<u32> {
+    let half = per / 2u;
+    return vec2<u32>((f % per) / half, (f / per) * half + f % half);
+}
+#endif
+#ifdef QKV
+fn locate(f: u32, per: u32) -> vec2<u32> {
+    if (f >= p.rows.x + p.rows.y) {
+        return vec2<u32>(2u, f - p.rows.x - p.rows.y);
+    }
+    if (f >= p.rows.x) {
+        return vec2<u32>(1u, f - p.rows.x);
+    }
+    return vec2<u32>(0u, f);
+}
+#endif
+
+// Whether slot (weight, row) exists (the last workgroup's slots may run past the rows).
+fn live(mr: vec2<u32>) -> bool {
+    return mr.y < p.rows[mr.x];
 }
 
-// Partial dot product of W row `row` (of this part) with x[t], over the 8-element groups
-// first, first + stride, …: consecutive invocations read consecutive words of W and x, so a
-// warp streams each row (see dequant8 in common/dequant.wgsl for why). Two groups per trip
-// keep more independent reads in flight per invocation.
-fn dot_row(row: u32, t: u32, first: u32, stride: u32) -> f32 {
-    let row_byte = row * p.row_bytes;
-    let groups = p.k / 8u;
-    let xrow = t * (p.k / 4u);
-    var acc0 = vec4<f32>(0.0);
-    var acc1 = vec4<f32>(0.0);
-    var o = first;
-    for (; o + stride < groups; o += 2u * stride) {
-        let w0 = dequant8(row_byte, o);
-        let w1 = dequant8(row_byte, o + stride);
-        let x0 = xrow + 2u * o;
-        let x1 = xrow + 2u * (o + stride);
-        acc0 = fma(w0[0], x[x0], acc0);
-        acc1 = fma(w0[1], x[x0 + 1u], acc1);
-        acc0 = fma(w1[0], x[x1], acc0);
-        acc1 = fma(w1[1], x[x1 + 1u], acc1);
-    }
-    if (o < groups) {
-        let w0 = dequant8(row_byte, o);
-        acc0 = fma(w0[0], x[xrow + 2u * o], acc0);
-        acc1 = fma(w0[1], x[xrow + 2u * o + 1u], acc1);
-    }
-    let acc = acc0 + acc1;
+// ---- x' and the sums a slot accumulates ----
+
+#ifdef NORM
+alias Sums = vec2<f32>; // (Σ w·x', Σ x²)
+
+fn sums(acc: vec4<f32>, ss: vec4<f32>) -> Sums {
+    return vec2<f32>((acc.x + acc.y) + (acc.z + acc.w), (ss.x + ss.y) + (ss.z + ss.w));
+}
+
+// The output from a slot's sums: the dot product times the token's rsqrt(mean(x²) + eps).
+fn finish(s: Sums) -> f32 {
+    return s.x * inverseSqrt(s.y / f32(p.k) + p.eps);
+}
+
+// Elements 8o..8o+7 of x[t] (row start `xrow`, in vec4) times norm_w; adds their squares to ss.
+fn x_group(xrow: u32, o: u32, ss: ptr<function, vec4<f32>>) -> array<vec4<f32>, 2> {
+    let a = x[xrow + 2u * o];
+    let b = x[xrow + 2u * o + 1u];
+    *ss = fma(a, a, fma(b, b, *ss));
+    return array<vec4<f32>, 2>(a * norm_w[2u * o], b * norm_w[2u * o + 1u]);
+}
+#else
+alias Sums = f32; // Σ w·x
+
+fn sums(acc: vec4<f32>, ss: vec4<f32>) -> Sums {
     return (acc.x + acc.y) + (acc.z + acc.w);
 }
 
+fn finish(s: Sums) -> f32 {
+    return s;
+}
+
+// Elements 8o..8o+7 of x[t] (row start `xrow`, in vec4).
+fn x_group(xrow: u32, o: u32, ss: ptr<function, vec4<f32>>) -> array<vec4<f32>, 2> {
+    return array<vec4<f32>, 2>(x[xrow + 2u * o], x[xrow + 2u * o + 1u]);
+}
+#endif
+
+// Partial sums of the weight row at byte `row_byte` with x'[t] over the 8-element groups
+// first, first + stride, …: consecutive invocations read consecutive words of W and x, so a
+// warp streams each row (see dequant8 in common/dequant.wgsl for why). Two groups per trip
+// keep more independent reads in flight per invocation.
+fn dot_row(row_byte: u32, xrow: u32, first: u32, stride: u32) -> Sums {
+    let groups = p.k / 8u;
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    var ss = vec4<f32>(0.0);
+    var o = first;
+    for (; o + stride < groups; o += 2u * stride) {
+        let wa = dequant8(row_byte, o);
+        let wb = dequant8(row_byte, o + stride);
+        let xa = x_group(xrow, o, &ss);
+        let xb = x_group(xrow, o + stride, &ss);
+        acc0 = fma(wa[0], xa[0], acc0);
+        acc1 = fma(wa[1], xa[1], acc1);
+        acc0 = fma(wb[0], xb[0], acc0);
+        acc1 = fma(wb[1], xb[1], acc1);
+    }
+    if (o < groups) {
+        let wa = dequant8(row_byte, o);
+        let xa = x_group(xrow, o, &ss);
+        acc0 = fma(wa[0], xa[0], acc0);
+        acc1 = fma(wa[1], xa[1], acc1);
+    }
+    return sums(acc0 + acc1, ss);
+}
+
+// dot_row for row mr.y of weight mr.x and token t. Each branch sets `wsel` to a constant
+// (see wl); the branch itself is uniform across a slot's invocations.
+fn dot_w(mr: vec2<u32>, t: u32, first: u32, stride: u32) -> Sums {
+    let row_byte = mr.y * p.row_bytes;
+    let xrow = t * (p.k / 4u);
+#ifdef QKV
+    if (mr.x == 2u) {
+        wsel = 2u;
+        return dot_row(row_byte, xrow, first, stride);
+    }
+#endif
+#ifdef MULTI_W
+    if (mr.x == 1u) {
+        wsel = 1u;
+        return dot_row(row_byte, xrow, first, stride);
+    }
+    wsel = 0u;
+#endif
+    return dot_row(row_byte, xrow, first, stride);
+}
+
+// ---- outputs ----
+
+// bias[r] of weight m (0 when it has none).
+fn bias_of(m: u32, r: u32) -> f32 {
+    var b = 0.0;
+#ifdef BIAS
+    if (m == 0u) {
+        b = bias[r];
+    }
+#endif
+#ifdef QKV_BIAS
+    if (m == 1u) {
+        b = bias1[r];
+    }
+    if (m == 2u) {
+        b = bias2[r];
+    }
+#endif
+    return b;
+}
+
+// Writes output (t, row) of weight m from its finished dot product `v`.
+fn store(m: u32, t: u32, row: u32, v: f32) {
+    let r = p.row0 + row;
+    let out = v + bias_of(m, r);
+#ifdef QKV
+    if (m == 1u) {
+        y1[t * p.n.y + r] = out;
+        return;
+    }
+    if (m == 2u) {
+        y2[t * p.n.z + r] = out;
+        return;
+    }
+#endif
+    let i = t * p.n.x + r;
+    if (p.accumulate != 0u) {
+        y[i] = y[i] + out;
+    } else {
+        y[i] = out;
+    }
+}
+
+#ifdef GLU
+// out[t, row] from the finished gate and up dot products.
+fn store_glu(t: u32, row: u32, gate: f32, up: f32) {
+    y[t * p.n.x + p.row0 + row] = act(gate) * up;
+}
+#endif
+
 #ifdef MATVEC_WG
-// Matrix–vector (decode): a workgroup of 256 (SwiftShader's maximum) computes MV_ROWS rows
-// of one token, MV_LANES lanes per row, then a shared-memory tree sums each row's lanes.
+// Matrix–vector (decode): a workgroup of 256 (SwiftShader's maximum) computes MV_ROWS slots
+// of one token, MV_LANES lanes per slot, then a shared-memory tree sums each slot's lanes.
 // This is the variant browsers run (wgpu's WebGPU backend never enables subgroups).
-var<workgroup> partial: array<f32, 256>;
+var<workgroup> partial: array<Sums, 256>;
 
 @compute @workgroup_size(256)
 fn main(
@@ -98,10 +293,11 @@ fn main(
     }
     let t = wid.z;
     let lane = li % MV_LANES;
-    let row = g * MV_ROWS + li / MV_LANES;
-    var acc = 0.0;
-    if (row < p.rows) {
-        acc = dot_row(row, t, lane, MV_LANES);
+    let slot = li / MV_LANES;
+    let mr = locate(g * MV_ROWS + slot, MV_ROWS);
+    var acc = Sums(0.0);
+    if (live(mr)) {
+        acc = dot_w(mr, t, lane, MV_LANES);
     }
     partial[li] = acc;
     workgroupBarrier();
@@ -111,8 +307,14 @@ fn main(
         }
         workgroupBarrier();
     }
-    if (lane == 0u && row < p.rows) {
-        store(t, row, partial[li]);
+    if (lane == 0u && live(mr)) {
+#ifdef GLU
+        if (mr.x == 0u) { // a gate slot; its up partner is MV_ROWS / 2 slots on
+            store_glu(t, mr.y, finish(partial[li]), finish(partial[li + MV_ROWS / 2u * MV_LANES]));
+        }
+#else
+        store(mr.x, t, mr.y, finish(partial[li]));
+#endif
     }
 }
 #endif
@@ -120,10 +322,19 @@ fn main(
 #ifdef MATVEC_SG
 // Matrix–vector with subgroup sums (native only). The subgroup size varies by device (8 on
 // lavapipe, 32 on NVIDIA, 64 on AMD), so work is assigned by subgroup_id rather than by
-// assuming which invocations share a subgroup: each row gets `spr` whole subgroups (or each
-// subgroup takes several rows when subgroups are wide), subgroupAdd sums each subgroup's
-// lanes, and one shared-memory step adds the `spr` subgroup sums of a row.
-var<workgroup> partial: array<f32, 256>;
+// assuming which invocations share a subgroup: each slot gets `spr` whole subgroups (or each
+// subgroup takes several slots when subgroups are wide), subgroupAdd sums each subgroup's
+// lanes, and one shared-memory step adds the `spr` subgroup sums of a slot.
+var<workgroup> partial: array<Sums, 256>;
+
+// Slot r's total from its `spr` subgroup sums.
+fn slot_sum(r: u32, spr: u32) -> Sums {
+    var s = Sums(0.0);
+    for (var i = 0u; i < spr; i++) {
+        s += partial[r * spr + i];
+    }
+    return s;
+}
 
 @compute @workgroup_size(256)
 fn main(
@@ -140,14 +351,14 @@ fn main(
         return;
     }
     let t = wid.z;
-    let spr = max(1u, nsg / MV_ROWS); // subgroups per row
+    let spr = max(1u, nsg / MV_ROWS); // subgroups per slot
     let part = sg % spr;
-    let row_step = max(1u, nsg / spr); // rows are dealt to subgroups round-robin
-    for (var r = sg / spr; r < MV_ROWS; r += row_step) {
-        let row = g * MV_ROWS + r;
-        var acc = 0.0;
-        if (row < p.rows) {
-            acc = dot_row(row, t, part * sg_size + lane, spr * sg_size);
+    let slot_step = max(1u, nsg / spr); // slots are dealt to subgroups round-robin
+    for (var r = sg / spr; r < MV_ROWS; r += slot_step) {
+        let mr = locate(g * MV_ROWS + r, MV_ROWS);
+        var acc = Sums(0.0);
+        if (live(mr)) {
+            acc = dot_w(mr, t, part * sg_size + lane, spr * sg_size);
         }
         let sum = subgroupAdd(acc);
         if (lane == 0u) {
@@ -155,26 +366,66 @@ fn main(
         }
     }
     workgroupBarrier();
-    let row = g * MV_ROWS + li;
-    if (li < MV_ROWS && row < p.rows) {
-        var sum = 0.0;
-        for (var i = 0u; i < spr; i++) {
-            sum += partial[li * spr + i];
+    let mr = locate(g * MV_ROWS + li, MV_ROWS);
+    if (li < MV_ROWS && live(mr)) {
+#ifdef GLU
+        if (mr.x == 0u) {
+            store_glu(t, mr.y, finish(slot_sum(li, spr)), finish(slot_sum(li + MV_ROWS / 2u, spr)));
         }
-        store(t, row, sum);
+#else
+        store(mr.x, t, mr.y, finish(slot_sum(li, spr)));
+#endif
     }
 }
 #endif
 
 #ifdef TILED
-// Matrix–matrix (prefill): a workgroup computes a TILE_N × TILE_T block of y. Per 32-wide
-// K step, TILE_N threads dequantize one chunk of a W row each into workgroup memory, all
-// threads stage the x tile, and every thread then reads both from shared memory for its
-// 4 rows × 2 tokens: each weight is dequantized once per TILE_T tokens, not once per token.
+// Matrix–matrix (prefill): a workgroup computes TILE_N slots × TILE_T tokens. Per 32-wide K
+// step, TILE_N threads dequantize one chunk of a W row each into workgroup memory, all
+// threads stage the x' tile, and every thread then reads both from shared memory for its
+// 4 slots × 2 tokens: each weight is dequantized once per TILE_T tokens, not once per token.
 // Rows are padded to 9 vec4 so the 16 row-threads of a warp spread over the banks.
+// Thread (tx, ty) owns slots tx + 16i: with GLU, i = 0, 1 are gate slots (< TILE_N / 2) and
+// i = 2, 3 the up slots of the same rows, so the thread combines them itself.
 const PAD: u32 = 9u;
 var<workgroup> wt: array<vec4<f32>, TILE_N * PAD>; // [TILE_N, 32] dequantized W chunk
-var<workgroup> xt: array<vec4<f32>, TILE_T * PAD>; // [TILE_T, 32] x chunk
+var<workgroup> xt: array<vec4<f32>, TILE_T * PAD>; // [TILE_T, 32] x' chunk
+#ifdef NORM
+var<workgroup> ssq: array<f32, 256>; // Σ x² of the x column each thread staged
+#endif
+
+// Chunk c of row mr.y of weight mr.x (wsel as in dot_w).
+fn dequant_w(mr: vec2<u32>, c: u32) -> array<vec4<f32>, 8> {
+    let row_byte = mr.y * p.row_bytes;
+#ifdef QKV
+    if (mr.x == 2u) {
+        wsel = 2u;
+        return dequant32(row_byte, c);
+    }
+#endif
+#ifdef MULTI_W
+    if (mr.x == 1u) {
+        wsel = 1u;
+        return dequant32(row_byte, c);
+    }
+    wsel = 0u;
+#endif
+    return dequant32(row_byte, c);
+}
+
+// rsqrt(mean(x²) + eps) of tile token `tok` (thread li staged x column li % 8 of token
+// li / 8), or 1 without NORM.
+fn token_scale(tok: u32) -> f32 {
+#ifdef NORM
+    var s = 0.0;
+    for (var i = 0u; i < 8u; i++) {
+        s += ssq[tok * 8u + i];
+    }
+    return inverseSqrt(s / f32(p.k) + p.eps);
+#else
+    return 1.0;
+#endif
+}
 
 @compute @workgroup_size(256)
 fn main(
@@ -186,29 +437,33 @@ fn main(
     if (g >= p.groups) {
         return;
     }
-    let row0 = g * TILE_N;
     let t0 = wid.z * TILE_T;
-    let tx = li % 16u; // rows tx + 16i, i < 4
+    let tx = li % 16u; // slots tx + 16i, i < 4
     let ty = li / 16u; // tokens ty + 16j, j < 2
     let chunks = p.k / 32u;
-    var acc: array<vec4<f32>, 2>; // acc[j][i]: token ty + 16j, row tx + 16i
+    let staged = locate(g * TILE_N + li, TILE_N); // the W row this thread stages (li < TILE_N)
+    let tok = li / 8u; // the x' vec4 this thread stages: token tok, column li % 8
+    let t_stage = t0 + tok;
+    var ss = 0.0;
+    var acc: array<vec4<f32>, 2>; // acc[j][i]: token ty + 16j, slot tx + 16i
     for (var c = 0u; c < chunks; c++) {
         if (li < TILE_N) {
-            let row = row0 + li;
             var v: array<vec4<f32>, 8>;
-            if (row < p.rows) {
-                v = dequant32(row * p.row_bytes, c);
+            if (live(staged)) {
+                v = dequant_w(staged, c);
             }
             for (var j = 0u; j < 8u; j++) {
                 wt[li * PAD + j] = v[j];
             }
         }
         // TILE_T · 8 = 256 vec4: one per invocation.
-        let tok = li / 8u;
-        let t = t0 + tok;
         var xv = vec4<f32>(0.0);
-        if (t < p.t) {
-            xv = x[t * (p.k / 4u) + 8u * c + li % 8u];
+        if (t_stage < p.t) {
+            xv = x[t_stage * (p.k / 4u) + 8u * c + li % 8u];
+#ifdef NORM
+            ss += dot(xv, xv);
+            xv *= norm_w[8u * c + li % 8u];
+#endif
         }
         xt[tok * PAD + li % 8u] = xv;
         workgroupBarrier();
@@ -226,14 +481,28 @@ fn main(
         }
         workgroupBarrier();
     }
+#ifdef NORM
+    ssq[li] = ss;
+    workgroupBarrier();
+#endif
     for (var tj = 0u; tj < 2u; tj++) {
         let t = t0 + ty + 16u * tj;
-        for (var i = 0u; i < 4u; i++) {
-            let row = row0 + tx + 16u * i;
-            if (t < p.t && row < p.rows) {
-                store(t, row, acc[tj][i]);
+        let scale = token_scale(ty + 16u * tj);
+#ifdef GLU
+        for (var i = 0u; i < 2u; i++) {
+            let mr = locate(g * TILE_N + tx + 16u * i, TILE_N);
+            if (t < p.t && live(mr)) {
+                store_glu(t, mr.y, acc[tj][i] * scale, acc[tj][i + 2u] * scale);
             }
         }
+#else
+        for (var i = 0u; i < 4u; i++) {
+            let mr = locate(g * TILE_N + tx + 16u * i, TILE_N);
+            if (t < p.t && live(mr)) {
+                store(mr.x, t, mr.y, acc[tj][i] * scale);
+            }
+        }
+#endif
     }
 }
 #endif

@@ -268,7 +268,8 @@ fn rope_rejects_odd_head_dim() {
 
 /// Writes a prefill chunk of `pos0` tokens and then the step's `t` tokens through
 /// `kv_write`, runs `attention` for the step, and compares cache and output with the CPU.
-fn check_attention(seed: u64, shape: AttentionShape) {
+/// Returns the plan the kernel followed.
+fn check_attention(seed: u64, shape: AttentionShape) -> attention::AttentionPlan {
     let AttentionShape {
         t,
         heads,
@@ -334,7 +335,21 @@ fn check_attention(seed: u64, shape: AttentionShape) {
     }
     let qb = upload("q", &q);
     let out = ctx().storage_buffer("out", (t * heads * hd * 4) as u64);
-    attention::attention(&mut rec, &(&qb).into(), &kc, &vc, &(&out).into(), &shape).unwrap();
+    // Sized as the engine sizes it, for this step's tokens and cache rows; NaN-filled, so a
+    // partial the split pass failed to write shows.
+    let n_partials = attention::partials_len(heads as u32, hd as u32, t as u32, ctx_len as u32);
+    let partials = upload("partials", &vec![f32::NAN; n_partials.max(1) as usize]);
+    let plan = attention::plan(&shape);
+    attention::attention(
+        &mut rec,
+        &(&qb).into(),
+        &kc,
+        &vc,
+        &(&out).into(),
+        &(&partials).into(),
+        &shape,
+    )
+    .unwrap();
     submit(rec);
 
     let filled = (pos0 + t) * row;
@@ -343,11 +358,15 @@ fn check_attention(seed: u64, shape: AttentionShape) {
 
     let want = ops::attention(&q, &k_all, &v_all, &shape);
     let what = format!(
-        "attention t={t} heads={heads}/{kv_heads} hd={hd} pos0={pos0} window={} ({} keys max)",
+        "attention t={t} heads={heads}/{kv_heads} hd={hd} pos0={pos0} window={} ({} keys max, \
+         {} ranges of {})",
         shape.window,
-        pos0 + t
+        pos0 + t,
+        plan.splits,
+        plan.chunk
     );
     assert_close(&what, &read(&out, want.len()), &want, 5e-6, 5e-5);
+    plan
 }
 
 fn shape(
@@ -399,20 +418,83 @@ fn attention_gemma_scale_and_long_window() {
 }
 
 #[test]
+fn attention_split_matches_reference() {
+    // Flash-decoding shapes: Llama-3.2-1B (32/8 × 64), Gemma-3-270M (4/1 × 256) and
+    // Qwen2-0.5B (14/2 × 64); decode (t = 1) and a 2-token step; from one key to several
+    // thousand; no window, a window inside one block, and one spanning ranges.
+    let mut seed = 1000;
+    for (heads, kv_heads, hd) in [(32, 8, 64), (4, 1, 256), (14, 2, 64)] {
+        for t in [1, 2] {
+            for keys in [1, 100, 700, 3000] {
+                for window in [0, 5, 512] {
+                    let keys: u32 = keys.max(t);
+                    let s = shape(t, heads, kv_heads, hd, keys - t, window);
+                    let plan = check_attention(seed, s);
+                    seed += 10;
+                    // More than one block of visible keys always splits at these head counts.
+                    let visible = if window == 0 { keys } else { keys.min(window) };
+                    assert_eq!(plan.splits > 1, visible > 64, "{s:?}: {plan:?}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn attention_split_edge_ranges() {
+    // Two tokens at 128 and 129 keys: three 64-key ranges, the first token's last one empty.
+    let plan = check_attention(2000, shape(2, 4, 1, 64, 127, 0));
+    assert_eq!((plan.splits, plan.chunk), (3, 64));
+    // 65 keys: a full range and a one-key range. head_dim not a multiple of the 8 score lanes
+    // nor of the 32 value lanes.
+    check_attention(2010, shape(1, 4, 2, 100, 64, 0));
+    // Enough tokens for the single pass: t · heads above 256.
+    let plan = check_attention(2020, shape(9, 32, 8, 64, 600, 0));
+    assert_eq!(plan.splits, 1);
+    // Just under it, a prefill-sized chunk still splits (Gemma-3-270M prefills 64 tokens
+    // with 4 heads this way).
+    let plan = check_attention(2030, shape(64, 4, 1, 256, 300, 0));
+    assert!(plan.splits > 1, "{plan:?}");
+}
+
+#[test]
+fn attention_partials_len_covers_every_plan() {
+    // The engine allocates partials_len once; every step it can run must fit.
+    for (heads, hd) in [(32, 64), (4, 256), (14, 64), (1, 8)] {
+        for context in [1, 64, 65, 129, 700, 4096, 32768] {
+            let have = attention::partials_len(heads, hd, 64, context);
+            for t in 1..=64u32.min(context) {
+                for keys in (t..=context).step_by(37).chain([context]) {
+                    let s = shape(t, heads, heads, hd, keys - t, 0);
+                    let p = attention::plan(&s);
+                    let need = if p.splits > 1 {
+                        (t * heads * p.splits * (hd + 2)) as u64
+                    } else {
+                        0
+                    };
+                    assert!(need <= have, "{s:?} {p:?}: needs {need}, have {have}");
+                    assert!(p.splits <= 512, "{s:?} {p:?}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn attention_rejects_bad_shapes() {
     let b = ctx().storage_buffer("b", 4 * 4096);
     let b: Binding = (&b).into();
     let mut rec = StepRecorder::new(ctx());
     assert!(
-        attention::attention(&mut rec, &b, &b, &b, &b, &shape(1, 4, 3, 8, 0, 0)).is_err(),
+        attention::attention(&mut rec, &b, &b, &b, &b, &b, &shape(1, 4, 3, 8, 0, 0)).is_err(),
         "heads % kv_heads"
     );
     assert!(
-        attention::attention(&mut rec, &b, &b, &b, &b, &shape(1, 1, 1, 512, 0, 0)).is_err(),
+        attention::attention(&mut rec, &b, &b, &b, &b, &b, &shape(1, 1, 1, 512, 0, 0)).is_err(),
         "head_dim > 256"
     );
     assert!(
-        attention::attention(&mut rec, &b, &b, &b, &b, &shape(1, 4, 4, 64, 100, 0)).is_err(),
+        attention::attention(&mut rec, &b, &b, &b, &b, &b, &shape(1, 4, 4, 64, 100, 0)).is_err(),
         "cache too short"
     );
     assert_eq!(rec.dispatch_count(), 0);

@@ -125,40 +125,52 @@ fn fixtures_match_hugging_face() {
     println!("{}", report.join("\n"));
 }
 
+/// GPU logits for `ids`, all at once and as a `prefill`-token prefill followed by one-token
+/// decode steps through the KV cache, against the CPU reference forward.
+fn check_gpu_vs_cpu(ctx: &GpuContext, name: &str, n_tokens: u32, prefill: usize) {
+    let path = fixture(name);
+    let model = load_path(ctx, &path, 512).unwrap();
+    let cpu = CpuModel::load(&path).unwrap();
+    let ids: Vec<u32> = (0..n_tokens).map(|i| (i * 7919 + 13) % model.config.vocab_size).collect();
+    let expected = cpu.forward(&ids);
+    let mut s = Session::new(ctx, &model, 512, LogitsFor::AllTokens);
+    let mut batched = Vec::new();
+    for chunk in ids.chunks(prefill) {
+        batched.extend(s.forward_blocking(chunk).unwrap());
+    }
+    let mut s2 = Session::new(ctx, &model, 512, LogitsFor::AllTokens);
+    let mut stepped = s2.forward_blocking(&ids[..prefill]).unwrap();
+    for &id in &ids[prefill..] {
+        stepped.extend(s2.forward_blocking(&[id]).unwrap());
+    }
+    for (what, got) in [("batched", &batched), ("decode", &stepped)] {
+        let mut worst = (0.0f32, 0usize);
+        for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+            let d = (g - e).abs() / (1.0 + e.abs());
+            if d > worst.0 {
+                worst = (d, i);
+            }
+        }
+        println!("{name} {n_tokens} tokens {what}: max rel err {:.2e} at {}", worst.0, worst.1);
+        assert!(worst.0 < 2e-3, "{name} {what}: logit {} = {} vs reference {}", worst.1, got[worst.1], expected[worst.1]);
+    }
+}
+
 #[test]
 fn gpu_forward_matches_cpu_reference() {
     let ctx = gpu();
     for name in ["llama-spm-q8_0", "llama3-q4_k", "qwen2-q5_0", "gemma3-q8_0", "llama-spm-f16", "qwen2-q6_k"] {
-        let path = fixture(name);
-        let model = load_path(&ctx, &path, 512).unwrap();
-        let cpu = CpuModel::load(&path).unwrap();
-        let ids: Vec<u32> = (0..21u32).map(|i| (i * 7919 + 13) % model.config.vocab_size).collect();
-        let expected = cpu.forward(&ids);
-        // All at once, then prefill + one-token decode steps through the KV cache.
-        let mut s = Session::new(&ctx, &model, 512, LogitsFor::AllTokens);
-        let got = s.forward_blocking(&ids).unwrap();
-        let mut s2 = Session::new(&ctx, &model, 512, LogitsFor::AllTokens);
-        let mut stepped = s2.forward_blocking(&ids[..9]).unwrap();
-        for &id in &ids[9..] {
-            stepped.extend(s2.forward_blocking(&[id]).unwrap());
-        }
-        for (what, got) in [("batched", &got), ("decode", &stepped)] {
-            let mut worst = (0.0f32, 0usize);
-            for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
-                let d = (g - e).abs() / (1.0 + e.abs());
-                if d > worst.0 {
-                    worst = (d, i);
-                }
-            }
-            println!("{name} {what}: max rel err {:.2e} at {}", worst.0, worst.1);
-            assert!(
-                worst.0 < 2e-3,
-                "{name} {what}: logit {} = {} vs reference {}",
-                worst.1,
-                got[worst.1],
-                expected[worst.1]
-            );
-        }
+        check_gpu_vs_cpu(&ctx, name, 21, 9);
+    }
+}
+
+/// Long enough that decode steps take the split-K (flash-decoding) attention path and
+/// gemma3's sliding window (8 positions in the fixture) is crossed many times.
+#[test]
+fn long_sequences_match_cpu_reference() {
+    let ctx = gpu();
+    for name in ["gemma3-q8_0", "llama-spm-q4_0"] {
+        check_gpu_vs_cpu(&ctx, name, 150, 70);
     }
 }
 

@@ -342,8 +342,16 @@ def greedy(model, ids: list[int], n: int) -> tuple[list[int], list[float]]:
 
 @torch.no_grad()
 def generate_ids(model, ids: list[int], n: int) -> list[int]:
-    out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                         do_sample=False, max_new_tokens=n, min_new_tokens=n, pad_token_id=0)
+    # EOS must neither stop generation nor be suppressed (min_new_tokens would mask it):
+    # the argmax loop treats it as an ordinary token.
+    saved = model.generation_config.eos_token_id, model.config.eos_token_id
+    model.generation_config.eos_token_id = None
+    model.config.eos_token_id = None
+    try:
+        out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                             do_sample=False, max_new_tokens=n, pad_token_id=0)
+    finally:
+        model.generation_config.eos_token_id, model.config.eos_token_id = saved
     return out[0, len(ids):].tolist()
 
 
@@ -410,6 +418,8 @@ def run_one(name: str, path: Path, sha: str, fam: dict | None, prompts: list[str
         hf_ids, hf_cls = hf_tok_cache[key]
         tok_info["hf_gguf_tokenizer"] = hf_cls
         tok_info["hf_gguf_tokenizer_agrees"] = None if hf_ids is None else hf_ids == raw
+        if hf_ids is not None and hf_ids != raw:
+            tok_info["hf_gguf_tokenizer_ids"] = hf_ids
     else:
         hf_ids, hf_cls = hf_tokenizer_ids(path, prompts)
         if hf_ids is None:
@@ -441,8 +451,9 @@ def run_one(name: str, path: Path, sha: str, fam: dict | None, prompts: list[str
         "config_overrides": overrides,
         "checks": checks,
         "tokenizer": tok_info,
-        "greedy_method": f"argmax loop, {N_GREEDY} steps, whole sequence recomputed each step (no KV cache); "
-                         "generate_agrees: HF generate(do_sample=False) gave the same ids",
+        "greedy_method": f"argmax loop, {N_GREEDY} steps, whole sequence recomputed each step (no KV cache), "
+                         "EOS treated as an ordinary token (no stop); generate_agrees: HF generate(do_sample=False, "
+                         "EOS stop disabled, KV cache) gave the same ids (false only after a near-tie margin)",
         "logit_rounding": f"{DIGITS} decimals",
         "prompts": out_prompts,
     }

@@ -159,6 +159,53 @@ def quantize(w: np.ndarray, type_name: str) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------
+# scalar decoders, written from the block layouts with ggml's loop structure
+# (one block at a time); the self-test checks them against gguf-py's decoder.
+
+
+def _h(b: bytes) -> float:
+    return float(np.frombuffer(b, dtype="<f2")[0])
+
+
+def _scale_min_k4(j: int, s: bytes) -> tuple[int, int]:
+    if j < 4:
+        return s[j] & 63, s[j + 4] & 63
+    return (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4), (s[j + 4] >> 4) | ((s[j] >> 6) << 4)
+
+
+def decode_block_scalar(block: bytes, type_name: str) -> list[float]:
+    y: list[float] = []
+    if type_name in ("Q4_K", "Q5_K"):
+        d, dmin, sc = _h(block[0:2]), _h(block[2:4]), block[4:16]
+        qh = block[16:48] if type_name == "Q5_K" else None
+        qs = block[48:176] if type_name == "Q5_K" else block[16:144]
+        for j in range(4):  # 64 weights per step: two sub-blocks share 32 bytes of qs
+            s1, m1 = _scale_min_k4(2 * j, sc)
+            s2, m2 = _scale_min_k4(2 * j + 1, sc)
+            q = qs[32 * j: 32 * j + 32]
+            for half, (s_, m_) in enumerate(((s1, m1), (s2, m2))):
+                for l in range(32):
+                    v = (q[l] >> (4 * half)) & 15
+                    if qh is not None and (qh[l] >> (2 * j + half)) & 1:
+                        v += 16
+                    y.append(d * s_ * v - dmin * m_)
+        return y
+    if type_name == "Q6_K":
+        ql, qh, sc, d = block[0:128], block[128:192], np.frombuffer(block[192:208], np.int8), _h(block[208:210])
+        for n in range(2):
+            out = [0.0] * 128
+            for l in range(32):
+                a, b, h = ql[64 * n + l], ql[64 * n + l + 32], qh[32 * n + l]
+                qv = ((a & 15) | ((h & 3) << 4), (b & 15) | (((h >> 2) & 3) << 4),
+                      (a >> 4) | (((h >> 4) & 3) << 4), (b >> 4) | (((h >> 6) & 3) << 4))
+                for k in range(4):
+                    out[l + 32 * k] = d * int(sc[8 * n + l // 16 + 2 * k]) * (qv[k] - 32)
+            y += out
+        return y
+    raise ValueError(type_name)
+
+
+# ---------------------------------------------------------------------------
 # self-test
 
 
@@ -221,6 +268,15 @@ def _selftest() -> int:
                 good = good and not err.any()
             print(("ok   " if good else "FAIL ") + line)
             ok &= good
+        # independent scalar decoder on a few blocks
+        packed = fn(cases["outliers"][:2])
+        bb = BLOCK_BYTES[name]
+        ref = dequantize(packed, gtype[name]).reshape(-1)
+        flat = packed.reshape(-1).tobytes()
+        mine = [v for i in range(len(flat) // bb) for v in decode_block_scalar(flat[i * bb:(i + 1) * bb], name)]
+        same = np.allclose(np.array(mine, dtype=np.float32), ref, rtol=1e-6, atol=1e-6)
+        print(("ok   " if same else "FAIL ") + f"{name} scalar decoder agrees with gguf-py on {len(flat) // bb} blocks")
+        ok &= same
         # determinism
         w = cases["normal"]
         assert np.array_equal(fn(w), fn(w.copy()))

@@ -3,7 +3,12 @@
 // Contract with the including shader:
 //   - it declares `var<storage, read> w: array<u32>;` holding one tensor part's raw blocks
 //     (the file's bytes, uploaded unchanged; rows start at row * row_bytes);
-//   - it defines exactly one weight type: F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q4_K Q5_K Q6_K.
+//   - it defines exactly one weight type: F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q4_K Q5_K Q6_K;
+//   - with MULTI_W it binds several weights of that type and defines `fn wl(i: u32) -> u32`
+//     itself (word i of the weight it is reading now; see matmul.wgsl). Every weight word
+//     below is read through wl() for that reason: WGSL cannot pass a storage buffer to a
+//     function (naga lacks unrestricted_pointer_parameters), so this is how one dequantizer
+//     serves several bindings.
 // This file then provides, for that type, two views of the row starting at byte `row_byte`:
 //   fn dequant32(row_byte: u32, chunk: u32) -> array<vec4<f32>, 8>
 //     elements 32·chunk .. 32·chunk+31 in order (vec4 j holds elements 4j..4j+3): one
@@ -29,17 +34,24 @@
 // f16 values are decoded with unpack2x16float (core WGSL: no shader-f16 needed); bf16 by
 // shifting its 16 bits into the top of an f32.
 
+#ifndef MULTI_W
+// Word i of the weight (the one-weight shaders: matmul without fusion, get_rows).
+fn wl(i: u32) -> u32 {
+    return w[i];
+}
+#endif
+
 // The u32 made of the 4 bytes at `byte` (any alignment).
 fn load_u32(byte: u32) -> u32 {
     let i = byte >> 2u;
     let s = (byte & 3u) * 8u;
-    // WGSL takes shift counts mod 32, so s == 0 must not use the funnel (it would OR in w[i+1]).
-    return select((w[i] >> s) | (w[i + 1u] << (32u - s)), w[i], s == 0u);
+    // WGSL takes shift counts mod 32, so s == 0 must not use the funnel (it would OR in the next word).
+    return select((wl(i) >> s) | (wl(i + 1u) << (32u - s)), wl(i), s == 0u);
 }
 
 // The f16 at an even `byte`, as f32.
 fn load_f16(byte: u32) -> f32 {
-    let h = unpack2x16float(w[byte >> 2u]);
+    let h = unpack2x16float(wl(byte >> 2u));
     return select(h.x, h.y, (byte & 2u) != 0u);
 }
 
@@ -47,9 +59,9 @@ fn load_f16(byte: u32) -> f32 {
 fn load_words2(byte: u32) -> vec2<u32> {
     let i = byte >> 2u;
     let s = (byte & 3u) * 8u;
-    let a = w[i];
-    let b = w[i + 1u];
-    let c = w[i + 2u];
+    let a = wl(i);
+    let b = wl(i + 1u);
+    let c = wl(i + 2u);
     return select(vec2<u32>((a >> s) | (b << (32u - s)), (b >> s) | (c << (32u - s))), vec2<u32>(a, b), s == 0u);
 }
 
@@ -58,9 +70,9 @@ fn load_words4(byte: u32) -> array<u32, 4> {
     let i = byte >> 2u;
     let s = (byte & 3u) * 8u;
     var out: array<u32, 4>;
-    var lo = w[i];
+    var lo = wl(i);
     for (var j = 0u; j < 4u; j++) {
-        let hi = w[i + j + 1u];
+        let hi = wl(i + j + 1u);
         out[j] = select((lo >> s) | (hi << (32u - s)), lo, s == 0u);
         lo = hi;
     }
@@ -72,9 +84,9 @@ fn load_words8(byte: u32) -> array<u32, 8> {
     let i = byte >> 2u;
     let s = (byte & 3u) * 8u;
     var out: array<u32, 8>;
-    var lo = w[i];
+    var lo = wl(i);
     for (var j = 0u; j < 8u; j++) {
-        let hi = w[i + j + 1u];
+        let hi = wl(i + j + 1u);
         out[j] = select((lo >> s) | (hi << (32u - s)), lo, s == 0u);
         lo = hi;
     }

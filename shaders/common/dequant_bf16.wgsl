@@ -9,7 +9,7 @@ fn dequant32(row_byte: u32, chunk: u32) -> array<vec4<f32>, 8> {
     let i = (row_byte + chunk * 64u) >> 2u;
     var v: array<vec4<f32>, 8>;
     for (var j = 0u; j < 8u; j++) {
-        v[j] = vec4<f32>(bf16x2(w[i + 2u * j]), bf16x2(w[i + 2u * j + 1u]));
+        v[j] = vec4<f32>(bf16x2(wl(i + 2u * j)), bf16x2(wl(i + 2u * j + 1u)));
     }
     return v;
 }
@@ -18,7 +18,7 @@ fn dequant32(row_byte: u32, chunk: u32) -> array<vec4<f32>, 8> {
 fn dequant8(row_byte: u32, o: u32) -> array<vec4<f32>, 2> {
     let i = (row_byte >> 2u) + 4u * o;
     return array<vec4<f32>, 2>(
-        vec4<f32>(bf16x2(w[i]), bf16x2(w[i + 1u])),
-        vec4<f32>(bf16x2(w[i + 2u]), bf16x2(w[i + 3u])),
+        vec4<f32>(bf16x2(wl(i)), bf16x2(wl(i + 1u))),
+        vec4<f32>(bf16x2(wl(i + 2u)), bf16x2(wl(i + 3u))),
     );
 }

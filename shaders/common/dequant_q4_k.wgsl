@@ -8,15 +8,15 @@
 fn dequant32(row_byte: u32, chunk: u32) -> array<vec4<f32>, 8> {
     let sb = chunk & 7u;
     let i = (row_byte + (chunk >> 3u) * 144u) >> 2u;
-    let dm = unpack2x16float(w[i]);
-    let sm = scale_min_k4(sb, w[i + 1u], w[i + 2u], w[i + 3u]);
+    let dm = unpack2x16float(wl(i));
+    let sm = scale_min_k4(sb, wl(i + 1u), wl(i + 2u), wl(i + 3u));
     let dl = dm.x * sm.x;
     let ml = dm.y * sm.y;
     let qs = i + 4u + 8u * (sb >> 1u);
     let shift = 4u * (sb & 1u);
     var v: array<vec4<f32>, 8>;
     for (var j = 0u; j < 8u; j++) {
-        v[j] = dl * nibbles(w[qs + j], shift) - ml;
+        v[j] = dl * nibbles(wl(qs + j), shift) - ml;
     }
     return v;
 }
@@ -26,11 +26,11 @@ fn dequant32(row_byte: u32, chunk: u32) -> array<vec4<f32>, 8> {
 fn dequant8(row_byte: u32, o: u32) -> array<vec4<f32>, 2> {
     let sb = (o >> 2u) & 7u;
     let i = (row_byte + (o >> 5u) * 144u) >> 2u;
-    let dm = unpack2x16float(w[i]);
-    let sm = scale_min_k4(sb, w[i + 1u], w[i + 2u], w[i + 3u]);
+    let dm = unpack2x16float(wl(i));
+    let sm = scale_min_k4(sb, wl(i + 1u), wl(i + 2u), wl(i + 3u));
     let dl = dm.x * sm.x;
     let ml = dm.y * sm.y;
     let qs = i + 4u + 8u * (sb >> 1u) + 2u * (o & 3u);
     let shift = 4u * (sb & 1u);
-    return array<vec4<f32>, 2>(dl * nibbles(w[qs], shift) - ml, dl * nibbles(w[qs + 1u], shift) - ml);
+    return array<vec4<f32>, 2>(dl * nibbles(wl(qs), shift) - ml, dl * nibbles(wl(qs + 1u), shift) - ml);
 }

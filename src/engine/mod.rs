@@ -10,6 +10,7 @@ pub use loader::load_path;
 
 use crate::capabilities::Report;
 use crate::gpu::{Binding, GpuContext, GpuError, StepRecorder};
+use crate::kernels::attention::partials_len;
 use crate::kernels::KernelError;
 use crate::model::{self, Arch, Config, Weights};
 use crate::sampler::Sampler;
@@ -59,6 +60,9 @@ pub struct Scratch {
     pub act: wgpu::Buffer,    // [rows, ffn]
     pub logits: wgpu::Buffer, // [logit_rows, vocab]
     pub logit_rows: u32,
+    /// Flash-decoding partials `[partials_len]` f32, reused by every layer: per (token, head,
+    /// key range) a max, a sum and `head_dim` sums (see `kernels::attention`).
+    pub attn_partials: wgpu::Buffer,
     /// Per-layer RoPE inverse frequencies `[head_dim/2]`.
     pub inv_freq: Vec<wgpu::Buffer>,
 }
@@ -68,11 +72,14 @@ impl Scratch {
         let r = rows as u64;
         let qd = (c.n_heads * c.head_dim) as u64;
         let kvd = (c.n_kv_heads * c.head_dim) as u64;
+        let partials = partials_len(c.n_heads, c.head_dim, rows, c.context_length);
         4 * (r + r * c.dim as u64 * 3 + r * qd * 2 + r * kvd * 2 + r * c.ffn_dim as u64 * 3)
             + 4 * logit_rows as u64 * c.vocab_size as u64
+            + 4 * partials
     }
 
-    fn new(ctx: &GpuContext, model: &Model, rows: u32, logit_rows: u32) -> Scratch {
+    /// `context`: KV-cache positions, which bound the attention partials.
+    fn new(ctx: &GpuContext, model: &Model, rows: u32, logit_rows: u32, context: u32) -> Scratch {
         let c = &model.config;
         let r = rows as u64;
         let f32s = |label: &str, n: u64| ctx.storage_buffer(label, n * 4);
@@ -97,6 +104,8 @@ impl Scratch {
             act: f32s("act", r * c.ffn_dim as u64),
             logits: f32s("logits", logit_rows as u64 * c.vocab_size as u64),
             logit_rows,
+            // At least one f32: a zero-sized buffer cannot be bound.
+            attn_partials: f32s("attn_partials", partials_len(c.n_heads, c.head_dim, rows, context).max(1)),
             inv_freq,
         }
     }
@@ -161,7 +170,7 @@ impl<'m> Session<'m> {
             LogitsFor::LastToken => 1,
             LogitsFor::AllTokens => LOGITS_ROWS,
         };
-        let scratch = Scratch::new(ctx, model, PREFILL_CHUNK, logit_rows);
+        let scratch = Scratch::new(ctx, model, PREFILL_CHUNK, logit_rows, context);
         Session { ctx, model, kv, scratch, pos: 0, stats: Stats::default() }
     }
 
@@ -256,6 +265,13 @@ impl<'m> Session<'m> {
         on_token: &mut dyn FnMut(u32) -> bool,
     ) -> Result<Vec<u32>, EngineError> {
         pollster::block_on(self.generate(prompt, max_new, sampler, on_token))
+    }
+}
+
+impl Drop for Session<'_> {
+    /// Cached bind groups hold this session's buffers (KV cache, scratch); let them go.
+    fn drop(&mut self) {
+        self.ctx.clear_bind_groups();
     }
 }
 

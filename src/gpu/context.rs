@@ -29,7 +29,30 @@ pub struct GpuContext {
     /// Optional features we asked for and got: SHADER_F16, SUBGROUP, TIMESTAMP_QUERY.
     pub features: wgpu::Features,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
+    /// One grow-only uniform buffer for every step's dispatch parameters. Rewriting it with
+    /// `queue.write_buffer` before each submit is safe: writes and submits are ordered on the
+    /// queue timeline, so earlier steps still see their own values.
+    params: Mutex<Option<wgpu::Buffer>>,
+    /// Held from the parameter write to the submit, so threads sharing this context can't
+    /// overwrite each other's parameters in between.
+    pub(crate) submit_lock: Mutex<()>,
+    /// Bind groups by (pipeline, parameter range, storage ranges). A decode step binds the
+    /// same buffers every token, so after the first token no bind group is created.
+    bind_groups: Mutex<HashMap<BindGroupKey, wgpu::BindGroup>>,
+    /// Reusable MAP_READ staging buffers by size.
+    staging: Mutex<HashMap<u64, wgpu::Buffer>>,
 }
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(crate) struct BindGroupKey {
+    pub pipeline: wgpu::ComputePipeline,
+    pub params: (u64, u64),
+    pub storage: Vec<(wgpu::Buffer, u64, Option<u64>)>,
+}
+
+/// Bind groups kept at most; beyond this the cache starts over (bounds memory when many
+/// sessions come and go).
+const MAX_CACHED_BIND_GROUPS: usize = 16_384;
 
 /// Features coco uses when present; none is required.
 const WANTED_FEATURES: wgpu::Features = wgpu::Features::SHADER_F16
@@ -56,7 +79,18 @@ impl GpuContext {
             })
             .await
             .map_err(|e| GpuError::RequestDevice(e.to_string()))?;
-        Ok(GpuContext { device, queue, info, limits, features, pipelines: Mutex::new(HashMap::new()) })
+        Ok(GpuContext {
+            device,
+            queue,
+            info,
+            limits,
+            features,
+            pipelines: Mutex::new(HashMap::new()),
+            params: Mutex::new(None),
+            submit_lock: Mutex::new(()),
+            bind_groups: Mutex::new(HashMap::new()),
+            staging: Mutex::new(HashMap::new()),
+        })
     }
 
     /// Blocking constructor for the CLI and tests.
@@ -170,25 +204,53 @@ impl GpuContext {
         }
     }
 
-    /// A uniform buffer holding `data` (used by the step recorder for dispatch parameters).
-    pub(crate) fn uniform_buffer_init(&self, label: &str, data: &[u8]) -> wgpu::Buffer {
-        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some(label),
-            size: (data.len().max(16) as u64 + 15) & !15,
-            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+    /// The shared parameter buffer, holding `data` from offset 0 (grown when too small).
+    pub(crate) fn params_buffer(&self, data: &[u8]) -> wgpu::Buffer {
+        let mut slot = self.params.lock().unwrap_or_else(|p| p.into_inner());
+        let needed = (data.len().max(16) as u64 + 15) & !15;
+        if slot.as_ref().is_none_or(|b| b.size() < needed) {
+            // Grown buffers invalidate every cached bind group that pointed at the old one.
+            self.clear_bind_groups();
+            *slot = Some(self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("params"),
+                size: needed.next_power_of_two().max(1 << 16),
+                usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }));
+        }
+        let buffer = slot.clone().expect("params buffer just ensured");
         self.write_padded(&buffer, 0, data);
         buffer
     }
 
+    /// The cached bind group for `key`, created with `entries` on first use.
     pub(crate) fn bind_group(
         &self,
+        key: BindGroupKey,
         label: &str,
-        layout: &wgpu::BindGroupLayout,
         entries: &[wgpu::BindGroupEntry<'_>],
     ) -> wgpu::BindGroup {
-        self.device.create_bind_group(&wgpu::BindGroupDescriptor { label: Some(label), layout, entries })
+        let mut cache = self.bind_groups.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(bg) = cache.get(&key) {
+            return bg.clone();
+        }
+        if cache.len() >= MAX_CACHED_BIND_GROUPS {
+            cache.clear();
+        }
+        let layout = key.pipeline.get_bind_group_layout(0);
+        let bg = self.device.create_bind_group(&wgpu::BindGroupDescriptor { label: Some(label), layout: &layout, entries });
+        cache.insert(key, bg.clone());
+        bg
+    }
+
+    /// Drops cached bind groups (and with them the references they hold to buffers), e.g.
+    /// when a session ends.
+    pub fn clear_bind_groups(&self) {
+        self.bind_groups.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    pub fn cached_bind_groups(&self) -> usize {
+        self.bind_groups.lock().map(|c| c.len()).unwrap_or(0)
     }
 
     pub(crate) fn command_encoder(&self, label: &str) -> wgpu::CommandEncoder {
@@ -198,11 +260,14 @@ impl GpuContext {
     /// Copies `size` bytes at `offset` of `buffer` back to the CPU.
     pub async fn read_buffer_async(&self, buffer: &wgpu::Buffer, offset: u64, size: u64) -> Result<Vec<u8>, GpuError> {
         let size = (size + 3) & !3;
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("readback"),
-            size: size.max(4),
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
+        let cached = self.staging.lock().unwrap_or_else(|p| p.into_inner()).remove(&size);
+        let staging = cached.unwrap_or_else(|| {
+            self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("readback"),
+                size: size.max(4),
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
         });
         let mut encoder = self.command_encoder("readback");
         encoder.copy_buffer_to_buffer(buffer, offset, &staging, 0, size);
@@ -225,6 +290,10 @@ impl GpuContext {
             .map_err(|e| GpuError::Readback(e.to_string()))?
             .to_vec();
         staging.unmap();
+        let mut cache = self.staging.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() < 8 {
+            cache.insert(size, staging);
+        }
         Ok(data)
     }
 

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use super::context::BindGroupKey;
 use super::{GpuContext, GpuError};
 
 /// A storage binding: a whole buffer, or a byte range of one.
@@ -105,7 +106,8 @@ impl<'a> StepRecorder<'a> {
     /// Encodes everything in one compute pass, lets `after` append copies, and submits.
     pub fn submit_with(self, after: impl FnOnce(&mut wgpu::CommandEncoder)) -> wgpu::SubmissionIndex {
         let ctx = self.ctx;
-        let params = ctx.uniform_buffer_init("params", &self.params);
+        let _exclusive = ctx.submit_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let params = ctx.params_buffer(&self.params);
         let bind_groups: Vec<wgpu::BindGroup> = self
             .dispatches
             .iter()
@@ -128,7 +130,12 @@ impl<'a> StepRecorder<'a> {
                         }),
                     });
                 }
-                ctx.bind_group(&d.label, &d.pipeline.get_bind_group_layout(0), &entries)
+                let key = BindGroupKey {
+                    pipeline: (*d.pipeline).clone(),
+                    params: (d.params_offset, d.params_size),
+                    storage: d.bindings.iter().map(|b| (b.buffer.clone(), b.offset, b.size)).collect(),
+                };
+                ctx.bind_group(key, &d.label, &entries)
             })
             .collect();
         let mut encoder = ctx.command_encoder("step");

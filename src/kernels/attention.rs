@@ -7,11 +7,23 @@
 //! That is HF's `sliding_window_overlay` (`kv_idx > q_idx - sliding_window`) and llama.cpp's
 //! SWA mask (masked when `pos - j >= n_swa`).
 //!
-//! The attention kernel is the plain baseline: one workgroup of 128 invocations per
-//! (head, query token), looping over the keys in blocks of 128 with an online softmax, so
-//! any context length works in fixed workgroup memory (1.5 KiB). A decode step therefore
-//! runs only `heads` workgroups; splitting the keys across workgroups (flash-decoding) is
-//! the next step for speed.
+//! Two paths, chosen per call by [`plan`]:
+//! - **single pass** (`attention_f32`, the baseline): one workgroup of 128 invocations per
+//!   (head, query token) walks all its keys in blocks of 128 with an online softmax. Right
+//!   for prefill, where `t · heads` workgroups already fill the GPU.
+//! - **flash-decoding** (`attention_split` + `attention_combine`; Dao et al. 2023): the
+//!   visible keys of each (token, head) are cut into `splits` ranges of `chunk` keys, one
+//!   workgroup each, which write their running max, sum and unnormalized `Σ p·v` into a
+//!   partials buffer; a second dispatch merges the ranges with the log-sum-exp rescaling.
+//!   A decode step (`t = 1`) otherwise runs only `heads` workgroups (32 for Llama-3.2-1B,
+//!   4 for Gemma-3-270M) on a GPU with 100+ SMs, each walking thousands of keys serially.
+//!   Its K/V reads are coalesced: neighbouring invocations read neighbouring dims of a row.
+//!
+//! Query heads that share a KV head run in separate workgroups and read the same K/V rows;
+//! those repeats come from L2. Sharing one workgroup per KV head would cut that traffic by
+//! the group size, but its workgroup memory (queries, scores, per-group sums) grows with the
+//! group, which is unbounded for multi-query models, and it divides the workgroup count by
+//! the group: at decode the shortage of workgroups is the very problem.
 
 use bytemuck::{Pod, Zeroable};
 
@@ -24,6 +36,19 @@ pub const MAX_HEAD_DIM: u32 = 256;
 
 /// Invocations per workgroup of the `KV_WRITE` variant.
 const KV_WRITE_WG: u32 = 256;
+
+/// Keys per block of the `SPLIT` variant (`BLOCK` in the shader). A range shorter than one
+/// block leaves invocations idle, so chunks are whole blocks.
+const SPLIT_BLOCK: u32 = 64;
+
+/// Workgroups the flash-decoding path aims for: about 4 per SM on a 132-SM H200, so each
+/// range is short (often one block), which is what a latency-bound step wants. Smaller GPUs
+/// just queue them; the extra cost is `splits · head_dim` reads per (token, head) to merge.
+const TARGET_WORKGROUPS: u32 = 512;
+
+/// Most ranges per (token, head): `MAX_SPLITS` in the shader's `COMBINE` workgroup arrays.
+/// [`plan`] gives at most `TARGET_WORKGROUPS` ranges, which is not above this.
+const MAX_SPLITS: u32 = 512;
 
 /// The shape of one attention call.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -43,6 +68,79 @@ pub struct AttentionShape {
     /// Multiplies `q·k` before the softmax: `1/sqrt(head_dim)` for llama/qwen2,
     /// `query_pre_attn_scalar^-0.5` for gemma3.
     pub scale: f32,
+}
+
+/// How one attention call runs; see the module docs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttentionPlan {
+    /// Key ranges per (token, head); 1 = the single-pass kernel, no partials.
+    pub splits: u32,
+    /// Keys per range (a multiple of the 64-key block); the whole key count when `splits == 1`.
+    pub chunk: u32,
+}
+
+/// Keys that query position `pos` sees under the module's mask convention.
+fn visible_keys(pos: u32, window: u32) -> u32 {
+    if window == 0 {
+        pos + 1
+    } else {
+        window.min(pos + 1)
+    }
+}
+
+/// Picks the path for `shape`. The rule:
+///
+/// - `t · heads > TARGET_WORKGROUPS / 2` (256): single pass. There are enough workgroups
+///   already, and splitting would at most double them at the price of a second dispatch.
+/// - otherwise aim for `want = ⌈TARGET_WORKGROUPS / (t · heads)⌉` ranges per (token, head):
+///   `chunk = ⌈n / want⌉` rounded up to whole 64-key blocks, `splits = ⌈n / chunk⌉`, where
+///   `n` is the key count of the step's last token (the largest).
+/// - `splits == 1` (at most 64 keys): single pass.
+///
+/// Llama-3.2-1B decoding at 600 keys: `t · heads = 32`, `want = 16`, `chunk = 64`,
+/// `splits = 10`: 320 split workgroups of one block each, then 32 combine workgroups.
+/// `splits <= want`, so `t · heads · splits < TARGET_WORKGROUPS + t · heads`: the partials
+/// stay under `768 · (head_dim + 2)` floats whatever the context ([`partials_len`]).
+pub fn plan(shape: &AttentionShape) -> AttentionPlan {
+    let single = |n: u32| AttentionPlan {
+        splits: 1,
+        chunk: n,
+    };
+    let rows = shape.t.saturating_mul(shape.heads);
+    if shape.t == 0 || rows == 0 {
+        return single(0);
+    }
+    let n = visible_keys(shape.pos0.saturating_add(shape.t - 1), shape.window);
+    if rows > TARGET_WORKGROUPS / 2 {
+        return single(n);
+    }
+    let want = TARGET_WORKGROUPS.div_ceil(rows);
+    let chunk = n.div_ceil(want).next_multiple_of(SPLIT_BLOCK);
+    let splits = n.div_ceil(chunk);
+    if splits < 2 {
+        return single(n);
+    }
+    AttentionPlan { splits, chunk }
+}
+
+/// f32 elements of the partials buffer that [`attention`] needs for any step of up to
+/// `max_t` tokens, `heads` query heads of `head_dim`, and at most `context` cache rows (any
+/// `pos0` and window). Allocate it once per session; it may be 0.
+pub fn partials_len(heads: u32, head_dim: u32, max_t: u32, context: u32) -> u64 {
+    // `splits` is at most `want` (see `plan`) and at most one range per 64-key block; the
+    // bound is reached at some key count, and `plan` is not monotone in it, so take the bound.
+    let blocks = context.div_ceil(SPLIT_BLOCK) as u64;
+    (1..=max_t)
+        .filter_map(|t| {
+            let rows = t as u64 * heads as u64;
+            if rows == 0 || rows > (TARGET_WORKGROUPS / 2) as u64 || blocks < 2 {
+                return None;
+            }
+            let want = (TARGET_WORKGROUPS as u64).div_ceil(rows);
+            Some(rows * want.min(blocks) * (head_dim as u64 + 2))
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// Mirrors `Params` of the KV_WRITE variant.
@@ -65,6 +163,32 @@ struct AttentionParams {
     pos0: u32,
     window: u32,
     scale: f32,
+    _pad: u32,
+}
+
+/// Mirrors `Params` of the SPLIT variant.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct SplitParams {
+    t: u32,
+    heads: u32,
+    kv_heads: u32,
+    head_dim: u32,
+    pos0: u32,
+    window: u32,
+    scale: f32,
+    splits: u32,
+    chunk: u32,
+    _pad: [u32; 3],
+}
+
+/// Mirrors `Params` of the COMBINE variant.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct CombineParams {
+    heads: u32,
+    head_dim: u32,
+    splits: u32,
     _pad: u32,
 }
 
@@ -114,17 +238,21 @@ pub fn kv_write(
 }
 
 /// `out = softmax(scale · q·kᵀ + mask) · v` for the step's `t` query tokens, reading cache
-/// rows `0..pos0 + t` under the module's mask convention.
+/// rows `0..pos0 + t` under the module's mask convention. Runs the path [`plan`] picks: one
+/// dispatch, or two when the keys are split.
 ///
 /// - `q`: `[t, heads, head_dim]` f32 (after RoPE)
 /// - `k_cache`, `v_cache`: `[ctx, kv_heads, head_dim]` f32, rows `0..pos0 + t` written
 /// - `out`: `[t, heads, head_dim]` f32
+/// - `partials`: scratch, `[t, heads, splits, 2 + head_dim]` f32 when split; sized for every
+///   step by [`partials_len`], unread by the single pass
 pub fn attention(
     rec: &mut StepRecorder,
     q: &Binding,
     k_cache: &Binding,
     v_cache: &Binding,
     out: &Binding,
+    partials: &Binding,
     shape: &AttentionShape,
 ) -> Result<(), KernelError> {
     const KERNEL: &str = "attention";
@@ -154,7 +282,8 @@ pub fn attention(
     if !scale.is_finite() {
         return bad(format!("scale {scale} is not finite"));
     }
-    // Workgroups are (head, token); both must fit one dispatch dimension.
+    // Workgroups are (head, token) or (range, head, token); each must fit one dispatch
+    // dimension (ranges are at most MAX_SPLITS).
     if heads > 65_535 || t > 65_535 {
         return bad(format!("t {t} and heads {heads} must each be <= 65535"));
     }
@@ -165,11 +294,42 @@ pub fn attention(
     let cache = rows * kv_heads as u64 * head_dim as u64;
     check_len(KERNEL, "k_cache", k_cache, cache)?;
     check_len(KERNEL, "v_cache", v_cache, cache)?;
-    let label = "attention_f32";
+
+    let AttentionPlan { splits, chunk } = plan(shape);
+    if splits == 1 {
+        let label = "attention_f32";
+        let pipeline = rec
+            .ctx()
+            .pipeline(label, || preprocess("attention.wgsl", &["SINGLE"]));
+        let params = AttentionParams {
+            t,
+            heads,
+            kv_heads,
+            head_dim,
+            pos0,
+            window,
+            scale,
+            _pad: 0,
+        };
+        let bindings = [q.clone(), k_cache.clone(), v_cache.clone(), out.clone()];
+        rec.dispatch(
+            label,
+            &pipeline,
+            bytemuck::bytes_of(&params),
+            &bindings,
+            [heads, t, 1],
+        )?;
+        return Ok(());
+    }
+
+    debug_assert!(splits <= MAX_SPLITS, "plan exceeded MAX_SPLITS");
+    let partial_elems = elems / head_dim as u64 * splits as u64 * (head_dim as u64 + 2);
+    check_len(KERNEL, "partials", partials, partial_elems)?;
+    let label = "attention_split";
     let pipeline = rec
         .ctx()
-        .pipeline(label, || preprocess("attention.wgsl", &[]));
-    let params = AttentionParams {
+        .pipeline(label, || preprocess("attention.wgsl", &["SPLIT"]));
+    let params = SplitParams {
         t,
         heads,
         kv_heads,
@@ -177,14 +337,39 @@ pub fn attention(
         pos0,
         window,
         scale,
-        _pad: 0,
+        splits,
+        chunk,
+        _pad: [0; 3],
     };
-    let bindings = [q.clone(), k_cache.clone(), v_cache.clone(), out.clone()];
+    let bindings = [
+        q.clone(),
+        k_cache.clone(),
+        v_cache.clone(),
+        partials.clone(),
+    ];
     rec.dispatch(
         label,
         &pipeline,
         bytemuck::bytes_of(&params),
         &bindings,
+        [splits, heads, t],
+    )?;
+
+    let label = "attention_combine";
+    let pipeline = rec
+        .ctx()
+        .pipeline(label, || preprocess("attention.wgsl", &["COMBINE"]));
+    let params = CombineParams {
+        heads,
+        head_dim,
+        splits,
+        _pad: 0,
+    };
+    rec.dispatch(
+        label,
+        &pipeline,
+        bytemuck::bytes_of(&params),
+        &[partials.clone(), out.clone()],
         [heads, t, 1],
     )?;
     Ok(())

@@ -1,25 +1,40 @@
 //! `shaders/matmul.wgsl`: y[T, N] = x[T, K] · W[N, K]ᵀ (+ bias) (+ y), with W read as raw
-//! GGUF blocks and dequantized in registers.
+//! GGUF blocks and dequantized in registers, and the fused forms a decode step uses to save
+//! dependent dispatches (DESIGN.md "The pipeline"):
+//! - [`matmul_normed`]: RMSNorm folded into the matmul that consumes it;
+//! - [`matmul_glu`]: gate and up projections and the activation, optionally normed;
+//! - [`matmul_qkv`]: the Q, K and V projections (+ biases), optionally normed.
+//!
+//! In a Llama layer, norm → Q, K, V (4 dispatches) becomes 1 and norm → gate, up → glu (4)
+//! becomes 1: 6 fewer dependent dispatches per layer.
 //!
 //! Three shapes of the same product, picked by [`MatmulKey::choose`]:
-//! - `matvec_wg256`: decode (T small); 256 invocations (SwiftShader's limit) = 8 rows × 32
+//! - `matvec_wg256`: decode (T small); 256 invocations (SwiftShader's limit) = 8 slots × 32
 //!   lanes, each lane taking every 32nd 8-element group of its row (coalesced reads),
 //!   shared-memory reduction. What the browser runs.
 //! - `matvec_sg256`: the same with `subgroupAdd`, when the device has SUBGROUP (native only:
 //!   wgpu's WebGPU backend never enables it).
-//! - `tiled64x32`: prefill; a 64-row × 32-token tile per workgroup, each W chunk dequantized
+//! - `tiled64x32`: prefill; a 64-slot × 32-token tile per workgroup, each W chunk dequantized
 //!   once into workgroup memory and reused by all 32 tokens.
 //!
+//! Every fused form exists in all three shapes, so it serves any T; only its speed, not its
+//! dispatch count, depends on T.
+//!
 //! A weight split into parts (`GpuTensor::parts`) gets one dispatch per part, each writing its
-//! rows' columns of y.
+//! rows' columns of y; [`matmul_glu`] pairs the gate's and up's parts (same shape, same split).
+//! [`matmul_qkv`] needs single-part weights of one type and falls back to three
+//! [`matmul_normed`] (or [`matmul`]) dispatches otherwise, or when its 7–11 storage bindings
+//! exceed the device's per-stage limit (WebGPU's default is 8: Q/K/V with norm and biases
+//! needs 11).
 
 use crate::gguf::GgmlType;
 use crate::gpu::{preprocess, Binding, GpuTensor, StepRecorder};
 
+use super::elementwise::Activation;
 use super::KernelError;
 
-/// Matvec workgroups: MV_ROWS rows × MV_LANES lanes = 256 invocations (browsers allow no
-/// more); 32 lanes per row so that a 32-wide warp streams one row.
+/// Matvec workgroups: MV_ROWS slots × MV_LANES lanes = 256 invocations (browsers allow no
+/// more); 32 lanes per slot so that a 32-wide warp streams one row.
 pub const MV_ROWS: u32 = 8;
 pub const MV_LANES: u32 = 32;
 /// The tiled variant's output tile: W rows × tokens (the shader's 16×16 invocations each
@@ -57,20 +72,70 @@ impl MatmulVariant {
             Self::Tiled => format!("tiled{TILE_N}x{TILE_T}"),
         }
     }
+
+    /// Slots (weight rows) per workgroup.
+    fn slots_per_group(self) -> u32 {
+        match self {
+            Self::Tiled => TILE_N,
+            _ => MV_ROWS,
+        }
+    }
+}
+
+/// What one dispatch computes from its weights; each is its own binding layout.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Fusion {
+    /// y (+)= x·Wᵀ (+ bias): one weight, one output.
+    None,
+    /// out = act(x·W_gateᵀ) ⊙ (x·W_upᵀ): two weights, one output.
+    Glu(Activation),
+    /// q, k, v = x·W_qᵀ, x·W_kᵀ, x·W_vᵀ (+ biases): three weights, three outputs.
+    Qkv,
+}
+
+impl Fusion {
+    fn weights(self) -> u32 {
+        match self {
+            Fusion::None => 1,
+            Fusion::Glu(_) => 2,
+            Fusion::Qkv => 3,
+        }
+    }
+
+    fn outputs(self) -> u32 {
+        match self {
+            Fusion::Qkv => 3,
+            _ => 1,
+        }
+    }
 }
 
 /// One compiled variant of `matmul.wgsl`.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct MatmulKey {
-    /// The weight's GGUF type: selects the dequantizer.
+    /// The weights' GGUF type: selects the dequantizer.
     pub ty: GgmlType,
     pub variant: MatmulVariant,
-    /// Binding 4 holds bias[N] (a binding-layout change).
+    /// A bias[N] binding per output (a binding-layout change).
     pub bias: bool,
+    /// x is the raw residual and RMSNorm is applied in the kernel (binding norm_w[K]).
+    pub norm: bool,
+    pub fusion: Fusion,
+}
+
+/// Storage binding numbers of a [`MatmulKey`]'s layout: the order the host lists them in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Layout {
+    x: u32,
+    y: u32,
+    norm: u32,
+    bias: u32,
+    /// Storage bindings in all.
+    count: u32,
 }
 
 impl MatmulKey {
-    /// The variant for `t` tokens on this device, unless `force`d (tests, A/B runs).
+    /// The unfused variant for `t` tokens on this device, unless `force`d (tests, A/B runs).
     pub fn choose(
         has_subgroups: bool,
         ty: GgmlType,
@@ -85,14 +150,28 @@ impl MatmulKey {
         } else {
             MatmulVariant::MatvecWorkgroup
         });
-        MatmulKey { ty, variant, bias }
+        MatmulKey {
+            ty,
+            variant,
+            bias,
+            norm: false,
+            fusion: Fusion::None,
+        }
     }
 
-    /// `matmul_q4_k_matvec_wg256`, `matmul_f16_tiled64x32_bias`, …
+    /// `matmul_q4_k_matvec_wg256`, `matmul_f16_tiled64x32_bias`,
+    /// `matmul_q8_0_matvec_sg256_glu_silu_norm`, `matmul_q4_0_matvec_wg256_qkv_norm_bias`, …
     pub fn label(&self) -> String {
+        let fusion = match self.fusion {
+            Fusion::None => "",
+            Fusion::Glu(Activation::Silu) => "_glu_silu",
+            Fusion::Glu(Activation::GeluTanh) => "_glu_gelu_tanh",
+            Fusion::Qkv => "_qkv",
+        };
+        let norm = if self.norm { "_norm" } else { "" };
         let bias = if self.bias { "_bias" } else { "" };
         format!(
-            "matmul_{}_{}{bias}",
+            "matmul_{}_{}{fusion}{norm}{bias}",
             self.ty.name().to_lowercase(),
             self.variant.label()
         )
@@ -101,21 +180,60 @@ impl MatmulKey {
     /// The defines that select this variant in `matmul.wgsl` (errors on an unsupported type).
     pub fn defines(&self) -> Result<Vec<&'static str>, KernelError> {
         let mut defines = vec![weight_define(self.ty)?, self.variant.define()];
+        match self.fusion {
+            Fusion::None => {}
+            Fusion::Glu(act) => defines.extend([
+                "GLU",
+                "MULTI_W",
+                match act {
+                    Activation::Silu => "SILU",
+                    Activation::GeluTanh => "GELU_TANH",
+                },
+            ]),
+            Fusion::Qkv => defines.extend(["QKV", "MULTI_W"]),
+        }
+        if self.norm {
+            defines.push("NORM");
+        }
         if self.bias {
             defines.push("BIAS");
+            if self.fusion == Fusion::Qkv {
+                defines.push("QKV_BIAS");
+            }
         }
         Ok(defines)
     }
-}
 
-/// The preprocessed WGSL for `defines`, with the grid constants the host also uses prepended
-/// (one source of truth; `GpuContext::pipeline` takes no override constants).
-fn source(defines: &[&str]) -> String {
-    let consts = format!(
-        "const MV_ROWS: u32 = {MV_ROWS}u;\nconst MV_LANES: u32 = {MV_LANES}u;\n\
-         const TILE_N: u32 = {TILE_N}u;\nconst TILE_T: u32 = {TILE_T}u;\n"
-    );
-    consts + &preprocess("matmul.wgsl", defines)
+    /// Bindings 1.. in order: weights, x, outputs, norm_w, biases (one per output).
+    fn layout(&self) -> Layout {
+        let x = 1 + self.fusion.weights();
+        let y = x + 1;
+        let norm = y + self.fusion.outputs();
+        let bias = norm + self.norm as u32;
+        let count = bias - 1 + if self.bias { self.fusion.outputs() } else { 0 };
+        Layout {
+            x,
+            y,
+            norm,
+            bias,
+            count,
+        }
+    }
+
+    /// The preprocessed WGSL, with the grid constants and binding numbers the host also uses
+    /// prepended (one source of truth; `GpuContext::pipeline` takes no override constants).
+    fn source(&self) -> Result<String, KernelError> {
+        let defines = self.defines()?;
+        let l = self.layout();
+        let consts = format!(
+            "const MV_ROWS: u32 = {MV_ROWS}u;\nconst MV_LANES: u32 = {MV_LANES}u;\n\
+             const TILE_N: u32 = {TILE_N}u;\nconst TILE_T: u32 = {TILE_T}u;\n\
+             const B_W1: u32 = 2u;\nconst B_W2: u32 = 3u;\nconst B_X: u32 = {}u;\n\
+             const B_Y: u32 = {}u;\nconst B_NORM: u32 = {}u;\nconst B_BIAS: u32 = {}u;\n",
+            l.x, l.y, l.norm, l.bias
+        );
+        Ok(consts + &preprocess("matmul.wgsl", &defines))
+    }
 }
 
 /// The define that makes `common/dequant.wgsl` read `ty`, or a "not yet" error.
@@ -229,18 +347,23 @@ pub struct MatmulArgs<'a> {
     pub accumulate: bool,
 }
 
+/// RMSNorm folded into a matmul: `(norm_w[K] f32, eps)`; x is then the raw residual stream.
+pub type Norm<'a> = (&'a Binding, f32);
+
 /// Must match `Params` in matmul.wgsl.
 #[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
 struct Params {
     k: u32,
-    n: u32,
     t: u32,
-    row0: u32,
-    rows: u32,
     row_bytes: u32,
-    accumulate: u32,
     groups: u32,
+    row0: u32,
+    accumulate: u32,
+    eps: f32,
+    _pad: u32,
+    rows: [u32; 4],
+    n: [u32; 4],
 }
 
 /// Records y[T, N] (+)= x[T, K] · w[N, K]ᵀ (+ bias[N]): one dispatch per part of `w`, with
@@ -267,13 +390,296 @@ pub fn matmul_variant(
     args: MatmulArgs,
     variant: Option<MatmulVariant>,
 ) -> Result<(), KernelError> {
-    const KERNEL: &str = "matmul";
-    let err = |why: String| {
-        Err(KernelError::Shape {
+    let bias = args.bias.map(Binding::from);
+    single(rec, w, x, None, y, t, bias, args.accumulate, variant)
+}
+
+/// Records y[T, N] (+)= (x · rsqrt(mean(x²) + eps) · norm_w) · w[N, K]ᵀ (+ bias[N]): the
+/// RMSNorm of each token folded into the matmul that consumes it, one dispatch per part of
+/// `w` (each recomputes the tokens' Σx², which costs no extra pass: see matmul.wgsl).
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_normed(
+    rec: &mut StepRecorder,
+    w: &GpuTensor,    // [N, K] raw GGUF blocks
+    x: &Binding,      // [T, K] f32, the raw residual stream
+    norm_w: &Binding, // [K] f32
+    eps: f32,
+    y: &Binding, // [T, N] f32, not sharing a buffer with x
+    t: u32,
+    args: MatmulArgs,
+) -> Result<(), KernelError> {
+    matmul_normed_variant(rec, w, x, norm_w, eps, y, t, args, None)
+}
+
+/// [`matmul_normed`] with the kernel shape forced (`Some`) for tests and A/B runs.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_normed_variant(
+    rec: &mut StepRecorder,
+    w: &GpuTensor,    // [N, K] raw GGUF blocks
+    x: &Binding,      // [T, K] f32, the raw residual stream
+    norm_w: &Binding, // [K] f32
+    eps: f32,
+    y: &Binding, // [T, N] f32
+    t: u32,
+    args: MatmulArgs,
+    variant: Option<MatmulVariant>,
+) -> Result<(), KernelError> {
+    let bias = args.bias.map(Binding::from);
+    let norm = Some((norm_w, eps));
+    single(rec, w, x, norm, y, t, bias, args.accumulate, variant)
+}
+
+/// Records out[T, ffn] = act(x'·w_gateᵀ) ⊙ (x'·w_upᵀ) in one dispatch (per part pair), with
+/// x' = x, or x's RMSNorm when `norm` is given. The two weights must have the same type and
+/// shape (then they are split alike); check with [`can_fuse_glu`] and keep the unfused
+/// matmul, matmul, glu otherwise.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_glu(
+    rec: &mut StepRecorder,
+    w_gate: &GpuTensor, // [ffn, K] raw GGUF blocks
+    w_up: &GpuTensor,   // [ffn, K] raw GGUF blocks, the type of w_gate
+    x: &Binding,        // [T, K] f32 (the raw residual with `norm`)
+    norm: Option<Norm>, // (norm_w [K] f32, eps)
+    out: &Binding,      // [T, ffn] f32, not sharing a buffer with x
+    t: u32,
+    act: Activation,
+) -> Result<(), KernelError> {
+    matmul_glu_variant(rec, w_gate, w_up, x, norm, out, t, act, None)
+}
+
+/// Whether [`matmul_glu`] can pair these weights: one type, one shape, one split.
+pub fn can_fuse_glu(w_gate: &GpuTensor, w_up: &GpuTensor) -> bool {
+    w_gate.ty == w_up.ty
+        && w_gate.row_len == w_up.row_len
+        && w_gate.n_rows == w_up.n_rows
+        && w_gate.parts.len() == w_up.parts.len()
+        && w_gate
+            .parts
+            .iter()
+            .zip(&w_up.parts)
+            .all(|(g, u)| g.first_row == u.first_row && g.n_rows == u.n_rows)
+}
+
+/// [`matmul_glu`] with the kernel shape forced (`Some`) for tests and A/B runs.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_glu_variant(
+    rec: &mut StepRecorder,
+    w_gate: &GpuTensor, // [ffn, K] raw GGUF blocks
+    w_up: &GpuTensor,   // [ffn, K] raw GGUF blocks
+    x: &Binding,        // [T, K] f32
+    norm: Option<Norm>, // (norm_w [K] f32, eps)
+    out: &Binding,      // [T, ffn] f32
+    t: u32,
+    act: Activation,
+    variant: Option<MatmulVariant>,
+) -> Result<(), KernelError> {
+    const KERNEL: &str = "matmul_glu";
+    let max_binding = rec.ctx().max_binding_bytes();
+    check_weight(KERNEL, w_gate, max_binding)?;
+    check_weight(KERNEL, w_up, max_binding)?;
+    if !can_fuse_glu(w_gate, w_up) {
+        return Err(KernelError::Shape {
             kernel: KERNEL,
-            why,
-        })
+            why: format!(
+                "{} ({}, [{}, {}]) and {} ({}, [{}, {}]) differ in type, shape or split",
+                w_gate.name,
+                w_gate.ty,
+                w_gate.n_rows,
+                w_gate.row_len,
+                w_up.name,
+                w_up.ty,
+                w_up.n_rows,
+                w_up.row_len
+            ),
+        });
+    }
+    if t == 0 {
+        return Ok(());
+    }
+    let (k, ffn) = (w_gate.row_len, w_gate.n_rows);
+    check_binding(KERNEL, "x [T, K]", x, t as u64 * k)?;
+    check_binding(KERNEL, "out [T, ffn]", out, t as u64 * ffn)?;
+    check_norm(KERNEL, norm, k)?;
+    let ctx = rec.ctx();
+    let key = MatmulKey {
+        norm: norm.is_some(),
+        fusion: Fusion::Glu(act),
+        ..MatmulKey::choose(ctx.has_subgroups(), w_gate.ty, t, false, variant)
     };
+    for (pg, pu) in w_gate.parts.iter().zip(&w_up.parts) {
+        let rows = pg.n_rows as u32;
+        let params = Params {
+            k: k as u32,
+            t,
+            row_bytes: w_gate.row_bytes as u32,
+            row0: pg.first_row as u32,
+            eps: norm.map_or(0.0, |n| n.1),
+            rows: [rows, rows, 0, 0],
+            n: [ffn as u32, ffn as u32, 0, 0],
+            ..Params::default()
+        };
+        let mut bindings = vec![
+            Binding::from(&pg.buffer),
+            Binding::from(&pu.buffer),
+            x.clone(),
+            out.clone(),
+        ];
+        bindings.extend(norm.map(|n| n.0.clone()));
+        launch(rec, KERNEL, &key, params, 2 * rows, &bindings)?;
+    }
+    Ok(())
+}
+
+/// Q/K/V biases: `(bq [Nq], bk [Nk], bv [Nv])`, f32.
+pub type QkvBiases<'a> = (&'a Binding, &'a Binding, &'a Binding);
+
+/// Records q, k, v = x'·w_qᵀ, x'·w_kᵀ, x'·w_vᵀ (+ biases), with x' = x or x's RMSNorm, in
+/// ONE dispatch whose workgroups cover the three weights' rows end to end. Falls back to
+/// three dispatches (one per weight, each still normed) when the weights differ in type
+/// (e.g. Gemma's Q4_K/Q5_0 mixes), when one is split into parts, or when the 7–11 storage
+/// bindings exceed the device's per-stage limit.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_qkv(
+    rec: &mut StepRecorder,
+    wq: &GpuTensor,     // [Nq, K] raw GGUF blocks
+    wk: &GpuTensor,     // [Nk, K] raw GGUF blocks
+    wv: &GpuTensor,     // [Nv, K] raw GGUF blocks
+    x: &Binding,        // [T, K] f32 (the raw residual with `norm`)
+    norm: Option<Norm>, // (norm_w [K] f32, eps)
+    q: &Binding,        // [T, Nq] f32
+    k: &Binding,        // [T, Nk] f32
+    v: &Binding,        // [T, Nv] f32
+    t: u32,
+    biases: Option<QkvBiases>,
+) -> Result<(), KernelError> {
+    matmul_qkv_variant(rec, wq, wk, wv, x, norm, q, k, v, t, biases, None)
+}
+
+/// Whether [`matmul_qkv`] runs as one dispatch for these weights on this device.
+pub fn qkv_fuses(
+    rec: &StepRecorder,
+    wq: &GpuTensor,
+    wk: &GpuTensor,
+    wv: &GpuTensor,
+    norm: bool,
+    biases: bool,
+) -> bool {
+    let key = MatmulKey {
+        ty: wq.ty,
+        variant: MatmulVariant::MatvecWorkgroup,
+        bias: biases,
+        norm,
+        fusion: Fusion::Qkv,
+    };
+    let limit = rec.ctx().limits.max_storage_buffers_per_shader_stage;
+    [wk, wv].iter().all(|w| w.ty == wq.ty)
+        && [wq, wk, wv].iter().all(|w| w.parts.len() == 1)
+        && key.layout().count <= limit
+}
+
+/// [`matmul_qkv`] with the kernel shape forced (`Some`) for tests and A/B runs.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_qkv_variant(
+    rec: &mut StepRecorder,
+    wq: &GpuTensor,     // [Nq, K] raw GGUF blocks
+    wk: &GpuTensor,     // [Nk, K] raw GGUF blocks
+    wv: &GpuTensor,     // [Nv, K] raw GGUF blocks
+    x: &Binding,        // [T, K] f32
+    norm: Option<Norm>, // (norm_w [K] f32, eps)
+    q: &Binding,        // [T, Nq] f32
+    k: &Binding,        // [T, Nk] f32
+    v: &Binding,        // [T, Nv] f32
+    t: u32,
+    biases: Option<QkvBiases>,
+    variant: Option<MatmulVariant>,
+) -> Result<(), KernelError> {
+    const KERNEL: &str = "matmul_qkv";
+    let max_binding = rec.ctx().max_binding_bytes();
+    let weights = [wq, wk, wv];
+    for w in weights {
+        check_weight(KERNEL, w, max_binding)?;
+    }
+    let kdim = wq.row_len;
+    if let Some(w) = weights.iter().find(|w| w.row_len != kdim) {
+        return Err(KernelError::Shape {
+            kernel: KERNEL,
+            why: format!(
+                "{} has rows of {}, {} of {}: one x cannot feed both",
+                w.name, w.row_len, wq.name, kdim
+            ),
+        });
+    }
+    let outputs = [q, k, v];
+    let bias = biases.map(|(bq, bk, bv)| [bq, bk, bv]);
+    if !qkv_fuses(rec, wq, wk, wv, norm.is_some(), bias.is_some()) {
+        for i in 0..3 {
+            let b = bias.map(|b| b[i].clone());
+            single(rec, weights[i], x, norm, outputs[i], t, b, false, variant)?;
+        }
+        return Ok(());
+    }
+    if t == 0 {
+        return Ok(());
+    }
+    check_binding(KERNEL, "x [T, K]", x, t as u64 * kdim)?;
+    for (i, name) in ["q", "k", "v"].into_iter().enumerate() {
+        let n = weights[i].n_rows;
+        check_binding(KERNEL, &format!("{name} [T, N]"), outputs[i], t as u64 * n)?;
+        if let Some(b) = &bias {
+            check_binding(KERNEL, &format!("b{name} [N]"), b[i], n)?;
+        }
+    }
+    check_norm(KERNEL, norm, kdim)?;
+    let slots = wq.n_rows + wk.n_rows + wv.n_rows;
+    if slots > u32::MAX as u64 {
+        return Err(KernelError::Shape {
+            kernel: KERNEL,
+            why: format!("{slots} rows in all exceed u32"),
+        });
+    }
+    let ctx = rec.ctx();
+    let key = MatmulKey {
+        norm: norm.is_some(),
+        fusion: Fusion::Qkv,
+        ..MatmulKey::choose(ctx.has_subgroups(), wq.ty, t, bias.is_some(), variant)
+    };
+    let rows = [wq.n_rows as u32, wk.n_rows as u32, wv.n_rows as u32, 0];
+    let params = Params {
+        k: kdim as u32,
+        t,
+        row_bytes: wq.row_bytes as u32,
+        eps: norm.map_or(0.0, |n| n.1),
+        rows,
+        n: rows,
+        ..Params::default()
+    };
+    let mut bindings: Vec<Binding> = weights
+        .iter()
+        .map(|w| Binding::from(&w.parts[0].buffer))
+        .collect();
+    bindings.push(x.clone());
+    bindings.extend(outputs.iter().map(|o| (*o).clone()));
+    bindings.extend(norm.map(|n| n.0.clone()));
+    if let Some(b) = bias {
+        bindings.extend(b.iter().map(|b| (*b).clone()));
+    }
+    launch(rec, KERNEL, &key, params, slots as u32, &bindings)
+}
+
+/// The unfused (optionally normed) product, one dispatch per part of `w`.
+#[allow(clippy::too_many_arguments)]
+fn single(
+    rec: &mut StepRecorder,
+    w: &GpuTensor,
+    x: &Binding,
+    norm: Option<Norm>,
+    y: &Binding,
+    t: u32,
+    bias: Option<Binding>,
+    accumulate: bool,
+    variant: Option<MatmulVariant>,
+) -> Result<(), KernelError> {
+    const KERNEL: &str = "matmul";
     check_weight(KERNEL, w, rec.ctx().max_binding_bytes())?;
     if t == 0 {
         return Ok(());
@@ -281,51 +687,98 @@ pub fn matmul_variant(
     let (k, n) = (w.row_len, w.n_rows);
     check_binding(KERNEL, "x [T, K]", x, t as u64 * k)?;
     check_binding(KERNEL, "y [T, N]", y, t as u64 * n)?;
-    let bias = args.bias.map(Binding::from);
     if let Some(b) = &bias {
         check_binding(KERNEL, "bias [N]", b, n)?;
     }
+    check_norm(KERNEL, norm, k)?;
+    let key = MatmulKey {
+        norm: norm.is_some(),
+        ..MatmulKey::choose(rec.ctx().has_subgroups(), w.ty, t, bias.is_some(), variant)
+    };
+    for part in &w.parts {
+        let rows = part.n_rows as u32;
+        let params = Params {
+            k: k as u32,
+            t,
+            row_bytes: w.row_bytes as u32,
+            row0: part.first_row as u32,
+            accumulate: accumulate as u32,
+            eps: norm.map_or(0.0, |n| n.1),
+            rows: [rows, 0, 0, 0],
+            n: [n as u32, 0, 0, 0],
+            ..Params::default()
+        };
+        let mut bindings = vec![Binding::from(&part.buffer), x.clone(), y.clone()];
+        bindings.extend(norm.map(|n| n.0.clone()));
+        bindings.extend(bias.clone());
+        launch(rec, KERNEL, &key, params, rows, &bindings)?;
+    }
+    Ok(())
+}
+
+/// Errors unless the folded norm's weight holds K values and its eps is usable.
+fn check_norm(kernel: &'static str, norm: Option<Norm>, k: u64) -> Result<(), KernelError> {
+    let Some((norm_w, eps)) = norm else {
+        return Ok(());
+    };
+    if !eps.is_finite() || eps < 0.0 {
+        return Err(KernelError::Shape {
+            kernel,
+            why: format!("eps {eps} is not a finite value >= 0"),
+        });
+    }
+    check_binding(kernel, "norm_w [K]", norm_w, k)
+}
+
+/// Dispatches `key` over `slots` weight rows for `params.t` tokens (`params.groups` is filled
+/// in here), with `bindings` in the key's layout order.
+fn launch(
+    rec: &mut StepRecorder,
+    kernel: &'static str,
+    key: &MatmulKey,
+    mut params: Params,
+    slots: u32,
+    bindings: &[Binding],
+) -> Result<(), KernelError> {
+    let err = |why: String| Err(KernelError::Shape { kernel, why });
     let ctx = rec.ctx();
-    let key = MatmulKey::choose(ctx.has_subgroups(), w.ty, t, bias.is_some(), variant);
     if key.variant == MatmulVariant::MatvecSubgroup && !ctx.has_subgroups() {
         return err("the subgroup matvec needs Features::SUBGROUP, which this device lacks".into());
     }
+    let layout = key.layout();
+    debug_assert_eq!(layout.count as usize, bindings.len(), "{}", key.label());
+    let limit = ctx.limits.max_storage_buffers_per_shader_stage;
+    if layout.count > limit {
+        return err(format!(
+            "{} storage bindings exceed this device's per-stage limit of {limit}",
+            layout.count
+        ));
+    }
     let max = ctx.limits.max_compute_workgroups_per_dimension;
-    let (per_group, t_groups) = match key.variant {
-        MatmulVariant::Tiled => (TILE_N, t.div_ceil(TILE_T)),
-        _ => (MV_ROWS, t), // one token per z slice
+    let t = params.t;
+    let t_groups = match key.variant {
+        MatmulVariant::Tiled => t.div_ceil(TILE_T),
+        _ => t, // one token per z slice
     };
     if t_groups > max {
         return err(format!(
             "{t} tokens need {t_groups} workgroups along z, over the limit {max}"
         ));
     }
-    let defines = key.defines()?;
+    // Defines are checked here; the source is only built on a pipeline-cache miss (this runs
+    // for every dispatch of every step).
+    key.defines()?;
     let label = key.label();
-    let pipeline = ctx.pipeline(&label, || source(&defines));
-    for part in &w.parts {
-        let groups = (part.n_rows as u32).div_ceil(per_group);
-        let [gx, gy] = fold(groups, max);
-        let params = Params {
-            k: k as u32,
-            n: n as u32,
-            t,
-            row0: part.first_row as u32,
-            rows: part.n_rows as u32,
-            row_bytes: w.row_bytes as u32,
-            accumulate: args.accumulate as u32,
-            groups,
-        };
-        let mut bindings = vec![Binding::from(&part.buffer), x.clone(), y.clone()];
-        bindings.extend(bias.clone());
-        rec.dispatch(
-            &label,
-            &pipeline,
-            bytemuck::bytes_of(&params),
-            &bindings,
-            [gx, gy, t_groups],
-        )?;
-    }
+    let pipeline = ctx.pipeline(&label, || key.source().expect("defines checked above"));
+    params.groups = slots.div_ceil(key.variant.slots_per_group());
+    let [gx, gy] = fold(params.groups, max);
+    rec.dispatch(
+        &label,
+        &pipeline,
+        bytemuck::bytes_of(&params),
+        bindings,
+        [gx, gy, t_groups],
+    )?;
     Ok(())
 }
 
@@ -341,6 +794,42 @@ mod tests {
         assert_eq!(key.label(), "matmul_q8_0_matvec_sg256_bias");
         let key = MatmulKey::choose(true, GgmlType::BF16, 64, false, None);
         assert_eq!(key.label(), "matmul_bf16_tiled64x32");
+        let key = MatmulKey {
+            norm: true,
+            fusion: Fusion::Glu(Activation::GeluTanh),
+            ..MatmulKey::choose(false, GgmlType::Q6_K, 1, false, None)
+        };
+        assert_eq!(key.label(), "matmul_q6_k_matvec_wg256_glu_gelu_tanh_norm");
+        let key = MatmulKey {
+            norm: true,
+            fusion: Fusion::Qkv,
+            ..MatmulKey::choose(true, GgmlType::Q5_0, 1, true, None)
+        };
+        assert_eq!(key.label(), "matmul_q5_0_matvec_sg256_qkv_norm_bias");
+    }
+
+    #[test]
+    fn layouts_number_bindings_in_host_order() {
+        let key = |fusion, norm, bias| MatmulKey {
+            ty: GgmlType::F16,
+            variant: MatmulVariant::Tiled,
+            bias,
+            norm,
+            fusion,
+        };
+        // w, x, y, [norm_w], [bias]
+        let l = key(Fusion::None, false, true).layout();
+        assert_eq!((l.x, l.y, l.bias, l.count), (2, 3, 4, 4));
+        let l = key(Fusion::None, true, true).layout();
+        assert_eq!((l.norm, l.bias, l.count), (4, 5, 5));
+        // w_gate, w_up, x, out, norm_w
+        let l = key(Fusion::Glu(Activation::Silu), true, false).layout();
+        assert_eq!((l.x, l.y, l.norm, l.count), (3, 4, 5, 5));
+        // wq, wk, wv, x, q, k, v, norm_w, bq, bk, bv
+        let l = key(Fusion::Qkv, true, true).layout();
+        assert_eq!((l.x, l.y, l.norm, l.bias, l.count), (4, 5, 8, 9, 11));
+        let l = key(Fusion::Qkv, false, true).layout();
+        assert_eq!((l.bias, l.count), (8, 10));
     }
 
     #[test]
@@ -358,19 +847,21 @@ mod tests {
                 MatmulVariant::MatvecSubgroup,
                 MatmulVariant::Tiled,
             ] {
-                let src = source(
-                    &MatmulKey {
+                for fusion in [Fusion::None, Fusion::Glu(Activation::Silu), Fusion::Qkv] {
+                    let key = MatmulKey {
                         ty,
                         variant,
-                        bias: true,
-                    }
-                    .defines()
-                    .unwrap(),
-                );
-                assert!(
-                    src.contains("fn dequant32") && src.contains("fn main"),
-                    "{ty} {variant:?}"
-                );
+                        bias: fusion != Fusion::Glu(Activation::Silu),
+                        norm: true,
+                        fusion,
+                    };
+                    let src = key.source().unwrap();
+                    assert!(
+                        src.contains("fn dequant32") && src.contains("fn main"),
+                        "{}",
+                        key.label()
+                    );
+                }
             }
         }
     }

@@ -91,7 +91,8 @@ pub(crate) fn attention_block(
         window: c.window(l),
         scale: c.attn_scale,
     };
-    attention(rec, &q, &kc, &vc, &Binding::from(&s.attn), &shape)
+    let (attn, partials) = (Binding::from(&s.attn), Binding::from(&s.attn_partials));
+    attention(rec, &q, &kc, &vc, &attn, &partials, &shape)
 }
 
 /// Final RMSNorm and the vocabulary projection, for the last token or every token.

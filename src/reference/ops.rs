@@ -4,7 +4,7 @@
 //!
 //! Shapes are row-major, the last dimension fastest, as in `kernels/`.
 
-use crate::kernels::attention::AttentionShape;
+use crate::kernels::attention::{AttentionPlan, AttentionShape};
 use crate::kernels::elementwise::Activation;
 use crate::kernels::rope::RopeLayout;
 
@@ -161,6 +161,91 @@ pub fn attention(q: &[f32], k_cache: &[f32], v_cache: &[f32], shape: &AttentionS
     out
 }
 
+/// [`attention`] the flash-decoding way, as `attention_split` + `attention_combine` compute
+/// it: the keys of each (token, head) cut into `plan.splits` ranges of `plan.chunk` keys
+/// from its first visible key, a (max `m`, sum `l`, unnormalized `Σ p·v`) per range, then
+/// `out = Σ_s e^(m_s - M)·acc_s / Σ_s e^(m_s - M)·l_s` with `M = max_s m_s`. Ranges past
+/// a token's last key are empty and weigh nothing. Same arguments and result as
+/// [`attention`]; it checks the range arithmetic of the plan, not just the softmax.
+pub fn attention_split(
+    q: &[f32],
+    k_cache: &[f32],
+    v_cache: &[f32],
+    shape: &AttentionShape,
+    plan: AttentionPlan,
+) -> Vec<f32> {
+    let (t, heads, hd) = (
+        shape.t as usize,
+        shape.heads as usize,
+        shape.head_dim as usize,
+    );
+    let kv_heads = shape.kv_heads as usize;
+    let (splits, chunk) = (plan.splits as usize, plan.chunk as usize);
+    assert_eq!(
+        q.len(),
+        t * heads * hd,
+        "attention_split: q is not [t, heads, head_dim]"
+    );
+    let group = heads / kv_heads;
+    let mut out = vec![0.0f32; t * heads * hd];
+    for tok in 0..t {
+        let pos = shape.pos0 as usize + tok;
+        let first = first_key(pos, shape.window as usize);
+        assert!(
+            first + splits * chunk > pos,
+            "attention_split: the ranges miss keys of position {pos}"
+        );
+        for h in 0..heads {
+            let kvh = h / group;
+            let qrow = &q[(tok * heads + h) * hd..][..hd];
+            // (m, l, acc) per range; an empty range keeps m = -inf and adds nothing.
+            let mut ranges = Vec::with_capacity(splits);
+            for s in 0..splits {
+                let start = first + s * chunk;
+                let end = (start + chunk).min(pos + 1);
+                let scores: Vec<f64> = (start..end)
+                    .map(|j| {
+                        let krow = &k_cache[(j * kv_heads + kvh) * hd..][..hd];
+                        let dot: f64 = qrow
+                            .iter()
+                            .zip(krow)
+                            .map(|(&a, &b)| a as f64 * b as f64)
+                            .sum();
+                        dot * shape.scale as f64
+                    })
+                    .collect();
+                let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let mut l = 0.0;
+                let mut acc = vec![0.0f64; hd];
+                for (sc, j) in scores.iter().zip(start..end) {
+                    let p = (sc - m).exp();
+                    l += p;
+                    let vrow = &v_cache[(j * kv_heads + kvh) * hd..][..hd];
+                    for (a, &v) in acc.iter_mut().zip(vrow) {
+                        *a += p * v as f64;
+                    }
+                }
+                ranges.push((m, l, acc));
+            }
+            let big_m = ranges.iter().map(|r| r.0).fold(f64::NEG_INFINITY, f64::max);
+            let weight = |m: f64| {
+                if m == f64::NEG_INFINITY {
+                    0.0
+                } else {
+                    (m - big_m).exp()
+                }
+            };
+            let l: f64 = ranges.iter().map(|r| weight(r.0) * r.1).sum();
+            let orow = &mut out[(tok * heads + h) * hd..][..hd];
+            for (d, o) in orow.iter_mut().enumerate() {
+                let a: f64 = ranges.iter().map(|r| weight(r.0) * r.2[d]).sum();
+                *o = (a / l) as f32;
+            }
+        }
+    }
+    out
+}
+
 /// `act(x)` in f64: SiLU `x·σ(x)`, or GELU with the tanh approximation
 /// `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))` (HF `gelu_pytorch_tanh`, Gemma's `hidden_act`).
 pub fn activation(x: f64, act: Activation) -> f64 {
@@ -225,6 +310,48 @@ mod tests {
             neox.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-6),
             "{neox:?}"
         );
+    }
+
+    #[test]
+    fn split_attention_equals_attention() {
+        use crate::kernels::attention::plan;
+        // Deterministic values in [-2, 2); peaky enough that the max per range matters.
+        let values = |n: usize, seed: usize| -> Vec<f32> {
+            (0..n)
+                .map(|i| (((i * 7919 + seed * 104_729) % 1000) as f32 / 250.0) - 2.0)
+                .collect()
+        };
+        // (t, heads, kv_heads, head_dim, pos0, window): a decode step, two tokens whose first
+        // sees one key fewer (its last range may be empty), a window cutting the context.
+        for (t, heads, kv, hd, pos0, window) in [
+            (1, 4, 2, 8, 199, 0),
+            (2, 4, 1, 6, 127, 0),
+            (2, 2, 2, 4, 300, 100),
+            (1, 4, 4, 3, 64, 0),
+        ] {
+            let shape = AttentionShape {
+                t,
+                heads,
+                kv_heads: kv,
+                head_dim: hd,
+                pos0,
+                window,
+                scale: 0.7,
+            };
+            let rows = (pos0 + t) as usize * (kv * hd) as usize;
+            let (k, v) = (values(rows, 1), values(rows, 2));
+            let q = values((t * heads * hd) as usize, 3);
+            let p = plan(&shape);
+            assert!(p.splits > 1, "{shape:?} should split, got {p:?}");
+            let want = attention(&q, &k, &v, &shape);
+            let got = attention_split(&q, &k, &v, &shape, p);
+            let err = got
+                .iter()
+                .zip(&want)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f32::max);
+            assert!(err < 1e-5, "{shape:?} {p:?}: max |Δ| {err}");
+        }
     }
 
     #[test]

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Bounded libFuzzer run of every cargo-fuzz target in fuzz/ (issue "Robustness and security").
+# Exits non-zero on a crash, a panic, a timeout or an allocation over the limit; the input that
+# did it is saved under fuzz/artifacts/<target>/ (replay: `cargo fuzz run <target> <file>`).
+#
+#   bash scripts/fuzz_smoke.sh          # 45 s per target
+#   FUZZ_SECONDS=600 bash scripts/fuzz_smoke.sh
+#
+# Toolchain: cargo-fuzz passes nightly-only rustc flags (-Zsanitizer=address, sancov passes).
+# RUSTC_BOOTSTRAP=1 lets the stable toolchain accept them, so no nightly is needed.
+# The build is cargo-fuzz's default: optimized, with debug assertions and overflow checks (an
+# integer overflow is a crash here), and AddressSanitizer (its malloc hooks make
+# -malloc_limit_mb work).
+#
+# Limits, per input: no single allocation of 64 MB or more (-malloc_limit_mb), 10 s at most
+# (-timeout). -rss_limit_mb bounds the whole process, which also holds the tokenizer
+# vocabularies and ASan's shadow memory and quarantine, so it is set per target above that.
+# The 64 MB peak for a parse is asserted by tests/malformed.rs under a counting allocator.
+#
+# Corpora: new inputs go to fuzz/work/<target>/ (git-ignored); the committed seeds in
+# fuzz/corpus/<target>/ are only read. Regenerate the seeds with
+#   cargo test --release --test malformed -- --ignored write_fuzz_seed_corpus
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${FUZZ_SECONDS:-45}
+export RUSTC_BOOTSTRAP=1
+# Small ASan quarantine: freed memory is recycled sooner, so RSS reflects live memory.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-quarantine_size_mb=16:detect_leaks=0}
+
+command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+
+[ -f tests/fixtures/vocab-llama3.gguf ] \
+  || echo "note: tests/fixtures/vocab-*.gguf missing (scripts/fixtures.sh); the tokenizer target uses its built-in vocabularies only"
+
+cd fuzz
+start=$(date +%s)
+cargo fuzz build
+echo "fuzz build: $(( $(date +%s) - start )) s"
+
+# target  rss_limit_mb  max_len
+targets=(
+  "gguf_chunks 512 16384"
+  "tokenizer 2048 4096"
+)
+for spec in "${targets[@]}"; do
+  read -r target rss max_len <<<"$spec"
+  mkdir -p "work/$target" "corpus/$target"
+  echo "== $target: ${seconds} s"
+  log="work/$target.log"
+  # -print_final_stats: "stat::number_of_executed_units" gives the run's size.
+  set +e
+  cargo fuzz run "$target" "work/$target" "corpus/$target" -- \
+    -max_total_time="$seconds" -malloc_limit_mb=64 -rss_limit_mb="$rss" -timeout=10 \
+    -max_len="$max_len" -print_final_stats=1 >"$log" 2>&1
+  status=$?
+  set -e
+  grep -E '^(stat::|Done |INFO: seed corpus)|vocabularies' "$log" || true
+  if [ "$status" -ne 0 ]; then
+    tail -n 60 "$log" >&2
+    echo "fuzz_smoke: $target FAILED (exit $status); full log fuzz/$log, reproducer in fuzz/artifacts/$target/" >&2
+    exit "$status"
+  fi
+done
+echo "fuzz_smoke: all targets ran ${seconds} s each without a crash ($(( $(date +%s) - start )) s in all)"

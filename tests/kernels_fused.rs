@@ -1,0 +1,830 @@
+//! The fused matmuls (`kernels::matmul::{matmul_normed, matmul_glu, matmul_qkv}`) on the GPU
+//! against the CPU reference (`reference::ops::{rms_norm, glu}` then `reference::matmul`),
+//! for every weight type coco reads, every kernel shape, T = 1, 2, 3, 17 and 64, odd row
+//! counts, with and without the folded norm and biases, whole and split weights.
+//!
+//! Run on lavapipe:
+//! `VK_ICD_FILENAMES=/usr/share/vulkan/icd.d/lvp_icd.x86_64.json WGPU_BACKEND=vulkan
+//!  cargo test --release --test kernels_fused -- --nocapture --test-threads=1`
+//! (prints the max error of every case).
+//!
+//! Tolerances are those of tests/kernels_matmul.rs: a product may differ from the f64
+//! reference by `atol + rtol·|ref|` with atol = 2e-6·Σ|w·x'| and rtol = 1e-5 (x' = the
+//! reference's f32 RMSNorm output). For GLU the gate's and up's allowances are propagated
+//! through act(g)·u (|act'| ≤ 1.2 for SiLU and GELU-tanh).
+
+use std::sync::OnceLock;
+
+use coco::gguf::GgmlType;
+use coco::gpu::{Binding, GpuContext, GpuTensor, StepRecorder};
+use coco::kernels::elementwise::Activation;
+use coco::kernels::matmul::MatmulVariant::{self, MatvecSubgroup, MatvecWorkgroup, Tiled};
+use coco::kernels::matmul::{
+    matmul_glu_variant, matmul_normed_variant, matmul_qkv_variant, MatmulArgs,
+};
+use coco::reference::{matmul as reference, ops, quant};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+const RTOL: f64 = 1e-5;
+const ATOL_PER_ABS_SUM: f64 = 2e-6;
+const EPS: f32 = 1e-5;
+
+fn ctx() -> &'static GpuContext {
+    static CTX: OnceLock<GpuContext> = OnceLock::new();
+    CTX.get_or_init(|| {
+        let ctx =
+            GpuContext::new_blocking().expect("a GPU adapter (lavapipe: see the file header)");
+        eprintln!(
+            "adapter: {}; subgroups: {}; storage buffers per stage: {}",
+            ctx.describe(),
+            ctx.has_subgroups(),
+            ctx.limits.max_storage_buffers_per_shader_stage
+        );
+        ctx
+    })
+}
+
+fn is_k_quant(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K)
+}
+
+/// K for the type: 2 super-blocks for K-quants, else 5 blocks of 32 (odd, so Q8_0/Q4_0/Q5_0
+/// rows alternate between word-aligned and 2-mod-4 starts). `long` makes each matvec lane
+/// take both its unrolled loop and its tail.
+fn k_for(ty: GgmlType, long: bool) -> usize {
+    match (is_k_quant(ty), long) {
+        (true, false) => 512,
+        (true, true) => 1280,
+        (false, false) => 160,
+        (false, true) => 800,
+    }
+}
+
+/// A weight of another type with the same K class, for Q/K/V type mixes.
+fn other_type(ty: GgmlType) -> GgmlType {
+    match ty {
+        GgmlType::Q4_K => GgmlType::Q6_K,
+        t if is_k_quant(t) => GgmlType::Q4_K,
+        GgmlType::Q8_0 => GgmlType::Q5_0,
+        _ => GgmlType::Q8_0,
+    }
+}
+
+/// Random `[rows, k]` weights of type `ty` on the GPU (split into parts of `part_rows` rows
+/// when given) and their CPU dequantization.
+fn weight(
+    rng: &mut ChaCha8Rng,
+    name: &str,
+    ty: GgmlType,
+    rows: usize,
+    k: usize,
+    part_rows: Option<usize>,
+) -> (GpuTensor, Vec<f32>) {
+    let mut values = Vec::with_capacity(rows * k);
+    for _ in 0..rows {
+        let scale = rng.gen_range(0.05f32..2.0);
+        for _ in 0..k {
+            let outlier = if rng.gen_ratio(1, 200) { 6.0 } else { 1.0 };
+            values.push(rng.gen_range(-1.0f32..1.0) * scale * outlier);
+        }
+    }
+    let bytes = quant::quantize(ty, &values).expect("quantize");
+    let deq = quant::dequantize(ty, &bytes, values.len()).expect("dequantize");
+    let row_bytes = ty.bytes_for(k as u64).unwrap();
+    let max_part = part_rows.map_or(u64::MAX, |r| r as u64 * row_bytes);
+    let t = GpuTensor::from_bytes(ctx(), name, ty, k as u64, rows as u64, &bytes, max_part);
+    if let Some(r) = part_rows {
+        assert_eq!(t.parts.len(), rows.div_ceil(r), "{name} should be split");
+    }
+    (t, deq)
+}
+
+fn random_f32(rng: &mut ChaCha8Rng, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.gen_range(lo..hi)).collect()
+}
+
+/// A residual stream `[t, k]` whose tokens have very different magnitudes (0.05 … 20), so
+/// a wrong or missing per-token norm shows.
+fn residual(rng: &mut ChaCha8Rng, t: usize, k: usize) -> Vec<f32> {
+    let mut x = Vec::with_capacity(t * k);
+    for _ in 0..t {
+        let scale = 10f32.powf(rng.gen_range(-1.3f32..1.3));
+        x.extend((0..k).map(|_| rng.gen_range(-1.0f32..1.0) * scale));
+    }
+    x
+}
+
+fn buffer(name: &str, data: &[f32]) -> wgpu::Buffer {
+    ctx().storage_buffer_init(name, bytemuck::cast_slice(data))
+}
+
+/// Compares `got` with `want` element by element (`[rows, n]`, `tol` per element), panicking
+/// at the first mismatch with both values; returns the max |error| and the max |error|/tol.
+fn compare(what: &str, got: &[f32], want: &[f64], tol: &[f64], n: usize) -> Err {
+    let mut max = Err::default();
+    for i in 0..want.len() {
+        let (g, r) = (got[i] as f64, want[i]);
+        let err = (g - r).abs();
+        assert!(
+            err <= tol[i],
+            "{what}: first mismatch at [t={}, n={}]: gpu {g} vs reference {r} (|err| {err:.3e} > tol {:.3e})",
+            i / n,
+            i % n,
+            tol[i]
+        );
+        max = max.max(Err {
+            abs: err,
+            ratio: err / tol[i],
+        });
+    }
+    max
+}
+
+/// The worst error of some outputs: absolute, and as a fraction of its tolerance.
+#[derive(Clone, Copy, Debug, Default)]
+struct Err {
+    abs: f64,
+    ratio: f64,
+}
+
+impl Err {
+    fn max(self, o: Err) -> Err {
+        Err {
+            abs: self.abs.max(o.abs),
+            ratio: self.ratio.max(o.ratio),
+        }
+    }
+}
+
+impl std::fmt::Display for Err {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(
+            f,
+            "max|err| {:.2e} ({:.0}% of tol)",
+            self.abs,
+            100.0 * self.ratio
+        )
+    }
+}
+
+/// The reference product x'·wᵀ in f64-accurate f32 and its tolerance per element.
+fn reference_product(w: &[f32], xn: &[f32], n: usize, k: usize, t: usize) -> (Vec<f64>, Vec<f64>) {
+    let want = reference::matmul(w, xn, n, k, t);
+    let abs = reference::matmul_abs(w, xn, n, k, t);
+    let tol = want
+        .iter()
+        .zip(&abs)
+        .map(|(&r, &a)| ATOL_PER_ABS_SUM * a as f64 + 1e-6 + RTOL * (r as f64).abs())
+        .collect();
+    (want.iter().map(|&v| v as f64).collect(), tol)
+}
+
+/// x' as the kernels see it: the reference RMSNorm of x, or x itself.
+fn normed(x: &[f32], norm_w: Option<&[f32]>, t: usize, k: usize) -> Vec<f32> {
+    match norm_w {
+        Some(nw) => ops::rms_norm(x, nw, t, k, EPS),
+        None => x.to_vec(),
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    t: usize,
+    variant: Option<MatmulVariant>,
+    norm: bool,
+    bias: bool,
+    accumulate: bool,
+    long: bool,
+    part_rows: Option<usize>,
+    /// GLU: the activation; QKV: W_k and W_v of another type (the three-dispatch fallback).
+    gelu: bool,
+    mixed: bool,
+}
+
+fn case(t: usize, variant: Option<MatmulVariant>) -> Case {
+    Case {
+        t,
+        variant,
+        norm: true,
+        bias: false,
+        accumulate: false,
+        long: false,
+        part_rows: None,
+        gelu: false,
+        mixed: false,
+    }
+}
+
+impl Case {
+    fn no_norm(self) -> Case {
+        Case {
+            norm: false,
+            ..self
+        }
+    }
+    fn bias(self) -> Case {
+        Case { bias: true, ..self }
+    }
+    fn accumulate(self) -> Case {
+        Case {
+            accumulate: true,
+            ..self
+        }
+    }
+    fn long(self) -> Case {
+        Case { long: true, ..self }
+    }
+    fn split(self, rows: usize) -> Case {
+        Case {
+            part_rows: Some(rows),
+            ..self
+        }
+    }
+    fn gelu(self) -> Case {
+        Case { gelu: true, ..self }
+    }
+    fn mixed(self) -> Case {
+        Case {
+            mixed: true,
+            ..self
+        }
+    }
+}
+
+/// Shapes every op is tried in: each matvec reduction, the tiled kernel for 1, 17 (two half
+/// tiles) and 64 tokens (two z slices), and the automatic choice.
+fn variants_cases(base: impl Fn(Case) -> Case) -> Vec<Case> {
+    let mut cases = vec![
+        base(case(1, Some(MatvecWorkgroup))),
+        base(case(3, Some(MatvecWorkgroup))).long(),
+        base(case(2, Some(MatvecWorkgroup))).no_norm(),
+        base(case(17, Some(Tiled))),
+        base(case(1, Some(Tiled))).no_norm(),
+        base(case(64, None)).long(),
+        base(case(1, None)),
+        base(case(17, Some(MatvecWorkgroup))),
+    ];
+    if ctx().has_subgroups() {
+        cases.extend([
+            base(case(1, Some(MatvecSubgroup))),
+            base(case(2, Some(MatvecSubgroup))).long(),
+            base(case(3, Some(MatvecSubgroup))).no_norm(),
+        ]);
+    } else {
+        println!("no SUBGROUP on this adapter; subgroup matvec not tested");
+    }
+    cases
+}
+
+fn label_of(rec: &StepRecorder) -> String {
+    let labels = rec.labels();
+    let mut first = labels.first().cloned().unwrap_or_default();
+    if labels.len() > 1 {
+        first += &format!(" (+{} more)", labels.len() - 1);
+    }
+    first
+}
+
+// ---- matmul_normed ----
+
+/// y (+)= norm(x)·wᵀ (+ bias) for N = 67; returns the max |error|.
+fn run_normed(ty: GgmlType, c: Case, seed: u64) -> Err {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let (n, k, t) = (67, k_for(ty, c.long), c.t);
+    let (wt, w) = weight(&mut rng, "w", ty, n, k, c.part_rows);
+    let x = residual(&mut rng, t, k);
+    let nw = random_f32(&mut rng, k, -1.5, 1.5);
+    let bias = random_f32(&mut rng, n, -1.0, 1.0);
+    let y0 = if c.accumulate {
+        random_f32(&mut rng, t * n, -1.0, 1.0)
+    } else {
+        vec![f32::NAN; t * n] // an output the kernel never writes fails
+    };
+    let (xb, nwb, bb, yb) = (
+        buffer("x", &x),
+        buffer("norm_w", &nw),
+        buffer("bias", &bias),
+        buffer("y", &y0),
+    );
+    let mut rec = StepRecorder::new(ctx());
+    let args = MatmulArgs {
+        bias: c.bias.then_some(&bb),
+        accumulate: c.accumulate,
+    };
+    let x_binding = Binding::from(&xb);
+    let y_binding = Binding::from(&yb);
+    if c.norm {
+        let nwb = Binding::from(&nwb);
+        matmul_normed_variant(
+            &mut rec, &wt, &x_binding, &nwb, EPS, &y_binding, t as u32, args, c.variant,
+        )
+    } else {
+        coco::kernels::matmul::matmul_variant(
+            &mut rec, &wt, &x_binding, &y_binding, t as u32, args, c.variant,
+        )
+    }
+    .expect("matmul_normed");
+    assert_eq!(
+        rec.dispatch_count(),
+        wt.parts.len(),
+        "one dispatch per part"
+    );
+    let label = label_of(&rec);
+    rec.submit();
+    let got = ctx().read_f32(&yb, 0, (t * n) as u64).expect("readback");
+
+    let xn = normed(&x, c.norm.then_some(&nw[..]), t, k);
+    let (mut want, tol) = reference_product(&w, &xn, n, k, t);
+    for (i, v) in want.iter_mut().enumerate() {
+        if c.bias {
+            *v += bias[i % n] as f64;
+        }
+        if c.accumulate {
+            *v += y0[i] as f64;
+        }
+    }
+    let what = format!("{c:?} ({label})");
+    let err = compare(&what, &got, &want, &tol, n);
+    println!(
+        "{label:<44} T={t:<3} K={k:<5} norm={:<5} bias={:<5} acc={:<5} parts={:<2} {err}",
+        c.norm,
+        c.bias,
+        c.accumulate,
+        wt.parts.len()
+    );
+    err
+}
+
+fn normed_type(ty: GgmlType) -> Err {
+    let mut cases = variants_cases(|c| c.bias());
+    cases.extend([
+        case(3, Some(MatvecWorkgroup)).accumulate(),
+        case(1, Some(MatvecWorkgroup)).bias().accumulate().split(12),
+        case(17, Some(Tiled)).bias().accumulate().split(12),
+        case(2, None).split(12),
+    ]);
+    if ctx().has_subgroups() {
+        cases.push(case(1, Some(MatvecSubgroup)).bias().split(12));
+    }
+    let mut worst = Err::default();
+    for (i, c) in cases.into_iter().enumerate() {
+        worst = worst.max(run_normed(ty, c, 1000 * ty.id() as u64 + i as u64));
+    }
+    worst
+}
+
+// ---- matmul_glu ----
+
+/// out = act(x'·w_gateᵀ) ⊙ (x'·w_upᵀ) for ffn = 67; returns the max |error|.
+fn run_glu(ty: GgmlType, c: Case, seed: u64) -> Err {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let (ffn, k, t) = (67, k_for(ty, c.long), c.t);
+    let (wg, gate_w) = weight(&mut rng, "w_gate", ty, ffn, k, c.part_rows);
+    let (wu, up_w) = weight(&mut rng, "w_up", ty, ffn, k, c.part_rows);
+    let x = residual(&mut rng, t, k);
+    let nw = random_f32(&mut rng, k, -1.5, 1.5);
+    let act = if c.gelu {
+        Activation::GeluTanh
+    } else {
+        Activation::Silu
+    };
+    let (xb, nwb) = (buffer("x", &x), buffer("norm_w", &nw));
+    let outb = buffer("out", &vec![f32::NAN; t * ffn]);
+    let nwb = Binding::from(&nwb);
+    let norm = c.norm.then_some((&nwb, EPS));
+    let mut rec = StepRecorder::new(ctx());
+    matmul_glu_variant(
+        &mut rec,
+        &wg,
+        &wu,
+        &Binding::from(&xb),
+        norm,
+        &Binding::from(&outb),
+        t as u32,
+        act,
+        c.variant,
+    )
+    .expect("matmul_glu");
+    assert_eq!(
+        rec.dispatch_count(),
+        wg.parts.len(),
+        "one dispatch per part pair"
+    );
+    let label = label_of(&rec);
+    rec.submit();
+    let got = ctx()
+        .read_f32(&outb, 0, (t * ffn) as u64)
+        .expect("readback");
+
+    let xn = normed(&x, c.norm.then_some(&nw[..]), t, k);
+    let (g, g_tol) = reference_product(&gate_w, &xn, ffn, k, t);
+    let (u, u_tol) = reference_product(&up_w, &xn, ffn, k, t);
+    let g32: Vec<f32> = g.iter().map(|&v| v as f32).collect();
+    let up32: Vec<f32> = u.iter().map(|&v| v as f32).collect();
+    let want: Vec<f64> = ops::glu(&g32, &up32, act)
+        .iter()
+        .map(|&v| v as f64)
+        .collect();
+    let tol: Vec<f64> = (0..want.len())
+        .map(|i| {
+            let a = ops::activation(g[i], act).abs();
+            1.2 * g_tol[i] * (u[i].abs() + u_tol[i]) + a * u_tol[i] + RTOL * want[i].abs() + 1e-6
+        })
+        .collect();
+    let what = format!("{c:?} ({label})");
+    let err = compare(&what, &got, &want, &tol, ffn);
+    println!(
+        "{label:<44} T={t:<3} K={k:<5} norm={:<5} parts={:<2} {err}",
+        c.norm,
+        wg.parts.len()
+    );
+    err
+}
+
+fn glu_type(ty: GgmlType) -> Err {
+    let mut cases = variants_cases(|c| c);
+    cases.extend([
+        case(2, Some(MatvecWorkgroup)).gelu(),
+        case(17, Some(Tiled)).gelu().no_norm(),
+        case(1, Some(MatvecWorkgroup)).split(12),
+        case(17, Some(Tiled)).split(12).gelu(),
+    ]);
+    if ctx().has_subgroups() {
+        cases.push(case(3, Some(MatvecSubgroup)).split(12).gelu());
+    }
+    let mut worst = Err::default();
+    for (i, c) in cases.into_iter().enumerate() {
+        worst = worst.max(run_glu(ty, c, 2000 * ty.id() as u64 + i as u64));
+    }
+    worst
+}
+
+// ---- matmul_qkv ----
+
+/// q, k, v = x'·w_{q,k,v}ᵀ (+ biases) for Nq = 67, Nk = Nv = 19 (so Q/K and K/V boundaries
+/// fall inside workgroups); returns the max |error|.
+fn run_qkv(ty: GgmlType, c: Case, seed: u64) -> Err {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let (k, t) = (k_for(ty, c.long), c.t);
+    let ns = [67usize, 19, 19];
+    let kv_ty = if c.mixed { other_type(ty) } else { ty };
+    let (wq, q_w) = weight(&mut rng, "wq", ty, ns[0], k, c.part_rows);
+    let (wk, k_w) = weight(&mut rng, "wk", kv_ty, ns[1], k, c.part_rows);
+    let (wv, v_w) = weight(&mut rng, "wv", kv_ty, ns[2], k, c.part_rows);
+    let x = residual(&mut rng, t, k);
+    let nw = random_f32(&mut rng, k, -1.5, 1.5);
+    let biases: Vec<Vec<f32>> = ns
+        .iter()
+        .map(|&n| random_f32(&mut rng, n, -1.0, 1.0))
+        .collect();
+
+    let (xb, nwb) = (buffer("x", &x), Binding::from(&buffer("norm_w", &nw)));
+    let outs: Vec<wgpu::Buffer> = ns
+        .iter()
+        .map(|&n| buffer("out", &vec![f32::NAN; t * n]))
+        .collect();
+    let bbs: Vec<Binding> = biases
+        .iter()
+        .map(|b| Binding::from(&buffer("b", b)))
+        .collect();
+    let ob: Vec<Binding> = outs.iter().map(Binding::from).collect();
+    let mut rec = StepRecorder::new(ctx());
+    matmul_qkv_variant(
+        &mut rec,
+        &wq,
+        &wk,
+        &wv,
+        &Binding::from(&xb),
+        c.norm.then_some((&nwb, EPS)),
+        &ob[0],
+        &ob[1],
+        &ob[2],
+        t as u32,
+        c.bias.then_some((&bbs[0], &bbs[1], &bbs[2])),
+        c.variant,
+    )
+    .expect("matmul_qkv");
+    let limit = ctx().limits.max_storage_buffers_per_shader_stage;
+    let bindings = 7 + c.norm as u32 + 3 * c.bias as u32;
+    let fuses = !c.mixed && c.part_rows.is_none() && bindings <= limit;
+    let parts = wq.parts.len() + wk.parts.len() + wv.parts.len();
+    let expected = if fuses { 1 } else { parts };
+    assert_eq!(rec.dispatch_count(), expected, "{c:?}: dispatches");
+    let label = label_of(&rec);
+    rec.submit();
+
+    let xn = normed(&x, c.norm.then_some(&nw[..]), t, k);
+    let mut err = Err::default();
+    for (i, (w, name)) in [&q_w, &k_w, &v_w].iter().zip(["q", "k", "v"]).enumerate() {
+        let n = ns[i];
+        let got = ctx()
+            .read_f32(&outs[i], 0, (t * n) as u64)
+            .expect("readback");
+        let (mut want, tol) = reference_product(w, &xn, n, k, t);
+        if c.bias {
+            for (j, v) in want.iter_mut().enumerate() {
+                *v += biases[i][j % n] as f64;
+            }
+        }
+        let what = format!("{c:?} ({label}) output {name}");
+        err = err.max(compare(&what, &got, &want, &tol, n));
+    }
+    println!(
+        "{label:<44} T={t:<3} K={k:<5} norm={:<5} bias={:<5} kv={:<5} dispatches={expected:<2} {err}",
+        c.norm,
+        c.bias,
+        kv_ty.name()
+    );
+    err
+}
+
+fn qkv_type(ty: GgmlType) -> Err {
+    let mut cases = variants_cases(|c| c);
+    cases.extend([
+        case(1, Some(MatvecWorkgroup)).bias(),
+        case(3, Some(MatvecWorkgroup)).no_norm().bias(),
+        case(17, Some(Tiled)).bias(),
+        case(64, None).no_norm().bias(),
+        // Fallbacks to three dispatches: a type mix, and split weights.
+        case(1, None).bias().mixed(),
+        case(17, None).mixed(),
+        case(2, Some(MatvecWorkgroup)).bias().split(12),
+    ]);
+    if ctx().has_subgroups() {
+        cases.push(case(1, Some(MatvecSubgroup)).bias());
+    }
+    let mut worst = Err::default();
+    for (i, c) in cases.into_iter().enumerate() {
+        worst = worst.max(run_qkv(ty, c, 3000 * ty.id() as u64 + i as u64));
+    }
+    worst
+}
+
+fn fused_type(ty: GgmlType) {
+    let normed = normed_type(ty);
+    let glu = glu_type(ty);
+    let qkv = qkv_type(ty);
+    println!("{ty}: normed {normed}; glu {glu}; qkv {qkv}");
+}
+
+#[test]
+fn fused_f32() {
+    fused_type(GgmlType::F32);
+}
+#[test]
+fn fused_f16() {
+    fused_type(GgmlType::F16);
+}
+#[test]
+fn fused_bf16() {
+    fused_type(GgmlType::BF16);
+}
+#[test]
+fn fused_q8_0() {
+    fused_type(GgmlType::Q8_0);
+}
+#[test]
+fn fused_q4_0() {
+    fused_type(GgmlType::Q4_0);
+}
+#[test]
+fn fused_q5_0() {
+    fused_type(GgmlType::Q5_0);
+}
+#[test]
+fn fused_q4_k() {
+    fused_type(GgmlType::Q4_K);
+}
+#[test]
+fn fused_q5_k() {
+    fused_type(GgmlType::Q5_K);
+}
+#[test]
+fn fused_q6_k() {
+    fused_type(GgmlType::Q6_K);
+}
+
+/// Gate and up of different types cannot share a dispatch: a typed error, nothing recorded.
+#[test]
+fn glu_rejects_mismatched_weights() {
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let (wg, _) = weight(&mut rng, "w_gate", GgmlType::Q8_0, 8, 64, None);
+    let (wu, _) = weight(&mut rng, "w_up", GgmlType::Q4_0, 8, 64, None);
+    let x = buffer("x", &[0.5; 64]);
+    let out = buffer("out", &[0.0; 8]);
+    let mut rec = StepRecorder::new(ctx());
+    let r = matmul_glu_variant(
+        &mut rec,
+        &wg,
+        &wu,
+        &Binding::from(&x),
+        None,
+        &Binding::from(&out),
+        1,
+        Activation::Silu,
+        None,
+    );
+    assert!(r.is_err(), "mismatched gate/up must be refused");
+    assert_eq!(rec.dispatch_count(), 0);
+}
+
+// ---- throughput (not a correctness test) ----
+
+/// One decoder layer's inputs to its matmuls, [N, K] weights of one type.
+struct BenchLayer {
+    wq: GpuTensor,
+    wk: GpuTensor,
+    wv: GpuTensor,
+    w_gate: GpuTensor,
+    w_up: GpuTensor,
+}
+
+/// Median wall time of one step recording `record` (one compute pass), over 9 steps after 2
+/// warm-ups.
+fn time_step(record: &dyn Fn(&mut StepRecorder)) -> f64 {
+    let ctx = ctx();
+    let mut times = Vec::new();
+    for rep in 0..11 {
+        let mut rec = StepRecorder::new(ctx);
+        record(&mut rec);
+        let start = std::time::Instant::now();
+        rec.submit();
+        ctx.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .expect("poll");
+        if rep >= 2 {
+            times.push(start.elapsed().as_secs_f64());
+        }
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    times[times.len() / 2]
+}
+
+/// Unfused against fused decode (T = 1) for Llama-3.2-1B's shapes (dim 2048, Q 2048, K/V 512,
+/// FFN 8192) over 16 layers of distinct random weights (so the H200's L2 holds none of them):
+/// norm + Q + K + V (4 dispatches) vs `matmul_qkv` (1), and norm + gate + up + glu (4) vs
+/// `matmul_glu` (1). On the H200:
+/// `cargo test --release --test kernels_fused -- --ignored --nocapture bench`.
+#[test]
+#[ignore]
+fn bench_fused() {
+    use coco::kernels::elementwise::glu;
+    use coco::kernels::matmul::matmul_variant;
+    use coco::kernels::norm::rms_norm;
+    let ctx = ctx();
+    // BENCH_DIV=8 shrinks the shapes to try the bench on lavapipe.
+    let div: u64 = std::env::var("BENCH_DIV")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    // BENCH_SHARED=1: every layer reads the same weights (L2-resident when they fit);
+    // BENCH_ZERO=1: all-zero weight bytes (no NaN/denormal scales); BENCH_TYPES=Q4_0,Q4_K.
+    let flag = |name: &str| std::env::var(name).is_ok_and(|v| v == "1");
+    let (shared, zero) = (flag("BENCH_SHARED"), flag("BENCH_ZERO"));
+    let types = std::env::var("BENCH_TYPES").unwrap_or_else(|_| "Q4_0,Q8_0,Q4_K,F16".into());
+    let (dim, nq, nkv, ffn, layers) = (2048 / div, 2048 / div, 512 / div, 8192 / div, 16);
+    let mut s = 0x9e3779b97f4a7c15u64;
+    let mut random_bytes = |len: u64| -> Vec<u8> {
+        if zero {
+            return vec![0; len as usize];
+        }
+        (0..len.div_ceil(8))
+            .flat_map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s.to_le_bytes()
+            })
+            .take(len as usize)
+            .collect()
+    };
+    println!("{}", ctx.describe());
+    let mut variants = vec![MatvecWorkgroup];
+    if ctx.has_subgroups() {
+        variants.push(MatvecSubgroup);
+    }
+    println!("shared weights: {shared}; zero weights: {zero}");
+    for ty in GgmlType::SUPPORTED {
+        if !types.split(',').any(|t| t == ty.name()) {
+            continue;
+        }
+        if ty.bytes_for(dim).is_none() {
+            continue; // K-quants need K % 256 == 0 (a BENCH_DIV too large)
+        }
+        let mut tensor = |name: &str, n: u64| {
+            let bytes = random_bytes(n * ty.bytes_for(dim).unwrap());
+            GpuTensor::from_bytes(ctx, name, ty, dim, n, &bytes, ctx.max_binding_bytes())
+        };
+        let distinct = if shared { 1 } else { layers };
+        let owned: Vec<BenchLayer> = (0..distinct)
+            .map(|_| BenchLayer {
+                wq: tensor("wq", nq),
+                wk: tensor("wk", nkv),
+                wv: tensor("wv", nkv),
+                w_gate: tensor("w_gate", ffn),
+                w_up: tensor("w_up", ffn),
+            })
+            .collect();
+        let layer: Vec<&BenchLayer> = (0..layers).map(|l| &owned[l % distinct]).collect();
+        let x = buffer("x", &vec![0.5; dim as usize]);
+        let nw = buffer("norm_w", &vec![1.0; dim as usize]);
+        let xn = ctx.storage_buffer("xn", dim * 4);
+        let (q, k, v) = (
+            ctx.storage_buffer("q", nq * 4),
+            ctx.storage_buffer("k", nkv * 4),
+            ctx.storage_buffer("v", nkv * 4),
+        );
+        let (gate, up, act) = (
+            ctx.storage_buffer("gate", ffn * 4),
+            ctx.storage_buffer("up", ffn * 4),
+            ctx.storage_buffer("act", ffn * 4),
+        );
+        let b = Binding::from;
+        let eps = 1e-5;
+        for &variant in &variants {
+            let vr = Some(variant);
+            let none = MatmulArgs::default();
+            let qkv_unfused = time_step(&|rec| {
+                for l in &layer {
+                    rms_norm(rec, &b(&x), &b(&nw), &b(&xn), 1, dim as u32, eps).unwrap();
+                    matmul_variant(rec, &l.wq, &b(&xn), &b(&q), 1, none, vr).unwrap();
+                    matmul_variant(rec, &l.wk, &b(&xn), &b(&k), 1, none, vr).unwrap();
+                    matmul_variant(rec, &l.wv, &b(&xn), &b(&v), 1, none, vr).unwrap();
+                }
+            });
+            let qkv_fused = time_step(&|rec| {
+                for l in &layer {
+                    let norm = Some((&b(&nw), eps));
+                    matmul_qkv_variant(
+                        rec,
+                        &l.wq,
+                        &l.wk,
+                        &l.wv,
+                        &b(&x),
+                        norm,
+                        &b(&q),
+                        &b(&k),
+                        &b(&v),
+                        1,
+                        None,
+                        vr,
+                    )
+                    .unwrap();
+                }
+            });
+            let ffn_unfused = time_step(&|rec| {
+                for l in &layer {
+                    rms_norm(rec, &b(&x), &b(&nw), &b(&xn), 1, dim as u32, eps).unwrap();
+                    matmul_variant(rec, &l.w_gate, &b(&xn), &b(&gate), 1, none, vr).unwrap();
+                    matmul_variant(rec, &l.w_up, &b(&xn), &b(&up), 1, none, vr).unwrap();
+                    glu(
+                        rec,
+                        &b(&gate),
+                        &b(&up),
+                        &b(&act),
+                        ffn as u32,
+                        Activation::Silu,
+                    )
+                    .unwrap();
+                }
+            });
+            let ffn_fused = time_step(&|rec| {
+                for l in &layer {
+                    let norm = Some((&b(&nw), eps));
+                    matmul_glu_variant(
+                        rec,
+                        &l.w_gate,
+                        &l.w_up,
+                        &b(&x),
+                        norm,
+                        &b(&act),
+                        1,
+                        Activation::Silu,
+                        vr,
+                    )
+                    .unwrap();
+                }
+            });
+            let gate_only = time_step(&|rec| {
+                for l in &layer {
+                    matmul_variant(rec, &l.w_gate, &b(&xn), &b(&gate), 1, none, vr).unwrap();
+                }
+            });
+            let per = |t: f64| t / layers as f64 * 1e6;
+            println!(
+                "{ty:<5} {variant:<16?} one [{ffn}, {dim}] matvec per layer: {:7.1} µs",
+                per(gate_only)
+            );
+            println!(
+                "{ty:<5} {variant:<16?} per layer: norm+qkv {:7.1} µs (4 disp) → fused {:7.1} µs (1)  ×{:.2} | norm+gate+up+glu {:7.1} µs (4) → fused {:7.1} µs (1)  ×{:.2}",
+                per(qkv_unfused),
+                per(qkv_fused),
+                qkv_unfused / qkv_fused,
+                per(ffn_unfused),
+                per(ffn_fused),
+                ffn_unfused / ffn_fused
+            );
+        }
+    }
+}
