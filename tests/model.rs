@@ -88,7 +88,7 @@ fn check_against_hf(ctx: &GpuContext, model: &Model, golden: &Value, check_greed
     agreement
 }
 
-fn fixture_names() -> Vec<String> {
+fn fixture_names(family: &str) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(root().join("tests/goldens"))
         .expect("tests/goldens")
         .filter_map(|e| e.ok())
@@ -96,17 +96,18 @@ fn fixture_names() -> Vec<String> {
             let n = e.file_name().to_string_lossy().to_string();
             n.strip_prefix("model_").and_then(|n| n.strip_suffix(".json")).map(str::to_string)
         })
-        .filter(|n| !n.starts_with("gemma-3-270m"))
+        .filter(|n| n.strip_prefix(family).is_some_and(|rest| rest.starts_with('-')) && !n.starts_with("gemma-3-270m"))
         .collect();
     names.sort();
     names
 }
 
-#[test]
-fn fixtures_match_hugging_face() {
+/// Every weight type of one fixture family against its HF golden: teacher-forced top-1 at
+/// >= 99% of positions, and the greedy 24-token continuation identical.
+fn family_matches_hugging_face(family: &str) {
     let ctx = gpu();
-    let names = fixture_names();
-    assert!(!names.is_empty(), "no model goldens in tests/goldens");
+    let names = fixture_names(family);
+    assert!(!names.is_empty(), "no {family} goldens in tests/goldens");
     let mut report = Vec::new();
     for name in &names {
         let g = golden(name);
@@ -123,6 +124,26 @@ fn fixtures_match_hugging_face() {
         assert!(rate >= 0.99, "{name}: top-1 agreement {:.1}% < 99%", rate * 100.0);
     }
     println!("{}", report.join("\n"));
+}
+
+#[test]
+fn llama_spm_fixtures_match_hugging_face() {
+    family_matches_hugging_face("llama-spm");
+}
+
+#[test]
+fn llama3_fixtures_match_hugging_face() {
+    family_matches_hugging_face("llama3");
+}
+
+#[test]
+fn qwen2_fixtures_match_hugging_face() {
+    family_matches_hugging_face("qwen2");
+}
+
+#[test]
+fn gemma3_fixtures_match_hugging_face() {
+    family_matches_hugging_face("gemma3");
 }
 
 /// GPU logits for `ids`, all at once and as a `prefill`-token prefill followed by one-token
