@@ -37,8 +37,29 @@ fn ids_of(v: &Value) -> Vec<u32> {
     v.as_array().expect("id array").iter().map(|x| x.as_u64().expect("id") as u32).collect()
 }
 
-/// Greedy continuation by raw argmax over the session's decode path (no EOS stop, as the
-/// golden records exactly `n` tokens or fewer if HF stopped).
+/// HF's top-1/top-2 logit margin below which f32 summation order alone can flip argmax.
+const NEAR_TIE: f64 = 2e-3;
+
+/// Greedy ids must equal HF's. The one allowed difference is at a step where HF's own top-1
+/// and top-2 are within `NEAR_TIE` (a tie in all but rounding); the sequences legitimately
+/// part there, so the comparison stops at that step.
+fn assert_greedy_matches(got: &[u32], expected: &[u32], margins: &[f64], text: &str) {
+    assert_eq!(got.len(), expected.len(), "greedy length for {text:?}");
+    for (i, (g, e)) in got.iter().zip(expected).enumerate() {
+        if g != e {
+            let margin = margins.get(i).copied().unwrap_or(f64::INFINITY);
+            assert!(
+                margin < NEAR_TIE,
+                "greedy continuation of {text:?} differs from HF at step {i}: got {g}, HF {e} (HF margin {margin:.2e})\n got {got:?}\n  hf {expected:?}"
+            );
+            println!("greedy {text:?}: parts from HF at step {i} on a near-tie (HF margin {margin:.1e}); {i} tokens identical");
+            return;
+        }
+    }
+}
+
+/// Greedy continuation by raw argmax over the session's decode path (no EOS stop: the
+/// goldens treat EOS as an ordinary token).
 fn greedy(ctx: &GpuContext, model: &Model, prompt: &[u32], n: usize) -> Vec<u32> {
     let mut s = Session::new(ctx, model, 512, LogitsFor::LastToken);
     let mut logits = s.forward_blocking(prompt).expect("prefill");
@@ -81,8 +102,10 @@ fn check_against_hf(ctx: &GpuContext, model: &Model, golden: &Value, check_greed
         }
         if check_greedy {
             let expected = ids_of(&prompt["greedy"]);
+            let margins: Vec<f64> =
+                prompt["greedy_margins"].as_array().map(|m| m.iter().filter_map(|x| x.as_f64()).collect()).unwrap_or_default();
             let got = greedy(ctx, model, &ids, expected.len());
-            assert_eq!(got, expected, "greedy continuation of {:?} differs from HF", prompt["text"]);
+            assert_greedy_matches(&got, &expected, &margins, prompt["text"].as_str().unwrap_or("?"));
         }
     }
     agreement
@@ -212,8 +235,10 @@ fn gemma_270m_matches_hugging_face() {
         .find(|p| p["text"].as_str() == Some("The capital of France is"))
         .expect("France prompt in the golden");
     let expected = ids_of(&france["greedy"]);
+    let margins: Vec<f64> =
+        france["greedy_margins"].as_array().map(|m| m.iter().filter_map(|x| x.as_f64()).collect()).unwrap_or_default();
     let got = greedy(&ctx, &model, &ids_of(&france["ids"]), expected.len());
-    assert_eq!(got, expected, "greedy: got {:?}", model.tokenizer.decode(&got));
+    assert_greedy_matches(&got, &expected, &margins, "The capital of France is");
     println!("greedy: {:?}", model.tokenizer.decode(&got));
 }
 

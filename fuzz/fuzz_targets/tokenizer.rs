@@ -12,7 +12,7 @@
 
 #![no_main]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use coco::gguf::{Metadata, Value};
@@ -154,7 +154,10 @@ fn build_vocabs() -> Vec<Vocab> {
     add("small-spm", &small_spm(), false);
     add("small-bpe-gpt2", &small_bpe("default"), true);
     add("small-bpe-llama3", &small_bpe("llama-bpe"), true);
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+    // COCO_FUZZ_FIXTURES: where the vocabularies are when the binary runs outside this checkout.
+    let fixtures = std::env::var_os("COCO_FUZZ_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures"));
     for (kind, lossless) in [("mistral-spm", false), ("llama3", true), ("qwen2", true)] {
         let path = fixtures.join(format!("vocab-{kind}.gguf"));
         match coco::gguf::read_header(&path) {
