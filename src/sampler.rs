@@ -5,7 +5,8 @@
 //! Order of operations follows llama.cpp's default chain: penalties → top-k → top-p → min-p →
 //! temperature → draw.
 
-/// Sampling settings. `temperature <= 0` means greedy.
+/// Sampling settings. `temperature <= 0` means greedy: the argmax of the raw logits, with
+/// no penalty applied.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplerConfig {
     pub temperature: f32,
@@ -85,6 +86,11 @@ impl Sampler {
     /// Chooses a token. `history` is every token so far (prompt included) for the penalty.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
         let c = &self.config;
+        // Greedy is the plain argmax of the model's logits (what HF's greedy decoding and
+        // the goldens mean by it); penalties only shape sampling.
+        if c.temperature <= 0.0 {
+            return argmax(logits);
+        }
         let mut logits = logits.to_vec();
         if c.repeat_penalty != 1.0 && c.repeat_last_n > 0 {
             let start = history.len().saturating_sub(c.repeat_last_n);
@@ -96,9 +102,6 @@ impl Sampler {
                     }
                 }
             }
-        }
-        if c.temperature <= 0.0 {
-            return argmax(&logits);
         }
         // Candidates sorted by logit, descending; ties by id for determinism.
         let mut cand: Vec<(u32, f32)> = logits.iter().enumerate().map(|(i, &l)| (i as u32, l)).collect();
@@ -186,7 +189,10 @@ mod tests {
 
     #[test]
     fn repetition_penalty_changes_the_winner() {
-        let mut s = Sampler::new(SamplerConfig { repeat_penalty: 2.0, ..SamplerConfig::greedy() });
+        // top_k 1 makes sampling deterministic, so the penalty alone decides.
+        let mut s = Sampler::new(SamplerConfig { repeat_penalty: 2.0, top_k: 1, ..Default::default() });
         assert_eq!(s.sample(&[1.0, 1.5, 0.2], &[1]), 0);
+        let mut greedy = Sampler::new(SamplerConfig { repeat_penalty: 2.0, ..SamplerConfig::greedy() });
+        assert_eq!(greedy.sample(&[1.0, 1.5, 0.2], &[1]), 1, "greedy ignores penalties");
     }
 }

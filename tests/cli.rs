@@ -66,3 +66,14 @@ fn missing_file_is_a_clear_error() {
     assert!(!ok);
     assert!(err.contains("/nonexistent.gguf"), "{err}");
 }
+
+/// The README's example: greedy `coco run` on the default model prints HF's continuation.
+#[test]
+fn default_model_greedy_run_prints_hf_text() {
+    let model = format!("{}/models/gemma-3-270m-q4_k_m.gguf", env!("CARGO_MANIFEST_DIR"));
+    assert!(std::path::Path::new(&model).exists(), "{model} missing: run scripts/install_model.sh");
+    let (ok, out, err) = coco(&["run", "-m", &model, "-p", "The capital of France is", "-n", "8", "--temp", "0"]);
+    assert!(ok, "{err}");
+    // HF transformers' greedy continuation (tests/goldens/model_gemma-3-270m.json).
+    assert_eq!(out.trim_end_matches('\n'), " the capital of the country of France.", "got {out:?}");
+}

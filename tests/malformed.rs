@@ -600,6 +600,29 @@ fn bad_tensor_infos_name_the_tensor() {
     }
 }
 
+/// Found by the gguf_chunks fuzz target: a tensor info cut short used to give a different
+/// error (or a different `needed`) depending on how the bytes were chunked, because the parser
+/// asked for more than the next field before checking what it had.
+#[test]
+fn chunking_never_changes_the_error() {
+    // Cut after a zero dim: the zero is visible, so it must be reported, not "truncated".
+    let r = Raw::gguf(1, 0).str("t").u32(2).u64(32).u64(0);
+    expect_err(parse(&r.0, None), "Invalid", &["tensor `t`.dims[1]", "dimension is 0"]);
+    // Cut 4 bytes into the offset: 4 more bytes are needed, not 8.
+    let r = Raw::gguf(1, 0).str("t").u32(1).u64(8).u32(0).u32(0);
+    expect_err(parse(&r.0, None), "Truncated", &["tensor info 0 of 1", "needs 4 more bytes"]);
+    // The fuzzer's input (fuzz/artifacts/gguf_chunks/crash-85141e45…, control bytes removed).
+    let crash = Raw::gguf(2, 1)
+        .kv("general.alignment", T_U32)
+        .u32(64)
+        .str("a")
+        .u32(1)
+        .u64(8)
+        .u32(0)
+        .u32(0);
+    expect_err(parse(&crash.0, None), "Truncated", &["tensor info 0 of 2", "needs 4 more bytes"]);
+}
+
 #[test]
 fn data_offsets_past_the_end_and_misaligned() {
     const F32: u32 = 0;

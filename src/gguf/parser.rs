@@ -603,7 +603,9 @@ impl Parser {
         let mut n_elements: u64 = 1;
         for d in 0..n_dims {
             let dim_at = c.offset();
-            let Some(dim) = c.u64() else { return Ok(Step::NeedMore(c.pos as u64 + 8 * (n_dims - d) as u64 + 12)) };
+            // Ask only for this dim: asking for the whole rest of the info would defer the
+            // checks below, so a truncated file's error would depend on the chunking.
+            let Some(dim) = c.u64() else { return Ok(Step::NeedMore(c.pos as u64 + 8)) };
             if dim == 0 {
                 return Err(invalid(field(&format!("dims[{d}]")), dim_at, "dimension is 0"));
             }
@@ -614,7 +616,9 @@ impl Parser {
             dims.push(dim);
         }
         let type_at = c.offset();
-        let (Some(type_id), Some(offset)) = (c.u32(), c.u64()) else { return Ok(Step::NeedMore(c.pos as u64 + 12)) };
+        // `c.pos` before the pair: `u32()` may succeed and advance while `u64()` fails.
+        let pair_end = c.pos as u64 + 12;
+        let (Some(type_id), Some(offset)) = (c.u32(), c.u64()) else { return Ok(Step::NeedMore(pair_end)) };
         let ty = GgmlType::from_id(type_id);
         let Some((block_len, _)) = ty.block_geometry() else {
             return Err(invalid(field("type"), type_at, format!("unknown tensor type id {type_id}")));
