@@ -15,7 +15,7 @@ fn main() {
         ctx.queue.write_buffer(&s.scratch.ids, 0, bytemuck::cast_slice(&[5u32]));
         let t0 = Instant::now();
         let mut rec = StepRecorder::new(&ctx);
-        coco::model::forward(&mut rec, &model, &s.kv, &s.scratch, 1, s.pos, LogitsFor::LastToken).expect("record");
+        coco::model::forward(&mut rec, &model, &s.kv, &s.scratch, 1, s.pos, LogitsFor::LastToken, s.pipeline).expect("record");
         let n = rec.dispatch_count();
         let t1 = Instant::now();
         rec.submit();

@@ -17,6 +17,7 @@ pub struct BenchConfig {
     pub prompt_tokens: u32,
     pub gen_tokens: u32,
     pub reps: u32,
+    pub pipeline: crate::model::Pipeline,
 }
 
 /// Adapter figures measured by [`probe`].
@@ -101,6 +102,7 @@ pub async fn run(ctx: &GpuContext, model: &Model, cfg: &BenchConfig) -> Result<B
     let mut dispatches = 0;
     for rep in 0..=cfg.reps {
         let mut s = Session::new(ctx, model, context, LogitsFor::LastToken);
+        s.pipeline = cfg.pipeline;
         let clock = Clock::start();
         let mut logits = s.forward(&prompt).await?;
         let pp_rate = prompt.len() as f64 / clock.seconds();

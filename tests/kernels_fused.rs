@@ -5,7 +5,7 @@
 //!
 //! Run on lavapipe:
 //! `VK_ICD_FILENAMES=/usr/share/vulkan/icd.d/lvp_icd.x86_64.json WGPU_BACKEND=vulkan
-//!  cargo test --release --test kernels_fused -- --nocapture --test-threads=1`
+//!  cargo test --release --test kernels_fused -- --nocapture`
 //! (prints the max error of every case).
 //!
 //! Tolerances are those of tests/kernels_matmul.rs: a product may differ from the f64

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use coco::engine::{load_path, LogitsFor, Model, Session};
 use coco::gpu::GpuContext;
+use coco::model::Pipeline;
 use coco::reference::forward::CpuModel;
 use coco::sampler::argmax;
 use serde_json::Value;
@@ -169,8 +170,9 @@ fn gemma3_fixtures_match_hugging_face() {
     family_matches_hugging_face("gemma3");
 }
 
-/// GPU logits for `ids`, all at once and as a `prefill`-token prefill followed by one-token
-/// decode steps through the KV cache, against the CPU reference forward.
+/// GPU logits for `ids` against the CPU reference forward: fused in `prefill`-sized chunks,
+/// fused as a prefill followed by one-token decode steps through the KV cache, and the
+/// same through the unfused pipeline.
 fn check_gpu_vs_cpu(ctx: &GpuContext, name: &str, n_tokens: u32, prefill: usize) {
     let path = fixture(name);
     let model = load_path(ctx, &path, 512).unwrap();
@@ -187,7 +189,14 @@ fn check_gpu_vs_cpu(ctx: &GpuContext, name: &str, n_tokens: u32, prefill: usize)
     for &id in &ids[prefill..] {
         stepped.extend(s2.forward_blocking(&[id]).unwrap());
     }
-    for (what, got) in [("batched", &batched), ("decode", &stepped)] {
+    // The unfused pipeline (one kernel per op), decode steps included.
+    let mut s3 = Session::new(ctx, &model, 512, LogitsFor::AllTokens);
+    s3.pipeline = Pipeline::Unfused;
+    let mut unfused = s3.forward_blocking(&ids[..prefill]).unwrap();
+    for &id in &ids[prefill..] {
+        unfused.extend(s3.forward_blocking(&[id]).unwrap());
+    }
+    for (what, got) in [("batched", &batched), ("decode", &stepped), ("unfused", &unfused)] {
         let mut worst = (0.0f32, 0usize);
         for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
             let d = (g - e).abs() / (1.0 + e.abs());

@@ -59,6 +59,9 @@ enum Command {
         /// Print one JSON object instead of streaming text.
         #[arg(long)]
         json: bool,
+        /// One kernel per operation instead of the fused pipeline (A/B and debugging).
+        #[arg(long)]
+        unfused: bool,
     },
     /// Teacher-forced logits for every prompt position.
     Logits {
@@ -101,6 +104,9 @@ enum Command {
         probe: bool,
         #[arg(long)]
         json: bool,
+        /// Benchmark the unfused pipeline (the fused one is the default).
+        #[arg(long)]
+        unfused: bool,
     },
     /// Architecture, hyperparameters, tensors, and the capability check for this adapter.
     Info {
@@ -109,6 +115,14 @@ enum Command {
         #[arg(long, default_value_t = 2048)]
         ctx: u32,
     },
+}
+
+fn pipeline(unfused: bool) -> coco::model::Pipeline {
+    if unfused {
+        coco::model::Pipeline::Unfused
+    } else {
+        coco::model::Pipeline::Fused
+    }
 }
 
 fn open_gpu(verbose: bool) -> Result<GpuContext> {
@@ -146,7 +160,7 @@ fn load(ctx: &GpuContext, args: &ModelArgs, verbose: bool) -> Result<Model> {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run { model, prompt, n, temp, top_k, top_p, min_p, repeat_penalty, seed, json } => {
+        Command::Run { model, prompt, n, temp, top_k, top_p, min_p, repeat_penalty, seed, json, unfused } => {
             let ctx = open_gpu(cli.verbose)?;
             let m = load(&ctx, &model, cli.verbose)?;
             let prompt_ids = m.tokenizer.encode(&prompt, true, true);
@@ -154,6 +168,7 @@ fn main() -> Result<()> {
                 bail!("the prompt encodes to no tokens");
             }
             let mut session = Session::new(&ctx, &m, model.ctx, LogitsFor::LastToken);
+            session.pipeline = pipeline(unfused);
             let mut sampler = Sampler::new(SamplerConfig {
                 temperature: temp,
                 top_k,
@@ -220,7 +235,9 @@ fn main() -> Result<()> {
                 }
             }
         }
-        Command::Bench { model, prompt, n, reps, probe, json } => bench(&model, prompt, n, reps, probe, json, cli.verbose)?,
+        Command::Bench { model, prompt, n, reps, probe, json, unfused } => {
+            bench(&model, prompt, n, reps, probe, json, unfused, cli.verbose)?
+        }
         Command::Info { model, ctx } => info(&model, ctx, cli.verbose)?,
     }
     Ok(())
@@ -285,11 +302,12 @@ fn info(path: &Path, ctx_len: u32, verbose: bool) -> Result<()> {
     Ok(())
 }
 
-fn bench(path: &Path, prompt: u32, n: u32, reps: u32, probe: bool, as_json: bool, verbose: bool) -> Result<()> {
+#[allow(clippy::too_many_arguments)]
+fn bench(path: &Path, prompt: u32, n: u32, reps: u32, probe: bool, as_json: bool, unfused: bool, verbose: bool) -> Result<()> {
     let ctx = open_gpu(verbose)?;
     let args = ModelArgs { model: path.to_path_buf(), ctx: prompt + n + 8 };
     let m = load(&ctx, &args, verbose)?;
-    let cfg = coco::bench::BenchConfig { prompt_tokens: prompt, gen_tokens: n, reps: reps.max(1) };
+    let cfg = coco::bench::BenchConfig { prompt_tokens: prompt, gen_tokens: n, reps: reps.max(1), pipeline: pipeline(unfused) };
     let mut r = pollster::block_on(coco::bench::run(&ctx, &m, &cfg))?;
     if probe {
         r.probe = Some(pollster::block_on(coco::bench::probe(&ctx))?);
@@ -298,6 +316,7 @@ fn bench(path: &Path, prompt: u32, n: u32, reps: u32, probe: bool, as_json: bool
     let out = json!({
         "model": name,
         "adapter": r.adapter,
+        "pipeline": if unfused { "unfused" } else { "fused" },
         "prompt_tokens": prompt,
         "gen_tokens": n,
         "reps": r.reps,

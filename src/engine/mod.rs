@@ -153,6 +153,8 @@ pub struct Session<'m> {
     /// Positions already in the KV cache.
     pub pos: u32,
     pub stats: Stats,
+    /// Fused (default) or unfused dispatch plan; switchable between steps.
+    pub pipeline: model::Pipeline,
 }
 
 impl<'m> Session<'m> {
@@ -171,7 +173,7 @@ impl<'m> Session<'m> {
             LogitsFor::AllTokens => LOGITS_ROWS,
         };
         let scratch = Scratch::new(ctx, model, PREFILL_CHUNK, logit_rows, context);
-        Session { ctx, model, kv, scratch, pos: 0, stats: Stats::default() }
+        Session { ctx, model, kv, scratch, pos: 0, stats: Stats::default(), pipeline: model::Pipeline::Fused }
     }
 
     /// Forgets the conversation (the cache is overwritten from position 0).
@@ -199,7 +201,7 @@ impl<'m> Session<'m> {
             self.ctx.queue.write_buffer(&self.scratch.ids, 0, bytemuck::cast_slice(chunk));
             let mut rec = StepRecorder::new(self.ctx);
             let logits = if all { LogitsFor::AllTokens } else { LogitsFor::LastToken };
-            model::forward(&mut rec, self.model, &self.kv, &self.scratch, t, self.pos, logits)?;
+            model::forward(&mut rec, self.model, &self.kv, &self.scratch, t, self.pos, logits, self.pipeline)?;
             if t == 1 {
                 self.stats.dispatches_per_token = rec.dispatch_count() as u32;
             }

@@ -10,53 +10,37 @@
 //! - GGUF norm weights already hold HF's `(1 + w)` (llama.cpp's converter adds the 1), so
 //!   the plain RMSNorm kernel applies.
 
-use crate::engine::{KvCache, LogitsFor, Scratch};
+use crate::engine::LogitsFor;
 use crate::gpu::{Binding, StepRecorder};
-use crate::kernels::elementwise::glu;
 use crate::kernels::get_rows::get_rows;
 use crate::kernels::matmul::{matmul, MatmulArgs};
-use crate::kernels::norm::{rms_norm, rms_norm_add};
+use crate::kernels::norm::rms_norm_add;
 use crate::kernels::KernelError;
 
-use super::{activation, attention_block, lm_head, Model};
+use super::{attention_block, gated_ffn, lm_head, Step};
 
-pub fn forward(
-    rec: &mut StepRecorder,
-    model: &Model,
-    kv: &KvCache,
-    s: &Scratch,
-    t: u32,
-    pos0: u32,
-    logits_for: LogitsFor,
-) -> Result<(), KernelError> {
-    let c = &model.config;
-    let w = &model.weights;
-    let (x, xn) = (Binding::from(&s.x), Binding::from(&s.xn));
+pub(crate) fn forward(rec: &mut StepRecorder, step: &Step, logits_for: LogitsFor) -> Result<(), KernelError> {
+    let (c, w, s, t) = (&step.model.config, &step.model.weights, step.s, step.t);
+    let x = Binding::from(&s.x);
     let proj = Binding::from(&s.proj);
     let missing = |what: &str| KernelError::Shape { kernel: "gemma3", why: format!("missing {what}") };
 
     // token embeddings, scaled by √dim
     get_rows(rec, &w.token_embd, &Binding::from(&s.ids), &x, t, c.embed_scale)?;
     for (l, lw) in w.layers.iter().enumerate() {
-        // pre-attention norm
-        rms_norm(rec, &x, &lw.attn_norm.vector(), &xn, t, c.dim, c.rms_eps)?;
-        // Q/K/V, per-head Q/K norms, RoPE, KV-cache write, (sliding) attention → s.attn
-        attention_block(rec, model, kv, s, l as u32, t, pos0)?;
+        // pre-attention norm, Q/K/V, per-head Q/K norms, RoPE, KV-cache write, (sliding) attention
+        attention_block(rec, step, l as u32)?;
         // output projection; post-attention norm added into the residual stream
         matmul(rec, &lw.wo, &Binding::from(&s.attn), &proj, t, MatmulArgs::default())?;
         let post_attn = lw.post_attn_norm.as_ref().ok_or_else(|| missing("post_attention_norm"))?;
         rms_norm_add(rec, &proj, &post_attn.vector(), &x, t, c.dim, c.rms_eps)?;
-        // pre-FFN norm
-        rms_norm(rec, &x, &lw.ffn_norm.vector(), &xn, t, c.dim, c.rms_eps)?;
-        // GELU-tanh gated FFN
-        matmul(rec, &lw.w_gate, &xn, &Binding::from(&s.gate), t, MatmulArgs::default())?;
-        matmul(rec, &lw.w_up, &xn, &Binding::from(&s.up), t, MatmulArgs::default())?;
-        glu(rec, &Binding::from(&s.gate), &Binding::from(&s.up), &Binding::from(&s.act), t * c.ffn_dim, activation(c))?;
+        // pre-FFN norm and GELU-tanh gated FFN
+        gated_ffn(rec, step, l)?;
         // down projection; post-FFN norm added into the residual stream
         matmul(rec, &lw.w_down, &Binding::from(&s.act), &proj, t, MatmulArgs::default())?;
         let post_ffn = lw.post_ffn_norm.as_ref().ok_or_else(|| missing("post_ffw_norm"))?;
         rms_norm_add(rec, &proj, &post_ffn.vector(), &x, t, c.dim, c.rms_eps)?;
     }
     // final norm and logits (tied to the embeddings)
-    lm_head(rec, model, s, t, logits_for)
+    lm_head(rec, step, logits_for)
 }

@@ -17,12 +17,23 @@ use crate::engine::{rows_of, KvCache, LogitsFor, Scratch};
 use crate::gpu::{Binding, StepRecorder};
 use crate::kernels::attention::{attention, kv_write, AttentionShape};
 use crate::kernels::elementwise;
-use crate::kernels::matmul::{matmul, MatmulArgs};
+use crate::kernels::matmul::{can_fuse_glu, matmul, matmul_glu, matmul_normed, matmul_qkv, MatmulArgs};
 use crate::kernels::norm::{rms_norm, rms_norm_in_place};
 use crate::kernels::rope::{rope, RopeLayout};
 use crate::kernels::KernelError;
 
+/// How a step is cut into dispatches. Both compute the same thing; tests check they agree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pipeline {
+    /// RMSNorm folded into the matmuls that consume it, Q/K/V in one dispatch, gate/up and
+    /// the activation in one dispatch. The default.
+    Fused,
+    /// One kernel per operation (`--unfused`): the A/B baseline.
+    Unfused,
+}
+
 /// Records one step: `t` tokens (already in `s.ids`) at positions `pos0..pos0 + t`.
+#[allow(clippy::too_many_arguments)]
 pub fn forward(
     rec: &mut StepRecorder,
     model: &Model,
@@ -31,11 +42,39 @@ pub fn forward(
     t: u32,
     pos0: u32,
     logits_for: LogitsFor,
+    pipeline: Pipeline,
 ) -> Result<(), KernelError> {
+    let step = Step { model, kv, s, t, pos0, pipeline };
     match model.config.arch {
-        Arch::Llama | Arch::Qwen2 => llama::forward(rec, model, kv, s, t, pos0, logits_for),
-        Arch::Gemma3 => gemma3::forward(rec, model, kv, s, t, pos0, logits_for),
+        Arch::Llama | Arch::Qwen2 => llama::forward(rec, &step, logits_for),
+        Arch::Gemma3 => gemma3::forward(rec, &step, logits_for),
     }
+}
+
+/// What every block of a step needs: the model, its cache and scratch, the token range.
+pub(crate) struct Step<'a> {
+    pub model: &'a Model,
+    pub kv: &'a KvCache,
+    pub s: &'a Scratch,
+    pub t: u32,
+    pub pos0: u32,
+    pub pipeline: Pipeline,
+}
+
+/// `out = act(norm(x)·W_gateᵀ) ⊙ norm(x)·W_upᵀ` for the FFN: one dispatch when fused.
+pub(crate) fn gated_ffn(rec: &mut StepRecorder, step: &Step, l: usize) -> Result<(), KernelError> {
+    let (c, s, t) = (&step.model.config, step.s, step.t);
+    let lw = &step.model.weights.layers[l];
+    let (x, act) = (Binding::from(&s.x), Binding::from(&s.act));
+    if step.pipeline == Pipeline::Fused && can_fuse_glu(&lw.w_gate, &lw.w_up) {
+        let norm = (&lw.ffn_norm.vector(), c.rms_eps);
+        return matmul_glu(rec, &lw.w_gate, &lw.w_up, &x, Some((norm.0, norm.1)), &act, t, activation(c));
+    }
+    let xn = Binding::from(&s.xn);
+    rms_norm(rec, &x, &lw.ffn_norm.vector(), &xn, t, c.dim, c.rms_eps)?;
+    matmul(rec, &lw.w_gate, &xn, &Binding::from(&s.gate), t, MatmulArgs::default())?;
+    matmul(rec, &lw.w_up, &xn, &Binding::from(&s.up), t, MatmulArgs::default())?;
+    elementwise::glu(rec, &Binding::from(&s.gate), &Binding::from(&s.up), &act, t * c.ffn_dim, activation(c))
 }
 
 pub(crate) fn activation(c: &Config) -> elementwise::Activation {
@@ -52,27 +91,33 @@ pub(crate) fn rope_layout(c: &Config) -> RopeLayout {
     }
 }
 
-/// The attention half of a block, shared by every architecture: Q/K/V projections of `s.xn`
-/// (+ biases), per-head Q/K norms (gemma3), RoPE, the KV-cache write and causal attention
-/// into `s.attn`.
-pub(crate) fn attention_block(
-    rec: &mut StepRecorder,
-    model: &Model,
-    kv: &KvCache,
-    s: &Scratch,
-    l: u32,
-    t: u32,
-    pos0: u32,
-) -> Result<(), KernelError> {
+/// The attention half of a block, shared by every architecture: the attention RMSNorm,
+/// Q/K/V projections (+ biases), per-head Q/K norms (gemma3), RoPE, the KV-cache write and
+/// causal attention into `s.attn`. Reads the residual stream `s.x`.
+pub(crate) fn attention_block(rec: &mut StepRecorder, step: &Step, l: u32) -> Result<(), KernelError> {
+    let (model, kv, s, t, pos0) = (step.model, step.kv, step.s, step.t, step.pos0);
     let c = &model.config;
     let lw = &model.weights.layers[l as usize];
-    let xn = Binding::from(&s.xn);
     let (q, k, v) = (Binding::from(&s.q), Binding::from(&s.k), Binding::from(&s.v));
-    let bias = |b: &Option<crate::gpu::GpuTensor>| b.as_ref().map(|b| b.parts[0].buffer.clone());
+    let bias = |b: &Option<crate::gpu::GpuTensor>| b.as_ref().map(|b| b.vector());
     let (bq, bk, bv) = (bias(&lw.bq), bias(&lw.bk), bias(&lw.bv));
-    matmul(rec, &lw.wq, &xn, &q, t, MatmulArgs { bias: bq.as_ref(), accumulate: false })?;
-    matmul(rec, &lw.wk, &xn, &k, t, MatmulArgs { bias: bk.as_ref(), accumulate: false })?;
-    matmul(rec, &lw.wv, &xn, &v, t, MatmulArgs { bias: bv.as_ref(), accumulate: false })?;
+    if step.pipeline == Pipeline::Fused {
+        // Norm folded in; one dispatch when Q/K/V share a type (else three normed ones).
+        let norm = lw.attn_norm.vector();
+        let biases = match (&bq, &bk, &bv) {
+            (Some(bq), Some(bk), Some(bv)) => Some((bq, bk, bv)),
+            _ => None,
+        };
+        matmul_qkv(rec, &lw.wq, &lw.wk, &lw.wv, &Binding::from(&s.x), Some((&norm, c.rms_eps)), &q, &k, &v, t, biases)?;
+    } else {
+        let xn = Binding::from(&s.xn);
+        rms_norm(rec, &Binding::from(&s.x), &lw.attn_norm.vector(), &xn, t, c.dim, c.rms_eps)?;
+        let buf = |b: &Option<crate::gpu::GpuTensor>| b.as_ref().map(|b| b.parts[0].buffer.clone());
+        let (bq, bk, bv) = (buf(&lw.bq), buf(&lw.bk), buf(&lw.bv));
+        matmul(rec, &lw.wq, &xn, &q, t, MatmulArgs { bias: bq.as_ref(), accumulate: false })?;
+        matmul(rec, &lw.wk, &xn, &k, t, MatmulArgs { bias: bk.as_ref(), accumulate: false })?;
+        matmul(rec, &lw.wv, &xn, &v, t, MatmulArgs { bias: bv.as_ref(), accumulate: false })?;
+    }
     if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
         rms_norm_in_place(rec, &q, &qn.vector(), t * c.n_heads, c.head_dim, c.rms_eps)?;
         rms_norm_in_place(rec, &k, &kn.vector(), t * c.n_kv_heads, c.head_dim, c.rms_eps)?;
@@ -91,33 +136,21 @@ pub(crate) fn attention_block(
         window: c.window(l),
         scale: c.attn_scale,
     };
-    let (attn, partials) = (Binding::from(&s.attn), Binding::from(&s.attn_partials));
-    attention(rec, &q, &kc, &vc, &attn, &partials, &shape)
+    attention(rec, &q, &kc, &vc, &Binding::from(&s.attn), &Binding::from(&s.attn_partials), &shape)
 }
 
 /// Final RMSNorm and the vocabulary projection, for the last token or every token.
-pub(crate) fn lm_head(
-    rec: &mut StepRecorder,
-    model: &Model,
-    s: &Scratch,
-    t: u32,
-    logits_for: LogitsFor,
-) -> Result<(), KernelError> {
-    let c = &model.config;
-    let w = &model.weights;
-    let (x, xn) = (Binding::from(&s.x), Binding::from(&s.xn));
+pub(crate) fn lm_head(rec: &mut StepRecorder, step: &Step, logits_for: LogitsFor) -> Result<(), KernelError> {
+    let (c, w, s, t) = (&step.model.config, &step.model.weights, step.s, step.t);
+    let (x, rows) = match logits_for {
+        LogitsFor::AllTokens => (Binding::from(&s.x), t),
+        LogitsFor::LastToken => (rows_of(&s.x, t - 1, 1, c.dim), 1),
+    };
     let logits = Binding::from(&s.logits);
-    match logits_for {
-        LogitsFor::AllTokens => {
-            rms_norm(rec, &x, &w.output_norm.vector(), &xn, t, c.dim, c.rms_eps)?;
-            matmul(rec, w.lm_head(), &xn, &logits, t, MatmulArgs::default())
-        }
-        LogitsFor::LastToken => {
-            // Only the last row: norm it alone, then a single-row matmul.
-            let last = rows_of(&s.x, t - 1, 1, c.dim);
-            let first_xn = rows_of(&s.xn, 0, 1, c.dim);
-            rms_norm(rec, &last, &w.output_norm.vector(), &first_xn, 1, c.dim, c.rms_eps)?;
-            matmul(rec, w.lm_head(), &first_xn, &logits, 1, MatmulArgs::default())
-        }
+    if step.pipeline == Pipeline::Fused {
+        return matmul_normed(rec, w.lm_head(), &x, &w.output_norm.vector(), c.rms_eps, &logits, rows, MatmulArgs::default());
     }
+    let xn = rows_of(&s.xn, 0, rows, c.dim);
+    rms_norm(rec, &x, &w.output_norm.vector(), &xn, rows, c.dim, c.rms_eps)?;
+    matmul(rec, w.lm_head(), &xn, &logits, rows, MatmulArgs::default())
 }
