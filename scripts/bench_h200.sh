@@ -9,14 +9,23 @@ mkdir -p "$M" "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 "$B/coco" -v info -m /dev/null 2>&1 | grep adapter | tee -a "$OUT/gpu.txt"
 # Random-weight GGUFs in real shapes, generated here (too big to carry).
+# QUICK=1: only the Gemma and Llama-1B Q4_0 shapes (when device time is short).
+QUICK=${QUICK:-0}
 "$B/shape_model" gemma-270m q5_0 "$M/gemma-270m-shape-q5_0.gguf" &
 "$B/shape_model" llama-1b q4_0 "$M/llama1b-q4_0.gguf" &
-"$B/shape_model" llama-1b q8_0 "$M/llama1b-q8_0.gguf" &
-"$B/shape_model" qwen-0.5b q8_0 "$M/qwen0.5b-q8_0.gguf" &
+models="gemma-270m-shape-q5_0 llama1b-q4_0"
+if [ "$QUICK" = 0 ]; then
+  "$B/shape_model" llama-1b q8_0 "$M/llama1b-q8_0.gguf" &
+  "$B/shape_model" qwen-0.5b q8_0 "$M/qwen0.5b-q8_0.gguf" &
+  "$B/shape_model" llama-8b q4_0 "$M/llama8b-q4_0.gguf" &
+  models="$models llama1b-q8_0 qwen0.5b-q8_0 llama8b-q4_0"
+fi
 wait
-"$B/shape_model" llama-8b q4_0 "$M/llama8b-q4_0.gguf"
-for m in gemma-270m-shape-q5_0 llama1b-q4_0 llama1b-q8_0 qwen0.5b-q8_0 llama8b-q4_0; do
+for m in $models; do
   echo "== $m"
   "$B/coco" bench -m "$M/$m.gguf" -p 512 -n 128 --reps 3 --probe --json | tee -a "$OUT/bench.jsonl"
 done
-"$B/coco" bench -m "$M/llama1b-q4_0.gguf" -p 512 -n 128 --reps 3 --probe
+for m in gemma-270m-shape-q5_0 llama1b-q4_0; do
+  echo "== $m unfused"
+  "$B/coco" bench -m "$M/$m.gguf" -p 512 -n 128 --reps 3 --unfused --json | tee -a "$OUT/bench.jsonl"
+done

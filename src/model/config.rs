@@ -116,7 +116,19 @@ impl Config {
         let n_kv_heads = md.opt_u32(&key("attention.head_count_kv"))?.unwrap_or(n_heads);
         let ffn_dim = md.u32(&key("feed_forward_length"))?;
         let context_length = md.opt_u32(&key("context_length"))?.unwrap_or(2048);
-        if n_heads == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 {
+        // Bounds far above any real model keep every product below in u32/u64 range.
+        for (name, value, max) in [
+            ("block_count", n_layers, 1024),
+            ("embedding_length", dim, 1 << 16),
+            ("attention.head_count", n_heads, 1024),
+            ("attention.head_count_kv", n_kv_heads, 1024),
+            ("feed_forward_length", ffn_dim, 1 << 20),
+        ] {
+            if value == 0 || value > max {
+                return Err(ConfigError::Invalid(format!("{arch_name}.{name} = {value} is outside 1..={max}")));
+            }
+        }
+        if n_heads % n_kv_heads != 0 {
             return Err(ConfigError::Invalid(format!(
                 "head counts {n_heads}/{n_kv_heads}: query heads must be a positive multiple of KV heads"
             )));
@@ -244,8 +256,8 @@ impl Config {
     /// Checks every tensor the forward pass reads: present, and shaped as the config says.
     fn check_tensors(&self, header: &Header) -> Result<(), ConfigError> {
         let d = self.dim as u64;
-        let q = (self.n_heads * self.head_dim) as u64;
-        let kv = (self.n_kv_heads * self.head_dim) as u64;
+        let q = self.n_heads as u64 * self.head_dim as u64;
+        let kv = self.n_kv_heads as u64 * self.head_dim as u64;
         let f = self.ffn_dim as u64;
         let expect = |name: &str, dims: &[u64]| -> Result<(), ConfigError> {
             let t = header.tensor(name).ok_or_else(|| ConfigError::Tensor {
