@@ -4,7 +4,9 @@
 use std::path::Path;
 
 fn collect(dir: &Path, root: &Path, out: &mut Vec<String>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     let mut paths: Vec<_> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
     paths.sort();
     for path in paths {
@@ -26,7 +28,9 @@ fn main() {
     let mut code = String::from("pub(crate) const SHADER_FILES: &[(&str, &str)] = &[\n");
     for f in &files {
         println!("cargo:rerun-if-changed=shaders/{f}");
-        code.push_str(&format!("    ({f:?}, include_str!(concat!(env!(\"CARGO_MANIFEST_DIR\"), \"/shaders/{f}\"))),\n"));
+        code.push_str(&format!(
+            "    ({f:?}, include_str!(concat!(env!(\"CARGO_MANIFEST_DIR\"), \"/shaders/{f}\"))),\n"
+        ));
     }
     code.push_str("];\n");
     let out = Path::new(&std::env::var("OUT_DIR").expect("OUT_DIR")).join("shaders.rs");

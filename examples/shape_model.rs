@@ -27,12 +27,56 @@ struct Shape {
 
 fn shape(name: &str) -> Option<Shape> {
     Some(match name {
-        "llama-1b" => Shape { arch: "llama", layers: 16, dim: 2048, heads: 32, kv_heads: 8, ffn: 8192, vocab: 128_256, tied: true, rope_base: 500_000.0, head_dim: None },
-        "qwen-0.5b" => Shape { arch: "qwen2", layers: 24, dim: 896, heads: 14, kv_heads: 2, ffn: 4864, vocab: 151_936, tied: true, rope_base: 1_000_000.0, head_dim: None },
-        "llama-8b" => Shape { arch: "llama", layers: 32, dim: 4096, heads: 32, kv_heads: 8, ffn: 14_336, vocab: 128_256, tied: false, rope_base: 500_000.0, head_dim: None },
+        "llama-1b" => Shape {
+            arch: "llama",
+            layers: 16,
+            dim: 2048,
+            heads: 32,
+            kv_heads: 8,
+            ffn: 8192,
+            vocab: 128_256,
+            tied: true,
+            rope_base: 500_000.0,
+            head_dim: None,
+        },
+        "qwen-0.5b" => Shape {
+            arch: "qwen2",
+            layers: 24,
+            dim: 896,
+            heads: 14,
+            kv_heads: 2,
+            ffn: 4864,
+            vocab: 151_936,
+            tied: true,
+            rope_base: 1_000_000.0,
+            head_dim: None,
+        },
+        "llama-8b" => Shape {
+            arch: "llama",
+            layers: 32,
+            dim: 4096,
+            heads: 32,
+            kv_heads: 8,
+            ffn: 14_336,
+            vocab: 128_256,
+            tied: false,
+            rope_base: 500_000.0,
+            head_dim: None,
+        },
         // Gemma-3-270M: the real file mixes Q5_0/Q4_K/Q6_K matrices with a Q8_0 embedding;
         // here every matrix takes the requested type and the embedding stays Q8_0.
-        "gemma-270m" => Shape { arch: "gemma3", layers: 18, dim: 640, heads: 4, kv_heads: 1, ffn: 2048, vocab: 262_144, tied: true, rope_base: 1_000_000.0, head_dim: Some(256) },
+        "gemma-270m" => Shape {
+            arch: "gemma3",
+            layers: 18,
+            dim: 640,
+            heads: 4,
+            kv_heads: 1,
+            ffn: 2048,
+            vocab: 262_144,
+            tied: true,
+            rope_base: 1_000_000.0,
+            head_dim: Some(256),
+        },
         _ => return None,
     })
 }
@@ -73,19 +117,38 @@ fn main() {
     w.kv("general.architecture", Value::String(a.into()))
         .kv(&format!("{a}.block_count"), Value::U32(s.layers as u32))
         .kv(&format!("{a}.embedding_length"), Value::U32(s.dim as u32))
-        .kv(&format!("{a}.attention.head_count"), Value::U32(s.heads as u32))
-        .kv(&format!("{a}.attention.head_count_kv"), Value::U32(s.kv_heads as u32))
-        .kv(&format!("{a}.feed_forward_length"), Value::U32(s.ffn as u32))
+        .kv(
+            &format!("{a}.attention.head_count"),
+            Value::U32(s.heads as u32),
+        )
+        .kv(
+            &format!("{a}.attention.head_count_kv"),
+            Value::U32(s.kv_heads as u32),
+        )
+        .kv(
+            &format!("{a}.feed_forward_length"),
+            Value::U32(s.ffn as u32),
+        )
         .kv(&format!("{a}.context_length"), Value::U32(8192))
         .kv(&format!("{a}.rope.freq_base"), Value::F32(s.rope_base))
-        .kv(&format!("{a}.attention.layer_norm_rms_epsilon"), Value::F32(1e-5));
+        .kv(
+            &format!("{a}.attention.layer_norm_rms_epsilon"),
+            Value::F32(1e-5),
+        );
     if gemma {
         w.kv(&format!("{a}.attention.key_length"), Value::U32(hd as u32))
-            .kv(&format!("{a}.attention.value_length"), Value::U32(hd as u32))
+            .kv(
+                &format!("{a}.attention.value_length"),
+                Value::U32(hd as u32),
+            )
             .kv(&format!("{a}.attention.sliding_window"), Value::U32(512));
     }
     // Synthetic SentencePiece vocabulary: <unk> <s> </s>, 256 byte tokens, filler pieces.
-    let mut tokens = vec![Value::String("<unk>".into()), Value::String("<s>".into()), Value::String("</s>".into())];
+    let mut tokens = vec![
+        Value::String("<unk>".into()),
+        Value::String("<s>".into()),
+        Value::String("</s>".into()),
+    ];
     let mut types = vec![Value::I32(2), Value::I32(3), Value::I32(3)];
     for b in 0..256 {
         tokens.push(Value::String(format!("<0x{b:02X}>")));
@@ -107,7 +170,12 @@ fn main() {
     let mut specs: Vec<(String, Vec<u64>, GgmlType, f32)> = Vec::new();
     let mat = |k: u64| 1.0 / (k as f32).sqrt();
     let embd_ty = if gemma { GgmlType::Q8_0 } else { ty };
-    specs.push(("token_embd.weight".into(), vec![s.dim, s.vocab], embd_ty, 1.0));
+    specs.push((
+        "token_embd.weight".into(),
+        vec![s.dim, s.vocab],
+        embd_ty,
+        1.0,
+    ));
     if !s.tied {
         specs.push(("output.weight".into(), vec![s.dim, s.vocab], ty, mat(s.dim)));
     }
@@ -115,9 +183,24 @@ fn main() {
     for l in 0..s.layers {
         let b = |n: &str| format!("blk.{l}.{n}");
         specs.push((b("attn_norm.weight"), vec![s.dim], GgmlType::F32, 1.0));
-        specs.push((b("attn_q.weight"), vec![s.dim, s.heads * hd], ty, mat(s.dim)));
-        specs.push((b("attn_k.weight"), vec![s.dim, s.kv_heads * hd], ty, mat(s.dim)));
-        specs.push((b("attn_v.weight"), vec![s.dim, s.kv_heads * hd], ty, mat(s.dim)));
+        specs.push((
+            b("attn_q.weight"),
+            vec![s.dim, s.heads * hd],
+            ty,
+            mat(s.dim),
+        ));
+        specs.push((
+            b("attn_k.weight"),
+            vec![s.dim, s.kv_heads * hd],
+            ty,
+            mat(s.dim),
+        ));
+        specs.push((
+            b("attn_v.weight"),
+            vec![s.dim, s.kv_heads * hd],
+            ty,
+            mat(s.dim),
+        ));
         if s.arch == "qwen2" {
             specs.push((b("attn_q.bias"), vec![s.heads * hd], GgmlType::F32, 0.1));
             specs.push((b("attn_k.bias"), vec![s.kv_heads * hd], GgmlType::F32, 0.1));
@@ -126,29 +209,47 @@ fn main() {
         if gemma {
             specs.push((b("attn_q_norm.weight"), vec![hd], GgmlType::F32, 1.0));
             specs.push((b("attn_k_norm.weight"), vec![hd], GgmlType::F32, 1.0));
-            specs.push((b("post_attention_norm.weight"), vec![s.dim], GgmlType::F32, 1.0));
+            specs.push((
+                b("post_attention_norm.weight"),
+                vec![s.dim],
+                GgmlType::F32,
+                1.0,
+            ));
             specs.push((b("post_ffw_norm.weight"), vec![s.dim], GgmlType::F32, 1.0));
         }
-        specs.push((b("attn_output.weight"), vec![s.heads * hd, s.dim], ty, mat(s.dim)));
+        specs.push((
+            b("attn_output.weight"),
+            vec![s.heads * hd, s.dim],
+            ty,
+            mat(s.dim),
+        ));
         specs.push((b("ffn_norm.weight"), vec![s.dim], GgmlType::F32, 1.0));
         specs.push((b("ffn_gate.weight"), vec![s.dim, s.ffn], ty, mat(s.dim)));
         specs.push((b("ffn_up.weight"), vec![s.dim, s.ffn], ty, mat(s.dim)));
         specs.push((b("ffn_down.weight"), vec![s.ffn, s.dim], ty, mat(s.ffn)));
     }
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4);
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(4);
     let next = std::sync::atomic::AtomicUsize::new(0);
     let mut data: Vec<Vec<u8>> = vec![Vec::new(); specs.len()];
-    let slots: Vec<std::sync::Mutex<Vec<u8>>> = (0..specs.len()).map(|_| std::sync::Mutex::new(Vec::new())).collect();
+    let slots: Vec<std::sync::Mutex<Vec<u8>>> = (0..specs.len())
+        .map(|_| std::sync::Mutex::new(Vec::new()))
+        .collect();
     std::thread::scope(|scope| {
         for _ in 0..threads {
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some((_, dims, ty, scale)) = specs.get(i) else { break };
+                let Some((_, dims, ty, scale)) = specs.get(i) else {
+                    break;
+                };
                 let n: u64 = dims.iter().product();
                 let bytes = if *ty == GgmlType::F32 {
                     // Norm weights near 1, biases small.
                     let mut rng = Rng(i as u64 + 7);
-                    (0..n).flat_map(|_| (1.0 + 0.1 * rng.next_f32() * scale).to_le_bytes()).collect()
+                    (0..n)
+                        .flat_map(|_| (1.0 + 0.1 * rng.next_f32() * scale).to_le_bytes())
+                        .collect()
                 } else {
                     random_tensor(i as u64 + 1, n as usize, *scale, *ty)
                 };

@@ -12,17 +12,32 @@ fn main() {
     let mut s = Session::new(&ctx, &model, 256, LogitsFor::LastToken);
     s.forward_blocking(&[1, 2, 3, 4]).expect("prefill");
     for step in 0..5 {
-        ctx.queue.write_buffer(&s.scratch.ids, 0, bytemuck::cast_slice(&[5u32]));
+        ctx.queue
+            .write_buffer(&s.scratch.ids, 0, bytemuck::cast_slice(&[5u32]));
         let t0 = Instant::now();
         let mut rec = StepRecorder::new(&ctx);
-        coco::model::forward(&mut rec, &model, &s.kv, &s.scratch, 1, s.pos, LogitsFor::LastToken, s.pipeline).expect("record");
+        coco::model::forward(
+            &mut rec,
+            &model,
+            &s.kv,
+            &s.scratch,
+            1,
+            s.pos,
+            LogitsFor::LastToken,
+            s.pipeline,
+        )
+        .expect("record");
         let n = rec.dispatch_count();
         let t1 = Instant::now();
         rec.submit();
         let t2 = Instant::now();
-        ctx.device.poll(wgpu::PollType::wait_indefinitely()).expect("poll");
+        ctx.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .expect("poll");
         let t3 = Instant::now();
-        let _ = ctx.read_f32(&s.scratch.logits, 0, model.config.vocab_size as u64).expect("read");
+        let _ = ctx
+            .read_f32(&s.scratch.logits, 0, model.config.vocab_size as u64)
+            .expect("read");
         let t4 = Instant::now();
         println!(
             "step {step}: {n} dispatches | record {:.0} µs | submit (bind groups + encode) {:.0} µs | gpu wait {:.0} µs | logits readback {:.0} µs",

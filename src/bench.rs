@@ -92,10 +92,16 @@ pub fn weight_bytes_per_token(model: &Model) -> u64 {
 }
 
 /// Runs pp and tg `reps` times each (after one warm-up) on a fresh session per rep.
-pub async fn run(ctx: &GpuContext, model: &Model, cfg: &BenchConfig) -> Result<BenchResult, EngineError> {
+pub async fn run(
+    ctx: &GpuContext,
+    model: &Model,
+    cfg: &BenchConfig,
+) -> Result<BenchResult, EngineError> {
     let vocab = model.config.vocab_size;
     // A deterministic, varied prompt (ids spread over the vocabulary).
-    let prompt: Vec<u32> = (0..cfg.prompt_tokens.max(1)).map(|i| (i.wrapping_mul(2_654_435_761) >> 7) % vocab).collect();
+    let prompt: Vec<u32> = (0..cfg.prompt_tokens.max(1))
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 7) % vocab)
+        .collect();
     let context = cfg.prompt_tokens + cfg.gen_tokens + 8;
     let mut pp = Vec::new();
     let mut tg = Vec::new();
@@ -156,7 +162,11 @@ pub async fn probe(ctx: &GpuContext) -> Result<Probe, EngineError> {
         empties.push(timed(500, false).await?);
     }
     let dispatch_s = (median(&empties) - round_trip).max(0.0) / 500.0;
-    Ok(Probe { read_gb_s: bytes as f64 / read_s / 1e9, dispatch_us: dispatch_s * 1e6, round_trip_us: round_trip * 1e6 })
+    Ok(Probe {
+        read_gb_s: bytes as f64 / read_s / 1e9,
+        dispatch_us: dispatch_s * 1e6,
+        round_trip_us: round_trip * 1e6,
+    })
 }
 
 /// One submit of `passes` probe dispatches (reads of `src`, or empty ones) plus a 4-byte

@@ -75,7 +75,10 @@ impl Report {
             };
             s.push_str(&format!("  [{mark}] {:<22} {}\n", r.name, r.detail));
         }
-        s.push_str(&format!("  estimated GPU memory: {:.1} MiB\n", self.gpu_bytes as f64 / (1 << 20) as f64));
+        s.push_str(&format!(
+            "  estimated GPU memory: {:.1} MiB\n",
+            self.gpu_bytes as f64 / (1 << 20) as f64
+        ));
         s
     }
 }
@@ -87,7 +90,11 @@ fn mib(b: u64) -> String {
 /// Checks `header` against the adapter for a session of `context` positions.
 pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
     let mut rows = Vec::new();
-    rows.push(Row { name: "adapter", status: Status::Ok, detail: adapter.description.clone() });
+    rows.push(Row {
+        name: "adapter",
+        status: Status::Ok,
+        detail: adapter.description.clone(),
+    });
     rows.push(Row {
         name: "shader-f16",
         status: if adapter.shader_f16 { Status::Ok } else { Status::Note },
@@ -101,7 +108,10 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
         rows.push(Row {
             name: "workgroup size",
             status: Status::NotYet,
-            detail: format!("adapter allows {} invocations per workgroup; coco's kernels need 256", adapter.max_invocations_per_workgroup),
+            detail: format!(
+                "adapter allows {} invocations per workgroup; coco's kernels need 256",
+                adapter.max_invocations_per_workgroup
+            ),
         });
     }
     let config = match Config::from_gguf(header) {
@@ -124,8 +134,16 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
             Some(c)
         }
         Err(e) => {
-            let name = if matches!(e, ConfigError::UnsupportedArch(_)) { "architecture" } else { "model metadata" };
-            rows.push(Row { name, status: Status::NotYet, detail: e.to_string() });
+            let name = if matches!(e, ConfigError::UnsupportedArch(_)) {
+                "architecture"
+            } else {
+                "model metadata"
+            };
+            rows.push(Row {
+                name,
+                status: Status::NotYet,
+                detail: e.to_string(),
+            });
             None
         }
     };
@@ -142,10 +160,17 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
         .filter(|(ty, _)| !ty.is_supported())
         .map(|(ty, (n, b))| format!("{ty} ({n} tensors, {})", mib(*b)))
         .collect();
-    let summary =
-        counts.iter().map(|(ty, (n, _))| format!("{ty}×{n}")).collect::<Vec<_>>().join(", ");
+    let summary = counts
+        .iter()
+        .map(|(ty, (n, _))| format!("{ty}×{n}"))
+        .collect::<Vec<_>>()
+        .join(", ");
     if unsupported.is_empty() {
-        rows.push(Row { name: "weight types", status: Status::Ok, detail: summary });
+        rows.push(Row {
+            name: "weight types",
+            status: Status::Ok,
+            detail: summary,
+        });
     } else {
         rows.push(Row {
             name: "weight types",
@@ -153,7 +178,11 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
             detail: format!(
                 "not yet: {}; supported: {}",
                 unsupported.join(", "),
-                GgmlType::SUPPORTED.iter().map(|t| t.name()).collect::<Vec<_>>().join(", ")
+                GgmlType::SUPPORTED
+                    .iter()
+                    .map(|t| t.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         });
     }
@@ -182,7 +211,8 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
         let kv = c.kv_cache_bytes(context);
         rows.push(Row {
             name: "KV cache",
-            status: if kv_layer <= adapter.max_binding_bytes && kv_layer <= adapter.max_buffer_bytes {
+            status: if kv_layer <= adapter.max_binding_bytes && kv_layer <= adapter.max_buffer_bytes
+            {
                 Status::Ok
             } else {
                 Status::NotYet
@@ -195,7 +225,11 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
             ),
         });
         gpu_bytes += kv;
-        gpu_bytes += crate::engine::Scratch::bytes_for(c, crate::engine::PREFILL_CHUNK, crate::engine::LOGITS_ROWS);
+        gpu_bytes += crate::engine::Scratch::bytes_for(
+            c,
+            crate::engine::PREFILL_CHUNK,
+            crate::engine::LOGITS_ROWS,
+        );
     }
     Report { rows, gpu_bytes }
 }

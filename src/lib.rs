@@ -3,14 +3,14 @@
 //! Data flow: bytes → [`gguf::Parser`] → [`model::Config`] → [`capabilities`] →
 //! GPU weights → [`tokenizer::Tokenizer`] → [`engine::Session`] → text.
 
-pub mod gguf;
-pub mod tokenizer;
-pub mod gpu;
-pub mod kernels;
-pub mod reference;
-pub mod model;
-pub mod sampler;
 pub mod bench;
 pub mod capabilities;
 pub mod engine;
+pub mod gguf;
+pub mod gpu;
+pub mod kernels;
+pub mod model;
+pub mod reference;
+pub mod sampler;
+pub mod tokenizer;
 mod util;

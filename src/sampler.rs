@@ -39,7 +39,11 @@ impl Default for SamplerConfig {
 
 impl SamplerConfig {
     pub fn greedy() -> SamplerConfig {
-        SamplerConfig { temperature: 0.0, repeat_penalty: 1.0, ..Default::default() }
+        SamplerConfig {
+            temperature: 0.0,
+            repeat_penalty: 1.0,
+            ..Default::default()
+        }
     }
 }
 
@@ -98,13 +102,21 @@ impl Sampler {
             for &id in &history[start..] {
                 if let Some(l) = logits.get_mut(id as usize) {
                     if seen.insert(id) {
-                        *l = if *l > 0.0 { *l / c.repeat_penalty } else { *l * c.repeat_penalty };
+                        *l = if *l > 0.0 {
+                            *l / c.repeat_penalty
+                        } else {
+                            *l * c.repeat_penalty
+                        };
                     }
                 }
             }
         }
         // Candidates sorted by logit, descending; ties by id for determinism.
-        let mut cand: Vec<(u32, f32)> = logits.iter().enumerate().map(|(i, &l)| (i as u32, l)).collect();
+        let mut cand: Vec<(u32, f32)> = logits
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| (i as u32, l))
+            .collect();
         cand.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         if c.top_k > 0 && c.top_k < cand.len() {
             cand.truncate(c.top_k);
@@ -163,9 +175,18 @@ mod tests {
     #[test]
     fn same_seed_same_draws_different_seed_differs() {
         let logits: Vec<f32> = (0..100).map(|i| ((i * 37 % 100) as f32) / 25.0).collect();
-        let cfg = SamplerConfig { top_k: 0, top_p: 1.0, min_p: 0.0, temperature: 1.5, ..Default::default() };
+        let cfg = SamplerConfig {
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            temperature: 1.5,
+            ..Default::default()
+        };
         let draw = |seed| {
-            let mut s = Sampler::new(SamplerConfig { seed, ..cfg.clone() });
+            let mut s = Sampler::new(SamplerConfig {
+                seed,
+                ..cfg.clone()
+            });
             (0..50).map(|_| s.sample(&logits, &[])).collect::<Vec<_>>()
         };
         assert_eq!(draw(7), draw(7));
@@ -175,12 +196,20 @@ mod tests {
     #[test]
     fn top_k_one_is_greedy_and_min_p_prunes() {
         let logits = [1.0, 5.0, 4.9, 0.0];
-        let mut s = Sampler::new(SamplerConfig { top_k: 1, ..Default::default() });
+        let mut s = Sampler::new(SamplerConfig {
+            top_k: 1,
+            ..Default::default()
+        });
         for _ in 0..20 {
             assert_eq!(s.sample(&logits, &[]), 1);
         }
         // min_p 0.5: token 0 and 3 have p < 0.5·p(1), so only 1 and 2 can appear.
-        let mut s = Sampler::new(SamplerConfig { top_k: 0, top_p: 1.0, min_p: 0.5, ..Default::default() });
+        let mut s = Sampler::new(SamplerConfig {
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.5,
+            ..Default::default()
+        });
         for _ in 0..200 {
             let t = s.sample(&logits, &[]);
             assert!(t == 1 || t == 2, "min_p let {t} through");
@@ -190,9 +219,20 @@ mod tests {
     #[test]
     fn repetition_penalty_changes_the_winner() {
         // top_k 1 makes sampling deterministic, so the penalty alone decides.
-        let mut s = Sampler::new(SamplerConfig { repeat_penalty: 2.0, top_k: 1, ..Default::default() });
+        let mut s = Sampler::new(SamplerConfig {
+            repeat_penalty: 2.0,
+            top_k: 1,
+            ..Default::default()
+        });
         assert_eq!(s.sample(&[1.0, 1.5, 0.2], &[1]), 0);
-        let mut greedy = Sampler::new(SamplerConfig { repeat_penalty: 2.0, ..SamplerConfig::greedy() });
-        assert_eq!(greedy.sample(&[1.0, 1.5, 0.2], &[1]), 1, "greedy ignores penalties");
+        let mut greedy = Sampler::new(SamplerConfig {
+            repeat_penalty: 2.0,
+            ..SamplerConfig::greedy()
+        });
+        assert_eq!(
+            greedy.sample(&[1.0, 1.5, 0.2], &[1]),
+            1,
+            "greedy ignores penalties"
+        );
     }
 }

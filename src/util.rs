@@ -11,9 +11,13 @@ pub struct Clock {
 impl Clock {
     pub fn start() -> Clock {
         #[cfg(not(target_arch = "wasm32"))]
-        return Clock { start: std::time::Instant::now() };
+        return Clock {
+            start: std::time::Instant::now(),
+        };
         #[cfg(target_arch = "wasm32")]
-        return Clock { start_ms: js_sys::Date::now() };
+        return Clock {
+            start_ms: js_sys::Date::now(),
+        };
     }
 
     pub fn seconds(&self) -> f64 {

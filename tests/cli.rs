@@ -4,12 +4,22 @@
 use std::process::Command;
 
 fn coco(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_coco")).args(args).output().expect("run coco");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    let out = Command::new(env!("CARGO_BIN_EXE_coco"))
+        .args(args)
+        .output()
+        .expect("run coco");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn fixture() -> String {
-    format!("{}/tests/fixtures/llama-spm-q8_0.gguf", env!("CARGO_MANIFEST_DIR"))
+    format!(
+        "{}/tests/fixtures/llama-spm-q8_0.gguf",
+        env!("CARGO_MANIFEST_DIR")
+    )
 }
 
 fn json(s: &str) -> serde_json::Value {
@@ -19,7 +29,18 @@ fn json(s: &str) -> serde_json::Value {
 #[test]
 fn run_json_is_deterministic_and_greedy_matches_logits() {
     let m = fixture();
-    let args = ["run", "-m", &m, "-p", "Hello world", "-n", "8", "--temp", "0", "--json"];
+    let args = [
+        "run",
+        "-m",
+        &m,
+        "-p",
+        "Hello world",
+        "-n",
+        "8",
+        "--temp",
+        "0",
+        "--json",
+    ];
     let (ok, out, err) = coco(&args);
     assert!(ok, "{err}");
     let v = json(&out);
@@ -28,7 +49,16 @@ fn run_json_is_deterministic_and_greedy_matches_logits() {
     assert!(v["prompt_ids"].as_array().unwrap().len() >= 2);
     assert!(v["text"].is_string());
     // Greedy: the first generated id is the top-1 of the last prompt position.
-    let (ok, out, err) = coco(&["logits", "-m", &m, "-p", "Hello world", "--top", "3", "--json"]);
+    let (ok, out, err) = coco(&[
+        "logits",
+        "-m",
+        &m,
+        "-p",
+        "Hello world",
+        "--top",
+        "3",
+        "--json",
+    ]);
     assert!(ok, "{err}");
     let l = json(&out);
     let positions = l["positions"].as_array().unwrap();
@@ -38,8 +68,13 @@ fn run_json_is_deterministic_and_greedy_matches_logits() {
     assert_eq!(last["top"][0][0], ids[0]);
     assert!(last["lse"].as_f64().unwrap() >= last["top"][0][1].as_f64().unwrap());
     // Sampling with a seed is reproducible.
-    let sampled = ["run", "-m", &m, "-p", "Hello", "-n", "6", "--temp", "0.9", "--seed", "7", "--json"];
-    assert_eq!(json(&coco(&sampled).1)["ids"], json(&coco(&sampled).1)["ids"]);
+    let sampled = [
+        "run", "-m", &m, "-p", "Hello", "-n", "6", "--temp", "0.9", "--seed", "7", "--json",
+    ];
+    assert_eq!(
+        json(&coco(&sampled).1)["ids"],
+        json(&coco(&sampled).1)["ids"]
+    );
 }
 
 #[test]
@@ -50,14 +85,23 @@ fn tokenize_json_respects_special() {
     let plain = json(&out)["ids"].as_array().unwrap().len();
     let (ok, out, _) = coco(&["tokenize", "-m", &m, "-t", "Hello", "--special", "--json"]);
     assert!(ok);
-    assert_eq!(json(&out)["ids"].as_array().unwrap().len(), plain + 1, "--special adds BOS");
+    assert_eq!(
+        json(&out)["ids"].as_array().unwrap().len(),
+        plain + 1,
+        "--special adds BOS"
+    );
 }
 
 #[test]
 fn info_reports_architecture_and_capabilities() {
     let (ok, out, err) = coco(&["info", "-m", &fixture()]);
     assert!(ok, "{err}");
-    assert!(out.contains("architecture: llama") && out.contains("capability check") && out.contains("Q8_0"), "{out}");
+    assert!(
+        out.contains("architecture: llama")
+            && out.contains("capability check")
+            && out.contains("Q8_0"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -70,10 +114,30 @@ fn missing_file_is_a_clear_error() {
 /// The README's example: greedy `coco run` on the default model prints HF's continuation.
 #[test]
 fn default_model_greedy_run_prints_hf_text() {
-    let model = format!("{}/models/gemma-3-270m-q4_k_m.gguf", env!("CARGO_MANIFEST_DIR"));
-    assert!(std::path::Path::new(&model).exists(), "{model} missing: run scripts/install_model.sh");
-    let (ok, out, err) = coco(&["run", "-m", &model, "-p", "The capital of France is", "-n", "8", "--temp", "0"]);
+    let model = format!(
+        "{}/models/gemma-3-270m-q4_k_m.gguf",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    assert!(
+        std::path::Path::new(&model).exists(),
+        "{model} missing: run scripts/install_model.sh"
+    );
+    let (ok, out, err) = coco(&[
+        "run",
+        "-m",
+        &model,
+        "-p",
+        "The capital of France is",
+        "-n",
+        "8",
+        "--temp",
+        "0",
+    ]);
     assert!(ok, "{err}");
     // HF transformers' greedy continuation (tests/goldens/model_gemma-3-270m.json).
-    assert_eq!(out.trim_end_matches('\n'), " the capital of the country of France.", "got {out:?}");
+    assert_eq!(
+        out.trim_end_matches('\n'),
+        " the capital of the country of France.",
+        "got {out:?}"
+    );
 }

@@ -7,7 +7,10 @@ use rand_chacha::ChaCha8Rng;
 
 /// Parses `bytes` in chunks whose sizes `next_size` picks; returns the header and each
 /// tensor's reassembled bytes.
-fn parse_chunked(bytes: &[u8], next_size: &mut dyn FnMut() -> usize) -> Result<(Header, Vec<Vec<u8>>), GgufError> {
+fn parse_chunked(
+    bytes: &[u8],
+    next_size: &mut dyn FnMut() -> usize,
+) -> Result<(Header, Vec<Vec<u8>>), GgufError> {
     let mut parser = Parser::new().with_expected_len(bytes.len() as u64);
     let mut data: Vec<Vec<u8>> = Vec::new();
     let mut done = Vec::new();
@@ -16,8 +19,16 @@ fn parse_chunked(bytes: &[u8], next_size: &mut dyn FnMut() -> usize) -> Result<(
         let n = next_size().clamp(1, bytes.len() - at);
         parser.push(&bytes[at..at + n], &mut |e| match e {
             Event::Header(h) => data = vec![Vec::new(); h.tensors.len()],
-            Event::TensorBytes { index, offset, bytes } => {
-                assert_eq!(data[index].len() as u64, offset, "tensor {index} bytes out of order");
+            Event::TensorBytes {
+                index,
+                offset,
+                bytes,
+            } => {
+                assert_eq!(
+                    data[index].len() as u64,
+                    offset,
+                    "tensor {index} bytes out of order"
+                );
                 data[index].extend_from_slice(bytes);
             }
             Event::TensorDone { index } => done.push(index),
@@ -26,7 +37,11 @@ fn parse_chunked(bytes: &[u8], next_size: &mut dyn FnMut() -> usize) -> Result<(
     }
     parser.finish()?;
     let header = parser.header().cloned().expect("header after finish");
-    assert_eq!(done.len(), header.tensors.len(), "every tensor reports done once");
+    assert_eq!(
+        done.len(),
+        header.tensors.len(),
+        "every tensor reports done once"
+    );
     Ok((header, data))
 }
 
@@ -45,12 +60,30 @@ fn sample_file() -> (Vec<u8>, Vec<Vec<u8>>) {
         .kv("i64", Value::I64(-(1 << 40)))
         .kv("f64", Value::F64(-2.25))
         .kv("unicode", Value::String("héllo ✓ 日本".into()))
-        .kv("strings", Value::Array(vec![Value::String("a".into()), Value::String("".into()), Value::String("ccc".into())]))
-        .kv("floats", Value::Array((0..100).map(|i| Value::F32(i as f32 * 0.5)).collect()))
-        .kv("nested", Value::Array(vec![Value::Array(vec![Value::I32(1), Value::I32(2)]), Value::Array(vec![Value::I32(3)])]));
+        .kv(
+            "strings",
+            Value::Array(vec![
+                Value::String("a".into()),
+                Value::String("".into()),
+                Value::String("ccc".into()),
+            ]),
+        )
+        .kv(
+            "floats",
+            Value::Array((0..100).map(|i| Value::F32(i as f32 * 0.5)).collect()),
+        )
+        .kv(
+            "nested",
+            Value::Array(vec![
+                Value::Array(vec![Value::I32(1), Value::I32(2)]),
+                Value::Array(vec![Value::I32(3)]),
+            ]),
+        );
     let q8 = (0..4 * 34).map(|i| (i * 7 % 251) as u8).collect::<Vec<_>>();
     let f32s = (0..6 * 4).map(|i| i as u8).collect::<Vec<_>>();
-    let q5 = (0..2 * 22).map(|i| (i * 13 % 256) as u8).collect::<Vec<_>>();
+    let q5 = (0..2 * 22)
+        .map(|i| (i * 13 % 256) as u8)
+        .collect::<Vec<_>>();
     w.tensor("a.weight", &[64, 2], GgmlType::Q8_0, q8.clone())
         .tensor("b.weight", &[6], GgmlType::F32, f32s.clone())
         .tensor("c.weight", &[32, 2], GgmlType::Q5_0, q5.clone());
@@ -100,7 +133,10 @@ fn fixture_files_parse_in_random_chunks() {
         .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
         .collect();
     files.sort();
-    assert!(!files.is_empty(), "no fixture GGUFs: run scripts/fixtures.sh");
+    assert!(
+        !files.is_empty(),
+        "no fixture GGUFs: run scripts/fixtures.sh"
+    );
     let mut rng = ChaCha8Rng::seed_from_u64(2);
     for path in files.iter().take(6) {
         let bytes = std::fs::read(path).unwrap();
@@ -119,7 +155,8 @@ fn truncation_anywhere_is_a_clean_error() {
     // Every byte of the header, inside the data, and the last data byte (the padding after
     // the last tensor is optional, so cutting there is fine).
     for cut in (0..header_len).chain([header_len + 5, data_end - 1]) {
-        let err = parse_chunked(&bytes[..cut], &mut || 13).expect_err(&format!("cut at {cut} parsed"));
+        let err =
+            parse_chunked(&bytes[..cut], &mut || 13).expect_err(&format!("cut at {cut} parsed"));
         match err {
             GgufError::Truncated { .. } => {}
             // The expected length check fires first when the cut lands after the infos.
@@ -146,13 +183,22 @@ fn parse_all(bytes: &[u8]) -> Result<(), GgufError> {
 #[test]
 fn hostile_counts_and_lengths_are_refused_without_allocating() {
     // Counts near 2^64.
-    assert!(matches!(parse_all(&header_bytes(u64::MAX, 0)), Err(GgufError::TooLarge { .. })));
-    assert!(matches!(parse_all(&header_bytes(0, u64::MAX - 1)), Err(GgufError::TooLarge { .. })));
+    assert!(matches!(
+        parse_all(&header_bytes(u64::MAX, 0)),
+        Err(GgufError::TooLarge { .. })
+    ));
+    assert!(matches!(
+        parse_all(&header_bytes(0, u64::MAX - 1)),
+        Err(GgufError::TooLarge { .. })
+    ));
     // A string length near 2^64 in a key.
     let mut b = header_bytes(0, 1);
     b.extend_from_slice(&(u64::MAX - 3).to_le_bytes());
     let e = parse_all(&b).unwrap_err();
-    assert!(matches!(e, GgufError::TooLarge { ref field, .. } if field.contains("metadata[0].key")), "{e}");
+    assert!(
+        matches!(e, GgufError::TooLarge { ref field, .. } if field.contains("metadata[0].key")),
+        "{e}"
+    );
     // An array length near 2^64.
     let mut b = header_bytes(0, 1);
     b.extend_from_slice(&3u64.to_le_bytes());
@@ -161,7 +207,10 @@ fn hostile_counts_and_lengths_are_refused_without_allocating() {
     b.extend_from_slice(&4u32.to_le_bytes());
     b.extend_from_slice(&(u64::MAX / 2).to_le_bytes());
     let e = parse_all(&b).unwrap_err();
-    assert!(matches!(e, GgufError::TooLarge { ref field, .. } if field.contains("arr")), "{e}");
+    assert!(
+        matches!(e, GgufError::TooLarge { ref field, .. } if field.contains("arr")),
+        "{e}"
+    );
     // Unknown value type.
     let mut b = header_bytes(0, 1);
     b.extend_from_slice(&1u64.to_le_bytes());
@@ -169,14 +218,29 @@ fn hostile_counts_and_lengths_are_refused_without_allocating() {
     b.extend_from_slice(&77u32.to_le_bytes());
     b.extend_from_slice(&[0; 8]);
     let e = parse_all(&b).unwrap_err();
-    assert!(e.to_string().contains("unknown metadata value type 77"), "{e}");
+    assert!(
+        e.to_string().contains("unknown metadata value type 77"),
+        "{e}"
+    );
     // Bad magic and version.
-    assert!(matches!(parse_all(b"GGML\x03\0\0\0"), Err(GgufError::BadMagic { .. })));
+    assert!(matches!(
+        parse_all(b"GGML\x03\0\0\0"),
+        Err(GgufError::BadMagic { .. })
+    ));
     let mut b = header_bytes(0, 0);
     b[4..8].copy_from_slice(&1u32.to_le_bytes());
-    assert!(matches!(parse_all(&b), Err(GgufError::Version { version: 1, .. })));
+    assert!(matches!(
+        parse_all(&b),
+        Err(GgufError::Version { version: 1, .. })
+    ));
     b[4..8].copy_from_slice(&3u32.to_be_bytes());
-    assert!(matches!(parse_all(&b), Err(GgufError::Version { big_endian: true, .. })));
+    assert!(matches!(
+        parse_all(&b),
+        Err(GgufError::Version {
+            big_endian: true,
+            ..
+        })
+    ));
 }
 
 fn tensor_file(tensors: &[(&str, &[u64], u32, u64)]) -> Vec<u8> {
@@ -198,20 +262,44 @@ fn tensor_file(tensors: &[(&str, &[u64], u32, u64)]) -> Vec<u8> {
 #[test]
 fn bad_tensor_infos_name_the_field() {
     let cases: Vec<(Vec<u8>, &str)> = vec![
-        (tensor_file(&[("t", &[1 << 32, 1 << 32, 1 << 32], 0, 0)]), "tensor `t`.dims"),
+        (
+            tensor_file(&[("t", &[1 << 32, 1 << 32, 1 << 32], 0, 0)]),
+            "tensor `t`.dims",
+        ),
         (tensor_file(&[("t", &[32, 0], 0, 0)]), "dims[1]"),
-        (tensor_file(&[("t", &[30], 8, 0)]), "not a multiple of the Q8_0 block size"),
-        (tensor_file(&[("t", &[4], 0, 3)]), "not a multiple of the alignment"),
-        (tensor_file(&[("t", &[4], 0, 0), ("u", &[32], 0, 0)]), "overlaps"),
-        (tensor_file(&[("t", &[4], 0, 0), ("t", &[4], 0, 32)]), "duplicate tensor name"),
-        (tensor_file(&[("t", &[4], 99, 0)]), "unknown tensor type id 99"),
+        (
+            tensor_file(&[("t", &[30], 8, 0)]),
+            "not a multiple of the Q8_0 block size",
+        ),
+        (
+            tensor_file(&[("t", &[4], 0, 3)]),
+            "not a multiple of the alignment",
+        ),
+        (
+            tensor_file(&[("t", &[4], 0, 0), ("u", &[32], 0, 0)]),
+            "overlaps",
+        ),
+        (
+            tensor_file(&[("t", &[4], 0, 0), ("t", &[4], 0, 32)]),
+            "duplicate tensor name",
+        ),
+        (
+            tensor_file(&[("t", &[4], 99, 0)]),
+            "unknown tensor type id 99",
+        ),
         (tensor_file(&[("t", &[4, 1, 1, 1, 1], 0, 0)]), "n_dims"),
         (tensor_file(&[("t", &[4], 0, 1 << 20)]), "past the end"),
     ];
     for (bytes, expect) in cases {
         let mut p = Parser::new().with_expected_len(bytes.len() as u64);
-        let err = p.push(&bytes, &mut |_| {}).and_then(|_| p.finish()).unwrap_err();
-        assert!(err.to_string().contains(expect), "expected `{expect}` in: {err}");
+        let err = p
+            .push(&bytes, &mut |_| {})
+            .and_then(|_| p.finish())
+            .unwrap_err();
+        assert!(
+            err.to_string().contains(expect),
+            "expected `{expect}` in: {err}"
+        );
     }
 }
 

@@ -607,10 +607,18 @@ fn bad_tensor_infos_name_the_tensor() {
 fn chunking_never_changes_the_error() {
     // Cut after a zero dim: the zero is visible, so it must be reported, not "truncated".
     let r = Raw::gguf(1, 0).str("t").u32(2).u64(32).u64(0);
-    expect_err(parse(&r.0, None), "Invalid", &["tensor `t`.dims[1]", "dimension is 0"]);
+    expect_err(
+        parse(&r.0, None),
+        "Invalid",
+        &["tensor `t`.dims[1]", "dimension is 0"],
+    );
     // Cut 4 bytes into the offset: 4 more bytes are needed, not 8.
     let r = Raw::gguf(1, 0).str("t").u32(1).u64(8).u32(0).u32(0);
-    expect_err(parse(&r.0, None), "Truncated", &["tensor info 0 of 1", "needs 4 more bytes"]);
+    expect_err(
+        parse(&r.0, None),
+        "Truncated",
+        &["tensor info 0 of 1", "needs 4 more bytes"],
+    );
     // The fuzzer's input (fuzz/artifacts/gguf_chunks/crash-85141e45…, control bytes removed).
     let crash = Raw::gguf(2, 1)
         .kv("general.alignment", T_U32)
@@ -620,7 +628,11 @@ fn chunking_never_changes_the_error() {
         .u64(8)
         .u32(0)
         .u32(0);
-    expect_err(parse(&crash.0, None), "Truncated", &["tensor info 0 of 2", "needs 4 more bytes"]);
+    expect_err(
+        parse(&crash.0, None),
+        "Truncated",
+        &["tensor info 0 of 2", "needs 4 more bytes"],
+    );
 }
 
 #[test]
@@ -973,7 +985,10 @@ fn huge_head_counts_are_an_error() {
         .set("llama.attention.key_length", Value::U32(256))
         .set("llama.attention.value_length", Value::U32(256));
     let msg = model.config_err();
-    assert!(msg.contains("llama.attention.head_count = 16777216 is outside"), "{msg}");
+    assert!(
+        msg.contains("llama.attention.head_count = 16777216 is outside"),
+        "{msg}"
+    );
 }
 
 /// (2^30 + 2) heads of size 4 wrap, in u32, to a width of 8: exactly the tiny model's attn_q.
@@ -986,7 +1001,10 @@ fn head_width_that_wraps_32_bits_is_an_error() {
         .set("llama.attention.key_length", Value::U32(HEAD_DIM as u32))
         .set("llama.attention.value_length", Value::U32(HEAD_DIM as u32));
     let msg = model.config_err();
-    assert!(msg.contains("llama.attention.head_count = 1073741826 is outside"), "{msg}");
+    assert!(
+        msg.contains("llama.attention.head_count = 1073741826 is outside"),
+        "{msg}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

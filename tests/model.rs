@@ -30,12 +30,20 @@ fn fixture(name: &str) -> PathBuf {
     } else {
         root().join(format!("tests/fixtures/{name}.gguf"))
     };
-    assert!(path.exists(), "{} is missing: run scripts/fixtures.sh and scripts/install_model.sh", path.display());
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/fixtures.sh and scripts/install_model.sh",
+        path.display()
+    );
     path
 }
 
 fn ids_of(v: &Value) -> Vec<u32> {
-    v.as_array().expect("id array").iter().map(|x| x.as_u64().expect("id") as u32).collect()
+    v.as_array()
+        .expect("id array")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
 }
 
 /// HF's top-1/top-2 logit margin below which f32 summation order alone can flip argmax.
@@ -80,14 +88,28 @@ struct Agreement {
 }
 
 /// Teacher-forced logits for every prompt of a golden, compared with HF's.
-fn check_against_hf(ctx: &GpuContext, model: &Model, golden: &Value, check_greedy: bool) -> Agreement {
-    let mut agreement = Agreement { positions: 0, top1_equal: 0, max_delta: 0.0 };
+fn check_against_hf(
+    ctx: &GpuContext,
+    model: &Model,
+    golden: &Value,
+    check_greedy: bool,
+) -> Agreement {
+    let mut agreement = Agreement {
+        positions: 0,
+        top1_equal: 0,
+        max_delta: 0.0,
+    };
     let vocab = model.config.vocab_size as usize;
     for prompt in golden["prompts"].as_array().expect("prompts") {
         let ids = ids_of(&prompt["ids"]);
         let mut session = Session::new(ctx, model, 512, LogitsFor::AllTokens);
         let logits = session.forward_blocking(&ids).expect("forward");
-        for (pos, expected) in prompt["positions"].as_array().expect("positions").iter().enumerate() {
+        for (pos, expected) in prompt["positions"]
+            .as_array()
+            .expect("positions")
+            .iter()
+            .enumerate()
+        {
             let row = &logits[pos * vocab..(pos + 1) * vocab];
             let top = expected["top"].as_array().expect("top");
             let hf_top1 = top[0][0].as_u64().expect("id") as u32;
@@ -103,10 +125,17 @@ fn check_against_hf(ctx: &GpuContext, model: &Model, golden: &Value, check_greed
         }
         if check_greedy {
             let expected = ids_of(&prompt["greedy"]);
-            let margins: Vec<f64> =
-                prompt["greedy_margins"].as_array().map(|m| m.iter().filter_map(|x| x.as_f64()).collect()).unwrap_or_default();
+            let margins: Vec<f64> = prompt["greedy_margins"]
+                .as_array()
+                .map(|m| m.iter().filter_map(|x| x.as_f64()).collect())
+                .unwrap_or_default();
             let got = greedy(ctx, model, &ids, expected.len());
-            assert_greedy_matches(&got, &expected, &margins, prompt["text"].as_str().unwrap_or("?"));
+            assert_greedy_matches(
+                &got,
+                &expected,
+                &margins,
+                prompt["text"].as_str().unwrap_or("?"),
+            );
         }
     }
     agreement
@@ -118,9 +147,15 @@ fn fixture_names(family: &str) -> Vec<String> {
         .filter_map(|e| e.ok())
         .filter_map(|e| {
             let n = e.file_name().to_string_lossy().to_string();
-            n.strip_prefix("model_").and_then(|n| n.strip_suffix(".json")).map(str::to_string)
+            n.strip_prefix("model_")
+                .and_then(|n| n.strip_suffix(".json"))
+                .map(str::to_string)
         })
-        .filter(|n| n.strip_prefix(family).is_some_and(|rest| rest.starts_with('-')) && !n.starts_with("gemma-3-270m"))
+        .filter(|n| {
+            n.strip_prefix(family)
+                .is_some_and(|rest| rest.starts_with('-'))
+                && !n.starts_with("gemma-3-270m")
+        })
         .collect();
     names.sort();
     names
@@ -145,7 +180,11 @@ fn family_matches_hugging_face(family: &str) {
             rate * 100.0,
             a.max_delta
         ));
-        assert!(rate >= 0.99, "{name}: top-1 agreement {:.1}% < 99%", rate * 100.0);
+        assert!(
+            rate >= 0.99,
+            "{name}: top-1 agreement {:.1}% < 99%",
+            rate * 100.0
+        );
     }
     println!("{}", report.join("\n"));
 }
@@ -177,7 +216,9 @@ fn check_gpu_vs_cpu(ctx: &GpuContext, name: &str, n_tokens: u32, prefill: usize)
     let path = fixture(name);
     let model = load_path(ctx, &path, 512).unwrap();
     let cpu = CpuModel::load(&path).unwrap();
-    let ids: Vec<u32> = (0..n_tokens).map(|i| (i * 7919 + 13) % model.config.vocab_size).collect();
+    let ids: Vec<u32> = (0..n_tokens)
+        .map(|i| (i * 7919 + 13) % model.config.vocab_size)
+        .collect();
     let expected = cpu.forward(&ids);
     let mut s = Session::new(ctx, &model, 512, LogitsFor::AllTokens);
     let mut batched = Vec::new();
@@ -196,7 +237,11 @@ fn check_gpu_vs_cpu(ctx: &GpuContext, name: &str, n_tokens: u32, prefill: usize)
     for &id in &ids[prefill..] {
         unfused.extend(s3.forward_blocking(&[id]).unwrap());
     }
-    for (what, got) in [("batched", &batched), ("decode", &stepped), ("unfused", &unfused)] {
+    for (what, got) in [
+        ("batched", &batched),
+        ("decode", &stepped),
+        ("unfused", &unfused),
+    ] {
         let mut worst = (0.0f32, 0usize);
         for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
             let d = (g - e).abs() / (1.0 + e.abs());
@@ -204,15 +249,31 @@ fn check_gpu_vs_cpu(ctx: &GpuContext, name: &str, n_tokens: u32, prefill: usize)
                 worst = (d, i);
             }
         }
-        println!("{name} {n_tokens} tokens {what}: max rel err {:.2e} at {}", worst.0, worst.1);
-        assert!(worst.0 < 2e-3, "{name} {what}: logit {} = {} vs reference {}", worst.1, got[worst.1], expected[worst.1]);
+        println!(
+            "{name} {n_tokens} tokens {what}: max rel err {:.2e} at {}",
+            worst.0, worst.1
+        );
+        assert!(
+            worst.0 < 2e-3,
+            "{name} {what}: logit {} = {} vs reference {}",
+            worst.1,
+            got[worst.1],
+            expected[worst.1]
+        );
     }
 }
 
 #[test]
 fn gpu_forward_matches_cpu_reference() {
     let ctx = gpu();
-    for name in ["llama-spm-q8_0", "llama3-q4_k", "qwen2-q5_0", "gemma3-q8_0", "llama-spm-f16", "qwen2-q6_k"] {
+    for name in [
+        "llama-spm-q8_0",
+        "llama3-q4_k",
+        "qwen2-q5_0",
+        "gemma3-q8_0",
+        "llama-spm-f16",
+        "qwen2-q6_k",
+    ] {
         check_gpu_vs_cpu(&ctx, name, 21, 9);
     }
 }
@@ -234,7 +295,13 @@ fn gemma_270m_matches_hugging_face() {
     let model = load_path(&ctx, &fixture("gemma-3-270m"), 512).expect("load gemma");
     let a = check_against_hf(&ctx, &model, &g, false);
     let rate = a.top1_equal as f64 / a.positions as f64;
-    println!("gemma-3-270m: top-1 {}/{} ({:.1}%) max|Δlogit| {:.3}", a.top1_equal, a.positions, rate * 100.0, a.max_delta);
+    println!(
+        "gemma-3-270m: top-1 {}/{} ({:.1}%) max|Δlogit| {:.3}",
+        a.top1_equal,
+        a.positions,
+        rate * 100.0,
+        a.max_delta
+    );
     assert!(rate >= 0.99, "top-1 agreement {:.1}% < 99%", rate * 100.0);
     // The greedy continuation of "The capital of France is".
     let france = g["prompts"]
@@ -244,8 +311,10 @@ fn gemma_270m_matches_hugging_face() {
         .find(|p| p["text"].as_str() == Some("The capital of France is"))
         .expect("France prompt in the golden");
     let expected = ids_of(&france["greedy"]);
-    let margins: Vec<f64> =
-        france["greedy_margins"].as_array().map(|m| m.iter().filter_map(|x| x.as_f64()).collect()).unwrap_or_default();
+    let margins: Vec<f64> = france["greedy_margins"]
+        .as_array()
+        .map(|m| m.iter().filter_map(|x| x.as_f64()).collect())
+        .unwrap_or_default();
     let got = greedy(&ctx, &model, &ids_of(&france["ids"]), expected.len());
     assert_greedy_matches(&got, &expected, &margins, "The capital of France is");
     println!("greedy: {:?}", model.tokenizer.decode(&got));
@@ -260,7 +329,13 @@ fn unsupported_architecture_is_refused_before_weights() {
     let path = std::env::temp_dir().join(format!("coco-mamba-{}.gguf", std::process::id()));
     std::fs::write(&path, w.to_bytes()).unwrap();
     let ctx = gpu();
-    let err = load_path(&ctx, Path::new(&path), 64).err().expect("mamba must be refused").to_string();
+    let err = load_path(&ctx, Path::new(&path), 64)
+        .err()
+        .expect("mamba must be refused")
+        .to_string();
     let _ = std::fs::remove_file(&path);
-    assert!(err.contains("not yet") && err.contains("mamba") && err.contains("llama, qwen2, gemma3"), "{err}");
+    assert!(
+        err.contains("not yet") && err.contains("mamba") && err.contains("llama, qwen2, gemma3"),
+        "{err}"
+    );
 }

@@ -13,7 +13,11 @@ use coco::sampler::{Sampler, SamplerConfig};
 use serde_json::json;
 
 #[derive(Parser)]
-#[command(name = "coco", version, about = "LLM inference from GGUF files on the GPU (wgpu)")]
+#[command(
+    name = "coco",
+    version,
+    about = "LLM inference from GGUF files on the GPU (wgpu)"
+)]
 struct Cli {
     /// Print the adapter and load details to stderr.
     #[arg(short, long, global = true)]
@@ -143,7 +147,8 @@ fn open_gpu(verbose: bool) -> Result<GpuContext> {
 
 fn load(ctx: &GpuContext, args: &ModelArgs, verbose: bool) -> Result<Model> {
     let clock = std::time::Instant::now();
-    let model = load_path(ctx, &args.model, args.ctx).with_context(|| format!("loading {}", args.model.display()))?;
+    let model = load_path(ctx, &args.model, args.ctx)
+        .with_context(|| format!("loading {}", args.model.display()))?;
     if verbose {
         eprintln!(
             "loaded {} ({:.1} MiB, {}) in {:.2}s; tokenizer {}",
@@ -160,7 +165,19 @@ fn load(ctx: &GpuContext, args: &ModelArgs, verbose: bool) -> Result<Model> {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run { model, prompt, n, temp, top_k, top_p, min_p, repeat_penalty, seed, json, unfused } => {
+        Command::Run {
+            model,
+            prompt,
+            n,
+            temp,
+            top_k,
+            top_p,
+            min_p,
+            repeat_penalty,
+            seed,
+            json,
+            unfused,
+        } => {
             let ctx = open_gpu(cli.verbose)?;
             let m = load(&ctx, &model, cli.verbose)?;
             let prompt_ids = m.tokenizer.encode(&prompt, true, true);
@@ -190,7 +207,10 @@ fn main() -> Result<()> {
             })?;
             if json {
                 let text = m.tokenizer.decode(&ids);
-                println!("{}", json!({ "prompt_ids": prompt_ids, "ids": ids, "text": text }));
+                println!(
+                    "{}",
+                    json!({ "prompt_ids": prompt_ids, "ids": ids, "text": text })
+                );
             } else {
                 let _ = stdout.write_all(decoder.flush().as_bytes());
                 println!();
@@ -208,14 +228,22 @@ fn main() -> Result<()> {
                 );
             }
         }
-        Command::Logits { model, prompt, top, json } => {
+        Command::Logits {
+            model,
+            prompt,
+            top,
+            json,
+        } => {
             let ctx = open_gpu(cli.verbose)?;
             let m = load(&ctx, &model, cli.verbose)?;
             let ids = m.tokenizer.encode(&prompt, true, true);
             let mut session = Session::new(&ctx, &m, model.ctx, LogitsFor::AllTokens);
             let logits = session.forward_blocking(&ids)?;
             let vocab = m.config.vocab_size as usize;
-            let positions: Vec<_> = logits.chunks_exact(vocab).map(|row| position_json(row, top)).collect();
+            let positions: Vec<_> = logits
+                .chunks_exact(vocab)
+                .map(|row| position_json(row, top))
+                .collect();
             let out = json!({ "ids": ids, "positions": positions });
             if json {
                 println!("{out}");
@@ -223,8 +251,14 @@ fn main() -> Result<()> {
                 println!("{}", serde_json::to_string_pretty(&out)?);
             }
         }
-        Command::Tokenize { model, text, special, json } => {
-            let header = coco::gguf::read_header(&model).with_context(|| format!("reading {}", model.display()))?;
+        Command::Tokenize {
+            model,
+            text,
+            special,
+            json,
+        } => {
+            let header = coco::gguf::read_header(&model)
+                .with_context(|| format!("reading {}", model.display()))?;
             let tok = coco::tokenizer::Tokenizer::from_gguf(&header.metadata)?;
             let ids = tok.encode(&text, special, special);
             if json {
@@ -235,9 +269,15 @@ fn main() -> Result<()> {
                 }
             }
         }
-        Command::Bench { model, prompt, n, reps, probe, json, unfused } => {
-            bench(&model, prompt, n, reps, probe, json, unfused, cli.verbose)?
-        }
+        Command::Bench {
+            model,
+            prompt,
+            n,
+            reps,
+            probe,
+            json,
+            unfused,
+        } => bench(&model, prompt, n, reps, probe, json, unfused, cli.verbose)?,
         Command::Info { model, ctx } => info(&model, ctx, cli.verbose)?,
     }
     Ok(())
@@ -246,10 +286,17 @@ fn main() -> Result<()> {
 /// `{"top": [[id, logit], …], "lse": x}` for one position; lse over the full vocabulary.
 fn position_json(row: &[f32], top: usize) -> serde_json::Value {
     let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let lse = max + row.iter().map(|&l| (l as f64 - max).exp()).sum::<f64>().ln();
+    let lse = max
+        + row
+            .iter()
+            .map(|&l| (l as f64 - max).exp())
+            .sum::<f64>()
+            .ln();
     let mut idx: Vec<usize> = (0..row.len()).collect();
     let k = top.min(row.len());
-    idx.select_nth_unstable_by(k.saturating_sub(1), |&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+    idx.select_nth_unstable_by(k.saturating_sub(1), |&a, &b| {
+        row[b].total_cmp(&row[a]).then(a.cmp(&b))
+    });
     idx.truncate(k);
     idx.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
     let top: Vec<_> = idx.iter().map(|&i| json!([i, row[i]])).collect();
@@ -257,14 +304,28 @@ fn position_json(row: &[f32], top: usize) -> serde_json::Value {
 }
 
 fn info(path: &Path, ctx_len: u32, verbose: bool) -> Result<()> {
-    let header = coco::gguf::read_header(path).with_context(|| format!("reading {}", path.display()))?;
-    println!("file: {} (GGUF v{}, {} tensors, {} metadata keys)", path.display(), header.version, header.tensors.len(), header.metadata.entries.len());
+    let header =
+        coco::gguf::read_header(path).with_context(|| format!("reading {}", path.display()))?;
+    println!(
+        "file: {} (GGUF v{}, {} tensors, {} metadata keys)",
+        path.display(),
+        header.version,
+        header.tensors.len(),
+        header.metadata.entries.len()
+    );
     match coco::model::Config::from_gguf(&header) {
         Ok(c) => {
             println!("architecture: {}", c.arch.name());
             println!(
                 "  layers {} | dim {} | heads {} (kv {}) × {} | ffn {} | vocab {} | context {}",
-                c.n_layers, c.dim, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn_dim, c.vocab_size, c.context_length
+                c.n_layers,
+                c.dim,
+                c.n_heads,
+                c.n_kv_heads,
+                c.head_dim,
+                c.ffn_dim,
+                c.vocab_size,
+                c.context_length
             );
             println!(
                 "  rms eps {:e} | rope {:?} base {} (local {}) {:?} | window {:?} | attn scale {:.5} | tied {}",
@@ -274,10 +335,19 @@ fn info(path: &Path, ctx_len: u32, verbose: bool) -> Result<()> {
         Err(e) => println!("architecture: {e}"),
     }
     match coco::tokenizer::Tokenizer::from_gguf(&header.metadata) {
-        Ok(t) => println!("tokenizer: {} ({} tokens, bos {:?}, eos {:?})", t.kind(), t.vocab_size(), t.bos_id(), t.eos_ids()),
+        Ok(t) => println!(
+            "tokenizer: {} ({} tokens, bos {:?}, eos {:?})",
+            t.kind(),
+            t.vocab_size(),
+            t.bos_id(),
+            t.eos_ids()
+        ),
         Err(e) => println!("tokenizer: {e}"),
     }
-    println!("tensors: {:.1} MiB", header.total_tensor_bytes() as f64 / (1 << 20) as f64);
+    println!(
+        "tensors: {:.1} MiB",
+        header.total_tensor_bytes() as f64 / (1 << 20) as f64
+    );
     let mut by_type: std::collections::BTreeMap<_, (usize, u64)> = Default::default();
     for t in &header.tensors {
         let e = by_type.entry(t.ty).or_default();
@@ -285,7 +355,12 @@ fn info(path: &Path, ctx_len: u32, verbose: bool) -> Result<()> {
         e.1 += t.n_bytes;
     }
     for (ty, (n, bytes)) in &by_type {
-        println!("  {:<6} {:>4} tensors {:>10.1} MiB", ty.name(), n, *bytes as f64 / (1 << 20) as f64);
+        println!(
+            "  {:<6} {:>4} tensors {:>10.1} MiB",
+            ty.name(),
+            n,
+            *bytes as f64 / (1 << 20) as f64
+        );
     }
     if verbose {
         for t in &header.tensors {
@@ -303,16 +378,36 @@ fn info(path: &Path, ctx_len: u32, verbose: bool) -> Result<()> {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn bench(path: &Path, prompt: u32, n: u32, reps: u32, probe: bool, as_json: bool, unfused: bool, verbose: bool) -> Result<()> {
+fn bench(
+    path: &Path,
+    prompt: u32,
+    n: u32,
+    reps: u32,
+    probe: bool,
+    as_json: bool,
+    unfused: bool,
+    verbose: bool,
+) -> Result<()> {
     let ctx = open_gpu(verbose)?;
-    let args = ModelArgs { model: path.to_path_buf(), ctx: prompt + n + 8 };
+    let args = ModelArgs {
+        model: path.to_path_buf(),
+        ctx: prompt + n + 8,
+    };
     let m = load(&ctx, &args, verbose)?;
-    let cfg = coco::bench::BenchConfig { prompt_tokens: prompt, gen_tokens: n, reps: reps.max(1), pipeline: pipeline(unfused) };
+    let cfg = coco::bench::BenchConfig {
+        prompt_tokens: prompt,
+        gen_tokens: n,
+        reps: reps.max(1),
+        pipeline: pipeline(unfused),
+    };
     let mut r = pollster::block_on(coco::bench::run(&ctx, &m, &cfg))?;
     if probe {
         r.probe = Some(pollster::block_on(coco::bench::probe(&ctx))?);
     }
-    let name = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let out = json!({
         "model": name,
         "adapter": r.adapter,
@@ -347,11 +442,16 @@ fn bench(path: &Path, prompt: u32, n: u32, reps: u32, probe: bool, as_json: bool
         1000.0 / r.tg(),
         r.dispatches_per_token,
         r.effective_gb_s(),
-        r.floor_seconds().map_or("-".into(), |f| format!("{:.3}", f * 1000.0)),
-        r.fraction_of_floor().map_or("-".into(), |f| format!("{:.0}%", f * 100.0)),
+        r.floor_seconds()
+            .map_or("-".into(), |f| format!("{:.3}", f * 1000.0)),
+        r.fraction_of_floor()
+            .map_or("-".into(), |f| format!("{:.0}%", f * 100.0)),
     );
     if let Some(p) = &r.probe {
-        println!("probe: read {:.0} GB/s, dispatch {:.2} µs, round trip {:.0} µs", p.read_gb_s, p.dispatch_us, p.round_trip_us);
+        println!(
+            "probe: read {:.0} GB/s, dispatch {:.2} µs, round trip {:.0} µs",
+            p.read_gb_s, p.dispatch_us, p.round_trip_us
+        );
     }
     println!("megakernel A/B: not yet (the FFN megakernel is not built)");
     Ok(())

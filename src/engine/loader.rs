@@ -124,7 +124,11 @@ impl<'c> Loader<'c> {
     fn on_event(&mut self, event: Event<'_>) -> Result<(), LoadError> {
         match event {
             Event::Header(header) => self.on_header(header),
-            Event::TensorBytes { index, offset, bytes } => {
+            Event::TensorBytes {
+                index,
+                offset,
+                bytes,
+            } => {
                 if let Some((i, buf)) = &mut self.rope_freqs {
                     if *i == index {
                         buf.extend_from_slice(bytes);
@@ -145,7 +149,8 @@ impl<'c> Loader<'c> {
     /// Header complete: refuse what can't run (before any weight bytes are used), then
     /// allocate every tensor's buffers.
     fn on_header(&mut self, header: &Header) -> Result<(), LoadError> {
-        let report = capabilities::check(header, &AdapterFacts::from_context(self.ctx), self.context);
+        let report =
+            capabilities::check(header, &AdapterFacts::from_context(self.ctx), self.context);
         if !report.is_ok() {
             let blockers = report.blockers();
             self.report = Some(report);
@@ -157,10 +162,23 @@ impl<'c> Loader<'c> {
         self.tensors = header
             .tensors
             .iter()
-            .map(|t| Some(GpuTensor::allocate(self.ctx, &t.name, t.ty, t.row_len(), t.n_rows(), max_part)))
+            .map(|t| {
+                Some(GpuTensor::allocate(
+                    self.ctx,
+                    &t.name,
+                    t.ty,
+                    t.row_len(),
+                    t.n_rows(),
+                    max_part,
+                ))
+            })
             .collect();
         if config.rope_freq_factors {
-            if let Some(i) = header.tensors.iter().position(|t| t.name == "rope_freqs.weight") {
+            if let Some(i) = header
+                .tensors
+                .iter()
+                .position(|t| t.name == "rope_freqs.weight")
+            {
                 self.rope_freqs = Some((i, Vec::new()));
             }
         }
@@ -175,7 +193,11 @@ impl<'c> Loader<'c> {
         if self.staging.as_ref().is_some_and(|s| s.index != index) {
             self.flush_staging(true);
         }
-        let staging = self.staging.get_or_insert_with(|| Staging { index, offset, bytes: Vec::new() });
+        let staging = self.staging.get_or_insert_with(|| Staging {
+            index,
+            offset,
+            bytes: Vec::new(),
+        });
         debug_assert_eq!(staging.offset + staging.bytes.len() as u64, offset);
         staging.bytes.extend_from_slice(bytes);
         if staging.bytes.len() >= STAGING_BYTES {
@@ -185,8 +207,14 @@ impl<'c> Loader<'c> {
 
     /// Writes the staged bytes; keeps a sub-4-byte tail unless `all` (end of tensor).
     fn flush_staging(&mut self, all: bool) {
-        let Some(mut staging) = self.staging.take() else { return };
-        let n = if all { staging.bytes.len() } else { staging.bytes.len() & !3 };
+        let Some(mut staging) = self.staging.take() else {
+            return;
+        };
+        let n = if all {
+            staging.bytes.len()
+        } else {
+            staging.bytes.len() & !3
+        };
         if let Some(Some(tensor)) = self.tensors.get(staging.index) {
             tensor.write_at(self.ctx, staging.offset, &staging.bytes[..n]);
         }
@@ -204,9 +232,18 @@ impl<'c> Loader<'c> {
         }
         self.parser.finish()?;
         self.flush_staging(true);
-        let header = self.parser.header().ok_or_else(|| LoadError::Incomplete("no header".into()))?;
-        let config = self.config.take().ok_or_else(|| LoadError::Incomplete("no config".into()))?;
-        let tokenizer = self.tokenizer.take().ok_or_else(|| LoadError::Incomplete("no tokenizer".into()))?;
+        let header = self
+            .parser
+            .header()
+            .ok_or_else(|| LoadError::Incomplete("no header".into()))?;
+        let config = self
+            .config
+            .take()
+            .ok_or_else(|| LoadError::Incomplete("no config".into()))?;
+        let tokenizer = self
+            .tokenizer
+            .take()
+            .ok_or_else(|| LoadError::Incomplete("no tokenizer".into()))?;
         let mut by_name = HashMap::new();
         for (info, tensor) in header.tensors.iter().zip(self.tensors.iter_mut()) {
             if let Some(t) = tensor.take() {
@@ -214,7 +251,10 @@ impl<'c> Loader<'c> {
             }
         }
         let rope_freq_factors = self.rope_freqs.take().map(|(_, bytes)| {
-            bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+            bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
         });
         let weights = Weights::from_tensors(&config, by_name, rope_freq_factors)?;
         let weight_bytes = header.total_tensor_bytes();
@@ -235,12 +275,20 @@ fn summarize_types(header: &Header) -> String {
     for t in &header.tensors {
         *counts.entry(t.ty).or_default() += 1;
     }
-    counts.iter().map(|(t, n)| format!("{t}×{n}")).collect::<Vec<_>>().join(" ")
+    counts
+        .iter()
+        .map(|(t, n)| format!("{t}×{n}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Loads a model file natively, reading it in chunks through the same streaming path.
 #[cfg(not(target_arch = "wasm32"))]
-pub fn load_path(ctx: &GpuContext, path: &std::path::Path, context: u32) -> Result<Model, LoadError> {
+pub fn load_path(
+    ctx: &GpuContext,
+    path: &std::path::Path,
+    context: u32,
+) -> Result<Model, LoadError> {
     use std::io::Read;
     let io = |e: std::io::Error| LoadError::Gguf(GgufError::Io(format!("{}: {e}", path.display())));
     let mut file = std::fs::File::open(path).map_err(io)?;

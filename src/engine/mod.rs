@@ -4,9 +4,9 @@
 
 mod loader;
 
-pub use loader::{LoadError, LoadProgress, Loader};
 #[cfg(not(target_arch = "wasm32"))]
 pub use loader::load_path;
+pub use loader::{LoadError, LoadProgress, Loader};
 
 use crate::capabilities::Report;
 use crate::gpu::{Binding, GpuContext, GpuError, StepRecorder};
@@ -105,7 +105,10 @@ impl Scratch {
             logits: f32s("logits", logit_rows as u64 * c.vocab_size as u64),
             logit_rows,
             // At least one f32: a zero-sized buffer cannot be bound.
-            attn_partials: f32s("attn_partials", partials_len(c.n_heads, c.head_dim, rows, context).max(1)),
+            attn_partials: f32s(
+                "attn_partials",
+                partials_len(c.n_heads, c.head_dim, rows, context).max(1),
+            ),
             inv_freq,
         }
     }
@@ -159,13 +162,22 @@ pub struct Session<'m> {
 
 impl<'m> Session<'m> {
     /// `context`: KV-cache positions (clamped to the model's trained context).
-    pub fn new(ctx: &'m GpuContext, model: &'m Model, context: u32, logits_for: LogitsFor) -> Session<'m> {
+    pub fn new(
+        ctx: &'m GpuContext,
+        model: &'m Model,
+        context: u32,
+        logits_for: LogitsFor,
+    ) -> Session<'m> {
         let c = &model.config;
         let context = context.min(c.context_length).max(1);
         let per_layer = context as u64 * (c.n_kv_heads * c.head_dim) as u64 * 4;
         let kv = KvCache {
-            k: (0..c.n_layers).map(|l| ctx.storage_buffer(&format!("k_cache.{l}"), per_layer)).collect(),
-            v: (0..c.n_layers).map(|l| ctx.storage_buffer(&format!("v_cache.{l}"), per_layer)).collect(),
+            k: (0..c.n_layers)
+                .map(|l| ctx.storage_buffer(&format!("k_cache.{l}"), per_layer))
+                .collect(),
+            v: (0..c.n_layers)
+                .map(|l| ctx.storage_buffer(&format!("v_cache.{l}"), per_layer))
+                .collect(),
             context,
         };
         let logit_rows = match logits_for {
@@ -173,7 +185,15 @@ impl<'m> Session<'m> {
             LogitsFor::AllTokens => LOGITS_ROWS,
         };
         let scratch = Scratch::new(ctx, model, PREFILL_CHUNK, logit_rows, context);
-        Session { ctx, model, kv, scratch, pos: 0, stats: Stats::default(), pipeline: model::Pipeline::Fused }
+        Session {
+            ctx,
+            model,
+            kv,
+            scratch,
+            pos: 0,
+            stats: Stats::default(),
+            pipeline: model::Pipeline::Fused,
+        }
     }
 
     /// Forgets the conversation (the cache is overwritten from position 0).
@@ -188,27 +208,51 @@ impl<'m> Session<'m> {
         let c = &self.model.config;
         let needed = self.pos + ids.len() as u32;
         if needed > self.kv.context {
-            return Err(EngineError::ContextFull { needed, context: self.kv.context });
+            return Err(EngineError::ContextFull {
+                needed,
+                context: self.kv.context,
+            });
         }
         if let Some(&id) = ids.iter().find(|&&id| id >= c.vocab_size) {
-            return Err(EngineError::BadToken { id, vocab: c.vocab_size });
+            return Err(EngineError::BadToken {
+                id,
+                vocab: c.vocab_size,
+            });
         }
         let all = self.scratch.logit_rows > 1;
         let vocab = c.vocab_size as u64;
         let mut out = Vec::new();
         for chunk in ids.chunks(self.scratch.rows as usize) {
             let t = chunk.len() as u32;
-            self.ctx.queue.write_buffer(&self.scratch.ids, 0, bytemuck::cast_slice(chunk));
+            self.ctx
+                .queue
+                .write_buffer(&self.scratch.ids, 0, bytemuck::cast_slice(chunk));
             let mut rec = StepRecorder::new(self.ctx);
-            let logits = if all { LogitsFor::AllTokens } else { LogitsFor::LastToken };
-            model::forward(&mut rec, self.model, &self.kv, &self.scratch, t, self.pos, logits, self.pipeline)?;
+            let logits = if all {
+                LogitsFor::AllTokens
+            } else {
+                LogitsFor::LastToken
+            };
+            model::forward(
+                &mut rec,
+                self.model,
+                &self.kv,
+                &self.scratch,
+                t,
+                self.pos,
+                logits,
+                self.pipeline,
+            )?;
             if t == 1 {
                 self.stats.dispatches_per_token = rec.dispatch_count() as u32;
             }
             rec.submit();
             self.pos += t;
             let rows = if all { t as u64 } else { 1 };
-            let bytes = self.ctx.read_buffer_async(&self.scratch.logits, 0, rows * vocab * 4).await?;
+            let bytes = self
+                .ctx
+                .read_buffer_async(&self.scratch.logits, 0, rows * vocab * 4)
+                .await?;
             let values: &[f32] = bytemuck::cast_slice(&bytes[..(rows * vocab * 4) as usize]);
             if all {
                 out.extend_from_slice(values);
@@ -279,14 +323,18 @@ impl Drop for Session<'_> {
 
 /// Bindings for `rows` rows of `width` f32 starting at row `first` of `buffer`.
 pub(crate) fn rows_of(buffer: &wgpu::Buffer, first: u32, rows: u32, width: u32) -> Binding {
-    Binding::range(buffer, first as u64 * width as u64 * 4, rows as u64 * width as u64 * 4)
+    Binding::range(
+        buffer,
+        first as u64 * width as u64 * 4,
+        rows as u64 * width as u64 * 4,
+    )
 }
 
 /// Whether the step's logits can be computed from a row slice of `xn` (storage bindings need
 /// offsets aligned to `min_storage_buffer_offset_alignment`).
 #[allow(dead_code)]
 pub(crate) fn row_offset_ok(ctx: &GpuContext, row: u32, width: u32) -> bool {
-    (row as u64 * width as u64 * 4) % ctx.limits.min_storage_buffer_offset_alignment as u64 == 0
+    (row as u64 * width as u64 * 4).is_multiple_of(ctx.limits.min_storage_buffer_offset_alignment as u64)
 }
 
 impl Model {

@@ -102,9 +102,17 @@ pub enum MetadataError {
     #[error("missing metadata key `{0}`")]
     Missing(String),
     #[error("metadata key `{key}` has type {found}, expected {expected}")]
-    WrongType { key: String, expected: &'static str, found: &'static str },
+    WrongType {
+        key: String,
+        expected: &'static str,
+        found: &'static str,
+    },
     #[error("metadata key `{key}` = {value} is out of range: {why}")]
-    OutOfRange { key: String, value: String, why: String },
+    OutOfRange {
+        key: String,
+        value: String,
+        why: String,
+    },
 }
 
 /// All key/value pairs of a GGUF file, in key order.
@@ -123,16 +131,22 @@ impl Metadata {
     }
 
     fn require(&self, key: &str) -> Result<&Value, MetadataError> {
-        self.get(key).ok_or_else(|| MetadataError::Missing(key.to_string()))
+        self.get(key)
+            .ok_or_else(|| MetadataError::Missing(key.to_string()))
     }
 
     fn wrong(key: &str, expected: &'static str, v: &Value) -> MetadataError {
-        MetadataError::WrongType { key: key.to_string(), expected, found: v.type_name() }
+        MetadataError::WrongType {
+            key: key.to_string(),
+            expected,
+            found: v.type_name(),
+        }
     }
 
     pub fn u64(&self, key: &str) -> Result<u64, MetadataError> {
         let v = self.require(key)?;
-        v.as_u64().ok_or_else(|| Self::wrong(key, "unsigned integer", v))
+        v.as_u64()
+            .ok_or_else(|| Self::wrong(key, "unsigned integer", v))
     }
 
     /// An unsigned integer that must fit in u32 (dimensions, counts, token ids).
@@ -168,35 +182,60 @@ impl Metadata {
     pub fn str_array(&self, key: &str) -> Result<Vec<&str>, MetadataError> {
         self.array(key)?
             .iter()
-            .map(|v| v.as_str().ok_or_else(|| Self::wrong(key, "array of string", v)))
+            .map(|v| {
+                v.as_str()
+                    .ok_or_else(|| Self::wrong(key, "array of string", v))
+            })
             .collect()
     }
 
     pub fn f32_array(&self, key: &str) -> Result<Vec<f32>, MetadataError> {
         self.array(key)?
             .iter()
-            .map(|v| v.as_f32().ok_or_else(|| Self::wrong(key, "array of number", v)))
+            .map(|v| {
+                v.as_f32()
+                    .ok_or_else(|| Self::wrong(key, "array of number", v))
+            })
             .collect()
     }
 
     pub fn i64_array(&self, key: &str) -> Result<Vec<i64>, MetadataError> {
         self.array(key)?
             .iter()
-            .map(|v| v.as_i64().ok_or_else(|| Self::wrong(key, "array of integer", v)))
+            .map(|v| {
+                v.as_i64()
+                    .ok_or_else(|| Self::wrong(key, "array of integer", v))
+            })
             .collect()
     }
 
     /// Optional lookups: `Ok(None)` when absent, an error when present with the wrong type.
     pub fn opt_u32(&self, key: &str) -> Result<Option<u32>, MetadataError> {
-        if self.contains(key) { self.u32(key).map(Some) } else { Ok(None) }
+        if self.contains(key) {
+            self.u32(key).map(Some)
+        } else {
+            Ok(None)
+        }
     }
     pub fn opt_f32(&self, key: &str) -> Result<Option<f32>, MetadataError> {
-        if self.contains(key) { self.f32(key).map(Some) } else { Ok(None) }
+        if self.contains(key) {
+            self.f32(key).map(Some)
+        } else {
+            Ok(None)
+        }
     }
     pub fn opt_bool(&self, key: &str) -> Result<Option<bool>, MetadataError> {
-        if self.contains(key) { self.bool(key).map(Some) } else { Ok(None) }
+        if self.contains(key) {
+            self.bool(key).map(Some)
+        } else {
+            Ok(None)
+        }
     }
     pub fn opt_str(&self, key: &str) -> Result<Option<&str>, MetadataError> {
-        if self.contains(key) { self.str(key).map(Some) } else { Ok(None) }
+        if self.contains(key) {
+            self.str(key).map(Some)
+        } else {
+            Ok(None)
+        }
     }
 }

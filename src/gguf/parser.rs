@@ -36,11 +36,26 @@ pub enum GgufError {
     #[error("unsupported GGUF version {version} at offset 4 (supported: 2, 3{})", if *big_endian { "; this looks like a big-endian file, which coco does not read" } else { "" })]
     Version { version: u32, big_endian: bool },
     #[error("{field} at offset {offset}: {value} exceeds the limit {limit}")]
-    TooLarge { field: String, offset: u64, value: u64, limit: u64 },
+    TooLarge {
+        field: String,
+        offset: u64,
+        value: u64,
+        limit: u64,
+    },
     #[error("{field} at offset {offset}: {why}")]
-    Invalid { field: String, offset: u64, why: String },
-    #[error("truncated file: {field} at offset {offset} needs {needed} more bytes, the input ended")]
-    Truncated { field: String, offset: u64, needed: u64 },
+    Invalid {
+        field: String,
+        offset: u64,
+        why: String,
+    },
+    #[error(
+        "truncated file: {field} at offset {offset} needs {needed} more bytes, the input ended"
+    )]
+    Truncated {
+        field: String,
+        offset: u64,
+        needed: u64,
+    },
     #[error("read error: {0}")]
     Io(String),
 }
@@ -95,7 +110,13 @@ impl Header {
     }
     /// Absolute file offset just past the last tensor's data: the smallest valid file size.
     pub fn data_end(&self) -> u64 {
-        self.data_start + self.tensors.iter().map(|t| t.offset + t.n_bytes).max().unwrap_or(0)
+        self.data_start
+            + self
+                .tensors
+                .iter()
+                .map(|t| t.offset + t.n_bytes)
+                .max()
+                .unwrap_or(0)
     }
     pub fn total_tensor_bytes(&self) -> u64 {
         self.tensors.iter().map(|t| t.n_bytes).sum()
@@ -108,7 +129,11 @@ pub enum Event<'a> {
     /// Metadata and tensor infos are complete; data follows.
     Header(&'a Header),
     /// `bytes` belong to tensor `index` (into `Header::tensors`) at `offset` within it.
-    TensorBytes { index: usize, offset: u64, bytes: &'a [u8] },
+    TensorBytes {
+        index: usize,
+        offset: u64,
+        bytes: &'a [u8],
+    },
     /// Tensor `index` has received all its bytes.
     TensorDone { index: usize },
 }
@@ -184,10 +209,12 @@ impl<'a> Cursor<'a> {
         Some(out)
     }
     fn u32(&mut self) -> Option<u32> {
-        self.take(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        self.take(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
     fn u64(&mut self) -> Option<u64> {
-        self.take(8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+        self.take(8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
     }
 }
 
@@ -199,25 +226,47 @@ enum Step<T> {
 }
 
 fn invalid(field: impl Into<String>, offset: u64, why: impl Into<String>) -> GgufError {
-    GgufError::Invalid { field: field.into(), offset, why: why.into() }
+    GgufError::Invalid {
+        field: field.into(),
+        offset,
+        why: why.into(),
+    }
 }
 
 fn too_large(field: impl Into<String>, offset: u64, value: u64, limit: u64) -> GgufError {
-    GgufError::TooLarge { field: field.into(), offset, value, limit }
+    GgufError::TooLarge {
+        field: field.into(),
+        offset,
+        value,
+        limit,
+    }
 }
 
 /// Reads a GGUF string (u64 length + UTF-8 bytes), bounded by `MAX_STRING_LEN`.
 fn read_string(c: &mut Cursor<'_>, field: &dyn Fn() -> String) -> Result<Step<String>, GgufError> {
     let at = c.offset();
     let start = c.pos;
-    let Some(len) = c.u64() else { return Ok(Step::NeedMore(8)) };
+    let Some(len) = c.u64() else {
+        return Ok(Step::NeedMore(8));
+    };
     if len > MAX_STRING_LEN {
-        return Err(too_large(format!("{} (string length)", field()), at, len, MAX_STRING_LEN));
+        return Err(too_large(
+            format!("{} (string length)", field()),
+            at,
+            len,
+            MAX_STRING_LEN,
+        ));
     }
-    let Some(bytes) = c.take(len) else { return Ok(Step::NeedMore((c.pos - start) as u64 + len)) };
+    let Some(bytes) = c.take(len) else {
+        return Ok(Step::NeedMore((c.pos - start) as u64 + len));
+    };
     match std::str::from_utf8(bytes) {
         Ok(s) => Ok(Step::Done(s.to_string())),
-        Err(e) => Err(invalid(field(), at, format!("string is not valid UTF-8 ({e})"))),
+        Err(e) => Err(invalid(
+            field(),
+            at,
+            format!("string is not valid UTF-8 ({e})"),
+        )),
     }
 }
 
@@ -249,9 +298,15 @@ fn read_scalar_or_string(
         });
     }
     let Some(size) = scalar_size(value_type) else {
-        return Err(invalid(field(), at, format!("unknown metadata value type {value_type}")));
+        return Err(invalid(
+            field(),
+            at,
+            format!("unknown metadata value type {value_type}"),
+        ));
     };
-    let Some(b) = c.take(size) else { return Ok(Step::NeedMore(size)) };
+    let Some(b) = c.take(size) else {
+        return Ok(Step::NeedMore(size));
+    };
     let value = match value_type {
         0 => Value::U8(b[0]),
         1 => Value::I8(b[0] as i8),
@@ -263,7 +318,13 @@ fn read_scalar_or_string(
         7 => match b[0] {
             0 => Value::Bool(false),
             1 => Value::Bool(true),
-            other => return Err(invalid(field(), at, format!("bool byte {other} is neither 0 nor 1"))),
+            other => {
+                return Err(invalid(
+                    field(),
+                    at,
+                    format!("bool byte {other} is neither 0 nor 1"),
+                ))
+            }
         },
         10 => Value::U64(u64::from_le_bytes(b.try_into().unwrap_or([0; 8]))),
         11 => Value::I64(i64::from_le_bytes(b.try_into().unwrap_or([0; 8]))),
@@ -316,11 +377,20 @@ impl Parser {
 
     /// True once every tensor has received all its bytes.
     pub fn is_complete(&self) -> bool {
-        self.header.as_ref().is_some_and(|h| h.tensors.iter().zip(&self.received).all(|(t, r)| *r == t.n_bytes))
+        self.header.as_ref().is_some_and(|h| {
+            h.tensors
+                .iter()
+                .zip(&self.received)
+                .all(|(t, r)| *r == t.n_bytes)
+        })
     }
 
     /// Consumes `chunk`, calling `on_event` for the header and each piece of tensor data.
-    pub fn push(&mut self, chunk: &[u8], on_event: &mut dyn FnMut(Event<'_>)) -> Result<(), GgufError> {
+    pub fn push(
+        &mut self,
+        chunk: &[u8],
+        on_event: &mut dyn FnMut(Event<'_>),
+    ) -> Result<(), GgufError> {
         self.total_in += chunk.len() as u64;
         if matches!(self.stage, Stage::Data) {
             self.feed_data(chunk, on_event);
@@ -354,12 +424,23 @@ impl Parser {
         let Some(header) = &self.header else {
             let field = match &self.stage {
                 Stage::Preamble => "header (magic, version, counts)".to_string(),
-                Stage::KvKey | Stage::KvType { .. } | Stage::KvValue { .. } | Stage::KvArray { .. } => {
+                Stage::KvKey
+                | Stage::KvType { .. }
+                | Stage::KvValue { .. }
+                | Stage::KvArray { .. } => {
                     format!("metadata entry {} of {}", self.kv_done, self.kv_count)
                 }
-                _ => format!("tensor info {} of {}", self.tensors.len(), self.tensor_count),
+                _ => format!(
+                    "tensor info {} of {}",
+                    self.tensors.len(),
+                    self.tensor_count
+                ),
             };
-            return Err(GgufError::Truncated { field, offset: seen, needed: self.need_until.saturating_sub(seen).max(1) });
+            return Err(GgufError::Truncated {
+                field,
+                offset: seen,
+                needed: self.need_until.saturating_sub(seen).max(1),
+            });
         };
         for (index, t) in header.tensors.iter().enumerate() {
             let got = self.received[index];
@@ -382,10 +463,18 @@ impl Parser {
         result
     }
 
-    fn parse_header_from(&mut self, buf: &[u8], on_event: &mut dyn FnMut(Event<'_>)) -> Result<(), GgufError> {
+    fn parse_header_from(
+        &mut self,
+        buf: &[u8],
+        on_event: &mut dyn FnMut(Event<'_>),
+    ) -> Result<(), GgufError> {
         loop {
             let bytes = &buf[self.start..];
-            let mut c = Cursor { bytes, pos: 0, base: self.buf_offset };
+            let mut c = Cursor {
+                bytes,
+                pos: 0,
+                base: self.buf_offset,
+            };
             let step = self.step(&mut c)?;
             match step {
                 Step::NeedMore(n) => {
@@ -397,7 +486,12 @@ impl Parser {
                     self.start += consumed;
                     self.buf_offset += consumed as u64;
                     if self.buf_offset > MAX_HEADER_BYTES {
-                        return Err(too_large("header size", self.buf_offset, self.buf_offset, MAX_HEADER_BYTES));
+                        return Err(too_large(
+                            "header size",
+                            self.buf_offset,
+                            self.buf_offset,
+                            MAX_HEADER_BYTES,
+                        ));
                     }
                     if finished {
                         self.finish_header(on_event)?;
@@ -413,18 +507,34 @@ impl Parser {
     fn step(&mut self, c: &mut Cursor<'_>) -> Result<Step<bool>, GgufError> {
         match std::mem::replace(&mut self.stage, Stage::Preamble) {
             Stage::Preamble => {
-                let Some(magic) = c.take(4) else { return Ok(Step::NeedMore(4)) };
+                let Some(magic) = c.take(4) else {
+                    return Ok(Step::NeedMore(4));
+                };
                 if magic != MAGIC {
-                    return Err(GgufError::BadMagic { found: [magic[0], magic[1], magic[2], magic[3]] });
+                    return Err(GgufError::BadMagic {
+                        found: [magic[0], magic[1], magic[2], magic[3]],
+                    });
                 }
-                let Some(version) = c.u32() else { return Ok(Step::NeedMore(8)) };
+                let Some(version) = c.u32() else {
+                    return Ok(Step::NeedMore(8));
+                };
                 if version != 2 && version != 3 {
                     let swapped = version.swap_bytes();
-                    return Err(GgufError::Version { version, big_endian: swapped == 2 || swapped == 3 });
+                    return Err(GgufError::Version {
+                        version,
+                        big_endian: swapped == 2 || swapped == 3,
+                    });
                 }
-                let (Some(tensor_count), Some(kv_count)) = (c.u64(), c.u64()) else { return Ok(Step::NeedMore(24)) };
+                let (Some(tensor_count), Some(kv_count)) = (c.u64(), c.u64()) else {
+                    return Ok(Step::NeedMore(24));
+                };
                 if tensor_count > MAX_TENSORS {
-                    return Err(too_large("header.tensor_count", 8, tensor_count, MAX_TENSORS));
+                    return Err(too_large(
+                        "header.tensor_count",
+                        8,
+                        tensor_count,
+                        MAX_TENSORS,
+                    ));
                 }
                 if kv_count > MAX_KV {
                     return Err(too_large("header.metadata_kv_count", 16, kv_count, MAX_KV));
@@ -432,7 +542,11 @@ impl Parser {
                 self.version = version;
                 self.tensor_count = tensor_count;
                 self.kv_count = kv_count;
-                self.stage = if kv_count > 0 { Stage::KvKey } else { Stage::TensorInfos };
+                self.stage = if kv_count > 0 {
+                    Stage::KvKey
+                } else {
+                    Stage::TensorInfos
+                };
             }
             Stage::KvKey => {
                 let index = self.kv_done;
@@ -445,7 +559,11 @@ impl Parser {
                     }
                 };
                 if self.metadata.contains(&key) {
-                    return Err(invalid(format!("metadata[{index}].key"), at, format!("duplicate key `{key}`")));
+                    return Err(invalid(
+                        format!("metadata[{index}].key"),
+                        at,
+                        format!("duplicate key `{key}`"),
+                    ));
                 }
                 self.stage = Stage::KvType { key };
             }
@@ -464,7 +582,10 @@ impl Parser {
                         return Ok(Step::NeedMore(12));
                     };
                     let frame = new_array_frame(&key, at, elem_type, len)?;
-                    self.stage = Stage::KvArray { key, stack: vec![frame] };
+                    self.stage = Stage::KvArray {
+                        key,
+                        stack: vec![frame],
+                    };
                 } else {
                     let field = || format!("metadata `{key}`");
                     match read_scalar_or_string(c, value_type, &field)? {
@@ -527,9 +648,17 @@ impl Parser {
         at: u64,
     ) -> Result<Option<Step<Value>>, GgufError> {
         let depth = stack.len();
-        let Some(top) = stack.last_mut() else { return Err(invalid(format!("metadata `{key}`"), at, "empty array stack")) };
+        let Some(top) = stack.last_mut() else {
+            return Err(invalid(
+                format!("metadata `{key}`"),
+                at,
+                "empty array stack",
+            ));
+        };
         if top.remaining == 0 {
-            let Some(done) = stack.pop() else { return Ok(None) };
+            let Some(done) = stack.pop() else {
+                return Ok(None);
+            };
             let value = Value::Array(done.items);
             match stack.last_mut() {
                 Some(parent) => {
@@ -542,9 +671,16 @@ impl Parser {
         }
         if top.elem_type == T_ARRAY {
             if depth >= MAX_ARRAY_DEPTH {
-                return Err(too_large(format!("metadata `{key}` (array nesting)"), at, depth as u64 + 1, MAX_ARRAY_DEPTH as u64));
+                return Err(too_large(
+                    format!("metadata `{key}` (array nesting)"),
+                    at,
+                    depth as u64 + 1,
+                    MAX_ARRAY_DEPTH as u64,
+                ));
             }
-            let (Some(elem_type), Some(len)) = (c.u32(), c.u64()) else { return Ok(Some(Step::NeedMore(12))) };
+            let (Some(elem_type), Some(len)) = (c.u32(), c.u64()) else {
+                return Ok(Some(Step::NeedMore(12)));
+            };
             let frame = new_array_frame(key, at, elem_type, len)?;
             stack.push(frame);
             return Ok(None);
@@ -568,7 +704,12 @@ impl Parser {
         let size = std::mem::size_of::<Value>() as u64 + v.as_str().map_or(0, |s| s.len() as u64);
         self.metadata_bytes += size;
         if self.metadata_bytes > MAX_HEADER_BYTES {
-            return Err(too_large("decoded metadata size", at, self.metadata_bytes, MAX_HEADER_BYTES));
+            return Err(too_large(
+                "decoded metadata size",
+                at,
+                self.metadata_bytes,
+                MAX_HEADER_BYTES,
+            ));
         }
         Ok(())
     }
@@ -579,7 +720,11 @@ impl Parser {
         }
         self.metadata.entries.insert(key, value);
         self.kv_done += 1;
-        self.stage = if self.kv_done < self.kv_count { Stage::KvKey } else { Stage::TensorInfos };
+        self.stage = if self.kv_done < self.kv_count {
+            Stage::KvKey
+        } else {
+            Stage::TensorInfos
+        };
         Ok(())
     }
 
@@ -591,13 +736,23 @@ impl Parser {
             Step::NeedMore(n) => return Ok(Step::NeedMore(n)),
         };
         if self.names.contains(&name) {
-            return Err(invalid(format!("tensor[{index}].name"), at, format!("duplicate tensor name `{name}`")));
+            return Err(invalid(
+                format!("tensor[{index}].name"),
+                at,
+                format!("duplicate tensor name `{name}`"),
+            ));
         }
         let field = |what: &str| format!("tensor `{name}`.{what}");
         let dims_at = c.offset();
-        let Some(n_dims) = c.u32() else { return Ok(Step::NeedMore(c.pos as u64 + 4)) };
+        let Some(n_dims) = c.u32() else {
+            return Ok(Step::NeedMore(c.pos as u64 + 4));
+        };
         if n_dims == 0 || n_dims > MAX_DIMS {
-            return Err(invalid(field("n_dims"), dims_at, format!("{n_dims} dimensions (allowed: 1..={MAX_DIMS})")));
+            return Err(invalid(
+                field("n_dims"),
+                dims_at,
+                format!("{n_dims} dimensions (allowed: 1..={MAX_DIMS})"),
+            ));
         }
         let mut dims = Vec::with_capacity(n_dims as usize);
         let mut n_elements: u64 = 1;
@@ -605,29 +760,46 @@ impl Parser {
             let dim_at = c.offset();
             // Ask only for this dim: asking for the whole rest of the info would defer the
             // checks below, so a truncated file's error would depend on the chunking.
-            let Some(dim) = c.u64() else { return Ok(Step::NeedMore(c.pos as u64 + 8)) };
+            let Some(dim) = c.u64() else {
+                return Ok(Step::NeedMore(c.pos as u64 + 8));
+            };
             if dim == 0 {
-                return Err(invalid(field(&format!("dims[{d}]")), dim_at, "dimension is 0"));
+                return Err(invalid(
+                    field(&format!("dims[{d}]")),
+                    dim_at,
+                    "dimension is 0",
+                ));
             }
             n_elements = n_elements
                 .checked_mul(dim)
                 .filter(|n| *n <= MAX_DATA_BYTES)
-                .ok_or_else(|| too_large(field("dims (element count)"), dim_at, dim, MAX_DATA_BYTES))?;
+                .ok_or_else(|| {
+                    too_large(field("dims (element count)"), dim_at, dim, MAX_DATA_BYTES)
+                })?;
             dims.push(dim);
         }
         let type_at = c.offset();
         // `c.pos` before the pair: `u32()` may succeed and advance while `u64()` fails.
         let pair_end = c.pos as u64 + 12;
-        let (Some(type_id), Some(offset)) = (c.u32(), c.u64()) else { return Ok(Step::NeedMore(pair_end)) };
+        let (Some(type_id), Some(offset)) = (c.u32(), c.u64()) else {
+            return Ok(Step::NeedMore(pair_end));
+        };
         let ty = GgmlType::from_id(type_id);
         let Some((block_len, _)) = ty.block_geometry() else {
-            return Err(invalid(field("type"), type_at, format!("unknown tensor type id {type_id}")));
+            return Err(invalid(
+                field("type"),
+                type_at,
+                format!("unknown tensor type id {type_id}"),
+            ));
         };
         if dims[0] % block_len as u64 != 0 {
             return Err(invalid(
                 field("dims[0]"),
                 dims_at + 4,
-                format!("row length {} is not a multiple of the {ty} block size {block_len}", dims[0]),
+                format!(
+                    "row length {} is not a multiple of the {ty} block size {block_len}",
+                    dims[0]
+                ),
             ));
         }
         let n_bytes = ty
@@ -635,10 +807,21 @@ impl Parser {
             .filter(|b| *b <= MAX_DATA_BYTES)
             .ok_or_else(|| too_large(field("data size"), dims_at, n_elements, MAX_DATA_BYTES))?;
         if offset > MAX_DATA_BYTES {
-            return Err(too_large(field("offset"), type_at + 4, offset, MAX_DATA_BYTES));
+            return Err(too_large(
+                field("offset"),
+                type_at + 4,
+                offset,
+                MAX_DATA_BYTES,
+            ));
         }
         self.names.insert(name.clone());
-        Ok(Step::Done(TensorInfo { name, dims, ty, offset, n_bytes }))
+        Ok(Step::Done(TensorInfo {
+            name,
+            dims,
+            ty,
+            offset,
+            n_bytes,
+        }))
     }
 
     /// Validates the layout and emits the header.
@@ -664,18 +847,25 @@ impl Parser {
         let mut prev_name = "";
         for &i in &order {
             let t = &self.tensors[i];
-            if t.offset % alignment != 0 {
+            if !t.offset.is_multiple_of(alignment) {
                 return Err(invalid(
                     format!("tensor `{}`.offset", t.name),
                     data_start + t.offset,
-                    format!("{} is not a multiple of the alignment {alignment}", t.offset),
+                    format!(
+                        "{} is not a multiple of the alignment {alignment}",
+                        t.offset
+                    ),
                 ));
             }
             if t.offset < prev_end {
                 return Err(invalid(
                     format!("tensor `{}`.offset", t.name),
                     data_start + t.offset,
-                    format!("data [{}, {}) overlaps tensor `{prev_name}` ending at {prev_end}", t.offset, t.offset + t.n_bytes),
+                    format!(
+                        "data [{}, {}) overlaps tensor `{prev_name}` ending at {prev_end}",
+                        t.offset,
+                        t.offset + t.n_bytes
+                    ),
                 ));
             }
             prev_end = t.offset + t.n_bytes;
@@ -691,7 +881,10 @@ impl Parser {
         if let Some(len) = self.expected_len {
             let end = header.data_end();
             if end > len {
-                let last = order.last().map(|&i| header.tensors[i].name.clone()).unwrap_or_default();
+                let last = order
+                    .last()
+                    .map(|&i| header.tensors[i].name.clone())
+                    .unwrap_or_default();
                 return Err(invalid(
                     format!("tensor `{last}` data"),
                     end,
@@ -733,7 +926,11 @@ impl Parser {
             }
             let take = (t_end - self.pos).min(chunk.len() as u64) as usize;
             if take > 0 {
-                on_event(Event::TensorBytes { index, offset: self.pos - t_start, bytes: &chunk[..take] });
+                on_event(Event::TensorBytes {
+                    index,
+                    offset: self.pos - t_start,
+                    bytes: &chunk[..take],
+                });
                 self.received[index] += take as u64;
                 chunk = &chunk[take..];
                 self.pos += take as u64;
@@ -758,49 +955,81 @@ impl Parser {
 
 fn new_array_frame(key: &str, at: u64, elem_type: u32, len: u64) -> Result<ArrayFrame, GgufError> {
     if len > MAX_ARRAY_LEN {
-        return Err(too_large(format!("metadata `{key}` (array length)"), at + 4, len, MAX_ARRAY_LEN));
+        return Err(too_large(
+            format!("metadata `{key}` (array length)"),
+            at + 4,
+            len,
+            MAX_ARRAY_LEN,
+        ));
     }
     if elem_type != T_ARRAY && elem_type != T_STRING && scalar_size(elem_type).is_none() {
-        return Err(invalid(format!("metadata `{key}`"), at, format!("unknown array element type {elem_type}")));
+        return Err(invalid(
+            format!("metadata `{key}`"),
+            at,
+            format!("unknown array element type {elem_type}"),
+        ));
     }
     // Capacity is capped: the count is only trusted as elements actually arrive.
-    Ok(ArrayFrame { elem_type, remaining: len, items: Vec::with_capacity(len.min(4096) as usize) })
+    Ok(ArrayFrame {
+        elem_type,
+        remaining: len,
+        items: Vec::with_capacity(len.min(4096) as usize),
+    })
 }
 
 /// Reads a whole file in chunks, calling `on_event` as the parser does.
 #[cfg(not(target_arch = "wasm32"))]
-pub fn read_path(path: &std::path::Path, on_event: &mut dyn FnMut(Event<'_>)) -> Result<Header, GgufError> {
+pub fn read_path(
+    path: &std::path::Path,
+    on_event: &mut dyn FnMut(Event<'_>),
+) -> Result<Header, GgufError> {
     use std::io::Read;
-    let mut file = std::fs::File::open(path).map_err(|e| GgufError::Io(format!("{}: {e}", path.display())))?;
-    let len = file.metadata().map_err(|e| GgufError::Io(e.to_string()))?.len();
+    let mut file =
+        std::fs::File::open(path).map_err(|e| GgufError::Io(format!("{}: {e}", path.display())))?;
+    let len = file
+        .metadata()
+        .map_err(|e| GgufError::Io(e.to_string()))?
+        .len();
     let mut parser = Parser::new().with_expected_len(len);
     let mut chunk = vec![0u8; 4 << 20];
     loop {
-        let n = file.read(&mut chunk).map_err(|e| GgufError::Io(format!("{}: {e}", path.display())))?;
+        let n = file
+            .read(&mut chunk)
+            .map_err(|e| GgufError::Io(format!("{}: {e}", path.display())))?;
         if n == 0 {
             break;
         }
         parser.push(&chunk[..n], on_event)?;
     }
     parser.finish()?;
-    parser.header.ok_or_else(|| GgufError::Io("header missing after a complete parse".into()))
+    parser
+        .header
+        .ok_or_else(|| GgufError::Io("header missing after a complete parse".into()))
 }
 
 /// Reads only the header (metadata + tensor infos) of a file.
 #[cfg(not(target_arch = "wasm32"))]
 pub fn read_header(path: &std::path::Path) -> Result<Header, GgufError> {
     use std::io::Read;
-    let mut file = std::fs::File::open(path).map_err(|e| GgufError::Io(format!("{}: {e}", path.display())))?;
-    let len = file.metadata().map_err(|e| GgufError::Io(e.to_string()))?.len();
+    let mut file =
+        std::fs::File::open(path).map_err(|e| GgufError::Io(format!("{}: {e}", path.display())))?;
+    let len = file
+        .metadata()
+        .map_err(|e| GgufError::Io(e.to_string()))?
+        .len();
     let mut parser = Parser::new().with_expected_len(len);
     let mut chunk = vec![0u8; 1 << 20];
     while parser.header().is_none() {
-        let n = file.read(&mut chunk).map_err(|e| GgufError::Io(format!("{}: {e}", path.display())))?;
+        let n = file
+            .read(&mut chunk)
+            .map_err(|e| GgufError::Io(format!("{}: {e}", path.display())))?;
         if n == 0 {
             parser.finish()?;
             break;
         }
         parser.push(&chunk[..n], &mut |_| {})?;
     }
-    parser.header.ok_or_else(|| GgufError::Io("header missing".into()))
+    parser
+        .header
+        .ok_or_else(|| GgufError::Io("header missing".into()))
 }

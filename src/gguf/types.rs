@@ -117,7 +117,15 @@ impl GgmlType {
     pub fn is_supported(self) -> bool {
         matches!(
             self,
-            Self::F32 | Self::F16 | Self::BF16 | Self::Q8_0 | Self::Q4_0 | Self::Q5_0 | Self::Q4_K | Self::Q5_K | Self::Q6_K
+            Self::F32
+                | Self::F16
+                | Self::BF16
+                | Self::Q8_0
+                | Self::Q4_0
+                | Self::Q5_0
+                | Self::Q4_K
+                | Self::Q5_K
+                | Self::Q6_K
         )
     }
 
@@ -162,7 +170,7 @@ impl GgmlType {
     /// Bytes taken by `n_elements` of this type, or `None` on a partial block / overflow.
     pub fn bytes_for(self, n_elements: u64) -> Option<u64> {
         let (block_len, block_bytes) = self.block_geometry()?;
-        if n_elements % block_len as u64 != 0 {
+        if !n_elements.is_multiple_of(block_len as u64) {
             return None;
         }
         (n_elements / block_len as u64).checked_mul(block_bytes as u64)

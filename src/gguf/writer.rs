@@ -64,7 +64,11 @@ fn put_value(out: &mut Vec<u8>, v: &Value) {
 
 impl Writer {
     pub fn new() -> Writer {
-        Writer { version: 3, alignment: 32, ..Default::default() }
+        Writer {
+            version: 3,
+            alignment: 32,
+            ..Default::default()
+        }
     }
 
     pub fn kv(&mut self, key: &str, value: Value) -> &mut Writer {
@@ -74,7 +78,8 @@ impl Writer {
 
     /// `dims` in GGUF order (row length first); `data` must be the tensor's exact bytes.
     pub fn tensor(&mut self, name: &str, dims: &[u64], ty: GgmlType, data: Vec<u8>) -> &mut Writer {
-        self.tensors.push((name.to_string(), dims.to_vec(), ty, data));
+        self.tensors
+            .push((name.to_string(), dims.to_vec(), ty, data));
         self
     }
 

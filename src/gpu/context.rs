@@ -63,7 +63,8 @@ impl GpuContext {
     /// Opens the default adapter. Natively `WGPU_BACKEND` picks the backend and
     /// `WGPU_ADAPTER_NAME` (substring, case-insensitive) picks the adapter.
     pub async fn new() -> Result<GpuContext, GpuError> {
-        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let instance =
+            wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let adapter = Self::pick_adapter(&instance).await?;
         let info = adapter.get_info();
         let limits = adapter.limits();
@@ -106,7 +107,12 @@ impl GpuContext {
             let names: Vec<String> = adapters.iter().map(|a| a.get_info().name).collect();
             return adapters
                 .into_iter()
-                .find(|a| a.get_info().name.to_lowercase().contains(&wanted.to_lowercase()))
+                .find(|a| {
+                    a.get_info()
+                        .name
+                        .to_lowercase()
+                        .contains(&wanted.to_lowercase())
+                })
                 .ok_or_else(|| GpuError::AdapterNameNotFound(wanted, names.join(", ")));
         }
         Self::default_adapter(instance).await
@@ -137,34 +143,48 @@ impl GpuContext {
 
     /// Largest range one storage binding may cover, rounded down to 4 bytes.
     pub fn max_binding_bytes(&self) -> u64 {
-        let limit = self.limits.max_storage_buffer_binding_size as u64;
+        let limit = self.limits.max_storage_buffer_binding_size;
         limit.min(self.limits.max_buffer_size) & !3
     }
 
     /// A one-line description: "NVIDIA H200 (Vulkan, DiscreteGpu)".
     pub fn describe(&self) -> String {
-        format!("{} ({:?}, {:?})", self.info.name, self.info.backend, self.info.device_type)
+        format!(
+            "{} ({:?}, {:?})",
+            self.info.name, self.info.backend, self.info.device_type
+        )
     }
 
     /// The compute pipeline named `label`, compiled from `source()` on first use.
     /// The label names the variant (STYLE.md: `matmul_q4_k_tiled`), so it is the cache key.
-    pub fn pipeline(&self, label: &str, source: impl FnOnce() -> String) -> Arc<wgpu::ComputePipeline> {
-        let mut cache = self.pipelines.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    pub fn pipeline(
+        &self,
+        label: &str,
+        source: impl FnOnce() -> String,
+    ) -> Arc<wgpu::ComputePipeline> {
+        let mut cache = self
+            .pipelines
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(p) = cache.get(label) {
             return p.clone();
         }
-        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(label),
-            source: wgpu::ShaderSource::Wgsl(source().into()),
-        });
-        let pipeline = Arc::new(self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(label),
-            layout: None,
-            module: &module,
-            entry_point: Some("main"),
-            compilation_options: Default::default(),
-            cache: None,
-        }));
+        let module = self
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(label),
+                source: wgpu::ShaderSource::Wgsl(source().into()),
+            });
+        let pipeline = Arc::new(self.device.create_compute_pipeline(
+            &wgpu::ComputePipelineDescriptor {
+                label: Some(label),
+                layout: None,
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: Default::default(),
+                cache: None,
+            },
+        ));
         cache.insert(label.to_string(), pipeline.clone());
         pipeline
     }
@@ -178,7 +198,9 @@ impl GpuContext {
         self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             size: (size.max(4) + 3) & !3,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_DST
+                | wgpu::BufferUsages::COPY_SRC,
             mapped_at_creation: false,
         })
     }
@@ -200,7 +222,8 @@ impl GpuContext {
         if whole < data.len() {
             let mut tail = [0u8; 4];
             tail[..data.len() - whole].copy_from_slice(&data[whole..]);
-            self.queue.write_buffer(buffer, offset + whole as u64, &tail);
+            self.queue
+                .write_buffer(buffer, offset + whole as u64, &tail);
         }
     }
 
@@ -238,7 +261,11 @@ impl GpuContext {
             cache.clear();
         }
         let layout = key.pipeline.get_bind_group_layout(0);
-        let bg = self.device.create_bind_group(&wgpu::BindGroupDescriptor { label: Some(label), layout: &layout, entries });
+        let bg = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(label),
+            layout: &layout,
+            entries,
+        });
         cache.insert(key, bg.clone());
         bg
     }
@@ -246,7 +273,10 @@ impl GpuContext {
     /// Drops cached bind groups (and with them the references they hold to buffers), e.g.
     /// when a session ends.
     pub fn clear_bind_groups(&self) {
-        self.bind_groups.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.bind_groups
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
     }
 
     pub fn cached_bind_groups(&self) -> usize {
@@ -254,13 +284,23 @@ impl GpuContext {
     }
 
     pub(crate) fn command_encoder(&self, label: &str) -> wgpu::CommandEncoder {
-        self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) })
+        self.device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) })
     }
 
     /// Copies `size` bytes at `offset` of `buffer` back to the CPU.
-    pub async fn read_buffer_async(&self, buffer: &wgpu::Buffer, offset: u64, size: u64) -> Result<Vec<u8>, GpuError> {
+    pub async fn read_buffer_async(
+        &self,
+        buffer: &wgpu::Buffer,
+        offset: u64,
+        size: u64,
+    ) -> Result<Vec<u8>, GpuError> {
         let size = (size + 3) & !3;
-        let cached = self.staging.lock().unwrap_or_else(|p| p.into_inner()).remove(&size);
+        let cached = self
+            .staging
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&size);
         let staging = cached.unwrap_or_else(|| {
             self.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("readback"),
@@ -273,9 +313,11 @@ impl GpuContext {
         encoder.copy_buffer_to_buffer(buffer, offset, &staging, 0, size);
         self.queue.submit([encoder.finish()]);
         let (sender, receiver) = futures_channel::oneshot::channel();
-        staging.slice(..).map_async(wgpu::MapMode::Read, move |result| {
-            let _ = sender.send(result);
-        });
+        staging
+            .slice(..)
+            .map_async(wgpu::MapMode::Read, move |result| {
+                let _ = sender.send(result);
+            });
         #[cfg(not(target_arch = "wasm32"))]
         self.device
             .poll(wgpu::PollType::wait_indefinitely())
@@ -298,14 +340,28 @@ impl GpuContext {
     }
 
     #[cfg(not(target_arch = "wasm32"))]
-    pub fn read_buffer(&self, buffer: &wgpu::Buffer, offset: u64, size: u64) -> Result<Vec<u8>, GpuError> {
+    pub fn read_buffer(
+        &self,
+        buffer: &wgpu::Buffer,
+        offset: u64,
+        size: u64,
+    ) -> Result<Vec<u8>, GpuError> {
         pollster::block_on(self.read_buffer_async(buffer, offset, size))
     }
 
     /// Reads `count` f32 values starting at element `first`.
     #[cfg(not(target_arch = "wasm32"))]
-    pub fn read_f32(&self, buffer: &wgpu::Buffer, first: u64, count: u64) -> Result<Vec<f32>, GpuError> {
+    pub fn read_f32(
+        &self,
+        buffer: &wgpu::Buffer,
+        first: u64,
+        count: u64,
+    ) -> Result<Vec<f32>, GpuError> {
         let bytes = self.read_buffer(buffer, first * 4, count * 4)?;
-        Ok(bytes.chunks_exact(4).take(count as usize).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        Ok(bytes
+            .chunks_exact(4)
+            .take(count as usize)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
     }
 }

@@ -22,13 +22,21 @@ pub struct Binding {
 
 impl Binding {
     pub fn range(buffer: &wgpu::Buffer, offset: u64, size: u64) -> Binding {
-        Binding { buffer: buffer.clone(), offset, size: Some(size) }
+        Binding {
+            buffer: buffer.clone(),
+            offset,
+            size: Some(size),
+        }
     }
 }
 
 impl From<&wgpu::Buffer> for Binding {
     fn from(buffer: &wgpu::Buffer) -> Binding {
-        Binding { buffer: buffer.clone(), offset: 0, size: None }
+        Binding {
+            buffer: buffer.clone(),
+            offset: 0,
+            size: None,
+        }
     }
 }
 
@@ -50,7 +58,11 @@ pub struct StepRecorder<'a> {
 
 impl<'a> StepRecorder<'a> {
     pub fn new(ctx: &'a GpuContext) -> StepRecorder<'a> {
-        StepRecorder { ctx, params: Vec::new(), dispatches: Vec::new() }
+        StepRecorder {
+            ctx,
+            params: Vec::new(),
+            dispatches: Vec::new(),
+        }
     }
 
     pub fn ctx(&self) -> &'a GpuContext {
@@ -104,7 +116,10 @@ impl<'a> StepRecorder<'a> {
     }
 
     /// Encodes everything in one compute pass, lets `after` append copies, and submits.
-    pub fn submit_with(self, after: impl FnOnce(&mut wgpu::CommandEncoder)) -> wgpu::SubmissionIndex {
+    pub fn submit_with(
+        self,
+        after: impl FnOnce(&mut wgpu::CommandEncoder),
+    ) -> wgpu::SubmissionIndex {
         let ctx = self.ctx;
         let _exclusive = ctx.submit_lock.lock().unwrap_or_else(|p| p.into_inner());
         let params = ctx.params_buffer(&self.params);
@@ -133,14 +148,21 @@ impl<'a> StepRecorder<'a> {
                 let key = BindGroupKey {
                     pipeline: (*d.pipeline).clone(),
                     params: (d.params_offset, d.params_size),
-                    storage: d.bindings.iter().map(|b| (b.buffer.clone(), b.offset, b.size)).collect(),
+                    storage: d
+                        .bindings
+                        .iter()
+                        .map(|b| (b.buffer.clone(), b.offset, b.size))
+                        .collect(),
                 };
                 ctx.bind_group(key, &d.label, &entries)
             })
             .collect();
         let mut encoder = ctx.command_encoder("step");
         {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("step"), timestamp_writes: None });
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("step"),
+                timestamp_writes: None,
+            });
             for (d, bg) in self.dispatches.iter().zip(&bind_groups) {
                 pass.set_pipeline(&d.pipeline);
                 pass.set_bind_group(0, bg, &[]);

@@ -9,7 +9,10 @@ include!(concat!(env!("OUT_DIR"), "/shaders.rs"));
 
 /// The source of `shaders/<name>`, or `None` if no such file is embedded.
 pub fn shader_source(name: &str) -> Option<&'static str> {
-    SHADER_FILES.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
+    SHADER_FILES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, s)| *s)
 }
 
 /// Expands includes (recursively, each file once) and the `#ifdef` blocks for `defines`.
@@ -38,10 +41,14 @@ fn expand(name: &str, defines: &[&str], out: &mut String, included: &mut Vec<Str
         } else if let Some(rest) = trimmed.strip_prefix("#ifndef ") {
             active.push(!defines.contains(&rest.trim()));
         } else if trimmed == "#else" {
-            let top = active.last_mut().unwrap_or_else(|| panic!("{name}: #else without #ifdef"));
+            let top = active
+                .last_mut()
+                .unwrap_or_else(|| panic!("{name}: #else without #ifdef"));
             *top = !*top;
         } else if trimmed == "#endif" {
-            active.pop().unwrap_or_else(|| panic!("{name}: #endif without #ifdef"));
+            active
+                .pop()
+                .unwrap_or_else(|| panic!("{name}: #endif without #ifdef"));
         } else if let Some(rest) = trimmed.strip_prefix("#include ") {
             if enabled {
                 expand(rest.trim().trim_matches('"'), defines, out, included);

@@ -55,11 +55,26 @@ impl GpuTensor {
         let mut first_row = 0;
         while first_row < n_rows {
             let rows = per_part.min(n_rows - first_row);
-            let label = if parts.is_empty() { name.to_string() } else { format!("{name}#{}", parts.len()) };
-            parts.push(TensorPart { buffer: ctx.storage_buffer(&label, rows * row_bytes), first_row, n_rows: rows });
+            let label = if parts.is_empty() {
+                name.to_string()
+            } else {
+                format!("{name}#{}", parts.len())
+            };
+            parts.push(TensorPart {
+                buffer: ctx.storage_buffer(&label, rows * row_bytes),
+                first_row,
+                n_rows: rows,
+            });
             first_row += rows;
         }
-        GpuTensor { name: name.to_string(), ty, row_len, n_rows, row_bytes, parts }
+        GpuTensor {
+            name: name.to_string(),
+            ty,
+            row_len,
+            n_rows,
+            row_bytes,
+            parts,
+        }
     }
 
     /// Uploads a whole tensor from memory (tests, small tensors). Streaming loads use

@@ -40,9 +40,16 @@ pub enum RopeStyle {
 pub enum RopeScaling {
     None,
     /// Positions divided by `factor` (HF "linear").
-    Linear { factor: f32 },
+    Linear {
+        factor: f32,
+    },
     /// Llama 3.1+ per-band scaling (HF `_compute_llama3_parameters`).
-    Llama3 { factor: f32, low_freq_factor: f32, high_freq_factor: f32, original_context: u32 },
+    Llama3 {
+        factor: f32,
+        low_freq_factor: f32,
+        high_freq_factor: f32,
+        original_context: u32,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,7 +120,9 @@ impl Config {
         let n_layers = md.u32(&key("block_count"))?;
         let dim = md.u32(&key("embedding_length"))?;
         let n_heads = md.u32(&key("attention.head_count"))?;
-        let n_kv_heads = md.opt_u32(&key("attention.head_count_kv"))?.unwrap_or(n_heads);
+        let n_kv_heads = md
+            .opt_u32(&key("attention.head_count_kv"))?
+            .unwrap_or(n_heads);
         let ffn_dim = md.u32(&key("feed_forward_length"))?;
         let context_length = md.opt_u32(&key("context_length"))?.unwrap_or(2048);
         // Bounds far above any real model keep every product below in u32/u64 range.
@@ -125,7 +134,9 @@ impl Config {
             ("feed_forward_length", ffn_dim, 1 << 20),
         ] {
             if value == 0 || value > max {
-                return Err(ConfigError::Invalid(format!("{arch_name}.{name} = {value} is outside 1..={max}")));
+                return Err(ConfigError::Invalid(format!(
+                    "{arch_name}.{name} = {value} is outside 1..={max}"
+                )));
             }
         }
         if n_heads % n_kv_heads != 0 {
@@ -133,13 +144,21 @@ impl Config {
                 "head counts {n_heads}/{n_kv_heads}: query heads must be a positive multiple of KV heads"
             )));
         }
-        let head_dim = md.opt_u32(&key("attention.key_length"))?.unwrap_or(dim / n_heads);
-        let v_dim = md.opt_u32(&key("attention.value_length"))?.unwrap_or(head_dim);
+        let head_dim = md
+            .opt_u32(&key("attention.key_length"))?
+            .unwrap_or(dim / n_heads);
+        let v_dim = md
+            .opt_u32(&key("attention.value_length"))?
+            .unwrap_or(head_dim);
         if v_dim != head_dim {
-            return Err(ConfigError::Invalid(format!("not yet: value head size {v_dim} ≠ key head size {head_dim}")));
+            return Err(ConfigError::Invalid(format!(
+                "not yet: value head size {v_dim} ≠ key head size {head_dim}"
+            )));
         }
         if head_dim == 0 || head_dim % 2 != 0 || head_dim > 256 {
-            return Err(ConfigError::Invalid(format!("not yet: head size {head_dim} (supported: even, ≤ 256)")));
+            return Err(ConfigError::Invalid(format!(
+                "not yet: head size {head_dim} (supported: even, ≤ 256)"
+            )));
         }
         if let Some(rope_dims) = md.opt_u32(&key("rope.dimension_count"))? {
             if rope_dims != head_dim {
@@ -151,7 +170,10 @@ impl Config {
         let rms_eps = md.f32(&key("attention.layer_norm_rms_epsilon"))?;
         let token_embd = header
             .tensor("token_embd.weight")
-            .ok_or_else(|| ConfigError::Tensor { name: "token_embd.weight".into(), why: "missing".into() })?;
+            .ok_or_else(|| ConfigError::Tensor {
+                name: "token_embd.weight".into(),
+                why: "missing".into(),
+            })?;
         let vocab_size = u32::try_from(token_embd.n_rows()).map_err(|_| ConfigError::Tensor {
             name: "token_embd.weight".into(),
             why: "too many rows".into(),
@@ -169,11 +191,22 @@ impl Config {
         let (sliding_window, rope_base_local, attn_scale, embed_scale) = match arch {
             Arch::Gemma3 => {
                 // HF Gemma3TextConfig: sliding_window 4096 default, rope_local_base_freq 10000.
-                let window = md.opt_u32(&key("attention.sliding_window"))?.unwrap_or(4096);
+                let window = md
+                    .opt_u32(&key("attention.sliding_window"))?
+                    .unwrap_or(4096);
                 // HF scales queries by query_pre_attn_scalar^-0.5. GGUF doesn't store it; like
                 // llama.cpp, use head_dim except for the 27B (62 layers), where it is dim/heads.
-                let scalar = if n_layers == 62 { dim as f32 / n_heads as f32 } else { head_dim as f32 };
-                (Some(window), 10_000.0, scalar.powf(-0.5), (dim as f32).sqrt())
+                let scalar = if n_layers == 62 {
+                    dim as f32 / n_heads as f32
+                } else {
+                    head_dim as f32
+                };
+                (
+                    Some(window),
+                    10_000.0,
+                    scalar.powf(-0.5),
+                    (dim as f32).sqrt(),
+                )
             }
             _ => (None, rope_base, (head_dim as f32).powf(-0.5), 1.0),
         };
@@ -208,7 +241,7 @@ impl Config {
     /// Gemma 3 interleaves 5 sliding-window layers with 1 global layer (HF
     /// `sliding_window_pattern = 6`: layer i is global when (i + 1) % 6 == 0).
     pub fn is_sliding_layer(&self, layer: u32) -> bool {
-        self.arch == Arch::Gemma3 && (layer + 1) % 6 != 0
+        self.arch == Arch::Gemma3 && !(layer + 1).is_multiple_of(6)
     }
 
     /// The attention window for `layer`: 0 = full causal attention.
@@ -224,7 +257,11 @@ impl Config {
     /// Computed in f32 like HF (`1 / base^(arange(0, d, 2) / d)`).
     pub fn inv_freq(&self, layer: u32, freq_factors: Option<&[f32]>) -> Vec<f32> {
         let local = self.is_sliding_layer(layer);
-        let base = if local { self.rope_base_local } else { self.rope_base };
+        let base = if local {
+            self.rope_base_local
+        } else {
+            self.rope_base
+        };
         let d = self.head_dim as usize;
         (0..d / 2)
             .map(|i| {
@@ -238,9 +275,18 @@ impl Config {
                         RopeScaling::None => f,
                         RopeScaling::Linear { factor } => f / factor,
                         RopeScaling::Llama3 { .. } if freq_factors.is_some() => f,
-                        RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_context } => {
-                            llama3_scale(f, factor, low_freq_factor, high_freq_factor, original_context)
-                        }
+                        RopeScaling::Llama3 {
+                            factor,
+                            low_freq_factor,
+                            high_freq_factor,
+                            original_context,
+                        } => llama3_scale(
+                            f,
+                            factor,
+                            low_freq_factor,
+                            high_freq_factor,
+                            original_context,
+                        ),
                     };
                 }
                 f
@@ -250,7 +296,11 @@ impl Config {
 
     /// KV cache bytes for `context` positions (f32 K and V for every layer).
     pub fn kv_cache_bytes(&self, context: u32) -> u64 {
-        2 * self.n_layers as u64 * context as u64 * self.n_kv_heads as u64 * self.head_dim as u64 * 4
+        2 * self.n_layers as u64
+            * context as u64
+            * self.n_kv_heads as u64
+            * self.head_dim as u64
+            * 4
     }
 
     /// Checks every tensor the forward pass reads: present, and shaped as the config says.
@@ -267,7 +317,10 @@ impl Config {
             if t.dims != dims {
                 return Err(ConfigError::Tensor {
                     name: name.to_string(),
-                    why: format!("shape {:?} contradicts the metadata, which implies {:?}", t.dims, dims),
+                    why: format!(
+                        "shape {:?} contradicts the metadata, which implies {:?}",
+                        t.dims, dims
+                    ),
                 });
             }
             Ok(())
@@ -309,7 +362,10 @@ impl Config {
             if vector && t.ty != GgmlType::F32 {
                 return Err(ConfigError::Tensor {
                     name: t.name.clone(),
-                    why: format!("not yet: 1-D tensors of type {} (coco reads norms and biases as F32)", t.ty),
+                    why: format!(
+                        "not yet: 1-D tensors of type {} (coco reads norms and biases as F32)",
+                        t.ty
+                    ),
                 });
             }
         }
@@ -338,7 +394,9 @@ fn read_rope_scaling(header: &Header, arch: &str) -> Result<RopeScaling, ConfigE
             original_context: md.opt_u32(&key("original_context_length"))?.unwrap_or(8192),
         },
         (Some(other), _) => {
-            return Err(ConfigError::Invalid(format!("not yet: RoPE scaling `{other}` (supported: none, linear, llama3)")))
+            return Err(ConfigError::Invalid(format!(
+                "not yet: RoPE scaling `{other}` (supported: none, linear, llama3)"
+            )))
         }
     })
 }

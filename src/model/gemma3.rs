@@ -19,26 +19,60 @@ use crate::kernels::KernelError;
 
 use super::{attention_block, gated_ffn, lm_head, Step};
 
-pub(crate) fn forward(rec: &mut StepRecorder, step: &Step, logits_for: LogitsFor) -> Result<(), KernelError> {
+pub(crate) fn forward(
+    rec: &mut StepRecorder,
+    step: &Step,
+    logits_for: LogitsFor,
+) -> Result<(), KernelError> {
     let (c, w, s, t) = (&step.model.config, &step.model.weights, step.s, step.t);
     let x = Binding::from(&s.x);
     let proj = Binding::from(&s.proj);
-    let missing = |what: &str| KernelError::Shape { kernel: "gemma3", why: format!("missing {what}") };
+    let missing = |what: &str| KernelError::Shape {
+        kernel: "gemma3",
+        why: format!("missing {what}"),
+    };
 
     // token embeddings, scaled by √dim
-    get_rows(rec, &w.token_embd, &Binding::from(&s.ids), &x, t, c.embed_scale)?;
+    get_rows(
+        rec,
+        &w.token_embd,
+        &Binding::from(&s.ids),
+        &x,
+        t,
+        c.embed_scale,
+    )?;
     for (l, lw) in w.layers.iter().enumerate() {
         // pre-attention norm, Q/K/V, per-head Q/K norms, RoPE, KV-cache write, (sliding) attention
         attention_block(rec, step, l as u32)?;
         // output projection; post-attention norm added into the residual stream
-        matmul(rec, &lw.wo, &Binding::from(&s.attn), &proj, t, MatmulArgs::default())?;
-        let post_attn = lw.post_attn_norm.as_ref().ok_or_else(|| missing("post_attention_norm"))?;
+        matmul(
+            rec,
+            &lw.wo,
+            &Binding::from(&s.attn),
+            &proj,
+            t,
+            MatmulArgs::default(),
+        )?;
+        let post_attn = lw
+            .post_attn_norm
+            .as_ref()
+            .ok_or_else(|| missing("post_attention_norm"))?;
         rms_norm_add(rec, &proj, &post_attn.vector(), &x, t, c.dim, c.rms_eps)?;
         // pre-FFN norm and GELU-tanh gated FFN
         gated_ffn(rec, step, l)?;
         // down projection; post-FFN norm added into the residual stream
-        matmul(rec, &lw.w_down, &Binding::from(&s.act), &proj, t, MatmulArgs::default())?;
-        let post_ffn = lw.post_ffn_norm.as_ref().ok_or_else(|| missing("post_ffw_norm"))?;
+        matmul(
+            rec,
+            &lw.w_down,
+            &Binding::from(&s.act),
+            &proj,
+            t,
+            MatmulArgs::default(),
+        )?;
+        let post_ffn = lw
+            .post_ffn_norm
+            .as_ref()
+            .ok_or_else(|| missing("post_ffw_norm"))?;
         rms_norm_add(rec, &proj, &post_ffn.vector(), &x, t, c.dim, c.rms_eps)?;
     }
     // final norm and logits (tied to the embeddings)

@@ -12,13 +12,27 @@ use crate::kernels::KernelError;
 use super::{attention_block, gated_ffn, lm_head, Step};
 use crate::engine::LogitsFor;
 
-pub(crate) fn forward(rec: &mut StepRecorder, step: &Step, logits_for: LogitsFor) -> Result<(), KernelError> {
+pub(crate) fn forward(
+    rec: &mut StepRecorder,
+    step: &Step,
+    logits_for: LogitsFor,
+) -> Result<(), KernelError> {
     let (c, w, s, t) = (&step.model.config, &step.model.weights, step.s, step.t);
     let x = Binding::from(&s.x);
-    let accumulate = MatmulArgs { bias: None, accumulate: true };
+    let accumulate = MatmulArgs {
+        bias: None,
+        accumulate: true,
+    };
 
     // token embeddings
-    get_rows(rec, &w.token_embd, &Binding::from(&s.ids), &x, t, c.embed_scale)?;
+    get_rows(
+        rec,
+        &w.token_embd,
+        &Binding::from(&s.ids),
+        &x,
+        t,
+        c.embed_scale,
+    )?;
     for (l, lw) in w.layers.iter().enumerate() {
         // attention RMSNorm, Q/K/V (+ qwen2 biases), RoPE, KV-cache write, causal attention
         attention_block(rec, step, l as u32)?;

@@ -17,7 +17,9 @@ use crate::engine::{rows_of, KvCache, LogitsFor, Scratch};
 use crate::gpu::{Binding, StepRecorder};
 use crate::kernels::attention::{attention, kv_write, AttentionShape};
 use crate::kernels::elementwise;
-use crate::kernels::matmul::{can_fuse_glu, matmul, matmul_glu, matmul_normed, matmul_qkv, MatmulArgs};
+use crate::kernels::matmul::{
+    can_fuse_glu, matmul, matmul_glu, matmul_normed, matmul_qkv, MatmulArgs,
+};
 use crate::kernels::norm::{rms_norm, rms_norm_in_place};
 use crate::kernels::rope::{rope, RopeLayout};
 use crate::kernels::KernelError;
@@ -44,7 +46,14 @@ pub fn forward(
     logits_for: LogitsFor,
     pipeline: Pipeline,
 ) -> Result<(), KernelError> {
-    let step = Step { model, kv, s, t, pos0, pipeline };
+    let step = Step {
+        model,
+        kv,
+        s,
+        t,
+        pos0,
+        pipeline,
+    };
     match model.config.arch {
         Arch::Llama | Arch::Qwen2 => llama::forward(rec, &step, logits_for),
         Arch::Gemma3 => gemma3::forward(rec, &step, logits_for),
@@ -68,13 +77,43 @@ pub(crate) fn gated_ffn(rec: &mut StepRecorder, step: &Step, l: usize) -> Result
     let (x, act) = (Binding::from(&s.x), Binding::from(&s.act));
     if step.pipeline == Pipeline::Fused && can_fuse_glu(&lw.w_gate, &lw.w_up) {
         let norm = (&lw.ffn_norm.vector(), c.rms_eps);
-        return matmul_glu(rec, &lw.w_gate, &lw.w_up, &x, Some((norm.0, norm.1)), &act, t, activation(c));
+        return matmul_glu(
+            rec,
+            &lw.w_gate,
+            &lw.w_up,
+            &x,
+            Some((norm.0, norm.1)),
+            &act,
+            t,
+            activation(c),
+        );
     }
     let xn = Binding::from(&s.xn);
     rms_norm(rec, &x, &lw.ffn_norm.vector(), &xn, t, c.dim, c.rms_eps)?;
-    matmul(rec, &lw.w_gate, &xn, &Binding::from(&s.gate), t, MatmulArgs::default())?;
-    matmul(rec, &lw.w_up, &xn, &Binding::from(&s.up), t, MatmulArgs::default())?;
-    elementwise::glu(rec, &Binding::from(&s.gate), &Binding::from(&s.up), &act, t * c.ffn_dim, activation(c))
+    matmul(
+        rec,
+        &lw.w_gate,
+        &xn,
+        &Binding::from(&s.gate),
+        t,
+        MatmulArgs::default(),
+    )?;
+    matmul(
+        rec,
+        &lw.w_up,
+        &xn,
+        &Binding::from(&s.up),
+        t,
+        MatmulArgs::default(),
+    )?;
+    elementwise::glu(
+        rec,
+        &Binding::from(&s.gate),
+        &Binding::from(&s.up),
+        &act,
+        t * c.ffn_dim,
+        activation(c),
+    )
 }
 
 pub(crate) fn activation(c: &Config) -> elementwise::Activation {
@@ -94,11 +133,19 @@ pub(crate) fn rope_layout(c: &Config) -> RopeLayout {
 /// The attention half of a block, shared by every architecture: the attention RMSNorm,
 /// Q/K/V projections (+ biases), per-head Q/K norms (gemma3), RoPE, the KV-cache write and
 /// causal attention into `s.attn`. Reads the residual stream `s.x`.
-pub(crate) fn attention_block(rec: &mut StepRecorder, step: &Step, l: u32) -> Result<(), KernelError> {
+pub(crate) fn attention_block(
+    rec: &mut StepRecorder,
+    step: &Step,
+    l: u32,
+) -> Result<(), KernelError> {
     let (model, kv, s, t, pos0) = (step.model, step.kv, step.s, step.t, step.pos0);
     let c = &model.config;
     let lw = &model.weights.layers[l as usize];
-    let (q, k, v) = (Binding::from(&s.q), Binding::from(&s.k), Binding::from(&s.v));
+    let (q, k, v) = (
+        Binding::from(&s.q),
+        Binding::from(&s.k),
+        Binding::from(&s.v),
+    );
     let bias = |b: &Option<crate::gpu::GpuTensor>| b.as_ref().map(|b| b.vector());
     let (bq, bk, bv) = (bias(&lw.bq), bias(&lw.bk), bias(&lw.bv));
     if step.pipeline == Pipeline::Fused {
@@ -108,24 +155,102 @@ pub(crate) fn attention_block(rec: &mut StepRecorder, step: &Step, l: u32) -> Re
             (Some(bq), Some(bk), Some(bv)) => Some((bq, bk, bv)),
             _ => None,
         };
-        matmul_qkv(rec, &lw.wq, &lw.wk, &lw.wv, &Binding::from(&s.x), Some((&norm, c.rms_eps)), &q, &k, &v, t, biases)?;
+        matmul_qkv(
+            rec,
+            &lw.wq,
+            &lw.wk,
+            &lw.wv,
+            &Binding::from(&s.x),
+            Some((&norm, c.rms_eps)),
+            &q,
+            &k,
+            &v,
+            t,
+            biases,
+        )?;
     } else {
         let xn = Binding::from(&s.xn);
-        rms_norm(rec, &Binding::from(&s.x), &lw.attn_norm.vector(), &xn, t, c.dim, c.rms_eps)?;
+        rms_norm(
+            rec,
+            &Binding::from(&s.x),
+            &lw.attn_norm.vector(),
+            &xn,
+            t,
+            c.dim,
+            c.rms_eps,
+        )?;
         let buf = |b: &Option<crate::gpu::GpuTensor>| b.as_ref().map(|b| b.parts[0].buffer.clone());
         let (bq, bk, bv) = (buf(&lw.bq), buf(&lw.bk), buf(&lw.bv));
-        matmul(rec, &lw.wq, &xn, &q, t, MatmulArgs { bias: bq.as_ref(), accumulate: false })?;
-        matmul(rec, &lw.wk, &xn, &k, t, MatmulArgs { bias: bk.as_ref(), accumulate: false })?;
-        matmul(rec, &lw.wv, &xn, &v, t, MatmulArgs { bias: bv.as_ref(), accumulate: false })?;
+        matmul(
+            rec,
+            &lw.wq,
+            &xn,
+            &q,
+            t,
+            MatmulArgs {
+                bias: bq.as_ref(),
+                accumulate: false,
+            },
+        )?;
+        matmul(
+            rec,
+            &lw.wk,
+            &xn,
+            &k,
+            t,
+            MatmulArgs {
+                bias: bk.as_ref(),
+                accumulate: false,
+            },
+        )?;
+        matmul(
+            rec,
+            &lw.wv,
+            &xn,
+            &v,
+            t,
+            MatmulArgs {
+                bias: bv.as_ref(),
+                accumulate: false,
+            },
+        )?;
     }
     if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
         rms_norm_in_place(rec, &q, &qn.vector(), t * c.n_heads, c.head_dim, c.rms_eps)?;
-        rms_norm_in_place(rec, &k, &kn.vector(), t * c.n_kv_heads, c.head_dim, c.rms_eps)?;
+        rms_norm_in_place(
+            rec,
+            &k,
+            &kn.vector(),
+            t * c.n_kv_heads,
+            c.head_dim,
+            c.rms_eps,
+        )?;
     }
     let inv_freq = Binding::from(&s.inv_freq[l as usize]);
-    rope(rec, &q, &inv_freq, t, c.n_heads, c.head_dim, pos0, rope_layout(c))?;
-    rope(rec, &k, &inv_freq, t, c.n_kv_heads, c.head_dim, pos0, rope_layout(c))?;
-    let (kc, vc) = (Binding::from(&kv.k[l as usize]), Binding::from(&kv.v[l as usize]));
+    rope(
+        rec,
+        &q,
+        &inv_freq,
+        t,
+        c.n_heads,
+        c.head_dim,
+        pos0,
+        rope_layout(c),
+    )?;
+    rope(
+        rec,
+        &k,
+        &inv_freq,
+        t,
+        c.n_kv_heads,
+        c.head_dim,
+        pos0,
+        rope_layout(c),
+    )?;
+    let (kc, vc) = (
+        Binding::from(&kv.k[l as usize]),
+        Binding::from(&kv.v[l as usize]),
+    );
     kv_write(rec, &k, &v, &kc, &vc, t, c.n_kv_heads, c.head_dim, pos0)?;
     let shape = AttentionShape {
         t,
@@ -136,11 +261,23 @@ pub(crate) fn attention_block(rec: &mut StepRecorder, step: &Step, l: u32) -> Re
         window: c.window(l),
         scale: c.attn_scale,
     };
-    attention(rec, &q, &kc, &vc, &Binding::from(&s.attn), &Binding::from(&s.attn_partials), &shape)
+    attention(
+        rec,
+        &q,
+        &kc,
+        &vc,
+        &Binding::from(&s.attn),
+        &Binding::from(&s.attn_partials),
+        &shape,
+    )
 }
 
 /// Final RMSNorm and the vocabulary projection, for the last token or every token.
-pub(crate) fn lm_head(rec: &mut StepRecorder, step: &Step, logits_for: LogitsFor) -> Result<(), KernelError> {
+pub(crate) fn lm_head(
+    rec: &mut StepRecorder,
+    step: &Step,
+    logits_for: LogitsFor,
+) -> Result<(), KernelError> {
     let (c, w, s, t) = (&step.model.config, &step.model.weights, step.s, step.t);
     let (x, rows) = match logits_for {
         LogitsFor::AllTokens => (Binding::from(&s.x), t),
@@ -148,9 +285,26 @@ pub(crate) fn lm_head(rec: &mut StepRecorder, step: &Step, logits_for: LogitsFor
     };
     let logits = Binding::from(&s.logits);
     if step.pipeline == Pipeline::Fused {
-        return matmul_normed(rec, w.lm_head(), &x, &w.output_norm.vector(), c.rms_eps, &logits, rows, MatmulArgs::default());
+        return matmul_normed(
+            rec,
+            w.lm_head(),
+            &x,
+            &w.output_norm.vector(),
+            c.rms_eps,
+            &logits,
+            rows,
+            MatmulArgs::default(),
+        );
     }
     let xn = rows_of(&s.xn, 0, rows, c.dim);
-    rms_norm(rec, &x, &w.output_norm.vector(), &xn, rows, c.dim, c.rms_eps)?;
+    rms_norm(
+        rec,
+        &x,
+        &w.output_norm.vector(),
+        &xn,
+        rows,
+        c.dim,
+        c.rms_eps,
+    )?;
     matmul(rec, w.lm_head(), &xn, &logits, rows, MatmulArgs::default())
 }

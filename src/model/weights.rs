@@ -10,22 +10,22 @@ use super::{Arch, Config, ConfigError};
 
 /// One transformer block.
 pub struct LayerWeights {
-    pub attn_norm: GpuTensor,    // [dim] f32
-    pub wq: GpuTensor,           // [dim → heads·head_dim]
-    pub wk: GpuTensor,           // [dim → kv_heads·head_dim]
-    pub wv: GpuTensor,           // [dim → kv_heads·head_dim]
-    pub wo: GpuTensor,           // [heads·head_dim → dim]
-    pub bq: Option<GpuTensor>,   // qwen2: [heads·head_dim] f32
-    pub bk: Option<GpuTensor>,   // qwen2: [kv_heads·head_dim] f32
-    pub bv: Option<GpuTensor>,   // qwen2: [kv_heads·head_dim] f32
-    pub q_norm: Option<GpuTensor>, // gemma3: [head_dim] f32
-    pub k_norm: Option<GpuTensor>, // gemma3: [head_dim] f32
+    pub attn_norm: GpuTensor,              // [dim] f32
+    pub wq: GpuTensor,                     // [dim → heads·head_dim]
+    pub wk: GpuTensor,                     // [dim → kv_heads·head_dim]
+    pub wv: GpuTensor,                     // [dim → kv_heads·head_dim]
+    pub wo: GpuTensor,                     // [heads·head_dim → dim]
+    pub bq: Option<GpuTensor>,             // qwen2: [heads·head_dim] f32
+    pub bk: Option<GpuTensor>,             // qwen2: [kv_heads·head_dim] f32
+    pub bv: Option<GpuTensor>,             // qwen2: [kv_heads·head_dim] f32
+    pub q_norm: Option<GpuTensor>,         // gemma3: [head_dim] f32
+    pub k_norm: Option<GpuTensor>,         // gemma3: [head_dim] f32
     pub post_attn_norm: Option<GpuTensor>, // gemma3: [dim] f32
-    pub ffn_norm: GpuTensor,     // [dim] f32
-    pub w_gate: GpuTensor,       // [dim → ffn]
-    pub w_up: GpuTensor,         // [dim → ffn]
-    pub w_down: GpuTensor,       // [ffn → dim]
-    pub post_ffn_norm: Option<GpuTensor>, // gemma3: [dim] f32
+    pub ffn_norm: GpuTensor,               // [dim] f32
+    pub w_gate: GpuTensor,                 // [dim → ffn]
+    pub w_up: GpuTensor,                   // [dim → ffn]
+    pub w_down: GpuTensor,                 // [ffn → dim]
+    pub post_ffn_norm: Option<GpuTensor>,  // gemma3: [dim] f32
 }
 
 pub struct Weights {
@@ -47,7 +47,10 @@ impl Weights {
         rope_freq_factors: Option<Vec<f32>>,
     ) -> Result<Weights, ConfigError> {
         let mut take = |name: String| {
-            tensors.remove(&name).ok_or(ConfigError::Tensor { name, why: "missing after load".into() })
+            tensors.remove(&name).ok_or(ConfigError::Tensor {
+                name,
+                why: "missing after load".into(),
+            })
         };
         let gemma = config.arch == Arch::Gemma3;
         let mut layers = Vec::with_capacity(config.n_layers as usize);
@@ -59,23 +62,55 @@ impl Weights {
                 wk: take(b("attn_k.weight"))?,
                 wv: take(b("attn_v.weight"))?,
                 wo: take(b("attn_output.weight"))?,
-                bq: if config.qkv_bias { Some(take(b("attn_q.bias"))?) } else { None },
-                bk: if config.qkv_bias { Some(take(b("attn_k.bias"))?) } else { None },
-                bv: if config.qkv_bias { Some(take(b("attn_v.bias"))?) } else { None },
-                q_norm: if gemma { Some(take(b("attn_q_norm.weight"))?) } else { None },
-                k_norm: if gemma { Some(take(b("attn_k_norm.weight"))?) } else { None },
-                post_attn_norm: if gemma { Some(take(b("post_attention_norm.weight"))?) } else { None },
+                bq: if config.qkv_bias {
+                    Some(take(b("attn_q.bias"))?)
+                } else {
+                    None
+                },
+                bk: if config.qkv_bias {
+                    Some(take(b("attn_k.bias"))?)
+                } else {
+                    None
+                },
+                bv: if config.qkv_bias {
+                    Some(take(b("attn_v.bias"))?)
+                } else {
+                    None
+                },
+                q_norm: if gemma {
+                    Some(take(b("attn_q_norm.weight"))?)
+                } else {
+                    None
+                },
+                k_norm: if gemma {
+                    Some(take(b("attn_k_norm.weight"))?)
+                } else {
+                    None
+                },
+                post_attn_norm: if gemma {
+                    Some(take(b("post_attention_norm.weight"))?)
+                } else {
+                    None
+                },
                 ffn_norm: take(b("ffn_norm.weight"))?,
                 w_gate: take(b("ffn_gate.weight"))?,
                 w_up: take(b("ffn_up.weight"))?,
                 w_down: take(b("ffn_down.weight"))?,
-                post_ffn_norm: if gemma { Some(take(b("post_ffw_norm.weight"))?) } else { None },
+                post_ffn_norm: if gemma {
+                    Some(take(b("post_ffw_norm.weight"))?)
+                } else {
+                    None
+                },
             });
         }
         Ok(Weights {
             token_embd: take("token_embd.weight".into())?,
             output_norm: take("output_norm.weight".into())?,
-            output: if config.tied_embeddings { None } else { Some(take("output.weight".into())?) },
+            output: if config.tied_embeddings {
+                None
+            } else {
+                Some(take("output.weight".into())?)
+            },
             layers,
             rope_freq_factors,
         })

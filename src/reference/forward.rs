@@ -27,7 +27,13 @@ impl CpuModel {
     pub fn load(path: &std::path::Path) -> Result<CpuModel, String> {
         let mut raw: Vec<Vec<u8>> = Vec::new();
         let header = crate::gguf::read_path(path, &mut |e| match e {
-            Event::Header(h) => raw = h.tensors.iter().map(|t| Vec::with_capacity(t.n_bytes as usize)).collect(),
+            Event::Header(h) => {
+                raw = h
+                    .tensors
+                    .iter()
+                    .map(|t| Vec::with_capacity(t.n_bytes as usize))
+                    .collect()
+            }
             Event::TensorBytes { index, bytes, .. } => raw[index].extend_from_slice(bytes),
             Event::TensorDone { .. } => {}
         })
@@ -35,14 +41,22 @@ impl CpuModel {
         let config = Config::from_gguf(&header).map_err(|e| e.to_string())?;
         let mut tensors = HashMap::new();
         for (info, bytes) in header.tensors.iter().zip(raw) {
-            let values = dequantize(info.ty, &bytes, info.n_elements() as usize).map_err(|e| format!("{}: {e}", info.name))?;
+            let values = dequantize(info.ty, &bytes, info.n_elements() as usize)
+                .map_err(|e| format!("{}: {e}", info.name))?;
             tensors.insert(info.name.clone(), values);
         }
-        Ok(CpuModel { config, header, tensors })
+        Ok(CpuModel {
+            config,
+            header,
+            tensors,
+        })
     }
 
     fn w(&self, name: &str) -> &[f32] {
-        self.tensors.get(name).map(|v| v.as_slice()).unwrap_or_else(|| panic!("reference forward: missing tensor {name}"))
+        self.tensors
+            .get(name)
+            .map(|v| v.as_slice())
+            .unwrap_or_else(|| panic!("reference forward: missing tensor {name}"))
     }
 
     fn opt(&self, name: &str) -> Option<&[f32]> {
@@ -53,7 +67,11 @@ impl CpuModel {
     pub fn forward(&self, ids: &[u32]) -> Vec<f32> {
         let c = &self.config;
         let (t, dim, hd) = (ids.len(), c.dim as usize, c.head_dim as usize);
-        let (heads, kv_heads, ffn) = (c.n_heads as usize, c.n_kv_heads as usize, c.ffn_dim as usize);
+        let (heads, kv_heads, ffn) = (
+            c.n_heads as usize,
+            c.n_kv_heads as usize,
+            c.ffn_dim as usize,
+        );
         let layout = match c.rope_style {
             RopeStyle::Normal => RopeLayout::Normal,
             RopeStyle::Neox => RopeLayout::Neox,
@@ -76,7 +94,11 @@ impl CpuModel {
             let mut q = matmul(self.w(&b("attn_q.weight")), &xn, heads * hd, dim, t);
             let mut k = matmul(self.w(&b("attn_k.weight")), &xn, kv_heads * hd, dim, t);
             let mut v = matmul(self.w(&b("attn_v.weight")), &xn, kv_heads * hd, dim, t);
-            for (m, bias) in [(&mut q, "attn_q.bias"), (&mut k, "attn_k.bias"), (&mut v, "attn_v.bias")] {
+            for (m, bias) in [
+                (&mut q, "attn_q.bias"),
+                (&mut k, "attn_k.bias"),
+                (&mut v, "attn_v.bias"),
+            ] {
                 if let Some(bias) = self.opt(&b(bias)) {
                     for row in m.chunks_mut(bias.len()) {
                         add(row, bias);
@@ -122,7 +144,9 @@ impl CpuModel {
         }
         // final norm and logits
         let xn = rms_norm(&x, self.w("output_norm.weight"), t, dim, eps);
-        let head = self.opt("output.weight").unwrap_or_else(|| self.w("token_embd.weight"));
+        let head = self
+            .opt("output.weight")
+            .unwrap_or_else(|| self.w("token_embd.weight"));
         matmul(head, &xn, c.vocab_size as usize, dim, t)
     }
 }
