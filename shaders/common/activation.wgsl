@@ -1,6 +1,6 @@
 // The FFN's gate activation act(x), selected by one define: SILU (llama, qwen2) or GELU_TANH
-// (gemma3's gelu_pytorch_tanh). Included by matmul.wgsl's GLU variants; elementwise.wgsl
-// computes the same functions for the unfused path.
+// (gemma3's gelu_pytorch_tanh). Included by matmul.wgsl's GLU variants and by
+// elementwise.wgsl's unfused glu, so both paths compute the same function.
 
 // The logistic function without overflow: exp only ever sees a non-positive argument, so
 // no inf appears (WGSL lets implementations assume there are none).
