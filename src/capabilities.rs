@@ -28,6 +28,8 @@ pub struct AdapterFacts {
     pub max_invocations_per_workgroup: u32,
     pub shader_f16: bool,
     pub subgroups: bool,
+    /// Storage bindings must start at a multiple of this many bytes.
+    pub storage_offset_alignment: u32,
 }
 
 impl AdapterFacts {
@@ -39,6 +41,7 @@ impl AdapterFacts {
             max_invocations_per_workgroup: ctx.limits.max_compute_invocations_per_workgroup,
             shader_f16: ctx.has_f16(),
             subgroups: ctx.has_subgroups(),
+            storage_offset_alignment: ctx.limits.min_storage_buffer_offset_alignment,
         }
     }
 }
@@ -207,6 +210,19 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
 
     let mut gpu_bytes = header.total_tensor_bytes();
     if let Some(c) = &config {
+        // The logits step binds one row of the residual stream by offset.
+        let row_bytes = c.dim as u64 * 4;
+        let align = adapter.storage_offset_alignment.max(1) as u64;
+        if row_bytes % align != 0 {
+            rows.push(Row {
+                name: "row alignment",
+                status: Status::NotYet,
+                detail: format!(
+                    "not yet: a {row_bytes}-byte residual row (dim {}) is not a multiple of this adapter's {align}-byte storage offset alignment",
+                    c.dim
+                ),
+            });
+        }
         let kv_layer = c.kv_cache_bytes(context) / c.n_layers.max(1) as u64 / 2;
         let kv = c.kv_cache_bytes(context);
         rows.push(Row {

@@ -1150,6 +1150,7 @@ fn use_header(h: &Header) -> (bool, bool) {
         max_invocations_per_workgroup: 256,
         shader_f16: false,
         subgroups: false,
+        storage_offset_alignment: 256,
     };
     let _ = check(h, &facts, 2048);
     let config = Config::from_gguf(h).is_ok();

@@ -169,6 +169,7 @@ fn use_header(h: &Header) {
         max_invocations_per_workgroup: 256,
         shader_f16: false,
         subgroups: false,
+        storage_offset_alignment: 256,
     };
     let _ = check(h, &facts, 4096);
     let _ = Config::from_gguf(h);

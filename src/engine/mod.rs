@@ -330,13 +330,6 @@ pub(crate) fn rows_of(buffer: &wgpu::Buffer, first: u32, rows: u32, width: u32) 
     )
 }
 
-/// Whether the step's logits can be computed from a row slice of `xn` (storage bindings need
-/// offsets aligned to `min_storage_buffer_offset_alignment`).
-#[allow(dead_code)]
-pub(crate) fn row_offset_ok(ctx: &GpuContext, row: u32, width: u32) -> bool {
-    (row as u64 * width as u64 * 4).is_multiple_of(ctx.limits.min_storage_buffer_offset_alignment as u64)
-}
-
 impl Model {
     pub fn arch(&self) -> Arch {
         self.config.arch

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::gguf::{Event, Header};
+use crate::gguf::Header;
 use crate::kernels::attention::AttentionShape;
 use crate::kernels::elementwise;
 use crate::kernels::rope::RopeLayout;
@@ -12,7 +12,6 @@ use crate::model::{Activation, Arch, Config, RopeStyle};
 
 use super::matmul::{get_rows, matmul};
 use super::ops::{add, attention, glu, rms_norm, rope};
-use super::quant::dequantize;
 
 /// Every tensor dequantized to f32, by name.
 pub struct CpuModel {
@@ -25,6 +24,8 @@ impl CpuModel {
     /// Reads and dequantizes a whole GGUF file (for test-sized models and the 270M default).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn load(path: &std::path::Path) -> Result<CpuModel, String> {
+        use super::quant::dequantize;
+        use crate::gguf::Event;
         let mut raw: Vec<Vec<u8>> = Vec::new();
         let header = crate::gguf::read_path(path, &mut |e| match e {
             Event::Header(h) => {
