@@ -7,8 +7,9 @@ use std::time::Instant;
 
 fn main() {
     let path = std::env::args().nth(1).expect("model path");
-    let ctx = GpuContext::new_blocking().expect("gpu");
-    let model = load_path(&ctx, std::path::Path::new(&path), 256).expect("load");
+    let ctx = std::sync::Arc::new(GpuContext::new_blocking().expect("gpu"));
+    let model =
+        std::sync::Arc::new(load_path(&ctx, std::path::Path::new(&path), 256).expect("load"));
     let mut s = Session::new(&ctx, &model, 256, LogitsFor::LastToken);
     s.forward_blocking(&[1, 2, 3, 4]).expect("prefill");
     for step in 0..5 {

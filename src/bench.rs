@@ -6,6 +6,8 @@
 //!
 //! `probe` measures the three adapter figures with micro-kernels.
 
+use std::sync::Arc;
+
 use crate::engine::{EngineError, LogitsFor, Model, Session};
 use crate::gpu::{Binding, GpuContext, StepRecorder};
 use crate::kernels::probe::{probe_empty, probe_read, READ_THREADS};
@@ -93,8 +95,8 @@ pub fn weight_bytes_per_token(model: &Model) -> u64 {
 
 /// Runs pp and tg `reps` times each (after one warm-up) on a fresh session per rep.
 pub async fn run(
-    ctx: &GpuContext,
-    model: &Model,
+    ctx: &Arc<GpuContext>,
+    model: &Arc<Model>,
     cfg: &BenchConfig,
 ) -> Result<BenchResult, EngineError> {
     let vocab = model.config.vocab_size;

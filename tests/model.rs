@@ -2,6 +2,7 @@
 //! `tools/hf_goldens.py` from the same GGUF files, and against the CPU reference forward.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use coco::engine::{load_path, LogitsFor, Model, Session};
 use coco::gpu::GpuContext;
@@ -14,8 +15,8 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn gpu() -> GpuContext {
-    GpuContext::new_blocking().expect("a GPU adapter (lavapipe in CI)")
+fn gpu() -> Arc<GpuContext> {
+    Arc::new(GpuContext::new_blocking().expect("a GPU adapter (lavapipe in CI)"))
 }
 
 fn golden(name: &str) -> Value {
@@ -69,7 +70,7 @@ fn assert_greedy_matches(got: &[u32], expected: &[u32], margins: &[f64], text: &
 
 /// Greedy continuation by raw argmax over the session's decode path (no EOS stop: the
 /// goldens treat EOS as an ordinary token).
-fn greedy(ctx: &GpuContext, model: &Model, prompt: &[u32], n: usize) -> Vec<u32> {
+fn greedy(ctx: &Arc<GpuContext>, model: &Arc<Model>, prompt: &[u32], n: usize) -> Vec<u32> {
     let mut s = Session::new(ctx, model, 512, LogitsFor::LastToken);
     let mut logits = s.forward_blocking(prompt).expect("prefill");
     let mut out = Vec::new();
@@ -89,8 +90,8 @@ struct Agreement {
 
 /// Teacher-forced logits for every prompt of a golden, compared with HF's.
 fn check_against_hf(
-    ctx: &GpuContext,
-    model: &Model,
+    ctx: &Arc<GpuContext>,
+    model: &Arc<Model>,
     golden: &Value,
     check_greedy: bool,
 ) -> Agreement {
@@ -170,7 +171,9 @@ fn family_matches_hugging_face(family: &str) {
     let mut report = Vec::new();
     for name in &names {
         let g = golden(name);
-        let model = load_path(&ctx, &fixture(name), 512).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let model = Arc::new(
+            load_path(&ctx, &fixture(name), 512).unwrap_or_else(|e| panic!("{name}: {e}")),
+        );
         let a = check_against_hf(&ctx, &model, &g, true);
         let rate = a.top1_equal as f64 / a.positions as f64;
         report.push(format!(
@@ -212,9 +215,9 @@ fn gemma3_fixtures_match_hugging_face() {
 /// GPU logits for `ids` against the CPU reference forward: fused in `prefill`-sized chunks,
 /// fused as a prefill followed by one-token decode steps through the KV cache, and the
 /// same through the unfused pipeline.
-fn check_gpu_vs_cpu(ctx: &GpuContext, name: &str, n_tokens: u32, prefill: usize) {
+fn check_gpu_vs_cpu(ctx: &Arc<GpuContext>, name: &str, n_tokens: u32, prefill: usize) {
     let path = fixture(name);
-    let model = load_path(ctx, &path, 512).unwrap();
+    let model = Arc::new(load_path(ctx, &path, 512).unwrap());
     let cpu = CpuModel::load(&path).unwrap();
     let ids: Vec<u32> = (0..n_tokens)
         .map(|i| (i * 7919 + 13) % model.config.vocab_size)
@@ -292,7 +295,7 @@ fn long_sequences_match_cpu_reference() {
 fn gemma_270m_matches_hugging_face() {
     let ctx = gpu();
     let g = golden("gemma-3-270m");
-    let model = load_path(&ctx, &fixture("gemma-3-270m"), 512).expect("load gemma");
+    let model = Arc::new(load_path(&ctx, &fixture("gemma-3-270m"), 512).expect("load gemma"));
     let a = check_against_hf(&ctx, &model, &g, false);
     let rate = a.top1_equal as f64 / a.positions as f64;
     println!(

@@ -3,6 +3,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
@@ -129,8 +130,8 @@ fn pipeline(unfused: bool) -> coco::model::Pipeline {
     }
 }
 
-fn open_gpu(verbose: bool) -> Result<GpuContext> {
-    let ctx = GpuContext::new_blocking().context("opening the GPU")?;
+fn open_gpu(verbose: bool) -> Result<Arc<GpuContext>> {
+    let ctx = Arc::new(GpuContext::new_blocking().context("opening the GPU")?);
     if verbose {
         eprintln!(
             "adapter: {} | driver {} {} | f16 {} | subgroups {} | max binding {} MiB",
@@ -145,7 +146,7 @@ fn open_gpu(verbose: bool) -> Result<GpuContext> {
     Ok(ctx)
 }
 
-fn load(ctx: &GpuContext, args: &ModelArgs, verbose: bool) -> Result<Model> {
+fn load(ctx: &Arc<GpuContext>, args: &ModelArgs, verbose: bool) -> Result<Arc<Model>> {
     let clock = std::time::Instant::now();
     let model = load_path(ctx, &args.model, args.ctx)
         .with_context(|| format!("loading {}", args.model.display()))?;
@@ -159,7 +160,7 @@ fn load(ctx: &GpuContext, args: &ModelArgs, verbose: bool) -> Result<Model> {
             model.tokenizer.kind()
         );
     }
-    Ok(model)
+    Ok(Arc::new(model))
 }
 
 fn main() -> Result<()> {

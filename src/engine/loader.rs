@@ -3,6 +3,7 @@
 //! The whole file is never held in memory: at most one staging piece per tensor.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::capabilities::{self, AdapterFacts, Report};
 use crate::gguf::{Event, GgmlType, GgufError, Header, Parser};
@@ -47,8 +48,8 @@ struct Staging {
 }
 
 /// A load in progress. Push chunks, then `finish`.
-pub struct Loader<'c> {
-    ctx: &'c GpuContext,
+pub struct Loader {
+    ctx: Arc<GpuContext>,
     parser: Parser,
     context: u32,
     /// Set once the header is parsed and the capability check passed.
@@ -62,15 +63,15 @@ pub struct Loader<'c> {
     error: Option<LoadError>,
 }
 
-impl<'c> Loader<'c> {
+impl Loader {
     /// `context`: KV-cache positions the session will use (checked against the limits).
-    pub fn new(ctx: &'c GpuContext, context: u32, expected_len: Option<u64>) -> Loader<'c> {
+    pub fn new(ctx: &Arc<GpuContext>, context: u32, expected_len: Option<u64>) -> Loader {
         let parser = match expected_len {
             Some(len) => Parser::new().with_expected_len(len),
             None => Parser::new(),
         };
         Loader {
-            ctx,
+            ctx: ctx.clone(),
             parser,
             context,
             config: None,
@@ -150,7 +151,7 @@ impl<'c> Loader<'c> {
     /// allocate every tensor's buffers.
     fn on_header(&mut self, header: &Header) -> Result<(), LoadError> {
         let report =
-            capabilities::check(header, &AdapterFacts::from_context(self.ctx), self.context);
+            capabilities::check(header, &AdapterFacts::from_context(&self.ctx), self.context);
         if !report.is_ok() {
             let blockers = report.blockers();
             self.report = Some(report);
@@ -164,7 +165,7 @@ impl<'c> Loader<'c> {
             .iter()
             .map(|t| {
                 Some(GpuTensor::allocate(
-                    self.ctx,
+                    &self.ctx,
                     &t.name,
                     t.ty,
                     t.row_len(),
@@ -216,7 +217,7 @@ impl<'c> Loader<'c> {
             staging.bytes.len() & !3
         };
         if let Some(Some(tensor)) = self.tensors.get(staging.index) {
-            tensor.write_at(self.ctx, staging.offset, &staging.bytes[..n]);
+            tensor.write_at(&self.ctx, staging.offset, &staging.bytes[..n]);
         }
         if !all {
             staging.bytes.drain(..n);
@@ -285,7 +286,7 @@ fn summarize_types(header: &Header) -> String {
 /// Loads a model file natively, reading it in chunks through the same streaming path.
 #[cfg(not(target_arch = "wasm32"))]
 pub fn load_path(
-    ctx: &GpuContext,
+    ctx: &Arc<GpuContext>,
     path: &std::path::Path,
     context: u32,
 ) -> Result<Model, LoadError> {

@@ -8,6 +8,8 @@ mod loader;
 pub use loader::load_path;
 pub use loader::{LoadError, LoadProgress, Loader};
 
+use std::sync::Arc;
+
 use crate::capabilities::Report;
 use crate::gpu::{Binding, GpuContext, GpuError, StepRecorder};
 use crate::kernels::attention::partials_len;
@@ -148,9 +150,11 @@ impl Stats {
     }
 }
 
-pub struct Session<'m> {
-    pub ctx: &'m GpuContext,
-    pub model: &'m Model,
+/// Owns shared handles to the device and the model, so it can live as long as its owner
+/// wants (the web page keeps one across calls; the CLI keeps one per run).
+pub struct Session {
+    pub ctx: Arc<GpuContext>,
+    pub model: Arc<Model>,
     pub kv: KvCache,
     pub scratch: Scratch,
     /// Positions already in the KV cache.
@@ -160,14 +164,14 @@ pub struct Session<'m> {
     pub pipeline: model::Pipeline,
 }
 
-impl<'m> Session<'m> {
+impl Session {
     /// `context`: KV-cache positions (clamped to the model's trained context).
     pub fn new(
-        ctx: &'m GpuContext,
-        model: &'m Model,
+        ctx: &Arc<GpuContext>,
+        model: &Arc<Model>,
         context: u32,
         logits_for: LogitsFor,
-    ) -> Session<'m> {
+    ) -> Session {
         let c = &model.config;
         let context = context.min(c.context_length).max(1);
         let per_layer = context as u64 * (c.n_kv_heads * c.head_dim) as u64 * 4;
@@ -186,8 +190,8 @@ impl<'m> Session<'m> {
         };
         let scratch = Scratch::new(ctx, model, PREFILL_CHUNK, logit_rows, context);
         Session {
-            ctx,
-            model,
+            ctx: ctx.clone(),
+            model: model.clone(),
             kv,
             scratch,
             pos: 0,
@@ -227,7 +231,7 @@ impl<'m> Session<'m> {
             self.ctx
                 .queue
                 .write_buffer(&self.scratch.ids, 0, bytemuck::cast_slice(chunk));
-            let mut rec = StepRecorder::new(self.ctx);
+            let mut rec = StepRecorder::new(&self.ctx);
             let logits = if all {
                 LogitsFor::AllTokens
             } else {
@@ -235,7 +239,7 @@ impl<'m> Session<'m> {
             };
             model::forward(
                 &mut rec,
-                self.model,
+                &self.model,
                 &self.kv,
                 &self.scratch,
                 t,
@@ -314,7 +318,7 @@ impl<'m> Session<'m> {
     }
 }
 
-impl Drop for Session<'_> {
+impl Drop for Session {
     /// Cached bind groups hold this session's buffers (KV cache, scratch); let them go.
     fn drop(&mut self) {
         self.ctx.clear_bind_groups();
