@@ -28,6 +28,8 @@ pub enum LoadError {
     NotSupported(String),
     #[error("load incomplete: {0}")]
     Incomplete(String),
+    #[error("while uploading the weights: {0}")]
+    Gpu(#[from] crate::gpu::GpuError),
 }
 
 /// Progress of a streaming load.
@@ -233,6 +235,7 @@ impl Loader {
         }
         self.parser.finish()?;
         self.flush_staging(true);
+        self.ctx.check_health()?;
         let header = self
             .parser
             .header()

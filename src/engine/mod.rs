@@ -139,6 +139,30 @@ pub struct Stats {
     pub decode_seconds: f64,
     /// Dispatches in the last single-token decode step.
     pub dispatches_per_token: u32,
+    /// Why the last generation ended.
+    pub stop: StopReason,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StopReason {
+    #[default]
+    MaxTokens,
+    /// An end-of-generation token (not passed on).
+    Eos,
+    /// The caller's `on_token` returned false.
+    Stopped,
+    ContextFull,
+}
+
+impl StopReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::MaxTokens => "max_tokens",
+            StopReason::Eos => "eos",
+            StopReason::Stopped => "stopped",
+            StopReason::ContextFull => "context_full",
+        }
+    }
 }
 
 impl Stats {
@@ -159,6 +183,9 @@ pub struct Session {
     pub scratch: Scratch,
     /// Positions already in the KV cache.
     pub pos: u32,
+    /// The token at each of those positions, so a later prompt that shares a prefix with
+    /// them (the next chat turn) only prefills what is new.
+    pub cached_tokens: Vec<u32>,
     pub stats: Stats,
     /// Fused (default) or unfused dispatch plan; switchable between steps.
     pub pipeline: model::Pipeline,
@@ -195,6 +222,7 @@ impl Session {
             kv,
             scratch,
             pos: 0,
+            cached_tokens: Vec::new(),
             stats: Stats::default(),
             pipeline: model::Pipeline::Fused,
         }
@@ -203,7 +231,24 @@ impl Session {
     /// Forgets the conversation (the cache is overwritten from position 0).
     pub fn reset(&mut self) {
         self.pos = 0;
+        self.cached_tokens.clear();
         self.stats = Stats::default();
+    }
+
+    /// Keeps the longest cached prefix of `ids` (leaving at least one token of `ids` to run,
+    /// since the next step needs its logits) and forgets the rest. Returns the tokens kept;
+    /// `ids[kept..]` is what still has to be prefilled.
+    pub fn keep_common_prefix(&mut self, ids: &[u32]) -> usize {
+        let common = self
+            .cached_tokens
+            .iter()
+            .zip(ids)
+            .take_while(|(a, b)| a == b)
+            .count();
+        let kept = common.min(ids.len().saturating_sub(1));
+        self.cached_tokens.truncate(kept);
+        self.pos = kept as u32;
+        kept
     }
 
     /// Runs `ids` through the model at the next positions. Returns logits `[vocab]` for the
@@ -252,11 +297,13 @@ impl Session {
             }
             rec.submit();
             self.pos += t;
+            self.cached_tokens.extend_from_slice(chunk);
             let rows = if all { t as u64 } else { 1 };
             let bytes = self
                 .ctx
                 .read_buffer_async(&self.scratch.logits, 0, rows * vocab * 4)
                 .await?;
+            self.ctx.check_health()?;
             let values: &[f32] = bytemuck::cast_slice(&bytes[..(rows * vocab * 4) as usize]);
             if all {
                 out.extend_from_slice(values);
@@ -281,7 +328,9 @@ impl Session {
         sampler: &mut Sampler,
         on_token: &mut dyn FnMut(u32) -> bool,
     ) -> Result<Vec<u32>, EngineError> {
-        let mut history: Vec<u32> = prompt.to_vec();
+        // Repetition penalties see the whole context, including a reused cached prefix.
+        let mut history: Vec<u32> = self.cached_tokens.clone();
+        history.extend_from_slice(prompt);
         let mut generated = Vec::new();
         let clock = crate::util::Clock::start();
         let mut logits = self.forward(prompt).await?;
@@ -289,14 +338,24 @@ impl Session {
         self.stats.prefill_seconds += clock.seconds();
         let clock = crate::util::Clock::start();
         let eos = self.model.tokenizer.eos_ids().to_vec();
+        self.stats.stop = StopReason::MaxTokens;
         for step in 0..max_new {
             let id = sampler.sample(&logits, &history);
             if eos.contains(&id) {
+                self.stats.stop = StopReason::Eos;
                 break;
             }
             generated.push(id);
             history.push(id);
-            if !on_token(id) || step + 1 == max_new || self.pos >= self.kv.context {
+            if !on_token(id) {
+                self.stats.stop = StopReason::Stopped;
+                break;
+            }
+            if step + 1 == max_new {
+                break;
+            }
+            if self.pos >= self.kv.context {
+                self.stats.stop = StopReason::ContextFull;
                 break;
             }
             logits = self.forward(&[id]).await?;

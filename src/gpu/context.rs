@@ -17,6 +17,17 @@ pub enum GpuError {
     Dispatch { label: String, why: String },
     #[error("GPU out of memory or validation error: {0}")]
     Validation(String),
+    #[error("the GPU device was lost: {0}")]
+    Lost(String),
+}
+
+/// What the device reported asynchronously: the first uncaptured error (out of memory, a
+/// validation failure) and the device-lost message. wgpu's default handler panics on an
+/// uncaptured error; coco records it and turns it into a typed error at the next check.
+#[derive(Default, Debug)]
+struct Faults {
+    error: Option<String>,
+    lost: Option<String>,
 }
 
 /// The adapter, device and queue, plus what coco needs to know about them.
@@ -41,6 +52,7 @@ pub struct GpuContext {
     bind_groups: Mutex<HashMap<BindGroupKey, wgpu::BindGroup>>,
     /// Reusable MAP_READ staging buffers by size.
     staging: Mutex<HashMap<u64, wgpu::Buffer>>,
+    faults: Arc<Mutex<Faults>>,
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -80,6 +92,20 @@ impl GpuContext {
             })
             .await
             .map_err(|e| GpuError::RequestDevice(e.to_string()))?;
+        let faults = Arc::new(Mutex::new(Faults::default()));
+        let sink = faults.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            let mut f = sink.lock().unwrap_or_else(|p| p.into_inner());
+            f.error.get_or_insert_with(|| e.to_string());
+        }));
+        let sink = faults.clone();
+        device.set_device_lost_callback(move |reason, message| {
+            let mut f = sink.lock().unwrap_or_else(|p| p.into_inner());
+            f.lost = Some(match reason {
+                wgpu::DeviceLostReason::Destroyed => format!("device destroyed ({message})"),
+                _ => message,
+            });
+        });
         Ok(GpuContext {
             device,
             queue,
@@ -91,6 +117,7 @@ impl GpuContext {
             submit_lock: Mutex::new(()),
             bind_groups: Mutex::new(HashMap::new()),
             staging: Mutex::new(HashMap::new()),
+            faults,
         })
     }
 
@@ -131,6 +158,24 @@ impl GpuContext {
             })
             .await
             .map_err(|e| GpuError::NoAdapter(e.to_string()))
+    }
+
+    /// The device-lost message, once the device is gone.
+    pub fn lost(&self) -> Option<String> {
+        self.faults.lock().unwrap_or_else(|p| p.into_inner()).lost.clone()
+    }
+
+    /// Fails with the device-lost message or the first uncaptured GPU error since the last
+    /// check (which it clears). Called after each step's readback and after a load.
+    pub fn check_health(&self) -> Result<(), GpuError> {
+        let mut f = self.faults.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(lost) = &f.lost {
+            return Err(GpuError::Lost(lost.clone()));
+        }
+        match f.error.take() {
+            Some(e) => Err(GpuError::Validation(e)),
+            None => Ok(()),
+        }
     }
 
     pub fn has_f16(&self) -> bool {
