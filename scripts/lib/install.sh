@@ -1,0 +1,90 @@
+# Install steps shared by scripts/serve.sh and scripts/test.sh. Source it from the repository
+# root; every function installs only what is missing or at the wrong version, so running
+# either script twice costs seconds (a fresh machine pays ~27 min for trunk and ~6 min for
+# wasm-bindgen-cli once: see ../shared/TOOLCHAIN.md).
+#
+# Versions live here and nowhere else.
+COCO_TRUNK_VERSION=0.21.14   # 0.22.x needs rustc 1.96
+
+# apt packages given as `command-or-path:package` pairs; installs the packages whose command
+# or file is missing, in one apt-get run.
+coco_apt() {
+  local need=() spec probe pkg
+  for spec in "$@"; do
+    probe=${spec%%:*}
+    pkg=${spec##*:}
+    if [[ $probe == /* ]]; then [ -e "$probe" ] && continue; else command -v "$probe" >/dev/null && continue; fi
+    need+=("$pkg")
+  done
+  [ ${#need[@]} -eq 0 ] && return 0
+  local sudo_=""
+  [ "$(id -u)" = 0 ] || sudo_=sudo
+  echo "apt: installing ${need[*]}"
+  $sudo_ apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq "${need[@]}" >/dev/null
+}
+
+coco_wasm_target() {
+  rustup target list --installed | grep -qx wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
+}
+
+# The wasm-bindgen version in Cargo.lock: the CLI must match it exactly, or the generated JS
+# and the wasm disagree.
+coco_wasm_bindgen_version() {
+  awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' Cargo.lock
+}
+
+coco_have_trunk() {
+  command -v trunk >/dev/null && trunk --version 2>/dev/null | grep -qw "$COCO_TRUNK_VERSION"
+}
+
+coco_have_wasm_bindgen() {
+  local want
+  want=$(coco_wasm_bindgen_version)
+  command -v wasm-bindgen >/dev/null && wasm-bindgen --version 2>/dev/null | grep -qw "$want"
+}
+
+coco_install_trunk() {
+  coco_have_trunk && return 0
+  echo "trunk: installing $COCO_TRUNK_VERSION (about 27 min on 2 cores)"
+  cargo install trunk --locked --version "$COCO_TRUNK_VERSION"
+}
+
+coco_install_wasm_bindgen() {
+  coco_have_wasm_bindgen && return 0
+  local want
+  want=$(coco_wasm_bindgen_version)
+  [ -n "$want" ] || { echo "wasm-bindgen: no version in Cargo.lock" >&2; return 1; }
+  echo "wasm-bindgen-cli: installing $want (about 6 min)"
+  # Not --locked: its lock file names a webpki-roots version the registry here lacks.
+  cargo install wasm-bindgen-cli --version "$want" --force
+}
+
+# Both Rust tools; the slow part of a fresh machine.
+coco_install_web_tools() {
+  coco_install_trunk
+  coco_install_wasm_bindgen
+}
+
+# npm packages from package.json (binaryen@132's wasm-opt, playwright-core, vocabularies).
+coco_npm() {
+  if [ ! -f node_modules/.package-lock.json ] || [ package.json -nt node_modules/.package-lock.json ] \
+    || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+    npm install --no-audit --no-fund --loglevel=error
+  fi
+  # Debian's wasm-opt 108 breaks wasm-bindgen's externref table while trunk reports success;
+  # make sure the one on PATH for trunk is binaryen 132.
+  node_modules/.bin/wasm-opt --version | grep -q version_132 \
+    || { echo "node_modules/.bin/wasm-opt is not binaryen 132" >&2; return 1; }
+}
+
+coco_model() {
+  bash scripts/install_model.sh
+}
+
+# The page into dist/. Trunk.toml is offline, so cargo must have every crate already.
+coco_build_page() {
+  cargo fetch --quiet
+  TRUNK_SKIP_VERSION_CHECK=true PATH="$PWD/node_modules/.bin:$PATH" trunk build --release
+  [ -f dist/index.html ] || { echo "trunk build left no dist/index.html" >&2; return 1; }
+}
