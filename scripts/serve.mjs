@@ -325,10 +325,11 @@ export async function createServer({
   dist = 'dist',
   models = 'models',
   fixtures,
+  roots: extraRoots = {}, // more URL prefix → folder pairs (tests serve generated files)
   faults = false,
   log = () => {},
 } = {}) {
-  const roots = { '/': dist, '/models/': models };
+  const roots = { '/': dist, '/models/': models, ...extraRoots };
   if (fixtures) roots['/fixtures/'] = fixtures;
   const h = createHandler({ roots, faults, log });
 

@@ -1,0 +1,101 @@
+// The default model, Gemma-3-270M Q4_K_M (253 MB, same origin): streamed into the GPU with a
+// small wasm heap, sensible greedy text, and a second load from the Cache API that makes no
+// network request for the model. The slowest file: SwiftShader runs the GPU work on 2 cores.
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import {
+  DEFAULT_MODEL, GREEDY, ROOT, firstDifference, generate, guard, launch, nativeRun, openPage,
+  record, settleLoad, startServer,
+} from './lib/harness.mjs';
+
+const PROMPT = 'The capital of France is';
+const N = 8;
+const WASM_LIMIT = 64 * 2 ** 20;
+
+describe('default model (Gemma-3-270M) in the page', { timeout: 40 * 60_000 }, () => {
+  let server;
+  let native;
+  let userDataDir;
+  let networkSeconds;
+
+  before(async () => {
+    assert.ok(fs.existsSync(path.join(ROOT, DEFAULT_MODEL)), `${DEFAULT_MODEL} is missing: bash scripts/install_model.sh`);
+    server = await startServer();
+    native = nativeRun(DEFAULT_MODEL, PROMPT, N);
+    native.catch(() => {}); // awaited in the test; don't let it reject unobserved meanwhile
+  });
+  after(async () => {
+    await server?.close();
+  });
+
+  // Clicks Load for the default preset; the same-origin default needs no confirmation.
+  async function loadDefault(page) {
+    await page.selectOption('#model-preset', { index: 0 });
+    const url = await page.inputValue('#model-url');
+    assert.ok(url.endsWith(DEFAULT_MODEL), `the first preset is the default model (URL box says "${url}")`);
+    const t0 = Date.now();
+    await page.click('#load');
+    const s = await settleLoad(page, { until: ['loaded', 'confirm'], timeout: 20 * 60_000 });
+    assert.notEqual(s, 'confirm', 'the same-origin default model asks no confirmation');
+    return (Date.now() - t0) / 1000;
+  }
+
+  it('loads from the network with a wasm heap peak under 64 MB and generates sensible greedy text', { timeout: 25 * 60_000 }, async (t) => {
+    const session = await launch();
+    userDataDir = session.userDataDir;
+    try {
+      await guard(t, session, async () => {
+        const { page } = session;
+        await openPage(page, server);
+        networkSeconds = await loadDefault(page);
+        const peak = await page.evaluate(() => window.cocoPage.peakWasm);
+        assert.ok(Number.isFinite(peak) && peak > 0, `window.cocoPage.peakWasm is a byte count (got ${peak})`);
+        assert.ok(peak < WASM_LIMIT, `wasm heap peak ${(peak / 2 ** 20).toFixed(1)} MiB while loading 253 MB must stay under 64 MiB`);
+        const modelRequests = session.requests.filter((r) => r.url.includes('gemma-3-270m'));
+        assert.ok(modelRequests.length > 0, 'the first load fetched the model from the server');
+
+        const t0 = Date.now();
+        const run = await generate(page, { prompt: PROMPT, fields: { ...GREEDY, 'max-tokens': N }, timeout: 15 * 60_000 });
+        const genSeconds = (Date.now() - t0) / 1000;
+        const want = await native;
+        const at = firstDifference(run.ids, want.ids);
+        assert.equal(at, -1, `page and native differ at token ${at}:\n  page   ${JSON.stringify(run.text)} ${JSON.stringify(run.ids)}\n  native ${JSON.stringify(want.text)} ${JSON.stringify(want.ids)}`);
+        assert.match(run.text, /France|Paris|capital/, `sensible text for "${PROMPT}" (got ${JSON.stringify(run.text)})`);
+        record('gemma network load', {
+          seconds: networkSeconds,
+          mb_per_s: 253.1 / networkSeconds,
+          peak_wasm_mib: peak / 2 ** 20,
+          generate_seconds: genSeconds,
+          prefill_tok_s: run.prefill_tok_s,
+          decode_tok_s: run.decode_tok_s,
+          dispatches_per_token: run.dispatches_per_token,
+          text: run.text,
+        });
+      });
+    } finally {
+      await session.close();
+    }
+  });
+
+  it('a second load in a new browser comes from the cache, with no network request for the model', { timeout: 15 * 60_000 }, async (t) => {
+    assert.ok(userDataDir, 'needs the profile of the first load');
+    const session = await launch({ userDataDir });
+    try {
+      await guard(t, session, async () => {
+        const { page } = session;
+        await openPage(page, server);
+        const before = server.requests.length;
+        const cacheSeconds = await loadDefault(page);
+        const browserSide = session.requests.filter((r) => r.url.includes('gemma-3-270m'));
+        const serverSide = server.requests.slice(before).filter((r) => r.url.includes('gemma-3-270m'));
+        assert.deepEqual(browserSide, [], 'no request for the model leaves the page on a cached load');
+        assert.deepEqual(serverSide, [], 'the server sees no request for the model on a cached load');
+        record('gemma cache load', { seconds: cacheSeconds, network_seconds: networkSeconds });
+      });
+    } finally {
+      await session.close();
+    }
+  });
+});

@@ -1,0 +1,167 @@
+// The page with a small fixture model (llama, SentencePiece vocabulary, Q4_0, 10.6 MB,
+// built by scripts/fixtures.sh): the same greedy tokens as the native CLI, the megakernel
+// switch, a share link round trip and a lost device. One browser for the whole file (the
+// steps build on each other: the model is loaded once, later pages load it from the cache).
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import {
+  ARTIFACTS, GREEDY, ROOT, cachedUrls, finishedRun, firstDifference, generate, guard, launch,
+  loadModel, nativeRun, openPage, record, settleLoad, startServer, state, text, waitState,
+} from './lib/harness.mjs';
+
+const FIXTURE = 'tests/fixtures/llama-spm-q4_0.gguf';
+const FIXTURE_URL = 'fixtures/llama-spm-q4_0.gguf'; // relative to the page, as a user would type it
+const PROMPT = 'Once upon a time';
+const N = 16;
+const SCREENSHOT = path.join(ARTIFACTS, 'page-after-generation.png');
+
+describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
+  let server;
+  let session;
+  let native; // {ids, text} from `coco run --temp 0` on lavapipe
+
+  before(async () => {
+    server = await startServer();
+    // The native run and the browser start overlap.
+    const nativeRunning = nativeRun(FIXTURE, PROMPT, N);
+    session = await launch();
+    native = await nativeRunning;
+  });
+  after(async () => {
+    await session?.close();
+    await server?.close();
+  });
+
+  it('loads the fixture streamed from the test server, with a clean capability report', { timeout: 5 * 60_000 }, (t) =>
+    guard(t, session, async () => {
+      const { page } = session;
+      await openPage(page, server);
+      assert.equal(await state(page), 'ready', 'a page without a link waits for the user');
+      const t0 = Date.now();
+      await loadModel(page, FIXTURE_URL);
+      const seconds = (Date.now() - t0) / 1000;
+      const rows = await page.$$eval('#report tr[data-status]', (trs) => trs.map((r) => [r.dataset.status, r.textContent.replace(/\s+/g, ' ').trim()]));
+      assert.ok(rows.length > 0, 'the capability report has rows');
+      assert.deepEqual(rows.filter(([s]) => s === 'not_yet' || s === 'not-yet'), [], 'no "not yet" row for a supported model');
+      const cached = await cachedUrls(page);
+      assert.ok(cached.some((u) => u.includes('llama-spm-q4_0.gguf')), `the loaded model is in the Cache API (caches hold: ${cached.join(', ') || 'nothing'})`);
+      record('fixture load', { seconds, peak_wasm_mb: (await page.evaluate(() => window.cocoPage?.peakWasm)) / 2 ** 20 });
+    }));
+
+  it(`greedy output equals native \`coco run --temp 0\` (${N} tokens)`, { timeout: 5 * 60_000 }, (t) =>
+    guard(t, session, async () => {
+      const { page } = session;
+      const t0 = Date.now();
+      const run = await generate(page, { prompt: PROMPT, fields: { ...GREEDY, 'max-tokens': N } });
+      const seconds = (Date.now() - t0) / 1000;
+      const at = firstDifference(run.ids, native.ids);
+      assert.equal(at, -1, `page and native differ at token ${at}:\n  page   ${JSON.stringify(run.ids)} ${JSON.stringify(run.text)}\n  native ${JSON.stringify(native.ids)} ${JSON.stringify(native.text)}`);
+      assert.equal(run.text, native.text, 'same ids must decode to the same text');
+      assert.ok(run.output.includes(native.text.trim().slice(0, 8)), `#output shows the generated text (it shows ${JSON.stringify(run.output.slice(0, 200))})`);
+      record('fixture greedy', { seconds, prefill_tok_s: run.prefill_tok_s, decode_tok_s: run.decode_tok_s, dispatches_per_token: run.dispatches_per_token });
+
+      await page.screenshot({ path: SCREENSHOT, fullPage: true });
+      console.log(`# screenshot of the page after generation: ${path.relative(ROOT, SCREENSHOT)}`);
+    }));
+
+  it('megakernel switch: shows its check result, and greedy output stays identical', { timeout: 5 * 60_000 }, (t) =>
+    guard(t, session, async () => {
+      const { page } = session;
+      await waitState(page, 'loaded');
+      await page.locator('#megakernel').check({ timeout: 30_000 });
+      const result = page.locator('#megakernel-result[data-passed]');
+      await result.waitFor({ timeout: 120_000 });
+      const passed = await result.getAttribute('data-passed');
+      const detail = await text(page, '#megakernel-result');
+      assert.equal(passed, 'true', `the megakernel check failed: ${detail}`);
+      assert.ok(/\d/.test(detail), `the check result shows its numbers (max |Δ|): "${detail}"`);
+      const run = await generate(page, { prompt: PROMPT, fields: { ...GREEDY, 'max-tokens': N } });
+      const at = firstDifference(run.ids, native.ids);
+      assert.equal(at, -1, `with the megakernel on, output differs at token ${at}: page ${JSON.stringify(run.ids)} native ${JSON.stringify(native.ids)}`);
+      record('fixture megakernel', { check: detail, decode_tok_s: run.decode_tok_s });
+      await page.locator('#megakernel').uncheck();
+    }));
+
+  it('share link round trip: every field restored, the same output reproduced', { timeout: 8 * 60_000 }, async (t) => {
+    const { page, context } = session;
+    // Sampled (not greedy) so the seed matters: same seed, same GPU path, same output.
+    const fields = {
+      temperature: '0.8',
+      'top-k': '20',
+      'top-p': '0.9',
+      'min-p': '0.02',
+      'repeat-penalty': '1.05',
+      seed: '1234',
+      'max-tokens': '12',
+    };
+    const prompt = 'The little robot said: "hello & <goodbye>"\nand then';
+    let link;
+    let first;
+    await guard(t, session, async () => {
+      await page.selectOption('#mode', 'complete');
+      first = await generate(page, { prompt, fields });
+      await page.click('#copy-link');
+      await page.waitForFunction(() => document.getElementById('share-url')?.value.includes('?'), null, { timeout: 10_000 });
+      link = await page.inputValue('#share-url');
+      const params = new URL(link).searchParams;
+      assert.equal(params.get('prompt'), prompt, 'the link carries the prompt');
+      assert.equal(params.get('seed'), '1234');
+      assert.ok(params.get('model')?.includes('llama-spm-q4_0.gguf'), `the link carries the model URL: ${link}`);
+    });
+
+    const second = await context.newPage();
+    await guard(
+      t,
+      session,
+      async () => {
+        await second.goto(link);
+        // A non-default model from a link asks first; the fixture is cached, so no download follows.
+        await settleLoad(second, { until: ['loaded'] });
+        const restored = {};
+        for (const id of Object.keys(fields)) restored[id] = await second.inputValue(`#${id}`);
+        assert.deepEqual(restored, fields, 'every sampling field restored from the link');
+        assert.equal(await second.inputValue('#prompt'), prompt, 'prompt restored as text');
+        assert.equal(await second.inputValue('#mode'), 'complete', 'mode restored');
+        assert.equal(await second.isChecked('#megakernel'), false, 'megakernel switch restored (off)');
+
+        // The link runs by itself after loading; if it doesn't, run it to still check the output.
+        let autoRan = true;
+        const run = await finishedRun(second, { timeout: 60_000 }).catch(async () => {
+          autoRan = false;
+          return generate(second, {});
+        });
+        assert.deepEqual(run.ids, first.ids, `the link reproduces the output:\n  first ${JSON.stringify(first.text)}\n  link  ${JSON.stringify(run.text)}`);
+        assert.ok(autoRan, 'opening the link did not start the run by itself after loading (issue 3, point 6)');
+      },
+      second,
+    );
+    await second.close();
+  });
+
+  it('device lost mid-generation: state "lost", a message, #recover works without a reload', { timeout: 8 * 60_000 }, (t) =>
+    guard(t, session, async () => {
+      const { page } = session;
+      await waitState(page, 'loaded');
+      await page.fill('#prompt', PROMPT);
+      for (const [id, v] of Object.entries({ ...GREEDY, 'max-tokens': '400' })) await page.fill(`#${id}`, v);
+      // A marker that survives only if the page is not reloaded.
+      await page.evaluate(() => (window.__sameDocument = true));
+      await page.click('#send');
+      await waitState(page, 'generating', { timeout: 30_000 });
+      await page.waitForFunction(() => (document.getElementById('output')?.textContent ?? '').length > 0, null, { timeout: 60_000 });
+      await page.evaluate(() => window.cocoPage.engine.destroy_device());
+      await waitState(page, 'lost', { timeout: 60_000, what: 'after destroy_device()' });
+      const message = await text(page, '#error');
+      assert.ok(message.length > 10, `a device-lost message is shown (got "${message}")`);
+      assert.ok(await page.isVisible('#recover'), '#recover is visible');
+      const t0 = Date.now();
+      await page.click('#recover');
+      await settleLoad(page, { until: ['loaded'] });
+      const recoverSeconds = (Date.now() - t0) / 1000;
+      assert.equal(await page.evaluate(() => window.__sameDocument), true, 'recovered without a page reload');
+      const run = await generate(page, { prompt: PROMPT, fields: { ...GREEDY, 'max-tokens': N } });
+      assert.deepEqual(run.ids, native.ids, 'after recovery, greedy output equals native again');
+      record('fixture device lost', { message, recover_seconds: recoverSeconds });
+    }));
+});
