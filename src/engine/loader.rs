@@ -274,7 +274,8 @@ impl Loader {
     }
 }
 
-fn summarize_types(header: &Header) -> String {
+/// "Q4_K×27 Q5_0×81 …": how many tensors of each type.
+pub fn summarize_types(header: &Header) -> String {
     let mut counts: std::collections::BTreeMap<GgmlType, usize> = Default::default();
     for t in &header.tensors {
         *counts.entry(t.ty).or_default() += 1;
