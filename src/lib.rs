@@ -5,6 +5,7 @@
 
 pub mod bench;
 pub mod capabilities;
+pub mod chat;
 pub mod engine;
 pub mod gguf;
 pub mod gpu;
