@@ -26,6 +26,7 @@ fn main() {
             s.pos,
             LogitsFor::LastToken,
             s.pipeline,
+            s.megakernel,
         )
         .expect("record");
         let n = rec.dispatch_count();

@@ -214,7 +214,7 @@ fn gemma3_fixtures_match_hugging_face() {
 
 /// GPU logits for `ids` against the CPU reference forward: fused in `prefill`-sized chunks,
 /// fused as a prefill followed by one-token decode steps through the KV cache, and the
-/// same through the unfused pipeline.
+/// same through the unfused pipeline and with the FFN megakernel.
 fn check_gpu_vs_cpu(ctx: &Arc<GpuContext>, name: &str, n_tokens: u32, prefill: usize) {
     let path = fixture(name);
     let model = Arc::new(load_path(ctx, &path, 512).unwrap());
@@ -240,10 +240,20 @@ fn check_gpu_vs_cpu(ctx: &Arc<GpuContext>, name: &str, n_tokens: u32, prefill: u
     for &id in &ids[prefill..] {
         unfused.extend(s3.forward_blocking(&[id]).unwrap());
     }
+    // The FFN megakernel (one workgroup per token), switched on through its check.
+    let mut s4 = Session::new(ctx, &model, 512, LogitsFor::AllTokens);
+    let check = s4.set_megakernel_blocking(true).unwrap();
+    println!("{name}: {check}");
+    assert!(check.passed && s4.megakernel, "{name}: {check}");
+    let mut mega = s4.forward_blocking(&ids[..prefill]).unwrap();
+    for &id in &ids[prefill..] {
+        mega.extend(s4.forward_blocking(&[id]).unwrap());
+    }
     for (what, got) in [
         ("batched", &batched),
         ("decode", &stepped),
         ("unfused", &unfused),
+        ("megakernel", &mega),
     ] {
         let mut worst = (0.0f32, 0usize);
         for (i, (g, e)) in got.iter().zip(&expected).enumerate() {

@@ -3,10 +3,12 @@
 //! drive this same `Session`.
 
 mod loader;
+mod megakernel;
 
 #[cfg(not(target_arch = "wasm32"))]
 pub use loader::load_path;
 pub use loader::{LoadError, LoadProgress, Loader};
+pub use megakernel::MegakernelCheck;
 
 use std::sync::Arc;
 
@@ -189,6 +191,9 @@ pub struct Session {
     pub stats: Stats,
     /// Fused (default) or unfused dispatch plan; switchable between steps.
     pub pipeline: model::Pipeline,
+    /// Each FFN as the one-workgroup-per-token megakernel: off by default, turned on through
+    /// [`Session::set_megakernel`], which checks it first (engine/megakernel.rs).
+    pub megakernel: bool,
 }
 
 impl Session {
@@ -225,6 +230,7 @@ impl Session {
             cached_tokens: Vec::new(),
             stats: Stats::default(),
             pipeline: model::Pipeline::Fused,
+            megakernel: false,
         }
     }
 
@@ -291,6 +297,7 @@ impl Session {
                 self.pos,
                 logits,
                 self.pipeline,
+                self.megakernel,
             )?;
             if t == 1 {
                 self.stats.dispatches_per_token = rec.dispatch_count() as u32;

@@ -10,5 +10,5 @@ mod weights;
 
 pub use context::{GpuContext, GpuError};
 pub use recorder::{Binding, StepRecorder};
-pub use shader::{preprocess, shader_source};
+pub use shader::{preprocess, preprocess_with, shader_source};
 pub use weights::{GpuTensor, TensorPart};

@@ -19,9 +19,15 @@ pub fn shader_source(name: &str) -> Option<&'static str> {
 /// Panics on a missing include or unbalanced `#ifdef`: shader sources are compiled in, so
 /// that is a bug in coco, caught by every test that builds the pipeline.
 pub fn preprocess(name: &str, defines: &[&str]) -> String {
+    preprocess_with(name, defines, &mut Vec::new())
+}
+
+/// [`preprocess`] sharing `included` (the files already expanded) with earlier calls, so that
+/// a shader assembled from several roots gets each common include once (the FFN megakernel
+/// appends a second weight type's dequantizer, which may include the K-quant scales again).
+pub fn preprocess_with(name: &str, defines: &[&str], included: &mut Vec<String>) -> String {
     let mut out = String::new();
-    let mut included = Vec::new();
-    expand(name, defines, &mut out, &mut included);
+    expand(name, defines, &mut out, included);
     out
 }
 

@@ -11,6 +11,7 @@ pub mod attention;
 pub mod elementwise;
 pub mod get_rows;
 pub mod matmul;
+pub mod megakernel;
 pub mod norm;
 pub mod probe;
 pub mod rope;

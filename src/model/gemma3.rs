@@ -17,7 +17,7 @@ use crate::kernels::matmul::{matmul, MatmulArgs};
 use crate::kernels::norm::rms_norm_add;
 use crate::kernels::KernelError;
 
-use super::{attention_block, gated_ffn, lm_head, Step};
+use super::{attention_block, gated_ffn, lm_head, megakernel_ffn, Step};
 
 pub(crate) fn forward(
     rec: &mut StepRecorder,
@@ -27,10 +27,6 @@ pub(crate) fn forward(
     let (c, w, s, t) = (&step.model.config, &step.model.weights, step.s, step.t);
     let x = Binding::from(&s.x);
     let proj = Binding::from(&s.proj);
-    let missing = |what: &str| KernelError::Shape {
-        kernel: "gemma3",
-        why: format!("missing {what}"),
-    };
 
     // token embeddings, scaled by √dim
     get_rows(
@@ -58,23 +54,53 @@ pub(crate) fn forward(
             .as_ref()
             .ok_or_else(|| missing("post_attention_norm"))?;
         rms_norm_add(rec, &proj, &post_attn.vector(), &x, t, c.dim, c.rms_eps)?;
-        // pre-FFN norm and GELU-tanh gated FFN
-        gated_ffn(rec, step, l)?;
-        // down projection; post-FFN norm added into the residual stream
-        matmul(
-            rec,
-            &lw.w_down,
-            &Binding::from(&s.act),
-            &proj,
-            t,
-            MatmulArgs::default(),
-        )?;
-        let post_ffn = lw
-            .post_ffn_norm
-            .as_ref()
-            .ok_or_else(|| missing("post_ffw_norm"))?;
-        rms_norm_add(rec, &proj, &post_ffn.vector(), &x, t, c.dim, c.rms_eps)?;
+        // FFN: pre-norm, GELU-tanh gated FFN, down projection, post-norm added into x
+        ffn(rec, step, l)?;
     }
     // final norm and logits (tied to the embeddings)
     lm_head(rec, step, logits_for)
+}
+
+fn missing(what: &str) -> KernelError {
+    KernelError::Shape {
+        kernel: "gemma3",
+        why: format!("missing {what}"),
+    }
+}
+
+/// The FFN half of block `l`: x += PostNorm(W_down(GELU(x'·W_gateᵀ) ⊙ x'·W_upᵀ)),
+/// x' = PreNorm(x).
+pub(crate) fn ffn(rec: &mut StepRecorder, step: &Step, l: usize) -> Result<(), KernelError> {
+    let (c, s, t) = (&step.model.config, step.s, step.t);
+    let lw = &step.model.weights.layers[l];
+    let post_ffn = lw
+        .post_ffn_norm
+        .as_ref()
+        .ok_or_else(|| missing("post_ffw_norm"))?;
+    if step.megakernel {
+        // all of it, post-norm included, in one dispatch with one workgroup per token
+        // (off by default: the A/B lesson)
+        return megakernel_ffn(rec, step, l, Some(post_ffn));
+    }
+    let proj = Binding::from(&s.proj);
+    // pre-FFN norm and GELU-tanh gated FFN
+    gated_ffn(rec, step, l)?;
+    // down projection; post-FFN norm added into the residual stream
+    matmul(
+        rec,
+        &lw.w_down,
+        &Binding::from(&s.act),
+        &proj,
+        t,
+        MatmulArgs::default(),
+    )?;
+    rms_norm_add(
+        rec,
+        &proj,
+        &post_ffn.vector(),
+        &Binding::from(&s.x),
+        t,
+        c.dim,
+        c.rms_eps,
+    )
 }

@@ -9,7 +9,7 @@ use crate::kernels::get_rows::get_rows;
 use crate::kernels::matmul::{matmul, MatmulArgs};
 use crate::kernels::KernelError;
 
-use super::{attention_block, gated_ffn, lm_head, Step};
+use super::{attention_block, gated_ffn, lm_head, megakernel_ffn, Step};
 use crate::engine::LogitsFor;
 
 pub(crate) fn forward(
@@ -38,11 +38,34 @@ pub(crate) fn forward(
         attention_block(rec, step, l as u32)?;
         // output projection, added into the residual stream
         matmul(rec, &lw.wo, &Binding::from(&s.attn), &x, t, accumulate)?;
-        // FFN RMSNorm and SwiGLU: act = SiLU(x·W_gateᵀ) ⊙ x·W_upᵀ
-        gated_ffn(rec, step, l)?;
-        // down projection, added into the residual stream
-        matmul(rec, &lw.w_down, &Binding::from(&s.act), &x, t, accumulate)?;
+        // FFN: RMSNorm, SwiGLU, down projection added into the residual stream
+        ffn(rec, step, l)?;
     }
     // final norm and logits
     lm_head(rec, step, logits_for)
+}
+
+/// The FFN half of block `l`: x += W_down(SiLU(x'·W_gateᵀ) ⊙ x'·W_upᵀ), x' = RMSNorm(x).
+pub(crate) fn ffn(rec: &mut StepRecorder, step: &Step, l: usize) -> Result<(), KernelError> {
+    if step.megakernel {
+        // all of it in one dispatch, one workgroup per token (off by default: the A/B lesson)
+        return megakernel_ffn(rec, step, l, None);
+    }
+    let lw = &step.model.weights.layers[l];
+    let accumulate = MatmulArgs {
+        bias: None,
+        accumulate: true,
+    };
+    // FFN RMSNorm and SwiGLU: act = SiLU(x·W_gateᵀ) ⊙ x·W_upᵀ
+    gated_ffn(rec, step, l)?;
+    // down projection, added into the residual stream
+    let (s, t) = (step.s, step.t);
+    matmul(
+        rec,
+        &lw.w_down,
+        &Binding::from(&s.act),
+        &Binding::from(&s.x),
+        t,
+        accumulate,
+    )
 }

@@ -20,6 +20,7 @@ use crate::kernels::elementwise;
 use crate::kernels::matmul::{
     can_fuse_glu, matmul, matmul_glu, matmul_normed, matmul_qkv, MatmulArgs,
 };
+use crate::kernels::megakernel::{can_use_megakernel, ffn_megakernel, PostNorm};
 use crate::kernels::norm::{rms_norm, rms_norm_in_place};
 use crate::kernels::rope::{rope, RopeLayout};
 use crate::kernels::KernelError;
@@ -35,6 +36,8 @@ pub enum Pipeline {
 }
 
 /// Records one step: `t` tokens (already in `s.ids`) at positions `pos0..pos0 + t`.
+/// `megakernel`: each block's FFN half as the one-workgroup-per-token megakernel (off by
+/// default; see `kernels::megakernel`) instead of `pipeline`'s FFN dispatches.
 #[allow(clippy::too_many_arguments)]
 pub fn forward(
     rec: &mut StepRecorder,
@@ -45,6 +48,7 @@ pub fn forward(
     pos0: u32,
     logits_for: LogitsFor,
     pipeline: Pipeline,
+    megakernel: bool,
 ) -> Result<(), KernelError> {
     let step = Step {
         model,
@@ -53,11 +57,32 @@ pub fn forward(
         t,
         pos0,
         pipeline,
+        megakernel,
     };
     match model.config.arch {
         Arch::Llama | Arch::Qwen2 => llama::forward(rec, &step, logits_for),
         Arch::Gemma3 => gemma3::forward(rec, &step, logits_for),
     }
+}
+
+/// Records only the FFN half of block `l` (reading and updating `s.x`): what
+/// `Session::set_megakernel` runs through both paths to compare them.
+pub(crate) fn ffn(rec: &mut StepRecorder, step: &Step, l: usize) -> Result<(), KernelError> {
+    match step.model.config.arch {
+        Arch::Llama | Arch::Qwen2 => llama::ffn(rec, step, l),
+        Arch::Gemma3 => gemma3::ffn(rec, step, l),
+    }
+}
+
+/// Whether every layer's FFN can run as the megakernel on this device; `Err` names the first
+/// layer that can't, and why.
+pub fn megakernel_support(model: &Model, ctx: &crate::gpu::GpuContext) -> Result<(), String> {
+    for (l, lw) in model.weights.layers.iter().enumerate() {
+        let post_norm = lw.post_ffn_norm.is_some();
+        can_use_megakernel(ctx, &lw.w_gate, &lw.w_up, &lw.w_down, post_norm)
+            .map_err(|why| format!("layer {l}: {why}"))?;
+    }
+    Ok(())
 }
 
 /// What every block of a step needs: the model, its cache and scratch, the token range.
@@ -68,6 +93,8 @@ pub(crate) struct Step<'a> {
     pub t: u32,
     pub pos0: u32,
     pub pipeline: Pipeline,
+    /// The FFN half of each block as one megakernel dispatch (see [`megakernel_ffn`]).
+    pub megakernel: bool,
 }
 
 /// `out = act(norm(x)·W_gateᵀ) ⊙ norm(x)·W_upᵀ` for the FFN: one dispatch when fused.
@@ -112,6 +139,34 @@ pub(crate) fn gated_ffn(rec: &mut StepRecorder, step: &Step, l: usize) -> Result
         &Binding::from(&s.up),
         &act,
         t * c.ffn_dim,
+        activation(c),
+    )
+}
+
+/// The whole FFN half of block `l` — RMSNorm, gate/up, activation, down, residual add and,
+/// given gemma3's `post_ffw_norm`, its post-norm — in ONE dispatch with one workgroup per
+/// token row: the megakernel kept to measure the lesson that it starves the GPU.
+pub(crate) fn megakernel_ffn(
+    rec: &mut StepRecorder,
+    step: &Step,
+    l: usize,
+    post_norm: Option<&crate::gpu::GpuTensor>,
+) -> Result<(), KernelError> {
+    let (c, s, t) = (&step.model.config, step.s, step.t);
+    let lw = &step.model.weights.layers[l];
+    let post_w = post_norm.map(|w| w.vector());
+    let proj = Binding::from(&s.proj);
+    let post = post_w.as_ref().map(|w| PostNorm { w, scratch: &proj });
+    ffn_megakernel(
+        rec,
+        &lw.w_gate,
+        &lw.w_up,
+        &lw.w_down,
+        (&lw.ffn_norm.vector(), c.rms_eps),
+        post,
+        &Binding::from(&s.x),
+        &Binding::from(&s.act),
+        t,
         activation(c),
     )
 }

@@ -1,0 +1,1006 @@
+// The coco page: opens the engine (src/web.rs, through Trunk's wasm bindings), loads a
+// model (www/download.js), generates, shows the numbers, and shares runs (www/share.js).
+//
+// The contract with the engine and with the tests is www/API.md. The page's states are
+// `#app[data-state]`: starting, no-webgpu, ready, inspecting, confirm, downloading, loaded,
+// generating, not-yet, error, lost.
+
+import {
+  LoadError, ProgressMeter, CacheWriter, byteSource, cacheAvailable, clearCache, deleteCached,
+  headerFromStream, listCached, probeSize, readCached, readHeader, writeCacheMeta,
+} from "./download.js";
+import { buildShareUrl, checkModelUrl, readShareParams, FIELD_PARAMS } from "./share.js";
+import {
+  $, el, displayName, formatBytes, formatProgress, formatRate, formatSeconds, renderCacheList,
+  renderGpuPanel, renderModelFacts, renderProfile, renderReport, setStat,
+} from "./ui.js";
+
+// Sizes chosen so a weak or software GPU finishes in seconds, not minutes.
+const BENCH = { pp: 128, tg: 32, reps: 3 };
+const AB_BENCH = { pp: 16, tg: 32, reps: 2 };
+const PROFILE_TOKENS = 8;
+// A share link loads without a click only the same-origin default model, and only while
+// the server says it is at most this big (a swapped file can't make a link pull gigabytes).
+// Every other model waits for the visitor to say yes in #confirm, whatever its size.
+const AUTO_LOAD_MAX_BYTES = 300_000_000;
+const MIN_CONTEXT = 64;
+const MAX_CONTEXT = 131072;
+const POLL_MS = 1000;
+const UI_UPDATE_MS = 100;
+
+/** Everything the page knows. Tests read engine, state, lastStats and peakWasm. */
+const page = {
+  engine: null,
+  state: "starting",
+  lastStats: null,
+  peakWasm: 0,
+  bindings: null,
+  presets: [],
+  defaultPreset: null,
+  hasModel: false, // a model is on the GPU and ready to generate
+  model: null, // the loaded (or last inspected) model's shape, from the engine
+  loadedUrl: null,
+  loadSeconds: null,
+  chat: [], // the conversation, [{role, content}]
+  abort: null, // AbortController of the load in progress
+  stopRequested: false,
+  busy: null, // label of the engine call in flight (the engine runs one call at a time)
+  benchResult: null,
+};
+window.cocoPage = page;
+
+// ---------------------------------------------------------------------------------------
+// State, status and errors
+
+function setState(state) {
+  page.state = state;
+  $("app").dataset.state = state;
+  $("webgpu-missing").hidden = state !== "no-webgpu";
+  $("recover").hidden = state !== "lost";
+  updateControls();
+}
+
+function status(text) {
+  $("status-text").textContent = text;
+}
+
+function showError(message) {
+  $("error").textContent = message;
+  $("error-box").hidden = false;
+}
+
+function clearError() {
+  $("error").textContent = "";
+  $("error-box").hidden = true;
+}
+
+/** Enables exactly the controls that make sense now. */
+function updateControls() {
+  const s = page.state;
+  const idle = !page.busy;
+  const engineReady = page.engine && ["ready", "loaded", "not-yet", "error"].includes(s);
+  const canRun = s === "loaded" && idle && page.hasModel;
+  const chatMode = $("mode").value === "chat";
+  const chatOk = !chatMode || Boolean(page.model && page.model.chat_template);
+  $("load").disabled = !(engineReady && idle);
+  $("cancel-load").disabled = !["inspecting", "downloading"].includes(s);
+  $("send").disabled = !(canRun && chatOk);
+  $("stop").disabled = s !== "generating";
+  $("megakernel").disabled = !canRun;
+  $("megakernel-ab").disabled = !canRun;
+  $("bench-run").disabled = !canRun;
+  $("profile-run").disabled = !canRun;
+  $("bench-export").disabled = !page.benchResult;
+  $("reset-chat").hidden = !chatMode;
+  $("reset-chat").disabled = !(canRun || (s !== "generating" && page.chat.length));
+  $("show-template").hidden = !chatMode;
+  $("show-template").disabled = !(canRun && chatOk);
+  $("chat-log").hidden = !chatMode;
+  $("output").hidden = chatMode; // in chat mode the answer streams into the conversation
+  $("cache-clear").disabled = ["inspecting", "downloading"].includes(s);
+  $("send").textContent = chatMode ? "Send" : "Generate";
+}
+
+/** Runs one engine call at a time; a second click while one runs does nothing. */
+async function exclusive(label, fn) {
+  if (page.busy || !page.engine) return undefined;
+  page.busy = label;
+  updateControls();
+  try {
+    return await fn();
+  } finally {
+    page.busy = null;
+    updateControls();
+    checkLost();
+  }
+}
+
+function errorMessage(err) {
+  if (err && typeof err === "object" && "message" in err) return String(err.message);
+  return String(err);
+}
+
+// ---------------------------------------------------------------------------------------
+// Start-up: theme, presets, the link, the engine
+
+function initTheme() {
+  let stored = null;
+  try {
+    stored = localStorage.getItem("coco-theme");
+  } catch {
+    // storage may be off; the system preference still applies
+  }
+  if (stored === "dark" || stored === "light") document.documentElement.dataset.theme = stored;
+  const button = $("theme");
+  const effective = () => document.documentElement.dataset.theme
+    || (matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light");
+  const label = () => {
+    const dark = effective() === "dark";
+    button.textContent = dark ? "Light theme" : "Dark theme";
+    button.setAttribute("aria-pressed", String(dark));
+  };
+  button.addEventListener("click", () => {
+    const next = effective() === "dark" ? "light" : "dark";
+    document.documentElement.dataset.theme = next;
+    try {
+      localStorage.setItem("coco-theme", next);
+    } catch {
+      // not remembered, still applied
+    }
+    label();
+  });
+  matchMedia("(prefers-color-scheme: dark)").addEventListener("change", label);
+  label();
+}
+
+const FALLBACK_PRESETS = {
+  default: "gemma-3-270m",
+  models: [{ id: "gemma-3-270m", label: "Gemma 3 270M, base model, Q4_K_M (this site)", url: "models/gemma-3-270m-q4_k_m.gguf", verified: true }],
+};
+
+async function loadPresets() {
+  let data = FALLBACK_PRESETS;
+  try {
+    const res = await fetch("www/models.json");
+    if (!res.ok) throw new Error(`HTTP ${res.status}`);
+    data = await res.json();
+  } catch (err) {
+    showError(`The model list (www/models.json) did not load (${errorMessage(err)}); only the default model is offered.`);
+  }
+  page.presets = data.models || [];
+  page.defaultPreset = page.presets.find((m) => m.id === data.default) || page.presets[0];
+  const select = $("model-preset");
+  select.replaceChildren(
+    ...page.presets.map((m) => el("option", { value: m.id, text: m.label })),
+    el("option", { value: "custom", text: "Any URL…" }),
+  );
+  select.value = page.defaultPreset.id;
+  $("model-url").value = page.defaultPreset.url;
+  describePreset();
+}
+
+function presetFor(url) {
+  const check = checkModelUrl(url);
+  if (!check.ok) return null;
+  return page.presets.find((m) => checkModelUrl(m.url).url === check.url) || null;
+}
+
+function describePreset() {
+  const preset = presetFor($("model-url").value);
+  const note = $("model-note");
+  if (!preset) {
+    note.textContent = "Any GGUF file the browser may read: same site, or a server that sends Access-Control-Allow-Origin (Hugging Face does).";
+    return;
+  }
+  const parts = [];
+  if (preset.notes) parts.push(preset.notes);
+  if (preset.verified === false) parts.push("File name and size written offline, unverified here; the real size is read from the server first.");
+  note.textContent = parts.join(" ");
+}
+
+/** Puts a share link's values into the form, as text. */
+function restoreLink(link) {
+  if (link.problems.length) showError(`Parts of the link were not used: ${link.problems.join("; ")}.`);
+  if (link.model) {
+    $("model-url").value = link.model;
+    const preset = presetFor(link.model);
+    $("model-preset").value = preset ? preset.id : "custom";
+    describePreset();
+  }
+  if (link.mode) $("mode").value = link.mode;
+  if (link.prompt !== undefined) $("prompt").value = link.prompt;
+  for (const [id, value] of Object.entries(link.fields)) $(id).value = value;
+  if (link.chat) {
+    page.chat = link.chat;
+    renderChatLog();
+  }
+  if (link.megakernel !== undefined) $("megakernel").checked = link.megakernel;
+}
+
+/** The wasm bindings: Trunk's module sets window.wasmBindings, then fires an event. */
+function wasmBindings() {
+  if (window.wasmBindings) return Promise.resolve(window.wasmBindings);
+  return new Promise((resolve, reject) => {
+    let lastError = "";
+    const onError = (e) => {
+      lastError = e.message || String(e.reason || "");
+    };
+    addEventListener("error", onError);
+    addEventListener("unhandledrejection", onError);
+    const timer = setTimeout(() => {
+      reject(new Error(`the engine's wasm module did not start within 60 s${lastError ? `: ${lastError}` : ""}`));
+    }, 60_000);
+    addEventListener("TrunkApplicationStarted", () => {
+      clearTimeout(timer);
+      removeEventListener("error", onError);
+      removeEventListener("unhandledrejection", onError);
+      if (window.wasmBindings) resolve(window.wasmBindings);
+      else reject(new Error("the wasm module started but exposed no bindings"));
+    }, { once: true });
+  });
+}
+
+/** Opens the engine on this browser's GPU; says plainly when there is none. */
+async function openEngine() {
+  if (!navigator.gpu) {
+    $("webgpu-missing-reason").textContent = "navigator.gpu is missing: this browser has WebGPU off, or doesn't have it.";
+    status("Not yet: no WebGPU in this browser.");
+    setState("no-webgpu");
+    return false;
+  }
+  status("Starting the engine…");
+  try {
+    page.bindings = page.bindings || (await wasmBindings());
+    page.engine = await page.bindings.Coco.open();
+  } catch (err) {
+    const message = errorMessage(err);
+    if (/no WebGPU/i.test(message)) {
+      $("webgpu-missing-reason").textContent = message;
+      status("Not yet: this browser offers WebGPU but no usable GPU adapter.");
+      setState("no-webgpu");
+    } else {
+      showError(`The engine did not start: ${message}`);
+      status("The engine did not start.");
+      setState("error");
+    }
+    return false;
+  }
+  try {
+    renderGpuPanel(page.engine.adapter());
+  } catch (err) {
+    $("gpu-facts").replaceChildren(el("p", { class: "note", text: `The adapter could not be described: ${errorMessage(err)}` }));
+  }
+  pollMemory();
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------
+// Loading a model
+
+function readContext() {
+  const n = Math.round(Number($("context").value));
+  const context = Number.isFinite(n) && n > 0 ? Math.min(MAX_CONTEXT, Math.max(MIN_CONTEXT, n)) : 2048;
+  $("context").value = String(context);
+  return context;
+}
+
+function pollMemory() {
+  if (!page.engine) return;
+  try {
+    const m = page.engine.memory();
+    page.peakWasm = Math.max(page.peakWasm, m.wasm_bytes || 0, m.wasm_peak_bytes || 0);
+    setStat("wasm", formatBytes(m.wasm_bytes));
+    setStat("wasm-peak", formatBytes(page.peakWasm));
+    setStat("gpu", formatBytes(m.gpu_bytes));
+  } catch {
+    // memory() is informative only; a lost device is reported by checkLost
+  }
+}
+
+/** Shows what `inspect` (or the finished load) said about the model and this GPU. */
+function showInspection(result) {
+  renderReport(result.report);
+  renderModelFacts(result.model, result.report);
+  page.model = result.model || null;
+  const summary = $("report-summary");
+  if (result.status === "not_yet") {
+    const blockers = (result.report?.rows || []).filter((r) => r.status === "not_yet");
+    summary.textContent = `Not yet on this GPU: ${blockers.map((r) => `${r.name}: ${r.detail}`).join("; ")}. Nothing more was downloaded.`;
+  } else if (result.status === "ok") {
+    const gpu = result.report?.gpu_bytes ? ` It needs about ${formatBytes(result.report.gpu_bytes)} of GPU memory.` : "";
+    summary.textContent = `This GPU can run this model.${gpu}`;
+  }
+  updateChatAvailability();
+}
+
+function updateProgress(p) {
+  $("progress").value = p.fraction ?? 0;
+  if (p.fraction === null) $("progress").removeAttribute("value"); // indeterminate
+  $("progress-text").textContent = formatProgress(p);
+}
+
+/**
+ * Loads `rawUrl` into the engine: the cached copy when there is a complete one (no
+ * network), else the header over the network, the report, then the bulk download.
+ * The cache never keeps a partial file: every failure path deletes it.
+ */
+async function loadModel(rawUrl) {
+  const check = checkModelUrl(rawUrl);
+  if (!check.ok) {
+    showError(check.reason);
+    return;
+  }
+  const url = check.url;
+  const engine = page.engine;
+  const context = readContext();
+  clearError();
+  renderReport(null);
+  $("report-summary").textContent = "Reading the header…";
+  page.abort = new AbortController();
+  const signal = page.abort.signal;
+  let plan = null;
+  let writer = null;
+  let began = false;
+  page.busy = "load";
+  setState("inspecting");
+  try {
+    const cached = await readCached(url);
+    if (cached) {
+      status(`Reading ${displayName(url)} from this browser's storage (no network)…`);
+      plan = await headerFromStream(cached.response.body.getReader(), engine, context, cached.meta.bytes);
+      plan = { ...plan, total: cached.meta.bytes, cached: true, meta: cached.meta, rangeSupported: false };
+    } else {
+      status(`Reading the header of ${displayName(url)}…`);
+      plan = await readHeader(url, engine, context, signal);
+    }
+    showInspection(plan.result);
+    if (plan.result.status === "invalid") {
+      throw new LoadError(`This is not a GGUF file coco can read: ${plan.result.error}`);
+    }
+    if (plan.result.status === "not_yet") {
+      plan.reader?.cancel?.().catch(() => {});
+      status("Not yet: this model can't run on this GPU; see the report. Nothing more was downloaded.");
+      page.busy = null;
+      setState("not-yet");
+      return;
+    }
+
+    setState("downloading");
+    status(plan.cached ? "Loading from this browser's storage (no network)…" : `Downloading ${displayName(url)} into the GPU…`);
+    engine.load_begin(context, plan.total ?? undefined);
+    began = true;
+    page.hasModel = false;
+    if (!plan.cached) writer = await CacheWriter.open(url, plan.total).catch(() => null);
+    const meter = new ProgressMeter(plan.total);
+    let received = 0;
+    let lastUi = 0;
+    const onResume = (e) => {
+      status(`The connection dropped at ${formatBytes(e.at)}; resuming (attempt ${e.resume} of 3)…`);
+    };
+    for await (const chunk of byteSource(url, plan, signal, onResume)) {
+      if (signal.aborted) throw new LoadError("cancelled", "cancelled");
+      engine.load_push(chunk);
+      writer?.write(chunk);
+      received += chunk.length;
+      const now = performance.now();
+      if (now - lastUi > UI_UPDATE_MS) {
+        lastUi = now;
+        updateProgress(meter.update(received));
+        pollMemory();
+      }
+    }
+    const final = meter.update(received);
+    updateProgress(final);
+    $("progress-text").textContent = `${formatBytes(received)} in ${formatSeconds(final.elapsed)}`
+      + (final.elapsed > 0 ? ` (${formatBytes(received / final.elapsed)}/s)` : "");
+    pollMemory();
+    const done = engine.load_finish();
+    began = false;
+    pollMemory();
+
+    // Integrity: the engine hashed every byte it received.
+    const preset = presetFor(url);
+    const sameHash = (a, b) => String(a).toLowerCase() === String(b).toLowerCase();
+    if (plan.cached && !sameHash(done.sha256, plan.meta.sha256)) {
+      await deleteCached(url);
+      throw new LoadError(`The kept copy failed its integrity check (sha256 ${done.sha256.slice(0, 16)}… instead of ${plan.meta.sha256.slice(0, 16)}…) and was deleted. Load again to download it.`, "integrity");
+    }
+    if (preset && preset.sha256 && !sameHash(done.sha256, preset.sha256)) {
+      throw new LoadError(`The downloaded file is not the expected one (sha256 ${done.sha256.slice(0, 16)}…, expected ${preset.sha256.slice(0, 16)}…); it was not kept.`, "integrity");
+    }
+    let keptNote = plan.cached ? " from this browser's storage" : "";
+    if (writer) {
+      const stored = await writer.commit();
+      if (stored) {
+        await writeCacheMeta(url, {
+          bytes: received, sha256: done.sha256, etag: plan.validators?.etag || null,
+          last_modified: plan.validators?.lastModified || null, date: new Date().toISOString(),
+        });
+        keptNote = "; kept in this browser for next time";
+      } else {
+        keptNote = `; not kept in this browser (${errorMessage(writer.failed)})`;
+      }
+      writer = null;
+    } else if (!plan.cached) {
+      keptNote = cacheAvailable() ? "; not kept (the browser's storage could not be opened)" : "; not kept (no Cache API: the page is not on https or localhost)";
+    }
+
+    page.hasModel = true;
+    page.loadedUrl = url;
+    page.loadSeconds = done.load_seconds;
+    if (done.report) showInspection({ status: "ok", report: done.report, model: done.model });
+    else page.model = done.model;
+    setStat("load", `${formatSeconds(done.load_seconds)}${plan.cached ? " (from storage)" : " (network)"}`);
+    $("progress").value = 1;
+    status(`Loaded ${displayName(url)} in ${formatSeconds(done.load_seconds)}${keptNote}.`);
+    page.busy = null;
+    setState("loaded");
+    // The megakernel is off on a fresh model; the checkbox follows.
+    $("megakernel-result").textContent = "";
+    $("megakernel-result").removeAttribute("data-passed");
+  } catch (err) {
+    const e = err instanceof LoadError ? err : new LoadError(errorMessage(err), /^not yet/i.test(errorMessage(err)) ? "not_yet" : "error");
+    if (began) {
+      try {
+        engine.load_cancel();
+      } catch {
+        // the loader may already be gone; nothing more to free
+      }
+      page.hasModel = false;
+    }
+    plan?.reader?.cancel?.().catch(() => {});
+    if (writer) await writer.abort(e).catch(() => {});
+    else if (!plan?.cached) await deleteCached(url).catch(() => {});
+    page.busy = null;
+    if (checkLost()) return;
+    if (e.kind === "cancelled") {
+      status(page.hasModel ? "Cancelled; the model loaded before is still there." : "Cancelled; nothing was kept.");
+      $("progress-text").textContent = "Cancelled.";
+      setState(page.hasModel ? "loaded" : "ready");
+    } else if (e.kind === "not_yet") {
+      $("report-summary").textContent = e.message;
+      status(e.message);
+      setState("not-yet");
+    } else {
+      showError(e.message);
+      status("The model did not load.");
+      setState("error");
+    }
+  } finally {
+    page.abort = null;
+    refreshCacheList();
+  }
+}
+
+function cancelLoad() {
+  page.abort?.abort();
+}
+
+// ---------------------------------------------------------------------------------------
+// Generation
+
+function readOptions() {
+  const num = (id, fallback) => {
+    const v = Number($(id).value);
+    return $(id).value.trim() !== "" && Number.isFinite(v) ? v : fallback;
+  };
+  return {
+    temperature: Math.max(0, num("temperature", 0.8)),
+    top_k: Math.max(0, Math.round(num("top-k", 40))),
+    top_p: Math.min(1, Math.max(0, num("top-p", 0.95))),
+    min_p: Math.min(1, Math.max(0, num("min-p", 0.05))),
+    repeat_penalty: Math.max(0, num("repeat-penalty", 1.1)),
+    seed: Math.max(0, Math.min(4294967295, Math.round(num("seed", 42)))),
+    max_tokens: Math.max(1, Math.round(num("max-tokens", 128))),
+  };
+}
+
+function updateChatAvailability() {
+  const note = $("chat-note");
+  const chatOption = $("mode").querySelector('option[value="chat"]');
+  const noTemplate = page.model && !page.model.chat_template;
+  chatOption.disabled = Boolean(noTemplate) && $("mode").value !== "chat";
+  note.hidden = !noTemplate;
+  note.textContent = noTemplate ? "Chat: not yet: this GGUF has no chat template (it is a base model). Use “Complete text”." : "";
+  updateControls();
+}
+
+function renderChatLog() {
+  $("chat-log").replaceChildren(...page.chat.map((m) => chatItem(m.role, m.content)));
+}
+
+function chatItem(role, content) {
+  const body = el("div", { class: "chat-text", text: content });
+  return el("li", { class: `chat-msg ${role}`, "data-role": role }, el("span", { class: "chat-role", text: role }), body);
+}
+
+/** Streams tokens into a text node and keeps live numbers; returns the on_token callback. */
+function tokenSink(target) {
+  const text = document.createTextNode("");
+  target.append(text);
+  let count = 0;
+  let first = null;
+  let lastUi = 0;
+  return (piece) => {
+    text.appendData(piece);
+    count += 1;
+    const now = performance.now();
+    if (first === null) first = now;
+    if (count > 2 && now - lastUi > 150) {
+      lastUi = now;
+      const rate = ((count - 1) / (now - first)) * 1000;
+      setStat("decode", `${formatRate(rate, "tok/s")} (live)`);
+      setStat("ms", `${(1000 / rate).toFixed(1)} ms (live)`);
+    }
+    // Returning false asks the engine to stop (Esc or the stop button).
+    return !page.stopRequested;
+  };
+}
+
+function renderStats(stats) {
+  setStat("prefill", `${formatRate(stats.prefill_tok_s, "tok/s")} (${stats.prompt_tokens - (stats.reused_tokens || 0)} tokens)`);
+  setStat("decode", `${formatRate(stats.decode_tok_s, "tok/s")} (${stats.generated_tokens} tokens)`);
+  setStat("ms", Number.isFinite(stats.ms_per_token) ? `${stats.ms_per_token.toFixed(2)} ms` : "–");
+  setStat("dispatches", String(stats.dispatches_per_token ?? "–"));
+  setStat("tokens", `${stats.prompt_tokens} (${stats.reused_tokens || 0} reused)`);
+  const why = { eos: "end of text", max_tokens: "max tokens", stopped: "stopped by you", context_full: "context full" };
+  setStat("stop", why[stats.stop] || String(stats.stop ?? "–"));
+  pollMemory();
+}
+
+/**
+ * Generate (complete mode) or take a chat turn. With replay (a link's conversation that
+ * ends with the visitor's message), the conversation is answered as it stands.
+ */
+async function send({ replay = false } = {}) {
+  if (page.state !== "loaded" || page.busy || !page.hasModel) return;
+  const chatMode = $("mode").value === "chat";
+  const promptText = $("prompt").value;
+  if (chatMode) {
+    if (!page.model?.chat_template) return;
+    const last = page.chat[page.chat.length - 1];
+    if (replay && last && last.role === "user") {
+      // answer the restored conversation; the prompt box keeps its text
+    } else if (promptText.trim()) {
+      page.chat.push({ role: "user", content: promptText });
+      $("prompt").value = "";
+    } else if (!last || last.role !== "user") {
+      status("Type a message first.");
+      return;
+    }
+    renderChatLog();
+  } else if (!promptText) {
+    status("Type a prompt first.");
+    return;
+  }
+
+  const options = readOptions();
+  clearError();
+  page.stopRequested = false;
+  page.busy = "generate";
+  setState("generating");
+  status("Generating… (Esc stops)");
+  for (const name of ["prefill", "decode", "ms", "dispatches", "tokens", "stop"]) setStat(name, "…");
+  let target;
+  if (chatMode) {
+    const item = chatItem("assistant", "");
+    $("chat-log").append(item);
+    target = item.querySelector(".chat-text");
+  } else {
+    $("output").replaceChildren();
+    target = $("output");
+  }
+  const onToken = tokenSink(target);
+  try {
+    const stats = chatMode
+      ? await page.engine.chat(page.chat, options, onToken)
+      : await page.engine.generate(promptText, options, onToken);
+    if (chatMode) page.chat.push({ role: "assistant", content: stats.text });
+    page.lastStats = stats;
+    renderStats(stats);
+    status(`Done: ${stats.generated_tokens} tokens at ${formatRate(stats.decode_tok_s, "tok/s")}.`);
+  } catch (err) {
+    if (chatMode) {
+      // Take the turn back so the conversation stays as it was before it.
+      target.closest("li")?.remove();
+      const last = page.chat[page.chat.length - 1];
+      if (!replay && last && last.role === "user" && promptText.trim()) {
+        page.chat.pop();
+        $("prompt").value = promptText;
+        renderChatLog();
+      }
+    }
+    page.busy = null;
+    if (!checkLost()) {
+      showError(`Generation failed: ${errorMessage(err)}`);
+      status("Generation failed.");
+      setState("loaded");
+    }
+    return;
+  }
+  page.busy = null;
+  setState("loaded");
+}
+
+function stop() {
+  if (page.state === "generating") {
+    page.stopRequested = true;
+    status("Stopping…");
+  }
+}
+
+function resetChat() {
+  page.chat = [];
+  renderChatLog();
+  $("template-view").hidden = true;
+  if (page.engine && page.hasModel && !page.busy) {
+    try {
+      page.engine.reset();
+    } catch (err) {
+      showError(`Reset failed: ${errorMessage(err)}`);
+    }
+  }
+  status("New conversation.");
+  updateControls();
+}
+
+function showTemplate() {
+  const view = $("template-view");
+  const messages = [...page.chat];
+  if ($("prompt").value.trim()) messages.push({ role: "user", content: $("prompt").value });
+  try {
+    view.textContent = page.engine.render_chat(messages);
+  } catch (err) {
+    view.textContent = errorMessage(err);
+  }
+  view.hidden = false;
+}
+
+// ---------------------------------------------------------------------------------------
+// Megakernel, benchmark, profile
+
+function showMegakernel(result, wanted) {
+  const out = $("megakernel-result");
+  const check = result.check;
+  if (!wanted && !check) {
+    out.textContent = "Off: the normal fused path runs.";
+    out.removeAttribute("data-passed");
+    return;
+  }
+  if (!check) {
+    out.textContent = result.on ? "On (no check result was returned)." : "Off.";
+    out.removeAttribute("data-passed");
+    return;
+  }
+  out.dataset.passed = String(Boolean(check.passed));
+  const numbers = `max |Δ| = ${Number(check.max_abs).toExponential(2)}, max rel = ${Number(check.max_rel).toExponential(2)} over ${check.rows} rows`;
+  const verdict = check.passed
+    ? result.on ? "Check passed, megakernel on" : "Check passed, megakernel off"
+    : "Check FAILED: the megakernel stays off";
+  out.textContent = `${verdict}: ${numbers}.${check.detail ? ` ${check.detail}` : ""}`;
+}
+
+async function toggleMegakernel() {
+  const box = $("megakernel");
+  const wanted = box.checked;
+  $("megakernel-result").textContent = wanted ? "Checking the megakernel against the normal path…" : "Turning it off…";
+  await exclusive("megakernel", async () => {
+    try {
+      const result = await page.engine.set_megakernel(wanted);
+      box.checked = Boolean(result.on);
+      showMegakernel(result, wanted);
+    } catch (err) {
+      box.checked = false;
+      $("megakernel-result").dataset.passed = "false";
+      $("megakernel-result").textContent = errorMessage(err);
+    }
+  });
+}
+
+/** Decode speed with the megakernel off, then on, on this GPU: honest numbers, either way. */
+async function megakernelAB() {
+  const out = $("megakernel-ab-result");
+  const box = $("megakernel");
+  const wasOn = box.checked;
+  out.textContent = `Measuring: pp ${AB_BENCH.pp}, tg ${AB_BENCH.tg}, ${AB_BENCH.reps} runs each way…`;
+  await exclusive("megakernel A/B", async () => {
+    try {
+      await page.engine.set_megakernel(false);
+      const off = await page.engine.bench(AB_BENCH);
+      const turnedOn = await page.engine.set_megakernel(true);
+      showMegakernel(turnedOn, true);
+      if (!turnedOn.on) {
+        out.textContent = `Normal path: ${formatRate(off.tg_tok_s, "tok/s")} decode. Megakernel not measured: its check failed.`;
+        box.checked = false;
+        return;
+      }
+      const on = await page.engine.bench(AB_BENCH);
+      const back = await page.engine.set_megakernel(wasOn);
+      box.checked = Boolean(back.on);
+      const ratio = on.tg_tok_s / off.tg_tok_s;
+      out.textContent = `Decode on this GPU: normal ${formatRate(off.tg_tok_s, "tok/s")}, megakernel ${formatRate(on.tg_tok_s, "tok/s")} `
+        + `(megakernel/normal = ${Number.isFinite(ratio) ? ratio.toFixed(2) : "–"}×, ${ratio >= 1 ? "faster" : "slower"}). `
+        + `Prefill: ${formatRate(off.pp_tok_s, "tok/s")} vs ${formatRate(on.pp_tok_s, "tok/s")}.`;
+    } catch (err) {
+      out.textContent = `A/B not measured: ${errorMessage(err)}`;
+      box.checked = false;
+      try {
+        await page.engine.set_megakernel(false);
+      } catch {
+        // already off, or the device is gone (checkLost reports that)
+      }
+    }
+  });
+}
+
+async function runBench() {
+  $("bench-result").textContent = `Running pp ${BENCH.pp} / tg ${BENCH.tg} × ${BENCH.reps}…`;
+  await exclusive("bench", async () => {
+    status("Benchmarking…");
+    try {
+      const result = await page.engine.bench({ ...BENCH });
+      page.benchResult = result;
+      $("bench-result").textContent = JSON.stringify(result, null, 2);
+      status(`Benchmark: prefill ${formatRate(result.pp_tok_s, "tok/s")}, decode ${formatRate(result.tg_tok_s, "tok/s")}.`);
+    } catch (err) {
+      $("bench-result").textContent = `Benchmark failed: ${errorMessage(err)}`;
+      status("Benchmark failed.");
+    }
+  });
+}
+
+function exportBench() {
+  if (!page.benchResult) return;
+  const blob = new Blob([`${JSON.stringify(page.benchResult, null, 2)}\n`], { type: "application/json" });
+  const href = URL.createObjectURL(blob);
+  const name = (page.loadedUrl ? displayName(page.loadedUrl).split(" ")[0].replace(/\.gguf$/i, "") : "model").replace(/[^\w.-]+/g, "_");
+  const link = el("a", { href, download: `coco-bench-${name}-${new Date().toISOString().slice(0, 19).replace(/:/g, "")}.json` });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(href), 10_000);
+}
+
+async function runProfile() {
+  const target = $("profile-chart");
+  target.replaceChildren(el("p", { class: "note", text: `Timing ${PROFILE_TOKENS} tokens kernel by kernel…` }));
+  await exclusive("profile", async () => {
+    try {
+      const entries = await page.engine.profile(PROFILE_TOKENS);
+      renderProfile(entries, PROFILE_TOKENS);
+    } catch (err) {
+      target.replaceChildren(el("p", { class: "note", "data-status": "not_yet", text: errorMessage(err) }));
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Device loss
+
+/** True (and the page in state `lost`) when the engine reports a lost device. */
+function checkLost() {
+  if (!page.engine || page.state === "lost") return page.state === "lost";
+  let message = null;
+  try {
+    message = page.engine.lost();
+  } catch {
+    return false;
+  }
+  if (!message) return false;
+  page.hasModel = false;
+  page.abort?.abort();
+  showError(`The GPU device was lost (${message}). The model is no longer on the GPU. “Reopen” starts the engine again and reloads the model from this browser's storage, without reloading the page.`);
+  status("The GPU device was lost.");
+  setState("lost");
+  return true;
+}
+
+async function recover() {
+  if (page.state !== "lost") return;
+  status("Reopening the GPU…");
+  clearError();
+  const old = page.engine;
+  page.engine = null;
+  window.cocoPage.engine = null;
+  try {
+    old?.free?.();
+  } catch {
+    // the old engine's memory goes with the page either way
+  }
+  setState("starting");
+  if (!(await openEngine())) return;
+  setState("ready");
+  $("megakernel").checked = false;
+  if (page.loadedUrl) await loadModel(page.loadedUrl);
+}
+
+// ---------------------------------------------------------------------------------------
+// Share links
+
+function currentShareState() {
+  const fields = {};
+  for (const [, id] of FIELD_PARAMS) fields[id] = $(id).value.trim();
+  const mode = $("mode").value;
+  // The conversation without its last answer: that answer is what the link reproduces.
+  const chat = [...page.chat];
+  if (chat.length && chat[chat.length - 1].role === "assistant") chat.pop();
+  return { model: $("model-url").value.trim(), mode, prompt: $("prompt").value, chat, fields, megakernel: $("megakernel").checked };
+}
+
+async function copyLink() {
+  const href = buildShareUrl(currentShareState());
+  const box = $("share-url");
+  box.value = href;
+  try {
+    await navigator.clipboard.writeText(href);
+    status("Link copied.");
+  } catch {
+    box.focus();
+    box.select();
+    status("The link is selected below: copy it with Ctrl+C / ⌘C.");
+  }
+}
+
+/** Asks before a link downloads a model; resolves true when the visitor says yes. */
+async function confirmDownload(check) {
+  const dialog = $("confirm");
+  $("confirm-host").textContent = check.sameOrigin ? `${check.host} (this site)` : check.host;
+  $("confirm-url").textContent = check.url;
+  $("confirm-size").textContent = "asking the server…";
+  setState("confirm");
+  dialog.returnValue = "";
+  const closed = new Promise((resolve) => dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true }));
+  dialog.showModal();
+  const size = new AbortController();
+  readCached(check.url)
+    .then((cached) => (cached ? { bytes: cached.meta.bytes, kept: true } : probeSize(check.url, size.signal).then((bytes) => ({ bytes }))))
+    .then(({ bytes, kept }) => {
+      $("confirm-size").textContent = kept
+        ? `${formatBytes(bytes)}, already kept in this browser (no download)`
+        : bytes ? formatBytes(bytes) : "unknown: the server did not say";
+    })
+    .catch(() => {
+      $("confirm-size").textContent = "unknown: the server could not be asked (it may not allow this page to read it)";
+    });
+  const ok = await closed;
+  size.abort();
+  setState("ready");
+  return ok;
+}
+
+/** Runs a share link: load (after confirmation unless it's the small same-origin default), then generate. */
+async function runLink(link) {
+  if (!link.model) return;
+  const check = checkModelUrl(link.model);
+  if (!check.ok) return;
+  const isDefault = page.defaultPreset && check.url === checkModelUrl(page.defaultPreset.url).url;
+  let needsClick = !isDefault;
+  if (isDefault && !(await readCached(check.url))) {
+    const bytes = await probeSize(check.url).catch(() => null);
+    needsClick = bytes === null || bytes > AUTO_LOAD_MAX_BYTES;
+  }
+  if (needsClick && !(await confirmDownload(check))) {
+    status("The link's model was not loaded (you cancelled). Its settings are filled in.");
+    return;
+  }
+  await loadModel(check.url);
+  if (page.state !== "loaded") return;
+  if (link.megakernel) {
+    $("megakernel").checked = true;
+    await toggleMegakernel();
+  }
+  if (link.bench) await runBench();
+  if ($("mode").value === "chat") {
+    const last = page.chat[page.chat.length - 1];
+    if (last && last.role === "user") await send({ replay: true });
+    else if ($("prompt").value.trim()) await send();
+  } else if ($("prompt").value) {
+    await send();
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Cache list
+
+async function refreshCacheList() {
+  if (!cacheAvailable()) {
+    $("cache-usage").textContent = "This browser offers no Cache API here (the page must be on https or localhost), so models are downloaded every time.";
+    renderCacheList([], () => {});
+    return;
+  }
+  try {
+    const entries = await listCached();
+    renderCacheList(entries, async (url) => {
+      await deleteCached(url);
+      refreshCacheList();
+    });
+    const total = entries.reduce((s, e) => s + (e.bytes || 0), 0);
+    let usage = `${entries.length} model${entries.length === 1 ? "" : "s"}, ${formatBytes(total)}.`;
+    if (navigator.storage?.estimate) {
+      const est = await navigator.storage.estimate();
+      if (est.quota) usage += ` This site may store up to about ${formatBytes(est.quota)} here.`;
+    }
+    $("cache-usage").textContent = usage;
+  } catch (err) {
+    $("cache-usage").textContent = `The kept models could not be listed: ${errorMessage(err)}`;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Wiring
+
+function wire() {
+  $("model-preset").addEventListener("change", () => {
+    const preset = page.presets.find((m) => m.id === $("model-preset").value);
+    if (preset) $("model-url").value = preset.url;
+    else $("model-url").focus();
+    describePreset();
+  });
+  $("model-url").addEventListener("input", () => {
+    const preset = presetFor($("model-url").value);
+    $("model-preset").value = preset ? preset.id : "custom";
+    describePreset();
+  });
+  $("load").addEventListener("click", () => loadModel($("model-url").value));
+  $("cancel-load").addEventListener("click", cancelLoad);
+  $("send").addEventListener("click", send);
+  $("stop").addEventListener("click", stop);
+  $("prompt").addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
+      send();
+    }
+  });
+  document.addEventListener("keydown", (e) => {
+    if (e.key === "Escape" && page.state === "generating") {
+      e.preventDefault();
+      stop();
+    }
+  });
+  $("mode").addEventListener("change", () => {
+    $("template-view").hidden = true;
+    updateChatAvailability();
+  });
+  $("reset-chat").addEventListener("click", resetChat);
+  $("show-template").addEventListener("click", showTemplate);
+  $("megakernel").addEventListener("change", toggleMegakernel);
+  $("megakernel-ab").addEventListener("click", megakernelAB);
+  $("bench-run").addEventListener("click", runBench);
+  $("bench-export").addEventListener("click", exportBench);
+  $("profile-run").addEventListener("click", runProfile);
+  $("copy-link").addEventListener("click", copyLink);
+  $("recover").addEventListener("click", recover);
+  $("cache-clear").addEventListener("click", async () => {
+    await clearCache();
+    refreshCacheList();
+  });
+  $("bench-pp").textContent = String(BENCH.pp);
+  $("bench-tg").textContent = String(BENCH.tg);
+  $("bench-reps").textContent = String(BENCH.reps);
+  $("profile-run").textContent = `Profile ${PROFILE_TOKENS} tokens`;
+  // Device loss can happen at any time (driver reset, tab in background on mobile, the
+  // test hook); the engine reports it through lost(), checked between calls.
+  setInterval(() => {
+    if (page.busy || !page.engine) return;
+    if (!checkLost()) pollMemory();
+  }, POLL_MS);
+}
+
+async function main() {
+  initTheme();
+  wire();
+  await loadPresets();
+  const link = readShareParams();
+  restoreLink(link);
+  updateChatAvailability();
+  refreshCacheList();
+  if (!(await openEngine())) return;
+  status("Ready. Pick a model and press Load.");
+  setState("ready");
+  await runLink(link);
+}
+
+main().catch((err) => {
+  showError(`The page failed to start: ${errorMessage(err)}`);
+  setState("error");
+});

@@ -1,0 +1,230 @@
+// DOM helpers and renderers. Everything that comes from the model file, the URL, the
+// engine or the visitor is put in the page as text (textContent, attributes), never parsed
+// as HTML.
+
+export const $ = (id) => document.getElementById(id);
+
+/** Creates an element with properties / attributes and children (strings become text). */
+export function el(tag, props = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(props)) {
+    if (value === undefined || value === null) continue;
+    if (key === "text") node.textContent = value;
+    else if (key === "class") node.className = value;
+    else if (key.startsWith("data-") || key.startsWith("aria-") || key === "role" || key === "title") node.setAttribute(key, value);
+    else node[key] = value;
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(typeof child === "string" ? document.createTextNode(child) : child);
+  }
+  return node;
+}
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+function svg(tag, attrs = {}, text) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, String(value));
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+// ---------------------------------------------------------------------------------------
+// Formatting
+
+export function formatBytes(n) {
+  if (n === null || n === undefined || !Number.isFinite(n)) return "unknown";
+  const units = ["B", "KB", "MB", "GB", "TB"];
+  let value = n;
+  let unit = 0;
+  while (value >= 1000 && unit < units.length - 1) {
+    value /= 1000;
+    unit += 1;
+  }
+  return `${value.toFixed(unit === 0 ? 0 : value < 10 ? 2 : 1)} ${units[unit]}`;
+}
+
+/** Binary units, for GPU limits (which are powers of two). */
+export function formatBinary(n) {
+  if (n === null || n === undefined || !Number.isFinite(n)) return "unknown";
+  if (n >= 1 << 30) return `${(n / 2 ** 30).toFixed(n % 2 ** 30 ? 2 : 0)} GiB`;
+  if (n >= 1 << 20) return `${(n / 2 ** 20).toFixed(n % 2 ** 20 ? 1 : 0)} MiB`;
+  if (n >= 1 << 10) return `${(n / 2 ** 10).toFixed(n % 2 ** 10 ? 1 : 0)} KiB`;
+  return `${n} B`;
+}
+
+export function formatSeconds(s) {
+  if (s === null || s === undefined || !Number.isFinite(s)) return "–";
+  if (s < 1) return `${Math.round(s * 1000)} ms`;
+  if (s < 90) return `${s.toFixed(s < 10 ? 1 : 0)} s`;
+  const m = Math.floor(s / 60);
+  return `${m} min ${Math.round(s - m * 60)} s`;
+}
+
+export function formatRate(x, unit) {
+  if (x === null || x === undefined || !Number.isFinite(x)) return "–";
+  return `${x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2)} ${unit}`;
+}
+
+/** "12.3 MB of 253 MB · 4.9% · 45.2 MB/s · 5 s left" */
+export function formatProgress(p) {
+  const parts = [p.total ? `${formatBytes(p.bytes)} of ${formatBytes(p.total)}` : `${formatBytes(p.bytes)} (size unknown)`];
+  if (p.fraction !== null) parts.push(`${(p.fraction * 100).toFixed(1)}%`);
+  parts.push(p.rate ? `${formatBytes(p.rate)}/s` : "– MB/s");
+  parts.push(p.eta !== null && p.eta !== undefined ? `${formatSeconds(p.eta)} left` : "time left unknown");
+  return parts.join(" · ");
+}
+
+export function setStat(name, text) {
+  const node = document.querySelector(`#stats [data-stat="${name}"]`);
+  if (node) node.textContent = text;
+}
+
+// ---------------------------------------------------------------------------------------
+// Renderers
+
+/** The capability report: one row per requirement, with its status and numbers. */
+export function renderReport(report) {
+  const body = $("report").tBodies[0];
+  body.replaceChildren();
+  if (!report) return;
+  const label = { ok: "ok", note: "note", not_yet: "not yet" };
+  for (const row of report.rows || []) {
+    body.append(
+      el("tr", { "data-status": row.status },
+        el("th", { scope: "row", text: row.name }),
+        el("td", { class: `badge-cell` }, el("span", { class: `badge ${row.status}`, text: label[row.status] || row.status })),
+        el("td", { text: row.detail }),
+      ),
+    );
+  }
+}
+
+function factsList(target, pairs) {
+  target.replaceChildren(...pairs.filter(([, v]) => v !== undefined && v !== null && v !== "")
+    .map(([k, v]) => el("div", {}, el("dt", { text: k }), el("dd", { text: String(v) }))));
+}
+
+/** The model's shape, as read from its header. */
+export function renderModelFacts(model, report) {
+  const target = $("model-facts");
+  if (!model) {
+    target.replaceChildren();
+    return;
+  }
+  const types = Array.isArray(model.types) ? model.types.join(", ") : model.types;
+  factsList(target, [
+    ["Architecture", model.arch],
+    ["Name", model.name],
+    ["Layers × dim", `${model.layers} × ${model.dim}`],
+    ["Heads (KV heads) × head dim", `${model.heads} (${model.kv_heads}) × ${model.head_dim}`],
+    ["FFN", model.ffn],
+    ["Vocabulary", model.vocab?.toLocaleString?.("en") ?? model.vocab],
+    ["Trained context", model.context_length?.toLocaleString?.("en") ?? model.context_length],
+    ["Weights", formatBytes(model.weight_bytes)],
+    ["Weight types", types],
+    ["Tensors", model.tensors],
+    ["Chat template", model.chat_template ? "yes" : "no (a base model, or none in the file)"],
+    ["GPU memory (estimate)", report && report.gpu_bytes ? formatBytes(report.gpu_bytes) : undefined],
+  ]);
+}
+
+const F16_ABSENT = "This GPU offers no shader-f16. Here that costs little: f16 weights are read as packed pairs with unpack2x16float (core WGSL) and all arithmetic is f32, the same speed class and the same results as f32 math.";
+
+/** The honest GPU panel: adapter, shader-f16, limits. */
+export function renderGpuPanel(adapter) {
+  const l = adapter.limits || {};
+  factsList($("gpu-facts"), [
+    ["Adapter", adapter.description || "(the browser gives no description)"],
+    ["Vendor / architecture", [adapter.vendor, adapter.architecture].filter(Boolean).join(" / ") || "(not given)"],
+    ["Backend", adapter.backend],
+    ["Software (fallback) adapter", adapter.fallback ? "yes: a CPU emulates the GPU, expect slow generation" : "no"],
+    ["shader-f16", adapter.shader_f16 ? (adapter.f16_used ? "present, used" : "present, not used") : "absent"],
+    ["Timestamp queries", adapter.timestamp_query ? "yes (per-kernel timings work)" : "no (no per-kernel chart)"],
+    ["Subgroups", adapter.subgroups ? "offered (not used in the browser: wgpu doesn't enable them there)" : "no"],
+    ["Max storage binding", formatBinary(l.max_storage_binding)],
+    ["Max buffer", formatBinary(l.max_buffer)],
+    ["Max invocations per workgroup", l.max_invocations],
+    ["Workgroup storage", formatBinary(l.workgroup_storage)],
+  ]);
+  $("gpu-f16").textContent = adapter.shader_f16
+    ? adapter.f16_used
+      ? "shader-f16 is present and used for f16 arithmetic where it helps."
+      : "shader-f16 is present; f16 weights are still read as packed pairs with unpack2x16float and the arithmetic is f32."
+    : F16_ABSENT;
+}
+
+/** The per-kernel time chart: one horizontal bar per kernel, longest first (inline SVG). */
+export function renderProfile(entries, tokens) {
+  const target = $("profile-chart");
+  const rows = [...entries].sort((a, b) => b.total_us - a.total_us);
+  const total = rows.reduce((s, r) => s + r.total_us, 0);
+  if (!rows.length || total <= 0) {
+    target.replaceChildren(el("p", { class: "note", text: "The profile came back empty." }));
+    return;
+  }
+  const rowHeight = 22;
+  const labelWidth = 190;
+  const width = 560;
+  const barMax = width - labelWidth - 130;
+  const max = rows[0].total_us;
+  const chart = svg("svg", {
+    viewBox: `0 0 ${width} ${rows.length * rowHeight + 4}`,
+    role: "img",
+    "aria-label": `GPU time per kernel over ${tokens} tokens`,
+    class: "profile-svg",
+  });
+  rows.forEach((r, i) => {
+    const y = i * rowHeight + 2;
+    const w = Math.max(1, (r.total_us / max) * barMax);
+    const g = svg("g", { "data-label": r.label });
+    g.append(
+      svg("title", {}, `${r.label}: ${r.total_us.toFixed(1)} µs in ${r.calls} calls`),
+      svg("text", { x: labelWidth - 6, y: y + 15, "text-anchor": "end", class: "chart-label" }, truncate(r.label, 28)),
+      svg("rect", { x: labelWidth, y: y + 3, width: w, height: rowHeight - 6, rx: 2, class: "chart-bar" }),
+      svg("text", { x: labelWidth + w + 6, y: y + 15, class: "chart-value" },
+        `${formatMicros(r.total_us / tokens)}/tok · ${((r.total_us / total) * 100).toFixed(1)}%`),
+    );
+    chart.append(g);
+  });
+  target.replaceChildren(
+    el("p", { class: "note", text: `GPU time over ${tokens} decoded tokens: ${formatMicros(total / tokens)} per token in total, from timestamp queries.` }),
+    chart,
+  );
+}
+
+function formatMicros(us) {
+  return us >= 1000 ? `${(us / 1000).toFixed(2)} ms` : `${us.toFixed(1)} µs`;
+}
+
+function truncate(text, n) {
+  return text.length > n ? `${text.slice(0, n - 1)}…` : text;
+}
+
+/** The cached-models list, each with its size and a delete button. */
+export function renderCacheList(entries, onDelete) {
+  const list = $("cache-list");
+  if (!entries.length) {
+    list.replaceChildren(el("li", { class: "note", text: "Nothing kept yet. A model you load is kept here, so the next load needs no network." }));
+    return;
+  }
+  list.replaceChildren(...entries.map((e) => {
+    const remove = el("button", { type: "button", class: "small", text: "Delete", "aria-label": `Delete ${e.url}` });
+    remove.addEventListener("click", () => onDelete(e.url));
+    return el("li", { "data-url": e.url },
+      el("span", { class: "cache-name mono", text: displayName(e.url), title: e.url }),
+      el("span", { class: "cache-size", text: formatBytes(e.bytes) }),
+      el("span", { class: "cache-hash mono", text: e.sha256 ? `sha256 ${e.sha256.slice(0, 12)}…` : "", title: e.sha256 || "" }),
+      remove);
+  }));
+}
+
+export function displayName(url) {
+  try {
+    const u = new URL(url, location.href);
+    const file = u.pathname.split("/").pop() || u.pathname;
+    return u.origin === location.origin ? file : `${file} (${u.host})`;
+  } catch {
+    return url;
+  }
+}
