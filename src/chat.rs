@@ -40,11 +40,13 @@ pub const KEY_CHAT_TEMPLATE: &str = "tokenizer.chat_template";
 /// The template's name inside its minijinja environment (shown in render errors).
 const TEMPLATE_NAME: &str = "chat_template";
 
-/// minijinja instructions one render may execute. Real templates take a few hundred per
-/// message (Qwen3's, the largest here, ~600), so this allows conversations of many thousands
-/// of messages while stopping a hostile template (nested `range` loops) within about a second
+/// minijinja fuel for one render: about one unit per instruction, plus allocation sizes.
+/// Real templates take about 100 per message (4,000 messages through Gemma 3's, the costliest
+/// in the goldens, need 200k–500k), so this leaves room for ~40,000 messages, far more than
+/// any context coco runs holds, while a hostile template (nested `range` loops, a string
+/// doubled in a loop) stops within about a second (measured natively on a loaded machine)
 /// instead of hanging the page.
-const FUEL: u64 = 20_000_000;
+const FUEL: u64 = 5_000_000;
 
 /// One turn of a conversation: `role` is "system", "user", "assistant" (or whatever else the
 /// template accepts); `content` is the text.
@@ -354,11 +356,17 @@ mod tests {
 
     #[test]
     fn hostile_template_runs_out_of_fuel() {
-        let source =
+        let spin =
             "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}";
-        match render(source, &user("x")) {
-            Err(ChatError::Render { detail, .. }) => assert!(detail.contains("fuel"), "{detail}"),
-            other => panic!("expected out of fuel, got {other:?}"),
+        // Doubling a string 40 times would want a terabyte; fuel also pays for allocations.
+        let grow = "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}";
+        for source in [spin, grow] {
+            match render(source, &user("x")) {
+                Err(ChatError::Render { detail, .. }) => {
+                    assert!(detail.contains("fuel"), "{detail}")
+                }
+                other => panic!("expected out of fuel, got {other:?}"),
+            }
         }
     }
 

@@ -214,3 +214,44 @@ fn from_gguf_reports_a_syntax_error() {
         other => panic!("expected a syntax error on line 2, got {other:?}"),
     }
 }
+
+/// The render budget (minijinja fuel) must not cut off real conversations: 4,000 alternating
+/// turns (far past any context window coco runs) through every real golden template.
+#[test]
+fn long_conversations_fit_the_render_budget() {
+    let mut messages = vec![Message::new("system", "Be brief.")];
+    for i in 0..2000 {
+        messages.push(Message::new(
+            "user",
+            format!("Question {i}: what is {i} + {i}?"),
+        ));
+        messages.push(Message::new("assistant", format!("{}", 2 * i)));
+    }
+    messages.push(Message::new("user", "Last one."));
+    for path in goldens() {
+        let golden: Json =
+            serde_json::from_str(&std::fs::read_to_string(&path).expect("golden readable"))
+                .expect("golden is JSON");
+        let name = str_field(&golden, "name");
+        if golden["origin"]["kind"] == "written" {
+            continue; // the feature template stops after four messages on purpose
+        }
+        let template = ChatTemplate::new(
+            str_field(&golden, "template"),
+            str_field(&golden, "bos_token"),
+            str_field(&golden, "eos_token"),
+        )
+        .expect("compiles");
+        let start = std::time::Instant::now();
+        let text = template
+            .render(&messages, true)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(text.contains("Question 1999"), "{name}");
+        eprintln!(
+            "{name}: {} messages, {} bytes in {:?}",
+            messages.len(),
+            text.len(),
+            start.elapsed()
+        );
+    }
+}
