@@ -43,7 +43,7 @@ describe('default model (Gemma-3-270M) in the page', { timeout: 40 * 60_000 }, (
   }
 
   it('loads from the network with a wasm heap peak under 64 MB and generates sensible greedy text', { timeout: 25 * 60_000 }, async (t) => {
-    const session = await launch();
+    const session = await launch({ server });
     userDataDir = session.userDataDir;
     try {
       await guard(t, session, async () => {
@@ -81,7 +81,7 @@ describe('default model (Gemma-3-270M) in the page', { timeout: 40 * 60_000 }, (
 
   it('a second load in a new browser comes from the cache, with no network request for the model', { timeout: 15 * 60_000 }, async (t) => {
     assert.ok(userDataDir, 'needs the profile of the first load');
-    const session = await launch({ userDataDir });
+    const session = await launch({ userDataDir, server });
     try {
       await guard(t, session, async () => {
         const { page } = session;

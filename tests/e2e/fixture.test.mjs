@@ -14,6 +14,9 @@ const FIXTURE = 'tests/fixtures/llama-spm-q4_0.gguf';
 const FIXTURE_URL = 'fixtures/llama-spm-q4_0.gguf'; // relative to the page, as a user would type it
 const PROMPT = 'Once upon a time';
 const N = 16;
+// Later checks generate fewer tokens (SwiftShader is slow) and compare with native's prefix:
+// greedy output of n tokens is the first n of a longer greedy run.
+const SHORT = 6;
 const SCREENSHOT = path.join(ARTIFACTS, 'page-after-generation.png');
 
 describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
@@ -25,7 +28,7 @@ describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
     server = await startServer();
     // The native run and the browser start overlap.
     const nativeRunning = nativeRun(FIXTURE, PROMPT, N);
-    session = await launch();
+    session = await launch({ server });
     native = await nativeRunning;
   });
   after(async () => {
@@ -69,18 +72,22 @@ describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
     guard(t, session, async () => {
       const { page } = session;
       await waitState(page, 'loaded');
-      await page.locator('#megakernel').check({ timeout: 30_000 });
+      // A click, not check(): the page may keep the box unticked until the check has passed.
+      await page.click('#megakernel', { timeout: 30_000 });
       const result = page.locator('#megakernel-result[data-passed]');
       await result.waitFor({ timeout: 120_000 });
       const passed = await result.getAttribute('data-passed');
       const detail = await text(page, '#megakernel-result');
       assert.equal(passed, 'true', `the megakernel check failed: ${detail}`);
       assert.ok(/\d/.test(detail), `the check result shows its numbers (max |Δ|): "${detail}"`);
-      const run = await generate(page, { prompt: PROMPT, fields: { ...GREEDY, 'max-tokens': N } });
-      const at = firstDifference(run.ids, native.ids);
-      assert.equal(at, -1, `with the megakernel on, output differs at token ${at}: page ${JSON.stringify(run.ids)} native ${JSON.stringify(native.ids)}`);
+      const run = await generate(page, { prompt: PROMPT, fields: { ...GREEDY, 'max-tokens': SHORT } });
+      const want = native.ids.slice(0, SHORT);
+      const at = firstDifference(run.ids, want);
+      assert.equal(at, -1, `with the megakernel on, output differs at token ${at}: page ${JSON.stringify(run.ids)} native ${JSON.stringify(want)}`);
+      assert.equal(await page.isChecked('#megakernel'), true, 'the switch shows on after a passed check');
       record('fixture megakernel', { check: detail, decode_tok_s: run.decode_tok_s });
-      await page.locator('#megakernel').uncheck();
+      await page.click('#megakernel');
+      await page.waitForFunction(() => !document.getElementById('megakernel').checked && document.getElementById('app').dataset.state === 'loaded', null, { timeout: 60_000 });
     }));
 
   it('share link round trip: every field restored, the same output reproduced', { timeout: 8 * 60_000 }, async (t) => {
@@ -93,7 +100,7 @@ describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
       'min-p': '0.02',
       'repeat-penalty': '1.05',
       seed: '1234',
-      'max-tokens': '12',
+      'max-tokens': '6',
     };
     const prompt = 'The little robot said: "hello & <goodbye>"\nand then';
     let link;
@@ -160,8 +167,8 @@ describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
       await settleLoad(page, { until: ['loaded'] });
       const recoverSeconds = (Date.now() - t0) / 1000;
       assert.equal(await page.evaluate(() => window.__sameDocument), true, 'recovered without a page reload');
-      const run = await generate(page, { prompt: PROMPT, fields: { ...GREEDY, 'max-tokens': N } });
-      assert.deepEqual(run.ids, native.ids, 'after recovery, greedy output equals native again');
+      const run = await generate(page, { prompt: PROMPT, fields: { ...GREEDY, 'max-tokens': SHORT } });
+      assert.deepEqual(run.ids, native.ids.slice(0, SHORT), 'after recovery, greedy output equals native again');
       record('fixture device lost', { message, recover_seconds: recoverSeconds });
     }));
 });

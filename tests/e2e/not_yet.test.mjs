@@ -17,7 +17,7 @@ describe('not yet', { timeout: 10 * 60_000 }, () => {
   });
 
   it('an unsupported architecture (mamba) is refused from its header, with the reason', { timeout: 3 * 60_000 }, (t) =>
-    withBrowser(t, async (session) => {
+    withBrowser(t, { server }, async (session) => {
       const { page } = session;
       await openPage(page, server);
       const s = await loadModel(page, 'gen/mamba.gguf', { until: ['not-yet', 'loaded'] });
@@ -32,7 +32,7 @@ describe('not yet', { timeout: 10 * 60_000 }, () => {
     }));
 
   it('WebGPU hidden from the page (navigator.gpu deleted): state no-webgpu and the explanation', { timeout: 2 * 60_000 }, (t) =>
-    withBrowser(t, { initScript: () => delete Navigator.prototype.gpu }, async (session) => {
+    withBrowser(t, { server, initScript: () => delete Navigator.prototype.gpu }, async (session) => {
       const { page } = session;
       await page.goto(`${server.url}/`);
       await waitState(page, 'no-webgpu', { timeout: 60_000 });
@@ -41,7 +41,7 @@ describe('not yet', { timeout: 10 * 60_000 }, () => {
     }));
 
   it('Chromium without --enable-unsafe-webgpu (no adapter): state no-webgpu and the explanation', { timeout: 2 * 60_000 }, (t) =>
-    withBrowser(t, { webgpu: false }, async (session) => {
+    withBrowser(t, { server, webgpu: false }, async (session) => {
       const { page } = session;
       await page.goto(`${server.url}/`);
       await waitState(page, 'no-webgpu', { timeout: 60_000 });

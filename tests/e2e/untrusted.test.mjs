@@ -19,7 +19,7 @@ describe('untrusted share links', { timeout: 15 * 60_000 }, () => {
 
   before(async () => {
     server = await startServer();
-    session = await launch();
+    session = await launch({ server });
   });
   after(async () => {
     await session?.close();

@@ -12,7 +12,8 @@ import { chromium } from 'playwright-core';
 import { createServer } from '../../../scripts/serve.mjs';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
-export const DIST = path.join(ROOT, 'dist');
+// COCO_E2E_DIST points the tests at a page built elsewhere.
+export const DIST = path.resolve(ROOT, process.env.COCO_E2E_DIST ?? 'dist');
 export const MODELS = path.join(ROOT, 'models');
 export const FIXTURES = path.join(ROOT, 'tests/fixtures');
 // Everything a run leaves behind (screenshots, generated files, timings) goes here.
@@ -70,10 +71,11 @@ export async function startServer() {
 /**
  * A fresh Chromium with its own profile (the Cache API needs a real, persistent profile: an
  * incognito-style context gets a small in-memory quota). Pass `userDataDir` to reopen a
- * profile, e.g. to load a model from the cache in a new browser.
+ * profile, e.g. to load a model from the cache in a new browser; `server` (from startServer)
+ * adds its request log to failure messages.
  * Returns {context, page, logs, requests, userDataDir, close()}.
  */
-export async function launch({ webgpu = true, userDataDir, initScript, viewport = { width: 1280, height: 1000 } } = {}) {
+export async function launch({ webgpu = true, userDataDir, initScript, server, viewport = { width: 1280, height: 1000 } } = {}) {
   const dir = userDataDir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'coco-e2e-'));
   const context = await chromium.launchPersistentContext(dir, {
     executablePath: CHROMIUM,
@@ -85,7 +87,7 @@ export async function launch({ webgpu = true, userDataDir, initScript, viewport 
   });
   if (initScript) await context.addInitScript(initScript);
   const page = context.pages()[0] ?? (await context.newPage());
-  const session = { context, page, userDataDir: dir, logs: [], requests: [] };
+  const session = { context, page, server, userDataDir: dir, logs: [], requests: [] };
   watch(page, session);
   context.on('page', (p) => watch(p, session));
   session.close = async () => {
@@ -131,7 +133,10 @@ export async function diagnose(session, page = session.page) {
     facts = `(page unavailable: ${e.message})`;
   }
   const tail = session.logs.slice(-80).join('\n');
-  return `page: ${facts}\nconsole (last ${Math.min(80, session.logs.length)} of ${session.logs.length}):\n${tail}`;
+  let out = `page: ${facts}\nconsole (last ${Math.min(80, session.logs.length)} of ${session.logs.length}):\n${tail}`;
+  // The server's side of the story, when the test told the session which server it uses.
+  if (session.server?.log) out += `\nserver (last 30 requests):\n${session.server.log.slice(-30).join('\n')}`;
+  return out;
 }
 
 /**
