@@ -5,10 +5,14 @@
 //!   floor = weight bytes per token / read bandwidth + dispatches × dispatch cost + round trip
 //!
 //! `probe` measures the three adapter figures with micro-kernels.
+//!
+//! Every run also reports the FFN megakernel A/B (DESIGN.md: "every bench reports its A/B
+//! ratio"): token generation with the one-workgroup-per-token FFN against the normal path,
+//! after the same correctness check `Session::set_megakernel` runs.
 
 use std::sync::Arc;
 
-use crate::engine::{EngineError, LogitsFor, Model, Session};
+use crate::engine::{EngineError, LogitsFor, MegakernelCheck, Model, Session};
 use crate::gpu::{Binding, GpuContext, StepRecorder};
 use crate::kernels::probe::{probe_empty, probe_read, READ_THREADS};
 use crate::sampler::argmax;
@@ -42,6 +46,32 @@ pub struct BenchResult {
     /// Bytes of weights one decode step reads (every matrix, the full LM head, one embedding row).
     pub weight_bytes_per_token: u64,
     pub probe: Option<Probe>,
+    /// The FFN megakernel A/B.
+    pub megakernel: MegakernelAb,
+}
+
+/// Token generation with the FFN megakernel on and off, on the same prompt and model.
+#[derive(Clone, Debug)]
+pub struct MegakernelAb {
+    /// The check run before measuring; nothing is measured with the megakernel if it failed.
+    pub check: MegakernelCheck,
+    /// Whether the headline figures (`pp_tok_s`, `tg_tok_s`) were measured with it on.
+    pub headline: bool,
+    /// tg tok/s per rep with the megakernel (empty when the check failed).
+    pub tg_on: Vec<f64>,
+    /// tg tok/s per rep without it.
+    pub tg_off: Vec<f64>,
+}
+
+impl MegakernelAb {
+    /// Median tg with the megakernel on (NaN when it didn't run).
+    pub fn tg(&self) -> f64 {
+        median(&self.tg_on)
+    }
+    /// tg with the megakernel / tg without: below 1 means it is slower.
+    pub fn ratio(&self) -> f64 {
+        median(&self.tg_on) / median(&self.tg_off)
+    }
 }
 
 pub fn median(v: &[f64]) -> f64 {
@@ -93,11 +123,24 @@ pub fn weight_bytes_per_token(model: &Model) -> u64 {
     }
 }
 
-/// Runs pp and tg `reps` times each (after one warm-up) on a fresh session per rep.
+/// Runs pp and tg `reps` times each (after one warm-up) on a fresh session per rep, on the
+/// normal FFN path, then the megakernel A/B.
 pub async fn run(
     ctx: &Arc<GpuContext>,
     model: &Arc<Model>,
     cfg: &BenchConfig,
+) -> Result<BenchResult, EngineError> {
+    run_with(ctx, model, cfg, false).await
+}
+
+/// [`run`] with the headline figures measured with the FFN megakernel on (`coco bench
+/// --megakernel`; the caller has already checked it) or off. The A/B measures the other
+/// side's tg the same way.
+pub async fn run_with(
+    ctx: &Arc<GpuContext>,
+    model: &Arc<Model>,
+    cfg: &BenchConfig,
+    megakernel: bool,
 ) -> Result<BenchResult, EngineError> {
     let vocab = model.config.vocab_size;
     // A deterministic, varied prompt (ids spread over the vocabulary).
@@ -105,27 +148,38 @@ pub async fn run(
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 7) % vocab)
         .collect();
     let context = cfg.prompt_tokens + cfg.gen_tokens + 8;
+    let check = {
+        let mut s = Session::new(ctx, model, context, LogitsFor::LastToken);
+        s.pipeline = cfg.pipeline;
+        s.set_megakernel(true).await?
+    };
     let mut pp = Vec::new();
     let mut tg = Vec::new();
     let mut dispatches = 0;
     for rep in 0..=cfg.reps {
-        let mut s = Session::new(ctx, model, context, LogitsFor::LastToken);
-        s.pipeline = cfg.pipeline;
-        let clock = Clock::start();
-        let mut logits = s.forward(&prompt).await?;
-        let pp_rate = prompt.len() as f64 / clock.seconds();
-        let clock = Clock::start();
-        for _ in 0..cfg.gen_tokens {
-            let id = argmax(&logits);
-            logits = s.forward(&[id]).await?;
-        }
-        let tg_rate = cfg.gen_tokens as f64 / clock.seconds();
-        dispatches = s.stats.dispatches_per_token;
+        let on = megakernel && check.passed;
+        let r = pp_tg(ctx, model, cfg, &prompt, context, on, on).await?;
+        dispatches = r.2;
         if rep > 0 {
-            pp.push(pp_rate);
-            tg.push(tg_rate);
+            pp.push(r.0);
+            tg.push(r.1);
         }
     }
+    // The other side of the A/B: tg only (its prefill runs the normal path either way).
+    let mut other = Vec::new();
+    if check.passed {
+        for rep in 0..=cfg.reps {
+            let r = pp_tg(ctx, model, cfg, &prompt, context, false, !megakernel).await?;
+            if rep > 0 {
+                other.push(r.1);
+            }
+        }
+    }
+    let (tg_on, tg_off) = if megakernel {
+        (tg.clone(), other)
+    } else {
+        (other, tg.clone())
+    };
     Ok(BenchResult {
         adapter: ctx.describe(),
         prompt_tokens: cfg.prompt_tokens,
@@ -136,7 +190,43 @@ pub async fn run(
         dispatches_per_token: dispatches,
         weight_bytes_per_token: weight_bytes_per_token(model),
         probe: None,
+        megakernel: MegakernelAb {
+            check,
+            headline: megakernel,
+            tg_on,
+            tg_off,
+        },
     })
+}
+
+/// One fresh session: prefill `prompt`, then `gen_tokens` greedy decode steps, each with the
+/// FFN megakernel on or off. Returns (pp tok/s, tg tok/s, dispatches/token).
+#[allow(clippy::too_many_arguments)]
+async fn pp_tg(
+    ctx: &Arc<GpuContext>,
+    model: &Arc<Model>,
+    cfg: &BenchConfig,
+    prompt: &[u32],
+    context: u32,
+    prefill_megakernel: bool,
+    decode_megakernel: bool,
+) -> Result<(f64, f64, u32), EngineError> {
+    let mut s = Session::new(ctx, model, context, LogitsFor::LastToken);
+    s.pipeline = cfg.pipeline;
+    // The switch was checked once per run (in run_with) for this model and device; sessions
+    // differ only in their buffers, so it is set directly here.
+    s.megakernel = prefill_megakernel;
+    let clock = Clock::start();
+    let mut logits = s.forward(prompt).await?;
+    let pp_rate = prompt.len() as f64 / clock.seconds();
+    s.megakernel = decode_megakernel;
+    let clock = Clock::start();
+    for _ in 0..cfg.gen_tokens {
+        let id = argmax(&logits);
+        logits = s.forward(&[id]).await?;
+    }
+    let tg_rate = cfg.gen_tokens as f64 / clock.seconds();
+    Ok((pp_rate, tg_rate, s.stats.dispatches_per_token))
 }
 
 /// Measures read bandwidth, dependent-dispatch cost and submit+readback round trip.

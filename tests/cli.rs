@@ -141,3 +141,40 @@ fn default_model_greedy_run_prints_hf_text() {
         "got {out:?}"
     );
 }
+
+/// `--megakernel` (the one-workgroup-per-token FFN) prints its check to stderr and then the
+/// same greedy tokens as the normal path on the default model (Q5_0 gate/up with Q6_K and
+/// Q4_K downs: the megakernel's mixed-type case).
+#[test]
+fn megakernel_run_prints_the_same_greedy_tokens() {
+    let model = format!(
+        "{}/models/gemma-3-270m-q4_k_m.gguf",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    assert!(
+        std::path::Path::new(&model).exists(),
+        "{model} missing: run scripts/install_model.sh"
+    );
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "-m",
+            &model,
+            "-p",
+            "The capital of France is",
+            "-n",
+            "6",
+            "--temp",
+            "0",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let (ok, out, err) = coco(&args);
+        assert!(ok, "{err}");
+        (json(&out)["ids"].clone(), err)
+    };
+    let (normal, _) = run(&[]);
+    let (mega, err) = run(&["--megakernel"]);
+    assert!(err.contains("megakernel check passed"), "{err}");
+    assert_eq!(mega, normal, "greedy ids with and without --megakernel");
+}

@@ -67,6 +67,10 @@ enum Command {
         /// One kernel per operation instead of the fused pipeline (A/B and debugging).
         #[arg(long)]
         unfused: bool,
+        /// Run each FFN as the one-workgroup-per-token megakernel (slow on purpose: the A/B
+        /// lesson). Checked against the normal path first; refused if the check fails.
+        #[arg(long)]
+        megakernel: bool,
     },
     /// Teacher-forced logits for every prompt position.
     Logits {
@@ -112,6 +116,10 @@ enum Command {
         /// Benchmark the unfused pipeline (the fused one is the default).
         #[arg(long)]
         unfused: bool,
+        /// Headline figures with the FFN megakernel on (checked first; refused if the check
+        /// fails). The megakernel A/B is reported either way.
+        #[arg(long)]
+        megakernel: bool,
     },
     /// Architecture, hyperparameters, tensors, and the capability check for this adapter.
     Info {
@@ -128,6 +136,16 @@ fn pipeline(unfused: bool) -> coco::model::Pipeline {
     } else {
         coco::model::Pipeline::Fused
     }
+}
+
+/// `--megakernel`: runs the check, prints it to stderr, and refuses unless it passed.
+fn switch_on_megakernel(session: &mut Session) -> Result<()> {
+    let check = session.set_megakernel_blocking(true)?;
+    eprintln!("{check}");
+    if !check.passed {
+        bail!("--megakernel refused: its output differs from the normal FFN path ({check})");
+    }
+    Ok(())
 }
 
 fn open_gpu(verbose: bool) -> Result<Arc<GpuContext>> {
@@ -178,6 +196,7 @@ fn main() -> Result<()> {
             seed,
             json,
             unfused,
+            megakernel,
         } => {
             let ctx = open_gpu(cli.verbose)?;
             let m = load(&ctx, &model, cli.verbose)?;
@@ -187,6 +206,9 @@ fn main() -> Result<()> {
             }
             let mut session = Session::new(&ctx, &m, model.ctx, LogitsFor::LastToken);
             session.pipeline = pipeline(unfused);
+            if megakernel {
+                switch_on_megakernel(&mut session)?;
+            }
             let mut sampler = Sampler::new(SamplerConfig {
                 temperature: temp,
                 top_k,
@@ -278,7 +300,18 @@ fn main() -> Result<()> {
             probe,
             json,
             unfused,
-        } => bench(&model, prompt, n, reps, probe, json, unfused, cli.verbose)?,
+            megakernel,
+        } => bench(
+            &model,
+            prompt,
+            n,
+            reps,
+            probe,
+            json,
+            unfused,
+            megakernel,
+            cli.verbose,
+        )?,
         Command::Info { model, ctx } => info(&model, ctx, cli.verbose)?,
     }
     Ok(())
@@ -387,6 +420,7 @@ fn bench(
     probe: bool,
     as_json: bool,
     unfused: bool,
+    megakernel: bool,
     verbose: bool,
 ) -> Result<()> {
     let ctx = open_gpu(verbose)?;
@@ -401,7 +435,12 @@ fn bench(
         reps: reps.max(1),
         pipeline: pipeline(unfused),
     };
-    let mut r = pollster::block_on(coco::bench::run(&ctx, &m, &cfg))?;
+    if megakernel {
+        let mut s = Session::new(&ctx, &m, args.ctx, LogitsFor::LastToken);
+        s.pipeline = cfg.pipeline;
+        switch_on_megakernel(&mut s)?;
+    }
+    let mut r = pollster::block_on(coco::bench::run_with(&ctx, &m, &cfg, megakernel))?;
     if probe {
         r.probe = Some(pollster::block_on(coco::bench::probe(&ctx))?);
     }
@@ -427,16 +466,25 @@ fn bench(
         "probe": r.probe.as_ref().map(|p| json!({"read_gb_s": p.read_gb_s, "dispatch_us": p.dispatch_us, "round_trip_us": p.round_trip_us})),
         "floor_ms": r.floor_seconds().map(|f| f * 1000.0),
         "fraction_of_floor": r.fraction_of_floor(),
-        "megakernel": "not yet: the FFN megakernel is not built (issue: fused pipeline)",
+        "megakernel": megakernel_json(&r.megakernel),
     });
     if as_json {
         println!("{out}");
         return Ok(());
     }
-    println!("| model | adapter | pp{prompt} tok/s | tg{n} tok/s | ms/token | dispatches/token | GB/s eff. | floor ms | % of floor |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    let mk = &r.megakernel;
+    let ab = |v: f64, digits: usize| {
+        if v.is_finite() {
+            format!("{v:.digits$}")
+        } else {
+            "-".into()
+        }
+    };
+    println!("| model | adapter | pp{prompt} tok/s | tg{n} tok/s | ms/token | dispatches/token | GB/s eff. | floor ms | % of floor | megakernel tg tok/s | megakernel ratio |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     println!(
-        "| {name} | {} | {:.1} | {:.1} | {:.3} | {} | {:.1} | {} | {} |",
+        "| {name}{} | {} | {:.1} | {:.1} | {:.3} | {} | {:.1} | {} | {} | {} | {} |",
+        if mk.headline { " (megakernel)" } else { "" },
         r.adapter,
         r.pp(),
         r.tg(),
@@ -447,6 +495,8 @@ fn bench(
             .map_or("-".into(), |f| format!("{:.3}", f * 1000.0)),
         r.fraction_of_floor()
             .map_or("-".into(), |f| format!("{:.0}%", f * 100.0)),
+        ab(mk.tg(), 1),
+        ab(mk.ratio(), 3),
     );
     if let Some(p) = &r.probe {
         println!(
@@ -454,6 +504,33 @@ fn bench(
             p.read_gb_s, p.dispatch_us, p.round_trip_us
         );
     }
-    println!("megakernel A/B: not yet (the FFN megakernel is not built)");
+    println!(
+        "megakernel A/B: tg {} tok/s with, {} without (ratio {}); {}",
+        ab(mk.tg(), 1),
+        ab(coco::bench::median(&mk.tg_off), 1),
+        ab(mk.ratio(), 3),
+        mk.check
+    );
     Ok(())
+}
+
+/// `{"tg_tok_s", "tg_off_tok_s", "ratio", "headline", "check": {…}}`; nulls where the
+/// megakernel did not run.
+fn megakernel_json(mk: &coco::bench::MegakernelAb) -> serde_json::Value {
+    let num = |v: f64| if v.is_finite() { json!(v) } else { json!(null) };
+    let c = &mk.check;
+    json!({
+        "tg_tok_s": num(mk.tg()),
+        "tg_off_tok_s": num(coco::bench::median(&mk.tg_off)),
+        "ratio": num(mk.ratio()),
+        "tg_runs": mk.tg_on,
+        "headline": mk.headline,
+        "check": {
+            "passed": c.passed,
+            "max_abs": num(c.max_abs as f64),
+            "max_rel": num(c.max_rel as f64),
+            "rows": c.rows,
+            "detail": c.detail,
+        },
+    })
 }
