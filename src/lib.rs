@@ -15,3 +15,5 @@ pub mod reference;
 pub mod sampler;
 pub mod tokenizer;
 mod util;
+#[cfg(target_arch = "wasm32")]
+pub mod web;

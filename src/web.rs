@@ -16,9 +16,8 @@ use wasm_bindgen::JsCast;
 
 use crate::bench::{self, BenchConfig};
 use crate::capabilities::{self, AdapterFacts, Report, Status};
-use crate::engine::{
-    summarize_types, Loader, LogitsFor, Model, Scratch, Session, PREFILL_CHUNK,
-};
+use crate::chat::Message;
+use crate::engine::{summarize_types, Loader, LogitsFor, Model, Scratch, Session, PREFILL_CHUNK};
 use crate::gguf::{Header, Parser};
 use crate::gpu::GpuContext;
 use crate::model::{Config, Pipeline};
@@ -85,6 +84,8 @@ pub struct Coco {
     /// KV-cache positions for sessions (set at `load_begin`).
     context: u32,
     pipeline: Pipeline,
+    /// The FFN megakernel switch, kept for sessions made after the check passed.
+    megakernel: bool,
 }
 
 #[wasm_bindgen]
@@ -112,6 +113,7 @@ impl Coco {
             session: None,
             context: 2048,
             pipeline: Pipeline::Fused,
+            megakernel: false,
         })
     }
 
@@ -250,6 +252,7 @@ impl Coco {
     /// Drops the model, its session and any load in progress.
     pub fn unload(&mut self) {
         self.session = None;
+        self.megakernel = false;
         self.model = None;
         self.model_info = Json::Null;
         self.pending = None;
@@ -259,10 +262,14 @@ impl Coco {
     /// wasm heap and GPU memory in use.
     pub fn memory(&self) -> JsValue {
         let wasm = wasm_memory_bytes();
+        let r = self.ctx.resource_counts();
         to_js(json!({
             "wasm_bytes": wasm,
             "wasm_peak_bytes": wasm,
             "gpu_bytes": self.gpu_bytes(),
+            "gpu_buffers_created": r.buffers_created,
+            "bind_groups": r.bind_groups,
+            "pipelines": r.pipelines,
         }))
     }
 
@@ -273,6 +280,25 @@ impl Coco {
             other => return Err(JsError::new(&format!("unknown pipeline {other:?}"))),
         };
         Ok(())
+    }
+
+    /// The FFN megakernel switch. Turning it on first runs its correctness check (both FFN
+    /// paths on the same inputs); it stays off when the check fails.
+    pub async fn set_megakernel(&mut self, on: bool) -> Result<JsValue, JsError> {
+        let model = self.loaded()?;
+        let session = self.session(&model);
+        let check = session.set_megakernel(on).await.map_err(js_err)?;
+        self.megakernel = session.megakernel;
+        Ok(to_js(json!({
+            "on": self.megakernel,
+            "check": {
+                "passed": check.passed,
+                "max_abs": check.max_abs,
+                "max_rel": check.max_rel,
+                "rows": check.rows,
+                "detail": check.detail,
+            },
+        })))
     }
 
     /// Completes `prompt` (BOS added as the model wants). `on_token(piece, id)` may return
@@ -286,6 +312,27 @@ impl Coco {
         let model = self.loaded()?;
         let ids = model.tokenizer.encode(&prompt, true, true);
         self.run(&model, ids, &from_js(&options), &on_token).await
+    }
+
+    /// Continues a conversation (`[{role, content}, …]`) formatted by the GGUF's chat template.
+    /// Only what differs from the cached tokens is prefilled, so a new turn costs its own
+    /// tokens, not the whole conversation's.
+    pub async fn chat(
+        &mut self,
+        messages: JsValue,
+        options: JsValue,
+        on_token: js_sys::Function,
+    ) -> Result<JsValue, JsError> {
+        let model = self.loaded()?;
+        let text = render_chat(&model, &from_js(&messages))?;
+        // The template writes BOS itself where the model wants it (as HF's apply_chat_template).
+        let ids = model.tokenizer.encode(&text, false, true);
+        self.run(&model, ids, &from_js(&options), &on_token).await
+    }
+
+    /// The templated prompt text for `messages`, as `chat` would tokenize it.
+    pub fn render_chat(&self, messages: JsValue) -> Result<String, JsError> {
+        render_chat(&*self.loaded()?, &from_js(&messages))
     }
 
     /// Forgets the conversation: the next call prefills from position 0.
@@ -344,12 +391,26 @@ impl Coco {
             .ok_or_else(|| JsError::new("no model loaded"))
     }
 
+    /// The generation session (made on first use, with the page's switches).
+    fn session(&mut self, model: &Arc<Model>) -> &mut Session {
+        let session = self.session.get_or_insert_with(|| {
+            Session::new(&self.ctx, model, self.context, LogitsFor::LastToken)
+        });
+        session.pipeline = self.pipeline;
+        session.megakernel = self.megakernel;
+        session
+    }
+
     /// Weights + KV cache + activations, as allocated.
     fn gpu_bytes(&self) -> u64 {
         let Some(model) = &self.model else { return 0 };
         let c = &model.config;
         let session = self.session.as_ref().map_or(0, |s| {
-            let kv = 2 * c.n_layers as u64 * s.kv.context as u64 * (c.n_kv_heads * c.head_dim) as u64 * 4;
+            let kv = 2
+                * c.n_layers as u64
+                * s.kv.context as u64
+                * (c.n_kv_heads * c.head_dim) as u64
+                * 4;
             kv + Scratch::bytes_for(c, PREFILL_CHUNK, 1)
         });
         model.weight_bytes + session
@@ -369,11 +430,7 @@ impl Coco {
         if let Some(lost) = self.ctx.lost() {
             return Err(JsError::new(&format!("the GPU device was lost: {lost}")));
         }
-        let context = self.context;
-        let session = self
-            .session
-            .get_or_insert_with(|| Session::new(&self.ctx, model, context, LogitsFor::LastToken));
-        session.pipeline = self.pipeline;
+        let session = self.session(model);
         let reused = session.keep_common_prefix(&ids);
         session.stats = Default::default();
         let room = session.kv.context.saturating_sub(ids.len() as u32);
@@ -437,6 +494,34 @@ impl Coco {
             "ids": generated,
         })))
     }
+}
+
+fn render_chat(model: &Model, messages: &Json) -> Result<String, JsError> {
+    let template =
+        match &model.chat_template {
+            None => return Err(JsError::new(
+                "not yet: this GGUF has no chat template (it is a base model); use completion mode",
+            )),
+            Some(Err(e)) => {
+                return Err(JsError::new(&format!(
+                    "not yet: this GGUF's chat template does not compile here: {e}"
+                )))
+            }
+            Some(Ok(t)) => t,
+        };
+    let messages: Vec<Message> = messages
+        .as_array()
+        .ok_or_else(|| JsError::new("messages must be an array of {role, content}"))?
+        .iter()
+        .map(|m| {
+            let field = |k: &str| m.get(k).and_then(Json::as_str).map(str::to_string);
+            match (field("role"), field("content")) {
+                (Some(role), Some(content)) => Ok(Message::new(role, content)),
+                _ => Err(JsError::new("each message needs a string role and content")),
+            }
+        })
+        .collect::<Result<_, _>>()?;
+    template.render(&messages, true).map_err(js_err)
 }
 
 fn opt_u32(o: &Json, key: &str, default: u32) -> u32 {
@@ -516,6 +601,6 @@ fn model_json(header: &Header) -> Json {
         "data_end": header.data_end(),
         "types": summarize_types(header),
         "tensors": header.tensors.len(),
-        "chat_template": meta.contains("tokenizer.chat_template"),
+        "chat_template": meta.contains(crate::chat::KEY_CHAT_TEMPLATE),
     })
 }

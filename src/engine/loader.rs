@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::capabilities::{self, AdapterFacts, Report};
+use crate::chat::ChatTemplate;
 use crate::gguf::{Event, GgmlType, GgufError, Header, Parser};
 use crate::gpu::{GpuContext, GpuTensor};
 use crate::model::{Config, ConfigError, Weights};
@@ -261,6 +262,7 @@ impl Loader {
                 .collect()
         });
         let weights = Weights::from_tensors(&config, by_name, rope_freq_factors)?;
+        let chat_template = ChatTemplate::from_gguf(&header.metadata, &tokenizer).transpose();
         let weight_bytes = header.total_tensor_bytes();
         let type_summary = summarize_types(header);
         Ok(Model {
@@ -270,6 +272,7 @@ impl Loader {
             weight_bytes,
             type_summary,
             report: self.report.take(),
+            chat_template,
         })
     }
 }

@@ -7,7 +7,7 @@ mod megakernel;
 
 #[cfg(not(target_arch = "wasm32"))]
 pub use loader::load_path;
-pub use loader::{LoadError, LoadProgress, Loader};
+pub use loader::{summarize_types, LoadError, LoadProgress, Loader};
 pub use megakernel::MegakernelCheck;
 
 use std::sync::Arc;
@@ -34,6 +34,9 @@ pub struct Model {
     /// "Q4_K×27 Q5_0×81 …" for reports.
     pub type_summary: String,
     pub report: Option<Report>,
+    /// The GGUF's chat template: None for base models without one; an error when the
+    /// template doesn't compile (the model still runs as a completion model).
+    pub chat_template: Option<Result<crate::chat::ChatTemplate, crate::chat::ChatError>>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -53,6 +53,18 @@ pub struct GpuContext {
     /// Reusable MAP_READ staging buffers by size.
     staging: Mutex<HashMap<u64, wgpu::Buffer>>,
     faults: Arc<Mutex<Faults>>,
+    /// Buffers created so far (every buffer coco makes goes through this context). A steady
+    /// decode loop must leave it unchanged: the soak tests check that.
+    buffers_created: std::sync::atomic::AtomicU64,
+}
+
+/// Resource counters for leak checks (soak tests, the page's memory readout).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResourceCounts {
+    pub buffers_created: u64,
+    pub pipelines: usize,
+    pub bind_groups: usize,
+    pub readback_buffers: usize,
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -102,7 +114,10 @@ impl GpuContext {
         device.set_device_lost_callback(move |reason, message| {
             let mut f = sink.lock().unwrap_or_else(|p| p.into_inner());
             f.lost = Some(match reason {
-                wgpu::DeviceLostReason::Destroyed => format!("device destroyed ({message})"),
+                wgpu::DeviceLostReason::Destroyed if message.is_empty() => {
+                    "device destroyed".into()
+                }
+                wgpu::DeviceLostReason::Destroyed => format!("device destroyed: {message}"),
                 _ => message,
             });
         });
@@ -118,6 +133,7 @@ impl GpuContext {
             bind_groups: Mutex::new(HashMap::new()),
             staging: Mutex::new(HashMap::new()),
             faults,
+            buffers_created: Default::default(),
         })
     }
 
@@ -162,7 +178,11 @@ impl GpuContext {
 
     /// The device-lost message, once the device is gone.
     pub fn lost(&self) -> Option<String> {
-        self.faults.lock().unwrap_or_else(|p| p.into_inner()).lost.clone()
+        self.faults
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .lost
+            .clone()
     }
 
     /// Fails with the device-lost message or the first uncaptured GPU error since the last
@@ -234,13 +254,30 @@ impl GpuContext {
         pipeline
     }
 
+    fn create_buffer(&self, desc: &wgpu::BufferDescriptor<'_>) -> wgpu::Buffer {
+        self.buffers_created
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.device.create_buffer(desc)
+    }
+
+    pub fn resource_counts(&self) -> ResourceCounts {
+        ResourceCounts {
+            buffers_created: self
+                .buffers_created
+                .load(std::sync::atomic::Ordering::Relaxed),
+            pipelines: self.pipeline_count(),
+            bind_groups: self.cached_bind_groups(),
+            readback_buffers: self.staging.lock().map(|s| s.len()).unwrap_or(0),
+        }
+    }
+
     pub fn pipeline_count(&self) -> usize {
         self.pipelines.lock().map(|c| c.len()).unwrap_or(0)
     }
 
     /// A zeroed storage buffer; `size` is rounded up to 4 bytes (wgpu's copy alignment).
     pub fn storage_buffer(&self, label: &str, size: u64) -> wgpu::Buffer {
-        self.device.create_buffer(&wgpu::BufferDescriptor {
+        self.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             size: (size.max(4) + 3) & !3,
             usage: wgpu::BufferUsages::STORAGE
@@ -279,7 +316,7 @@ impl GpuContext {
         if slot.as_ref().is_none_or(|b| b.size() < needed) {
             // Grown buffers invalidate every cached bind group that pointed at the old one.
             self.clear_bind_groups();
-            *slot = Some(self.device.create_buffer(&wgpu::BufferDescriptor {
+            *slot = Some(self.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("params"),
                 size: needed.next_power_of_two().max(1 << 16),
                 usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
@@ -347,7 +384,7 @@ impl GpuContext {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&size);
         let staging = cached.unwrap_or_else(|| {
-            self.device.create_buffer(&wgpu::BufferDescriptor {
+            self.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("readback"),
                 size: size.max(4),
                 usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
@@ -363,14 +400,16 @@ impl GpuContext {
             .map_async(wgpu::MapMode::Read, move |result| {
                 let _ = sender.send(result);
             });
+        // A lost device fails the poll and the map too; say so rather than "map failed".
+        let failed = |why: String| self.check_health().err().unwrap_or(GpuError::Readback(why));
         #[cfg(not(target_arch = "wasm32"))]
         self.device
             .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| GpuError::Readback(e.to_string()))?;
+            .map_err(|e| failed(e.to_string()))?;
         receiver
             .await
-            .map_err(|_| GpuError::Readback("map callback dropped".into()))?
-            .map_err(|e| GpuError::Readback(e.to_string()))?;
+            .map_err(|_| failed("map callback dropped".into()))?
+            .map_err(|e| failed(e.to_string()))?;
         let data = staging
             .slice(..)
             .get_mapped_range()

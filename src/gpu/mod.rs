@@ -8,7 +8,7 @@ mod recorder;
 mod shader;
 mod weights;
 
-pub use context::{GpuContext, GpuError};
+pub use context::{GpuContext, GpuError, ResourceCounts};
 pub use recorder::{Binding, StepRecorder};
 pub use shader::{preprocess, preprocess_with, shader_source};
 pub use weights::{GpuTensor, TensorPart};

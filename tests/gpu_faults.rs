@@ -1,0 +1,123 @@
+//! GPU faults and long runs (issue "Robustness and security", points 4 and 6), natively on
+//! lavapipe: a failed allocation and a lost device come back as typed errors, never a panic;
+//! a long series of generations creates no new GPU resources once warm.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use coco::engine::{load_path, LogitsFor, Model, Session, StopReason};
+use coco::gpu::{GpuContext, GpuError};
+use coco::sampler::{Sampler, SamplerConfig};
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/{name}.gguf"))
+}
+
+fn gpu() -> Arc<GpuContext> {
+    Arc::new(GpuContext::new_blocking().expect("a GPU adapter (lavapipe in CI)"))
+}
+
+fn load(ctx: &Arc<GpuContext>, name: &str) -> Arc<Model> {
+    Arc::new(load_path(ctx, &fixture(name), 512).unwrap_or_else(|e| panic!("{name}: {e}")))
+}
+
+#[test]
+fn failed_allocation_is_a_typed_error() {
+    let ctx = gpu();
+    // One byte-aligned step past the adapter's largest buffer: wgpu reports it asynchronously
+    // (its default handler would panic); coco records it and the next check returns it.
+    let too_big = ctx.limits.max_buffer_size + 4;
+    let _buffer = ctx.storage_buffer("too_big", too_big);
+    let err = ctx
+        .check_health()
+        .expect_err("an oversized buffer must be reported");
+    assert!(matches!(err, GpuError::Validation(_)), "{err:?}");
+    println!("oversized buffer: {err}");
+    // Reported once, then the device is healthy again.
+    ctx.check_health()
+        .expect("the error is cleared after it was returned");
+}
+
+#[test]
+fn lost_device_ends_generation_with_a_clear_error() {
+    let ctx = gpu();
+    let model = load(&ctx, "llama-spm-q4_0");
+    let mut session = Session::new(&ctx, &model, 64, LogitsFor::LastToken);
+    session
+        .forward_blocking(&[1, 15043])
+        .expect("works before the loss");
+    ctx.device.destroy();
+    let err = session
+        .forward_blocking(&[1])
+        .expect_err("a step on a destroyed device must fail");
+    let text = err.to_string();
+    println!("after device.destroy(): {text}");
+    assert!(
+        text.contains("lost") || text.contains("destroyed"),
+        "{text}"
+    );
+    assert!(ctx.lost().is_some(), "the lost callback must have fired");
+}
+
+/// Soak: `GENERATIONS` sampled generations in one session. After the first, no buffer, bind
+/// group, pipeline or readback buffer may be created, and the process's resident memory
+/// must not grow by more than a few MiB. Speeds are printed (first vs last), not asserted:
+/// timing belongs to the benchmark, and lavapipe shares 2 cores with other tests.
+#[test]
+fn soak_creates_no_resources_once_warm() {
+    const GENERATIONS: usize = 50;
+    let tokens: u32 = std::env::var("COCO_SOAK_TOKENS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8);
+    let ctx = gpu();
+    let model = load(&ctx, "llama-spm-q4_0");
+    let mut session = Session::new(&ctx, &model, tokens + 16, LogitsFor::LastToken);
+    let prompt = model.tokenizer.encode("Once upon a time", true, true);
+    let mut warm = None;
+    let mut rss_warm = 0;
+    let mut rates = Vec::new();
+    for i in 0..GENERATIONS {
+        session.reset();
+        let mut sampler = Sampler::new(SamplerConfig {
+            seed: i as u64,
+            ..Default::default()
+        });
+        let out = session
+            .generate_blocking(&prompt, tokens, &mut sampler, &mut |_| true)
+            .expect("generation");
+        assert!(!out.is_empty());
+        rates.push(session.stats.decode_tok_s());
+        if i == 0 {
+            warm = Some(ctx.resource_counts());
+            rss_warm = resident_bytes();
+        } else if session.stats.stop == StopReason::MaxTokens {
+            assert_eq!(
+                Some(ctx.resource_counts()),
+                warm,
+                "generation {i} created GPU resources"
+            );
+        }
+    }
+    let rss_growth = resident_bytes().saturating_sub(rss_warm);
+    println!(
+        "soak: {GENERATIONS} × {tokens} tokens; decode first {:.1} tok/s, last {:.1} tok/s; \
+         resources {:?}; resident memory growth after warm-up {:.1} MiB",
+        rates[0],
+        rates[GENERATIONS - 1],
+        warm.unwrap(),
+        rss_growth as f64 / (1 << 20) as f64
+    );
+    assert!(
+        rss_growth < 16 << 20,
+        "resident memory grew by {rss_growth} bytes over the soak"
+    );
+}
+
+/// Resident set size from /proc (Linux); 0 elsewhere.
+fn resident_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
