@@ -19,9 +19,10 @@
 //! `tests/chat_template.rs` demands byte-identical output with HF on real templates
 //! (`tests/goldens/chat_*.json`, from `tools/chat_goldens.py`).
 //!
-//! Known differences from Python, none seen in real chat templates: `~` and `join` print
-//! booleans and none the minijinja way (`true`, `none`); `tojson` accepts iterables that Python
-//! cannot serialize (generators); Python-only objects (`cycler`, `joiner`, `lipsum`) are absent.
+//! Known differences from Python, none seen in real chat templates: tuples print as lists
+//! (`[1, 2]`, not `(1, 2)`); `tojson` accepts iterables that Python cannot serialize
+//! (generators); `str.title()` misses the Latin digraphs (`ǆ`); Python-only objects (`cycler`,
+//! `joiner`, `lipsum`) are absent.
 
 mod date;
 mod python;
