@@ -9,6 +9,10 @@
 //! * Llama 3: case-insensitive contractions, letters with one leading non-letter/digit, digit runs
 //!   of at most three, punctuation with trailing newlines, newline runs, whitespace.
 //! * Qwen2: as Llama 3 but every digit on its own.
+//! * SmolLM2 (`smollm`): HF `Sequence[Digits(individual_digits=true), ByteLevel(use_regex=true)]`
+//!   -- every digit on its own first, then GPT-2's regex on each stretch between digits (llama.cpp:
+//!   `"\\p{N}"` then the GPT-2 regex). Not one combined regex: GPT-2's `\s+(?!\S)` sees the end of
+//!   the stretch where a combined regex would see the digit, so `"a  1"` is `a`, `  `, `1` in HF.
 //!
 //! Llama 3 also sets `ignore_merges` (HF `BPE.ignore_merges`, llama.cpp's `ignore_merges`): a word
 //! that is itself a token is emitted whole, without running merges (which might not reach it).
@@ -30,11 +34,13 @@ pub(crate) enum PreTokenizer {
     Gpt2,
     Llama3,
     Qwen2,
+    /// GPT-2's regex after splitting off every digit (SmolLM2).
+    Smollm,
 }
 
 /// `tokenizer.ggml.pre` values we accept (for the "not yet" message).
 pub(crate) const SUPPORTED_PRE: &str =
-    "default, gpt-2, llama-bpe, llama3, llama-v3, qwen2, deepseek-r1-qwen";
+    "default, gpt-2, llama-bpe, llama3, llama-v3, qwen2, deepseek-r1-qwen, smollm";
 
 impl PreTokenizer {
     /// `default` follows HF's GGUF reader (GPT-2's own ByteLevel regex); llama.cpp's `default`
@@ -44,17 +50,32 @@ impl PreTokenizer {
             "default" | "gpt-2" => Some(PreTokenizer::Gpt2),
             "llama-bpe" | "llama3" | "llama-v3" => Some(PreTokenizer::Llama3),
             "qwen2" | "deepseek-r1-qwen" => Some(PreTokenizer::Qwen2),
+            // llama.cpp gives starcoder, refact, command-r, codeshell, exaone and minerva the same
+            // split; only SmolLM2's is checked against HF here, so only its name is accepted.
+            "smollm" => Some(PreTokenizer::Smollm),
             _ => None,
         }
     }
 
     fn pattern(self) -> &'static str {
         match self {
-            PreTokenizer::Gpt2 => GPT2_SPLIT,
+            PreTokenizer::Gpt2 | PreTokenizer::Smollm => GPT2_SPLIT,
             PreTokenizer::Llama3 => LLAMA3_SPLIT,
             PreTokenizer::Qwen2 => QWEN2_SPLIT,
         }
     }
+
+    /// Whether every digit is cut out as its own word before the regex runs (HF
+    /// `Digits(individual_digits=true)` as the first step of a `Sequence`).
+    fn splits_digits(self) -> bool {
+        self == PreTokenizer::Smollm
+    }
+}
+
+/// HF's `Digits` pre-tokenizer tests `char::is_numeric` (general categories Nd, Nl, No), the same
+/// set as `\p{N}` up to Unicode-version drift between tables.
+fn is_digit(c: char) -> bool {
+    c.is_numeric()
 }
 
 /// GPT-2's byte → printable char table: printable Latin-1 bytes stand for themselves, the other
@@ -79,6 +100,7 @@ pub(crate) fn byte_to_char_table() -> [char; 256] {
 
 pub(crate) struct Bpe {
     regex: Regex,
+    split_digits: bool,
     pub ignore_merges: bool,
     /// (left id, right id) → (rank, merged id).
     merges: FxHashMap<(u32, u32), (u32, u32)>,
@@ -136,6 +158,7 @@ impl Bpe {
         }
         Ok(Bpe {
             regex,
+            split_digits: pre.splits_digits(),
             ignore_merges,
             merges: map,
             byte_ids,
@@ -146,16 +169,44 @@ impl Bpe {
 
     /// Tokenize one stretch of plain text, appending ids to `out`.
     pub(crate) fn encode(&self, text: &str, lookup: &FxHashMap<String, u32>, out: &mut Vec<u32>) {
+        let mut spelled = String::new();
+        self.for_each_word(text, &mut |w| {
+            self.encode_word(w, lookup, &mut spelled, out)
+        });
+    }
+
+    /// The pre-tokenizer: calls `f` on each word of `text` in order; the words concatenate to it.
+    fn for_each_word(&self, text: &str, f: &mut impl FnMut(&str)) {
+        if !self.split_digits {
+            return self.for_each_regex_word(text, f);
+        }
+        // HF `Digits(individual_digits=true)`, behavior `Isolated`: each digit is a word, and each
+        // stretch between digits goes through the regex on its own.
         let mut last = 0usize;
-        let mut word = String::new();
+        for (i, c) in text.char_indices() {
+            if is_digit(c) {
+                if i > last {
+                    self.for_each_regex_word(&text[last..i], f);
+                }
+                last = i + c.len_utf8();
+                f(&text[i..last]);
+            }
+        }
+        if last < text.len() {
+            self.for_each_regex_word(&text[last..], f);
+        }
+    }
+
+    fn for_each_regex_word(&self, text: &str, f: &mut impl FnMut(&str)) {
+        let mut last = 0usize;
         for m in self.regex.find_iter(text) {
             match m {
                 Ok(m) => {
                     // HF `Split(behavior=Isolated)`: text between matches is a word too.
                     if m.start() > last {
-                        self.encode_word(&text[last..m.start()], lookup, &mut word, out);
+                        f(&text[last..m.start()]);
                     }
-                    self.encode_word(m.as_str(), lookup, &mut word, out);
+                    f(m.as_str());
                     last = m.end();
                 }
                 // fancy-regex gives up past its backtracking limit (pathological input only):
@@ -164,7 +215,7 @@ impl Bpe {
             }
         }
         if last < text.len() {
-            self.encode_word(&text[last..], lookup, &mut word, out);
+            f(&text[last..]);
         }
     }
 
@@ -252,5 +303,25 @@ mod tests {
             ["I", "'", "M", " ", " ok"]
         );
         assert_eq!(split(PreTokenizer::Llama3, "I'M"), ["I", "'M"]);
+    }
+
+    fn words(pre: PreTokenizer, text: &str) -> Vec<String> {
+        let bpe = Bpe::new(pre, false, &[], &FxHashMap::default()).expect("builds");
+        let mut out = Vec::new();
+        bpe.for_each_word(text, &mut |w| out.push(w.to_string()));
+        out
+    }
+
+    /// HF `Sequence[Digits(individual_digits=true), ByteLevel]` on SmolLM2's tokenizer.json.
+    #[test]
+    fn smollm_splits_digits_before_the_regex() {
+        let s = PreTokenizer::Smollm;
+        assert_eq!(words(s, "a 12x"), ["a", " ", "1", "2", "x"]);
+        // The stretch "a  " ends before the digit, so `\s+(?!\S)` takes both spaces.
+        assert_eq!(words(s, "a  1"), ["a", "  ", "1"]);
+        assert_eq!(words(PreTokenizer::Gpt2, "a  1"), ["a", " ", " 1"]);
+        assert_eq!(words(s, "٣½ x"), ["٣", "½", " x"]);
+        assert_eq!(words(s, "I'm 3.14"), ["I", "'m", " ", "3", ".", "1", "4"]);
+        assert_eq!(words(s, ""), Vec::<String>::new());
     }
 }
