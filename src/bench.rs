@@ -9,11 +9,14 @@
 //! Every run also reports the FFN megakernel A/B (DESIGN.md: "every bench reports its A/B
 //! ratio"): token generation with the one-workgroup-per-token FFN against the normal path,
 //! after the same correctness check `Session::set_megakernel` runs.
+//!
+//! [`profile_decode`] (`coco bench --profile`, and the page's chart) breaks one decode step
+//! down per kernel variant from timestamp queries (`StepRecorder::submit_timed`).
 
 use std::sync::Arc;
 
 use crate::engine::{EngineError, LogitsFor, MegakernelCheck, Model, Session};
-use crate::gpu::{Binding, GpuContext, StepRecorder};
+use crate::gpu::{Binding, GpuContext, StepRecorder, Timing};
 use crate::kernels::probe::{probe_empty, probe_read, READ_THREADS};
 use crate::sampler::argmax;
 use crate::util::Clock;
@@ -123,6 +126,14 @@ pub fn weight_bytes_per_token(model: &Model) -> u64 {
     }
 }
 
+/// The benchmark's prompt: `n` (at least 1) deterministic ids spread over the vocabulary.
+pub fn bench_prompt(model: &Model, n: u32) -> Vec<u32> {
+    let vocab = model.config.vocab_size;
+    (0..n.max(1))
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 7) % vocab)
+        .collect()
+}
+
 /// Runs pp and tg `reps` times each (after one warm-up) on a fresh session per rep, on the
 /// normal FFN path, then the megakernel A/B.
 pub async fn run(
@@ -142,11 +153,7 @@ pub async fn run_with(
     cfg: &BenchConfig,
     megakernel: bool,
 ) -> Result<BenchResult, EngineError> {
-    let vocab = model.config.vocab_size;
-    // A deterministic, varied prompt (ids spread over the vocabulary).
-    let prompt: Vec<u32> = (0..cfg.prompt_tokens.max(1))
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 7) % vocab)
-        .collect();
+    let prompt = bench_prompt(model, cfg.prompt_tokens);
     let context = cfg.prompt_tokens + cfg.gen_tokens + 8;
     let check = {
         let mut s = Session::new(ctx, model, context, LogitsFor::LastToken);
@@ -283,4 +290,130 @@ async fn timed_probe(
     rec.submit();
     ctx.read_buffer_async(dst, 0, 4).await?;
     Ok(clock.seconds())
+}
+
+/// GPU time of one kernel variant in a decode step (profiling mode).
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelTime {
+    /// The pipeline label, which names the variant (`matmul_q4_k_matvec_wg256_glu_silu_norm`).
+    pub label: String,
+    /// Dispatches of it per step.
+    pub calls: u32,
+    /// µs per step, summed over its calls (mean over the profiled steps).
+    pub total_us: f64,
+}
+
+/// One decode step, kernel by kernel.
+#[derive(Clone, Debug)]
+pub struct DecodeProfile {
+    /// Per kernel variant, slowest first.
+    pub kernels: Vec<KernelTime>,
+    /// Σ of `kernels`: the step with one pass per dispatch (what profiling needs on WebGPU),
+    /// so it includes a pass's overhead per dispatch.
+    pub profiled_us: f64,
+    /// The same step as it really runs, in one pass (GPU time between its timestamps).
+    pub one_pass_us: f64,
+    pub dispatches: u32,
+    /// Steps averaged (after one warm-up of each kind).
+    pub steps: u32,
+    /// Positions in the KV cache when the step runs.
+    pub position: u32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    #[error("not yet on this adapter: no timestamp-query")]
+    NoTimestampQuery,
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+/// Decode steps [`profile_decode`] averages.
+pub const PROFILE_STEPS: u32 = 5;
+
+/// Prefills `tokens` in a fresh session, then times the next decode step per kernel (one
+/// pass per dispatch) and as one pass, [`PROFILE_STEPS`] times each. The step is re-run at
+/// the same position (its KV-cache write is the same each time), so the session's state is
+/// never advanced by hand. `megakernel` assumes the caller checked it
+/// (`Session::set_megakernel`).
+pub async fn profile_decode(
+    ctx: &Arc<GpuContext>,
+    model: &Arc<Model>,
+    tokens: &[u32],
+    pipeline: crate::model::Pipeline,
+    megakernel: bool,
+) -> Result<DecodeProfile, ProfileError> {
+    if !ctx.features.contains(wgpu::Features::TIMESTAMP_QUERY) {
+        return Err(ProfileError::NoTimestampQuery);
+    }
+    let mut s = Session::new(ctx, model, tokens.len() as u32 + 8, LogitsFor::LastToken);
+    s.pipeline = pipeline;
+    s.megakernel = megakernel;
+    let id = if tokens.is_empty() {
+        0
+    } else {
+        argmax(&s.forward(tokens).await?)
+    };
+    ctx.queue
+        .write_buffer(&s.scratch.ids, 0, bytemuck::cast_slice(&[id]));
+    let record = || -> Result<StepRecorder, EngineError> {
+        let mut rec = StepRecorder::new(ctx);
+        crate::model::forward(
+            &mut rec,
+            model,
+            &s.kv,
+            &s.scratch,
+            1,
+            s.pos,
+            LogitsFor::LastToken,
+            pipeline,
+            megakernel,
+        )?;
+        Ok(rec)
+    };
+    let mut totals: Vec<KernelTime> = Vec::new();
+    let mut one_pass = Vec::new();
+    let mut dispatches = 0;
+    for step in 0..=PROFILE_STEPS {
+        let rec = record()?;
+        dispatches = rec.dispatch_count() as u32;
+        let spans = rec
+            .submit_timed(Timing::PerDispatch)
+            .await
+            .map_err(EngineError::from)?;
+        let whole = record()?
+            .submit_timed(Timing::Step)
+            .await
+            .map_err(EngineError::from)?;
+        if step == 0 {
+            continue; // warm-up
+        }
+        one_pass.push(whole.iter().map(|w| w.ns).sum::<f64>() / 1e3);
+        for span in spans {
+            match totals.iter_mut().find(|k| k.label == span.label) {
+                Some(k) => {
+                    k.calls += 1;
+                    k.total_us += span.ns / 1e3;
+                }
+                None => totals.push(KernelTime {
+                    label: span.label,
+                    calls: 1,
+                    total_us: span.ns / 1e3,
+                }),
+            }
+        }
+    }
+    for k in &mut totals {
+        k.calls /= PROFILE_STEPS;
+        k.total_us /= PROFILE_STEPS as f64;
+    }
+    totals.sort_by(|a, b| b.total_us.total_cmp(&a.total_us));
+    Ok(DecodeProfile {
+        profiled_us: totals.iter().map(|k| k.total_us).sum(),
+        kernels: totals,
+        one_pass_us: median(&one_pass),
+        dispatches,
+        steps: PROFILE_STEPS,
+        position: s.pos,
+    })
 }

@@ -120,6 +120,10 @@ enum Command {
         /// fails). The megakernel A/B is reported either way.
         #[arg(long)]
         megakernel: bool,
+        /// Also time one decode step per kernel with timestamp queries (one pass per
+        /// dispatch; the real one-pass step time is shown beside it).
+        #[arg(long)]
+        profile: bool,
     },
     /// Architecture, hyperparameters, tensors, and the capability check for this adapter.
     Info {
@@ -301,15 +305,19 @@ fn main() -> Result<()> {
             json,
             unfused,
             megakernel,
+            profile,
         } => bench(
             &model,
-            prompt,
-            n,
-            reps,
-            probe,
-            json,
-            unfused,
-            megakernel,
+            BenchFlags {
+                prompt,
+                n,
+                reps,
+                probe,
+                json,
+                unfused,
+                megakernel,
+                profile,
+            },
             cli.verbose,
         )?,
         Command::Info { model, ctx } => info(&model, ctx, cli.verbose)?,
@@ -411,18 +419,29 @@ fn info(path: &Path, ctx_len: u32, verbose: bool) -> Result<()> {
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn bench(
-    path: &Path,
+/// `coco bench`'s options.
+struct BenchFlags {
     prompt: u32,
     n: u32,
     reps: u32,
     probe: bool,
-    as_json: bool,
+    json: bool,
     unfused: bool,
     megakernel: bool,
-    verbose: bool,
-) -> Result<()> {
+    profile: bool,
+}
+
+fn bench(path: &Path, flags: BenchFlags, verbose: bool) -> Result<()> {
+    let BenchFlags {
+        prompt,
+        n,
+        reps,
+        probe,
+        json: as_json,
+        unfused,
+        megakernel,
+        profile,
+    } = flags;
     let ctx = open_gpu(verbose)?;
     let args = ModelArgs {
         model: path.to_path_buf(),
@@ -444,6 +463,24 @@ fn bench(
     if probe {
         r.probe = Some(pollster::block_on(coco::bench::probe(&ctx))?);
     }
+    let profiled = profile.then(|| {
+        let tokens = coco::bench::bench_prompt(&m, prompt);
+        pollster::block_on(coco::bench::profile_decode(
+            &ctx,
+            &m,
+            &tokens,
+            cfg.pipeline,
+            megakernel,
+        ))
+    });
+    let profile_json = match &profiled {
+        None => json!(null),
+        Some(Ok(p)) => profile_json(p),
+        Some(Err(coco::bench::ProfileError::NoTimestampQuery)) => {
+            json!({ "not_yet": coco::bench::ProfileError::NoTimestampQuery.to_string() })
+        }
+        Some(Err(coco::bench::ProfileError::Engine(e))) => bail!("profiling: {e}"),
+    };
     let name = path
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
@@ -467,6 +504,7 @@ fn bench(
         "floor_ms": r.floor_seconds().map(|f| f * 1000.0),
         "fraction_of_floor": r.fraction_of_floor(),
         "megakernel": megakernel_json(&r.megakernel),
+        "profile": profile_json,
     });
     if as_json {
         println!("{out}");
@@ -511,7 +549,56 @@ fn bench(
         ab(mk.ratio(), 3),
         mk.check
     );
+    match profiled {
+        Some(Ok(p)) => print_profile(&p),
+        Some(Err(e)) => println!("profile: {e}"),
+        None => {}
+    }
     Ok(())
+}
+
+/// The per-kernel table of `coco bench --profile`.
+fn print_profile(p: &coco::bench::DecodeProfile) {
+    println!();
+    println!(
+        "profile: one decode step at position {}, {} dispatches, mean of {} steps (timestamp queries)",
+        p.position, p.dispatches, p.steps
+    );
+    println!("| kernel | calls | µs/step | % |");
+    println!("|---|---|---|---|");
+    for k in &p.kernels {
+        println!(
+            "| {} | {} | {:.1} | {:.1}% |",
+            k.label,
+            k.calls,
+            k.total_us,
+            100.0 * k.total_us / p.profiled_us.max(1e-9)
+        );
+    }
+    println!(
+        "| total, one pass per dispatch | {} | {:.1} | 100% |",
+        p.dispatches, p.profiled_us
+    );
+    println!(
+        "profiling gives each dispatch its own compute pass (WebGPU has only pass-level timestamps), so its total includes one pass's overhead per dispatch; the real step, one pass: {:.1} µs",
+        p.one_pass_us
+    );
+}
+
+fn profile_json(p: &coco::bench::DecodeProfile) -> serde_json::Value {
+    let kernels: Vec<_> = p
+        .kernels
+        .iter()
+        .map(|k| json!({ "label": k.label, "calls": k.calls, "total_us": k.total_us }))
+        .collect();
+    json!({
+        "kernels": kernels,
+        "profiled_us": p.profiled_us,
+        "one_pass_us": p.one_pass_us,
+        "dispatches": p.dispatches,
+        "steps": p.steps,
+        "position": p.position,
+    })
 }
 
 /// `{"tg_tok_s", "tg_off_tok_s", "ratio", "headline", "check": {…}}`; nulls where the

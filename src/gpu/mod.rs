@@ -9,6 +9,6 @@ mod shader;
 mod weights;
 
 pub use context::{GpuContext, GpuError, ResourceCounts};
-pub use recorder::{Binding, StepRecorder};
+pub use recorder::{Binding, SpanTime, StepRecorder, Timing};
 pub use shader::{preprocess, preprocess_with, shader_source};
 pub use weights::{GpuTensor, TensorPart};

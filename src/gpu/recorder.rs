@@ -5,6 +5,12 @@
 //! buffer (each at the device's uniform offset alignment), creates the bind groups and encodes
 //! the pass. On the H200 an extra compute pass costs ~64 µs against ~3.5 µs for a dependent
 //! dispatch inside a pass (DEVICE.md), so a whole decode step lives in one pass.
+//!
+//! [`StepRecorder::submit_timed`] is the profiling mode: GPU times from timestamp queries.
+//! WebGPU only has pass-level `timestamp_writes` (timestamps inside a pass are a native-only
+//! wgpu feature), so to time each dispatch it gives every dispatch its own pass, which adds a
+//! pass's overhead to each: its sum is larger than the real one-pass step, which
+//! [`Timing::Step`] measures for comparison.
 
 use std::sync::Arc;
 
@@ -115,22 +121,16 @@ impl<'a> StepRecorder<'a> {
         self.dispatches.iter().map(|d| d.label.clone()).collect()
     }
 
-    /// Encodes everything in one compute pass, lets `after` append copies, and submits.
-    pub fn submit_with(
-        self,
-        after: impl FnOnce(&mut wgpu::CommandEncoder),
-    ) -> wgpu::SubmissionIndex {
+    /// The bind group of every dispatch, with the parameter blocks in `params`.
+    fn bind_groups(&self, params: &wgpu::Buffer) -> Vec<wgpu::BindGroup> {
         let ctx = self.ctx;
-        let _exclusive = ctx.submit_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let params = ctx.params_buffer(&self.params);
-        let bind_groups: Vec<wgpu::BindGroup> = self
-            .dispatches
+        self.dispatches
             .iter()
             .map(|d| {
                 let mut entries = vec![wgpu::BindGroupEntry {
                     binding: 0,
                     resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                        buffer: &params,
+                        buffer: params,
                         offset: d.params_offset,
                         size: wgpu::BufferSize::new(d.params_size),
                     }),
@@ -156,7 +156,18 @@ impl<'a> StepRecorder<'a> {
                 };
                 ctx.bind_group(key, &d.label, &entries)
             })
-            .collect();
+            .collect()
+    }
+
+    /// Encodes everything in one compute pass, lets `after` append copies, and submits.
+    pub fn submit_with(
+        self,
+        after: impl FnOnce(&mut wgpu::CommandEncoder),
+    ) -> wgpu::SubmissionIndex {
+        let ctx = self.ctx;
+        let _exclusive = ctx.submit_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let params = ctx.params_buffer(&self.params);
+        let bind_groups = self.bind_groups(&params);
         let mut encoder = ctx.command_encoder("step");
         {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
@@ -177,4 +188,120 @@ impl<'a> StepRecorder<'a> {
     pub fn submit(self) -> wgpu::SubmissionIndex {
         self.submit_with(|_| {})
     }
+
+    /// Submits the step with timestamp queries and returns the GPU time of each timed span,
+    /// in order: one span `"step"` for [`Timing::Step`], or one per dispatch (named by its
+    /// pipeline label) for [`Timing::PerDispatch`]. Errors on an adapter without
+    /// `TIMESTAMP_QUERY`.
+    pub async fn submit_timed(self, timing: Timing) -> Result<Vec<SpanTime>, GpuError> {
+        let ctx = self.ctx;
+        if !ctx.features.contains(wgpu::Features::TIMESTAMP_QUERY) {
+            return Err(GpuError::Dispatch {
+                label: "timestamps".into(),
+                why: "not yet on this adapter: no timestamp-query".into(),
+            });
+        }
+        let n = self.dispatches.len();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let spans: Vec<(&str, std::ops::Range<usize>)> = match timing {
+            Timing::Step => vec![("step", 0..n)],
+            Timing::PerDispatch => self
+                .dispatches
+                .iter()
+                .enumerate()
+                .map(|(i, d)| (d.label.as_str(), i..i + 1))
+                .collect(),
+        };
+        // Two queries (begin, end) per span; a query set holds at most QUERY_SET_MAX_QUERIES,
+        // so long steps use several, each resolved at its own aligned offset.
+        let per_set = (wgpu::QUERY_SET_MAX_QUERIES / 2) as usize;
+        let sets: Vec<(wgpu::QuerySet, u32)> = spans
+            .chunks(per_set)
+            .map(|c| {
+                let count = 2 * c.len() as u32;
+                let set = ctx.device.create_query_set(&wgpu::QuerySetDescriptor {
+                    label: Some("timestamps"),
+                    ty: wgpu::QueryType::Timestamp,
+                    count,
+                });
+                (set, count)
+            })
+            .collect();
+        let set_bytes = (2 * per_set) as u64 * wgpu::QUERY_SIZE as u64; // a multiple of 256
+        let resolved = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("timestamps"),
+            size: (sets.len() as u64 - 1) * set_bytes
+                + sets.last().map_or(0, |s| s.1) as u64 * wgpu::QUERY_SIZE as u64,
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        {
+            let _exclusive = ctx.submit_lock.lock().unwrap_or_else(|p| p.into_inner());
+            let params = ctx.params_buffer(&self.params);
+            let bind_groups = self.bind_groups(&params);
+            let mut encoder = ctx.command_encoder("timed step");
+            for (i, (label, range)) in spans.iter().enumerate() {
+                let (set, _) = &sets[i / per_set];
+                let q = 2 * (i % per_set) as u32;
+                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some(label),
+                    timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
+                        query_set: set,
+                        beginning_of_pass_write_index: Some(q),
+                        end_of_pass_write_index: Some(q + 1),
+                    }),
+                });
+                for (d, bg) in self.dispatches[range.clone()]
+                    .iter()
+                    .zip(&bind_groups[range.clone()])
+                {
+                    pass.set_pipeline(&d.pipeline);
+                    pass.set_bind_group(0, bg, &[]);
+                    let [x, y, z] = d.workgroups;
+                    pass.dispatch_workgroups(x, y, z);
+                }
+            }
+            for (k, (set, count)) in sets.iter().enumerate() {
+                encoder.resolve_query_set(set, 0..*count, &resolved, k as u64 * set_bytes);
+            }
+            ctx.queue.submit([encoder.finish()]);
+        }
+        let bytes = ctx.read_buffer_async(&resolved, 0, resolved.size()).await?;
+        let ticks: Vec<u64> = bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .collect();
+        // Ticks to ns (1.0 on WebGPU; the adapter's period natively).
+        let period = ctx.queue.get_timestamp_period() as f64;
+        Ok(spans
+            .iter()
+            .enumerate()
+            .map(|(i, (label, _))| {
+                let q = (i / per_set) * 2 * per_set + 2 * (i % per_set);
+                SpanTime {
+                    label: label.to_string(),
+                    ns: ticks[q + 1].saturating_sub(ticks[q]) as f64 * period,
+                }
+            })
+            .collect())
+    }
+}
+
+/// What [`StepRecorder::submit_timed`] times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Timing {
+    /// The step as it really runs, in one pass, with a timestamp at each end.
+    Step,
+    /// Each dispatch in its own pass with its own timestamps (a profile; see the module docs).
+    PerDispatch,
+}
+
+/// The GPU time of one timed span of a step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpanTime {
+    /// The dispatch's pipeline label (which names its kernel variant), or `"step"`.
+    pub label: String,
+    pub ns: f64,
 }
