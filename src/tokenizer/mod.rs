@@ -4,7 +4,7 @@
 //! * `llama`: SentencePiece-style BPE over pieces with scores, `▁` for spaces, `<0xNN>` byte
 //!   fallback ([`spm`]). Mistral/Llama 2 and Gemma vocabularies.
 //! * `gpt2`: byte-level BPE with ranked merges and a regex pre-tokenizer picked by
-//!   `tokenizer.ggml.pre` ([`bpe`]). Llama 3 and Qwen2 vocabularies.
+//!   `tokenizer.ggml.pre` ([`bpe`]). Llama 3, Qwen2 and SmolLM2 vocabularies.
 //!
 //! The reference is HF: `tests/goldens/tokenizer_*.json` hold ids from HF `tokenizers` /
 //! `transformers` (see `tools/tokenizer_goldens.py`), and `tests/tokenizer.rs` demands identical ids.
