@@ -100,14 +100,28 @@ impl MegakernelKey {
             );
             let down = preprocess_with(&file, &[], &mut included);
             for f in ["fn dequant8(", "fn dequant32("] {
-                assert_eq!(down.matches(f).count(), 1, "{file}: `{f}` once");
+                assert_eq!(definitions(&down, f), 1, "{file}: `{f}` once");
             }
-            src += &down
-                .replace("fn dequant8(", "fn dequant8_down(")
-                .replace("fn dequant32(", "fn dequant32_down(");
+            for line in down.lines() {
+                let renamed = if let Some(rest) = line.strip_prefix("fn dequant8(") {
+                    format!("fn dequant8_down({rest}")
+                } else if let Some(rest) = line.strip_prefix("fn dequant32(") {
+                    format!("fn dequant32_down({rest}")
+                } else {
+                    line.to_string()
+                };
+                src += &renamed;
+                src.push('\n');
+            }
         }
         Ok(src)
     }
+}
+
+/// Lines of `src` that define a function starting with `prefix` (`"fn dequant8("`); comments
+/// that mention it don't count.
+fn definitions(src: &str, prefix: &str) -> usize {
+    src.lines().filter(|l| l.starts_with(prefix)).count()
 }
 
 /// Must match `Params` in ffn_megakernel.wgsl.
@@ -318,9 +332,9 @@ mod tests {
                 };
                 let src = key.source().unwrap();
                 let label = key.label();
-                assert_eq!(src.matches("fn dequant8(").count(), 1, "{label}");
-                assert_eq!(src.matches("fn dequant8_down(").count(), 1, "{label}");
-                assert!(src.matches("fn scale_min_k4(").count() <= 1, "{label}");
+                assert_eq!(definitions(&src, "fn dequant8("), 1, "{label}");
+                assert_eq!(definitions(&src, "fn dequant8_down("), 1, "{label}");
+                assert!(definitions(&src, "fn scale_min_k4(") <= 1, "{label}");
                 assert!(src.contains("fn main"), "{label}");
             }
         }
