@@ -15,6 +15,8 @@
 
 use std::sync::Arc;
 
+use serde_json::{json, Value as Json};
+
 use crate::engine::{EngineError, LogitsFor, MegakernelCheck, Model, Session};
 use crate::gpu::{Binding, GpuContext, StepRecorder, Timing};
 use crate::kernels::probe::{probe_empty, probe_read, READ_THREADS};
@@ -416,4 +418,86 @@ pub async fn profile_decode(
         steps: PROFILE_STEPS,
         position: s.pos,
     })
+}
+
+/// JSON with `null` for a figure that wasn't measured (NaN).
+fn num(v: f64) -> Json {
+    if v.is_finite() {
+        json!(v)
+    } else {
+        Json::Null
+    }
+}
+
+impl BenchResult {
+    /// The record `coco bench --json` prints and the page's benchmark exports (one schema).
+    pub fn to_json(&self, model: &str, pipeline: crate::model::Pipeline) -> Json {
+        json!({
+            "model": model,
+            "adapter": self.adapter,
+            "pipeline": match pipeline {
+                crate::model::Pipeline::Fused => "fused",
+                crate::model::Pipeline::Unfused => "unfused",
+            },
+            "prompt_tokens": self.prompt_tokens,
+            "gen_tokens": self.gen_tokens,
+            "reps": self.reps,
+            "pp_tok_s": num(self.pp()),
+            "tg_tok_s": num(self.tg()),
+            "pp_runs": self.pp_tok_s,
+            "tg_runs": self.tg_tok_s,
+            "ms_per_token": num(1000.0 / self.tg()),
+            "dispatches_per_token": self.dispatches_per_token,
+            "weight_bytes_per_token": self.weight_bytes_per_token,
+            "effective_gb_s": num(self.effective_gb_s()),
+            "probe": self.probe.as_ref().map(|p| json!({
+                "read_gb_s": p.read_gb_s,
+                "dispatch_us": p.dispatch_us,
+                "round_trip_us": p.round_trip_us,
+            })),
+            "floor_ms": self.floor_seconds().map(|f| f * 1000.0),
+            "fraction_of_floor": self.fraction_of_floor(),
+            "megakernel": self.megakernel.to_json(),
+        })
+    }
+}
+
+impl MegakernelAb {
+    /// `{"tg_tok_s", "tg_off_tok_s", "ratio", "headline", "check": {…}}`; nulls where the
+    /// megakernel did not run.
+    pub fn to_json(&self) -> Json {
+        let c = &self.check;
+        json!({
+            "tg_tok_s": num(self.tg()),
+            "tg_off_tok_s": num(median(&self.tg_off)),
+            "ratio": num(self.ratio()),
+            "tg_runs": self.tg_on,
+            "headline": self.headline,
+            "check": {
+                "passed": c.passed,
+                "max_abs": num(c.max_abs as f64),
+                "max_rel": num(c.max_rel as f64),
+                "rows": c.rows,
+                "detail": c.detail,
+            },
+        })
+    }
+}
+
+impl DecodeProfile {
+    pub fn to_json(&self) -> Json {
+        let kernels: Vec<Json> = self
+            .kernels
+            .iter()
+            .map(|k| json!({ "label": k.label, "calls": k.calls, "total_us": k.total_us }))
+            .collect();
+        json!({
+            "kernels": kernels,
+            "profiled_us": self.profiled_us,
+            "one_pass_us": self.one_pass_us,
+            "dispatches": self.dispatches,
+            "steps": self.steps,
+            "position": self.position,
+        })
+    }
 }

@@ -354,23 +354,26 @@ impl Coco {
         };
         // The benchmark makes its own sessions; free the chat's KV cache meanwhile.
         self.session = None;
-        let r = bench::run(&self.ctx, &model, &cfg).await.map_err(js_err)?;
-        Ok(to_js(json!({
-            "model": self.model_info.get("name").cloned().unwrap_or(Json::Null),
-            "adapter": r.adapter,
-            "pipeline": pipeline_name(cfg.pipeline),
-            "prompt_tokens": r.prompt_tokens,
-            "gen_tokens": r.gen_tokens,
-            "reps": r.reps,
-            "pp_tok_s": r.pp(),
-            "tg_tok_s": r.tg(),
-            "pp_runs": r.pp_tok_s,
-            "tg_runs": r.tg_tok_s,
-            "ms_per_token": 1000.0 / r.tg(),
-            "dispatches_per_token": r.dispatches_per_token,
-            "weight_bytes_per_token": r.weight_bytes_per_token,
-            "effective_gb_s": r.effective_gb_s(),
-        })))
+        let r = bench::run_with(&self.ctx, &model, &cfg, self.megakernel)
+            .await
+            .map_err(js_err)?;
+        let name = self.model_info["name"].as_str().unwrap_or("").to_string();
+        Ok(to_js(r.to_json(&name, cfg.pipeline)))
+    }
+
+    /// One decode step kernel by kernel (timestamp queries, one pass per dispatch) after a
+    /// prefill of `tokens` positions: `{kernels: [{label, calls, total_us}], …}`.
+    pub async fn profile(&mut self, tokens: u32) -> Result<JsValue, JsError> {
+        let model = self.loaded()?;
+        let prompt = bench::bench_prompt(
+            &model,
+            tokens.clamp(1, self.context.saturating_sub(2).max(1)),
+        );
+        self.session = None;
+        let p = bench::profile_decode(&self.ctx, &model, &prompt, self.pipeline, self.megakernel)
+            .await
+            .map_err(js_err)?;
+        Ok(to_js(p.to_json()))
     }
 
     /// Null, or why the device was lost.
@@ -553,13 +556,6 @@ fn sampler_config(o: &Json) -> SamplerConfig {
             .and_then(Json::as_f64)
             .filter(|v| v.is_finite() && *v >= 0.0)
             .map_or(d.seed, |v| v as u64),
-    }
-}
-
-fn pipeline_name(p: Pipeline) -> &'static str {
-    match p {
-        Pipeline::Fused => "fused",
-        Pipeline::Unfused => "unfused",
     }
 }
 

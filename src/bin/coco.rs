@@ -475,7 +475,7 @@ fn bench(path: &Path, flags: BenchFlags, verbose: bool) -> Result<()> {
     });
     let profile_json = match &profiled {
         None => json!(null),
-        Some(Ok(p)) => profile_json(p),
+        Some(Ok(p)) => p.to_json(),
         Some(Err(coco::bench::ProfileError::NoTimestampQuery)) => {
             json!({ "not_yet": coco::bench::ProfileError::NoTimestampQuery.to_string() })
         }
@@ -485,27 +485,8 @@ fn bench(path: &Path, flags: BenchFlags, verbose: bool) -> Result<()> {
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let out = json!({
-        "model": name,
-        "adapter": r.adapter,
-        "pipeline": if unfused { "unfused" } else { "fused" },
-        "prompt_tokens": prompt,
-        "gen_tokens": n,
-        "reps": r.reps,
-        "pp_tok_s": r.pp(),
-        "tg_tok_s": r.tg(),
-        "pp_runs": r.pp_tok_s,
-        "tg_runs": r.tg_tok_s,
-        "ms_per_token": 1000.0 / r.tg(),
-        "dispatches_per_token": r.dispatches_per_token,
-        "weight_bytes_per_token": r.weight_bytes_per_token,
-        "effective_gb_s": r.effective_gb_s(),
-        "probe": r.probe.as_ref().map(|p| json!({"read_gb_s": p.read_gb_s, "dispatch_us": p.dispatch_us, "round_trip_us": p.round_trip_us})),
-        "floor_ms": r.floor_seconds().map(|f| f * 1000.0),
-        "fraction_of_floor": r.fraction_of_floor(),
-        "megakernel": megakernel_json(&r.megakernel),
-        "profile": profile_json,
-    });
+    let mut out = r.to_json(&name, cfg.pipeline);
+    out["profile"] = profile_json;
     if as_json {
         println!("{out}");
         return Ok(());
@@ -583,41 +564,4 @@ fn print_profile(p: &coco::bench::DecodeProfile) {
         "profiling gives each dispatch its own compute pass (WebGPU has only pass-level timestamps), so its total includes one pass's overhead per dispatch; the real step, one pass: {:.1} µs",
         p.one_pass_us
     );
-}
-
-fn profile_json(p: &coco::bench::DecodeProfile) -> serde_json::Value {
-    let kernels: Vec<_> = p
-        .kernels
-        .iter()
-        .map(|k| json!({ "label": k.label, "calls": k.calls, "total_us": k.total_us }))
-        .collect();
-    json!({
-        "kernels": kernels,
-        "profiled_us": p.profiled_us,
-        "one_pass_us": p.one_pass_us,
-        "dispatches": p.dispatches,
-        "steps": p.steps,
-        "position": p.position,
-    })
-}
-
-/// `{"tg_tok_s", "tg_off_tok_s", "ratio", "headline", "check": {…}}`; nulls where the
-/// megakernel did not run.
-fn megakernel_json(mk: &coco::bench::MegakernelAb) -> serde_json::Value {
-    let num = |v: f64| if v.is_finite() { json!(v) } else { json!(null) };
-    let c = &mk.check;
-    json!({
-        "tg_tok_s": num(mk.tg()),
-        "tg_off_tok_s": num(coco::bench::median(&mk.tg_off)),
-        "ratio": num(mk.ratio()),
-        "tg_runs": mk.tg_on,
-        "headline": mk.headline,
-        "check": {
-            "passed": c.passed,
-            "max_abs": num(c.max_abs as f64),
-            "max_rel": num(c.max_rel as f64),
-            "rows": c.rows,
-            "detail": c.detail,
-        },
-    })
 }
