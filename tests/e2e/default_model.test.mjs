@@ -11,7 +11,9 @@ import {
 } from './lib/harness.mjs';
 
 const PROMPT = 'The capital of France is';
-const N = 8;
+// Native greedy: " the capital of the country of France." (8 tokens). SwiftShader runs
+// Gemma at about 1 token per 10-60 s on 2 cores, so CI may ask for fewer.
+const N = Number(process.env.COCO_E2E_GEMMA_TOKENS ?? 8);
 const WASM_LIMIT = 64 * 2 ** 20;
 // A request for the model file itself (by path: a page URL may name it in its query).
 const isModel = (r) => new URL(r.url, 'http://x').pathname.endsWith(DEFAULT_MODEL);
@@ -30,6 +32,7 @@ describe('default model (Gemma-3-270M) in the page', { timeout: 40 * 60_000 }, (
   });
   after(async () => {
     await server?.close();
+    if (userDataDir) fs.rmSync(userDataDir, { recursive: true, force: true });
   });
 
   // Clicks Load for the default preset; the same-origin default needs no confirmation.
@@ -45,7 +48,7 @@ describe('default model (Gemma-3-270M) in the page', { timeout: 40 * 60_000 }, (
   }
 
   it('loads from the network with a wasm heap peak under 64 MB and generates sensible greedy text', { timeout: 25 * 60_000 }, async (t) => {
-    const session = await launch({ server });
+    const session = await launch({ server, keepProfile: true });
     userDataDir = session.userDataDir;
     try {
       await guard(t, session, async () => {
@@ -64,7 +67,7 @@ describe('default model (Gemma-3-270M) in the page', { timeout: 40 * 60_000 }, (
         const want = await native;
         const at = firstDifference(run.ids, want.ids);
         assert.equal(at, -1, `page and native differ at token ${at}:\n  page   ${JSON.stringify(run.text)} ${JSON.stringify(run.ids)}\n  native ${JSON.stringify(want.text)} ${JSON.stringify(want.ids)}`);
-        assert.match(run.text, /France|Paris|capital/, `sensible text for "${PROMPT}" (got ${JSON.stringify(run.text)})`);
+        assert.match(run.text, /France|Paris|capital|country/, `sensible text for "${PROMPT}" (got ${JSON.stringify(run.text)})`);
         record('gemma network load', {
           seconds: networkSeconds,
           mb_per_s: 253.1 / networkSeconds,

@@ -71,11 +71,12 @@ export async function startServer() {
 /**
  * A fresh Chromium with its own profile (the Cache API needs a real, persistent profile: an
  * incognito-style context gets a small in-memory quota). Pass `userDataDir` to reopen a
- * profile, e.g. to load a model from the cache in a new browser; `server` (from startServer)
+ * profile, e.g. to load a model from the cache in a new browser (and `keepProfile` to keep a
+ * new one after close); `server` (from startServer)
  * adds its request log to failure messages.
  * Returns {context, page, logs, requests, userDataDir, close()}.
  */
-export async function launch({ webgpu = true, userDataDir, initScript, server, viewport = { width: 1280, height: 1000 } } = {}) {
+export async function launch({ webgpu = true, userDataDir, keepProfile = false, initScript, server, viewport = { width: 1280, height: 1000 } } = {}) {
   const dir = userDataDir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'coco-e2e-'));
   const context = await chromium.launchPersistentContext(dir, {
     executablePath: CHROMIUM,
@@ -92,6 +93,8 @@ export async function launch({ webgpu = true, userDataDir, initScript, server, v
   context.on('page', (p) => watch(p, session));
   session.close = async () => {
     await context.close().catch(() => {});
+    // A profile holds the cached models (up to 253 MB): remove the ones made here.
+    if (!userDataDir && !keepProfile) fs.rmSync(dir, { recursive: true, force: true });
   };
   return session;
 }
