@@ -384,7 +384,12 @@ function parseArgs(argv) {
       case '--quiet': opts.quiet = true; break;
       case '-h':
       case '--help':
-        console.log(fs.readFileSync(fileURLToPath(import.meta.url), 'utf8').split('\n').slice(1, 32).map((l) => l.replace(/^\/\/ ?/, '')).join('\n'));
+        {
+          // The header comment is the help text.
+          const lines = fs.readFileSync(fileURLToPath(import.meta.url), 'utf8').split('\n').slice(1);
+          const end = lines.findIndex((l) => !l.startsWith('//'));
+          console.log(lines.slice(0, end).map((l) => l.replace(/^\/\/ ?/, '')).join('\n'));
+        }
         process.exit(0);
         break;
       default:
