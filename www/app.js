@@ -16,8 +16,8 @@ import {
 } from "./ui.js";
 
 // Sizes chosen so a weak or software GPU finishes in seconds, not minutes.
-const BENCH = { pp: 128, tg: 32, reps: 3 };
-const AB_BENCH = { pp: 16, tg: 32, reps: 2 };
+const BENCH = { pp: 64, tg: 16, reps: 3 };
+const AB_BENCH = { pp: 8, tg: 16, reps: 2 };
 const PROFILE_TOKENS = 8;
 // A share link loads without a click only the same-origin default model, and only while
 // the server says it is at most this big (a swapped file can't make a link pull gigabytes).
@@ -86,10 +86,10 @@ function updateControls() {
   $("cancel-load").disabled = !["inspecting", "downloading"].includes(s);
   $("send").disabled = !(canRun && chatOk);
   $("stop").disabled = s !== "generating";
-  $("megakernel").disabled = !canRun;
-  $("megakernel-ab").disabled = !canRun;
+  $("megakernel").disabled = !canRun || !engineHas("set_megakernel");
+  $("megakernel-ab").disabled = !canRun || !engineHas("set_megakernel");
   $("bench-run").disabled = !canRun;
-  $("profile-run").disabled = !canRun;
+  $("profile-run").disabled = !canRun || !engineHas("profile");
   $("bench-export").disabled = !page.benchResult;
   $("reset-chat").hidden = !chatMode;
   $("reset-chat").disabled = !(canRun || (s !== "generating" && page.chat.length));
@@ -112,6 +112,23 @@ async function exclusive(label, fn) {
     page.busy = null;
     updateControls();
     checkLost();
+  }
+}
+
+/** Whether this build of the engine offers an optional part of the API. */
+function engineHas(name) {
+  return Boolean(page.engine) && typeof page.engine[name] === "function";
+}
+
+/** Says up front which optional parts this engine build or this GPU lacks. */
+function describeOptionalParts(adapter) {
+  if (!engineHas("set_megakernel")) {
+    $("megakernel-result").textContent = "Not yet: this build of the engine has no FFN megakernel (coco.set_megakernel is missing).";
+  }
+  if (!engineHas("profile")) {
+    $("profile-chart").replaceChildren(el("p", { class: "note", text: "Not yet: this build of the engine has no per-kernel profiler (coco.profile is missing)." }));
+  } else if (adapter && !adapter.timestamp_query) {
+    $("profile-chart").replaceChildren(el("p", { class: "note", text: "Not yet: this GPU offers no timestamp queries, so kernels can't be timed one by one." }));
   }
 }
 
@@ -240,6 +257,27 @@ function wasmBindings() {
   });
 }
 
+/**
+ * wgpu's browser backend leaves the adapter's name and vendor empty; the browser's own
+ * GPUAdapterInfo has them (vendor, architecture, description). Asking for an adapter
+ * creates no device, so this is only a look.
+ */
+async function withBrowserAdapterInfo(adapter) {
+  try {
+    const info = (await navigator.gpu.requestAdapter())?.info;
+    if (!info) return adapter;
+    const described = [info.description, info.device].filter(Boolean).join(" ");
+    return {
+      ...adapter,
+      description: described || [info.vendor, info.architecture].filter(Boolean).join(" ") || adapter.description,
+      vendor: adapter.vendor || info.vendor,
+      architecture: adapter.architecture || info.architecture,
+    };
+  } catch {
+    return adapter;
+  }
+}
+
 /** Opens the engine on this browser's GPU; says plainly when there is none. */
 async function openEngine() {
   if (!navigator.gpu) {
@@ -266,7 +304,9 @@ async function openEngine() {
     return false;
   }
   try {
-    renderGpuPanel(page.engine.adapter());
+    const adapter = await withBrowserAdapterInfo(page.engine.adapter());
+    renderGpuPanel(adapter);
+    describeOptionalParts(adapter);
   } catch (err) {
     $("gpu-facts").replaceChildren(el("p", { class: "note", text: `The adapter could not be described: ${errorMessage(err)}` }));
   }
@@ -436,8 +476,11 @@ async function loadModel(rawUrl) {
     page.busy = null;
     setState("loaded");
     // The megakernel is off on a fresh model; the checkbox follows.
-    $("megakernel-result").textContent = "";
-    $("megakernel-result").removeAttribute("data-passed");
+    $("megakernel").checked = false;
+    if (engineHas("set_megakernel")) {
+      $("megakernel-result").textContent = "";
+      $("megakernel-result").removeAttribute("data-passed");
+    }
   } catch (err) {
     const e = err instanceof LoadError ? err : new LoadError(errorMessage(err), /^not yet/i.test(errorMessage(err)) ? "not_yet" : "error");
     if (began) {
@@ -458,10 +501,14 @@ async function loadModel(rawUrl) {
       $("progress-text").textContent = "Cancelled.";
       setState(page.hasModel ? "loaded" : "ready");
     } else if (e.kind === "not_yet") {
+      // Without Range the header check ran inside load_push; its report is kept for us.
+      const refused = engineHas("load_report") ? safeCall(() => engine.load_report()) : null;
+      if (refused) renderReport(refused);
       $("report-summary").textContent = e.message;
       status(e.message);
       setState("not-yet");
     } else {
+      if (!$("report").tBodies[0].rows.length) $("report-summary").textContent = "No report: the file's header could not be read.";
       showError(e.message);
       status("The model did not load.");
       setState("error");
@@ -469,6 +516,14 @@ async function loadModel(rawUrl) {
   } finally {
     page.abort = null;
     refreshCacheList();
+  }
+}
+
+function safeCall(fn) {
+  try {
+    return fn();
+  } catch {
+    return null;
   }
 }
 
@@ -683,6 +738,10 @@ function showMegakernel(result, wanted) {
 async function toggleMegakernel() {
   const box = $("megakernel");
   const wanted = box.checked;
+  if (!engineHas("set_megakernel")) {
+    box.checked = false;
+    return;
+  }
   $("megakernel-result").textContent = wanted ? "Checking the megakernel against the normal path…" : "Turning it off…";
   await exclusive("megakernel", async () => {
     try {
@@ -702,6 +761,7 @@ async function megakernelAB() {
   const out = $("megakernel-ab-result");
   const box = $("megakernel");
   const wasOn = box.checked;
+  if (!engineHas("set_megakernel")) return;
   out.textContent = `Measuring: pp ${AB_BENCH.pp}, tg ${AB_BENCH.tg}, ${AB_BENCH.reps} runs each way…`;
   await exclusive("megakernel A/B", async () => {
     try {
@@ -763,6 +823,7 @@ function exportBench() {
 
 async function runProfile() {
   const target = $("profile-chart");
+  if (!engineHas("profile")) return;
   target.replaceChildren(el("p", { class: "note", text: `Timing ${PROFILE_TOKENS} tokens kernel by kernel…` }));
   await exclusive("profile", async () => {
     try {

@@ -177,7 +177,12 @@ export async function readHeader(url, engine, context, signal) {
     }
     if (range) total = range.total ?? total;
     if (!validators) validators = readValidators(res);
-    const part = new Uint8Array(await res.arrayBuffer());
+    let part;
+    try {
+      part = new Uint8Array(await res.arrayBuffer());
+    } catch (err) {
+      throw explainFetchError(err, url, have);
+    }
     chunks.push(part);
     have += part.length;
     // A short answer means the file ended (when the server doesn't say its total).
