@@ -79,7 +79,8 @@ function updateControls() {
   const s = page.state;
   const idle = !page.busy;
   const engineReady = page.engine && ["ready", "loaded", "not-yet", "error"].includes(s);
-  const canRun = s === "loaded" && idle && page.hasModel;
+  // After a failed generation the page is in "error" but the model is still there.
+  const canRun = (s === "loaded" || s === "error") && idle && page.hasModel;
   const chatMode = $("mode").value === "chat";
   const chatOk = !chatMode || Boolean(page.model && page.model.chat_template);
   $("load").disabled = !(engineReady && idle);
@@ -608,7 +609,7 @@ function renderStats(stats) {
  * ends with the visitor's message), the conversation is answered as it stands.
  */
 async function send({ replay = false } = {}) {
-  if (page.state !== "loaded" || page.busy || !page.hasModel) return;
+  if (!["loaded", "error"].includes(page.state) || page.busy || !page.hasModel) return;
   const chatMode = $("mode").value === "chat";
   const promptText = $("prompt").value;
   if (chatMode) {
@@ -668,8 +669,8 @@ async function send({ replay = false } = {}) {
     page.busy = null;
     if (!checkLost()) {
       showError(`Generation failed: ${errorMessage(err)}`);
-      status("Generation failed.");
-      setState("loaded");
+      status("Generation failed; the model is still loaded.");
+      setState("error");
     }
     return;
   }

@@ -14,6 +14,9 @@ const FIRST_HEADER_BYTES = 1 << 20; // 1 MiB covers most headers; doubled until 
 const MAX_HEADER_BYTES = 256 << 20; // a header bigger than this is not a model we can run
 const RESUME_TRIES = 3;
 const RESUME_BACKOFF_MS = [500, 1500, 3500];
+// No byte for this long counts as a dropped connection (a stalled server otherwise keeps
+// the page waiting forever); over Range it is resumed like any other drop.
+const STALL_MS = 20_000;
 
 /** An error whose message is written for the person in front of the page. */
 export class LoadError extends Error {
@@ -233,14 +236,14 @@ export async function* byteSource(url, plan, signal, onEvent = () => {}) {
     if (plan.done) return;
     try {
       for (;;) {
-        const { done, value } = await plan.reader.read();
+        const { done, value } = await readOrStall(plan.reader, received);
         if (done) break;
         received += value.length;
         yield value;
       }
     } catch (err) {
       const e = explainFetchError(err, url, received);
-      if (e.kind === "error" && !plan.cached) e.message += "; this server does not support resuming (no Range requests)";
+      if ((e.kind === "error" || e.kind === "stalled") && !plan.cached) e.message += "; this server does not support resuming (no Range requests)";
       throw e;
     }
     if (plan.total !== null && received !== plan.total) {
@@ -275,7 +278,7 @@ export async function* byteSource(url, plan, signal, onEvent = () => {}) {
       }
       const reader = res.body.getReader();
       for (;;) {
-        const { done, value } = await reader.read();
+        const { done, value } = await readOrStall(reader, received);
         if (done) break;
         received += value.length;
         if (plan.total !== null && received > plan.total) {
@@ -286,7 +289,7 @@ export async function* byteSource(url, plan, signal, onEvent = () => {}) {
       if (plan.total === null) return;
       if (received < plan.total) failure = new LoadError(`the connection closed after ${received.toLocaleString("en")} of ${plan.total.toLocaleString("en")} bytes`);
     } catch (err) {
-      if (err instanceof LoadError) throw err;
+      if (err instanceof LoadError && err.kind !== "stalled") throw err;
       const e = explainFetchError(err, url, received);
       if (e.kind === "cancelled") throw e;
       failure = e;
@@ -302,10 +305,27 @@ export async function* byteSource(url, plan, signal, onEvent = () => {}) {
   }
 }
 
+/** reader.read(), but a read that brings nothing for STALL_MS cancels the stream and throws. */
+async function readOrStall(reader, received) {
+  let timer;
+  const stalled = new Promise((_, reject) => {
+    timer = setTimeout(() => {
+      reader.cancel?.().catch(() => {});
+      reject(new LoadError(`the download stalled: no data for ${STALL_MS / 1000} s after ${received.toLocaleString("en")} bytes`, "stalled"));
+    }, STALL_MS);
+  });
+  try {
+    return await Promise.race([reader.read(), stalled]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** A reader that drops the first `count` bytes of another. */
 function skipBytes(reader, count) {
   let left = count;
   return {
+    cancel: (reason) => reader.cancel(reason),
     async read() {
       for (;;) {
         const r = await reader.read();
