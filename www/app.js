@@ -7,7 +7,7 @@
 
 import {
   LoadError, ProgressMeter, CacheWriter, byteSource, cacheAvailable, clearCache, deleteCached,
-  headerFromStream, listCached, probeSize, readCached, readHeader, writeCacheMeta,
+  listCached, probeSize, readCached, readHeader, writeCacheMeta,
 } from "./download.js";
 import { buildShareUrl, checkModelUrl, readShareParams, FIELD_PARAMS } from "./share.js";
 import {
@@ -26,6 +26,7 @@ const AUTO_LOAD_MAX_BYTES = 300_000_000;
 const MIN_CONTEXT = 64;
 const MAX_CONTEXT = 131072;
 const POLL_MS = 1000;
+const MAX_PUSH_BYTES = 1 << 20;
 const UI_UPDATE_MS = 100;
 
 /** Everything the page knows. Tests read engine, state, lastStats and peakWasm. */
@@ -387,14 +388,20 @@ async function loadModel(rawUrl) {
   try {
     const cached = await readCached(url);
     if (cached) {
+      // No download to protect, so no separate header probe: load_push runs the same
+      // check first (and refuses with its report), and the wasm heap is spared a second
+      // parse of the header (the probe's copy of the prefix and its vocabulary).
       status(`Reading ${displayName(url)} from this browser's storage (no network)…`);
-      plan = await headerFromStream(cached.response.body.getReader(), engine, context, cached.meta.bytes);
-      plan = { ...plan, total: cached.meta.bytes, cached: true, meta: cached.meta, rangeSupported: false };
+      $("report-summary").textContent = "Checked as the kept copy loads…";
+      plan = {
+        result: { status: "ok", report: null, model: null }, buffered: [], reader: cached.response.body.getReader(),
+        done: false, total: cached.meta.bytes, cached: true, meta: cached.meta, rangeSupported: false,
+      };
     } else {
       status(`Reading the header of ${displayName(url)}…`);
       plan = await readHeader(url, engine, context, signal);
     }
-    showInspection(plan.result);
+    if (!plan.cached) showInspection(plan.result);
     if (plan.result.status === "invalid") {
       throw new LoadError(`This is not a GGUF file coco can read: ${plan.result.error}`);
     }
@@ -420,7 +427,11 @@ async function loadModel(rawUrl) {
     };
     for await (const chunk of byteSource(url, plan, signal, onResume)) {
       if (signal.aborted) throw new LoadError("cancelled", "cancelled");
-      engine.load_push(chunk);
+      // wasm-bindgen copies each chunk into the wasm heap; slices bound that copy (the
+      // header reads hand over up to 8 MiB at once, fast networks a few MiB).
+      for (let at = 0; at < chunk.length; at += MAX_PUSH_BYTES) {
+        engine.load_push(chunk.subarray(at, at + MAX_PUSH_BYTES));
+      }
       writer?.write(chunk);
       received += chunk.length;
       const now = performance.now();
