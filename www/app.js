@@ -12,13 +12,17 @@ import {
 import { buildShareUrl, checkModelUrl, readShareParams, FIELD_PARAMS } from "./share.js";
 import {
   $, el, displayName, formatBytes, formatProgress, formatRate, formatSeconds, renderCacheList,
-  renderGpuPanel, renderModelFacts, renderProfile, renderReport, setStat,
+  renderGpuPanel, renderModelFacts, renderReport, setStat,
 } from "./ui.js";
+import {
+  checkLost, clearError, engineHas, errorMessage, page, safeCall, setState, showError,
+  status, updateControls,
+} from "./page.js";
+import {
+  BENCH, PROFILE_TOKENS, describeOptionalParts, exportBench, megakernelAB, runBench, runProfile,
+  toggleMegakernel,
+} from "./measure.js";
 
-// Sizes chosen so a weak or software GPU finishes in seconds, not minutes.
-const BENCH = { pp: 64, tg: 16, reps: 3 };
-const AB_BENCH = { pp: 8, tg: 16, reps: 2 };
-const PROFILE_TOKENS = 8;
 // A share link loads without a click only the same-origin default model, and only while
 // the server says it is at most this big (a swapped file can't make a link pull gigabytes).
 // Every other model waits for the visitor to say yes in #confirm, whatever its size.
@@ -28,116 +32,6 @@ const MAX_CONTEXT = 131072;
 const POLL_MS = 1000;
 const MAX_PUSH_BYTES = 1 << 20;
 const UI_UPDATE_MS = 100;
-
-/** Everything the page knows. Tests read engine, state, lastStats and peakWasm. */
-const page = {
-  engine: null,
-  state: "starting",
-  lastStats: null,
-  peakWasm: 0,
-  bindings: null,
-  presets: [],
-  defaultPreset: null,
-  hasModel: false, // a model is on the GPU and ready to generate
-  model: null, // the loaded (or last inspected) model's shape, from the engine
-  loadedUrl: null,
-  loadSeconds: null,
-  chat: [], // the conversation, [{role, content}]
-  abort: null, // AbortController of the load in progress
-  stopRequested: false,
-  busy: null, // label of the engine call in flight (the engine runs one call at a time)
-  benchResult: null,
-};
-window.cocoPage = page;
-
-// ---------------------------------------------------------------------------------------
-// State, status and errors
-
-function setState(state) {
-  page.state = state;
-  $("app").dataset.state = state;
-  $("webgpu-missing").hidden = state !== "no-webgpu";
-  $("recover").hidden = state !== "lost";
-  updateControls();
-}
-
-function status(text) {
-  $("status-text").textContent = text;
-}
-
-function showError(message) {
-  $("error").textContent = message;
-  $("error-box").hidden = false;
-}
-
-function clearError() {
-  $("error").textContent = "";
-  $("error-box").hidden = true;
-}
-
-/** Enables exactly the controls that make sense now. */
-function updateControls() {
-  const s = page.state;
-  const idle = !page.busy;
-  const engineReady = page.engine && ["ready", "loaded", "not-yet", "error"].includes(s);
-  // After a failed generation the page is in "error" but the model is still there.
-  const canRun = (s === "loaded" || s === "error") && idle && page.hasModel;
-  const chatMode = $("mode").value === "chat";
-  const chatOk = !chatMode || Boolean(page.model && page.model.chat_template);
-  $("load").disabled = !(engineReady && idle);
-  $("cancel-load").disabled = !["inspecting", "downloading"].includes(s);
-  $("send").disabled = !(canRun && chatOk);
-  $("stop").disabled = s !== "generating";
-  $("megakernel").disabled = !canRun || !engineHas("set_megakernel");
-  $("megakernel-ab").disabled = !canRun || !engineHas("set_megakernel");
-  $("bench-run").disabled = !canRun;
-  $("profile-run").disabled = !canRun || !engineHas("profile");
-  $("bench-export").disabled = !page.benchResult;
-  $("reset-chat").hidden = !chatMode;
-  $("reset-chat").disabled = !(canRun || (s !== "generating" && page.chat.length));
-  $("show-template").hidden = !chatMode;
-  $("show-template").disabled = !(canRun && chatOk);
-  $("chat-log").hidden = !chatMode;
-  $("output").hidden = chatMode; // in chat mode the answer streams into the conversation
-  $("cache-clear").disabled = ["inspecting", "downloading"].includes(s);
-  $("send").textContent = chatMode ? "Send" : "Generate";
-}
-
-/** Runs one engine call at a time; a second click while one runs does nothing. */
-async function exclusive(label, fn) {
-  if (page.busy || !page.engine) return undefined;
-  page.busy = label;
-  updateControls();
-  try {
-    return await fn();
-  } finally {
-    page.busy = null;
-    updateControls();
-    checkLost();
-  }
-}
-
-/** Whether this build of the engine offers an optional part of the API. */
-function engineHas(name) {
-  return Boolean(page.engine) && typeof page.engine[name] === "function";
-}
-
-/** Says up front which optional parts this engine build or this GPU lacks. */
-function describeOptionalParts(adapter) {
-  if (!engineHas("set_megakernel")) {
-    $("megakernel-result").textContent = "Not yet: this build of the engine has no FFN megakernel (coco.set_megakernel is missing).";
-  }
-  if (!engineHas("profile")) {
-    $("profile-chart").replaceChildren(el("p", { class: "note", text: "Not yet: this build of the engine has no per-kernel profiler (coco.profile is missing)." }));
-  } else if (adapter && !adapter.timestamp_query) {
-    $("profile-chart").replaceChildren(el("p", { class: "note", text: "Not yet: this GPU offers no timestamp queries, so kernels can't be timed one by one." }));
-  }
-}
-
-function errorMessage(err) {
-  if (err && typeof err === "object" && "message" in err) return String(err.message);
-  return String(err);
-}
 
 // ---------------------------------------------------------------------------------------
 // Start-up: theme, presets, the link, the engine
@@ -531,14 +425,6 @@ async function loadModel(rawUrl) {
   }
 }
 
-function safeCall(fn) {
-  try {
-    return fn();
-  } catch {
-    return null;
-  }
-}
-
 function cancelLoad() {
   page.abort?.abort();
 }
@@ -724,149 +610,7 @@ function showTemplate() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Megakernel, benchmark, profile
-
-function showMegakernel(result, wanted) {
-  const out = $("megakernel-result");
-  const check = result.check;
-  if (!wanted && !check) {
-    out.textContent = "Off: the normal fused path runs.";
-    out.removeAttribute("data-passed");
-    return;
-  }
-  if (!check) {
-    out.textContent = result.on ? "On (no check result was returned)." : "Off.";
-    out.removeAttribute("data-passed");
-    return;
-  }
-  out.dataset.passed = String(Boolean(check.passed));
-  const numbers = `max |Δ| = ${Number(check.max_abs).toExponential(2)}, max rel = ${Number(check.max_rel).toExponential(2)} over ${check.rows} rows`;
-  const verdict = check.passed
-    ? result.on ? "Check passed, megakernel on" : "Check passed, megakernel off"
-    : "Check FAILED: the megakernel stays off";
-  out.textContent = `${verdict}: ${numbers}.${check.detail ? ` ${check.detail}` : ""}`;
-}
-
-async function toggleMegakernel() {
-  const box = $("megakernel");
-  const wanted = box.checked;
-  if (!engineHas("set_megakernel")) {
-    box.checked = false;
-    return;
-  }
-  $("megakernel-result").textContent = wanted ? "Checking the megakernel against the normal path…" : "Turning it off…";
-  await exclusive("megakernel", async () => {
-    try {
-      const result = await page.engine.set_megakernel(wanted);
-      box.checked = Boolean(result.on);
-      showMegakernel(result, wanted);
-    } catch (err) {
-      box.checked = false;
-      $("megakernel-result").dataset.passed = "false";
-      $("megakernel-result").textContent = errorMessage(err);
-    }
-  });
-}
-
-/** Decode speed with the megakernel off, then on, on this GPU: honest numbers, either way. */
-async function megakernelAB() {
-  const out = $("megakernel-ab-result");
-  const box = $("megakernel");
-  const wasOn = box.checked;
-  if (!engineHas("set_megakernel")) return;
-  out.textContent = `Measuring: pp ${AB_BENCH.pp}, tg ${AB_BENCH.tg}, ${AB_BENCH.reps} runs each way…`;
-  await exclusive("megakernel A/B", async () => {
-    try {
-      await page.engine.set_megakernel(false);
-      const off = await page.engine.bench(AB_BENCH);
-      const turnedOn = await page.engine.set_megakernel(true);
-      showMegakernel(turnedOn, true);
-      if (!turnedOn.on) {
-        out.textContent = `Normal path: ${formatRate(off.tg_tok_s, "tok/s")} decode. Megakernel not measured: its check failed.`;
-        box.checked = false;
-        return;
-      }
-      const on = await page.engine.bench(AB_BENCH);
-      const back = await page.engine.set_megakernel(wasOn);
-      box.checked = Boolean(back.on);
-      const ratio = on.tg_tok_s / off.tg_tok_s;
-      out.textContent = `Decode on this GPU: normal ${formatRate(off.tg_tok_s, "tok/s")}, megakernel ${formatRate(on.tg_tok_s, "tok/s")} `
-        + `(megakernel/normal = ${Number.isFinite(ratio) ? ratio.toFixed(2) : "–"}×, ${ratio >= 1 ? "faster" : "slower"}). `
-        + `Prefill: ${formatRate(off.pp_tok_s, "tok/s")} vs ${formatRate(on.pp_tok_s, "tok/s")}.`;
-    } catch (err) {
-      out.textContent = `A/B not measured: ${errorMessage(err)}`;
-      box.checked = false;
-      try {
-        await page.engine.set_megakernel(false);
-      } catch {
-        // already off, or the device is gone (checkLost reports that)
-      }
-    }
-  });
-}
-
-async function runBench() {
-  $("bench-result").textContent = `Running pp ${BENCH.pp} / tg ${BENCH.tg} × ${BENCH.reps}…`;
-  await exclusive("bench", async () => {
-    status("Benchmarking…");
-    try {
-      const result = await page.engine.bench({ ...BENCH });
-      page.benchResult = result;
-      $("bench-result").textContent = JSON.stringify(result, null, 2);
-      status(`Benchmark: prefill ${formatRate(result.pp_tok_s, "tok/s")}, decode ${formatRate(result.tg_tok_s, "tok/s")}.`);
-    } catch (err) {
-      $("bench-result").textContent = `Benchmark failed: ${errorMessage(err)}`;
-      status("Benchmark failed.");
-    }
-  });
-}
-
-function exportBench() {
-  if (!page.benchResult) return;
-  const blob = new Blob([`${JSON.stringify(page.benchResult, null, 2)}\n`], { type: "application/json" });
-  const href = URL.createObjectURL(blob);
-  const name = (page.loadedUrl ? displayName(page.loadedUrl).split(" ")[0].replace(/\.gguf$/i, "") : "model").replace(/[^\w.-]+/g, "_");
-  const link = el("a", { href, download: `coco-bench-${name}-${new Date().toISOString().slice(0, 19).replace(/:/g, "")}.json` });
-  document.body.append(link);
-  link.click();
-  link.remove();
-  setTimeout(() => URL.revokeObjectURL(href), 10_000);
-}
-
-async function runProfile() {
-  const target = $("profile-chart");
-  if (!engineHas("profile")) return;
-  target.replaceChildren(el("p", { class: "note", text: `Timing ${PROFILE_TOKENS} tokens kernel by kernel…` }));
-  await exclusive("profile", async () => {
-    try {
-      const entries = await page.engine.profile(PROFILE_TOKENS);
-      renderProfile(entries, PROFILE_TOKENS);
-    } catch (err) {
-      target.replaceChildren(el("p", { class: "note", "data-status": "not_yet", text: errorMessage(err) }));
-    }
-  });
-}
-
-// ---------------------------------------------------------------------------------------
 // Device loss
-
-/** True (and the page in state `lost`) when the engine reports a lost device. */
-function checkLost() {
-  if (!page.engine || page.state === "lost") return page.state === "lost";
-  let message = null;
-  try {
-    message = page.engine.lost();
-  } catch {
-    return false;
-  }
-  if (!message) return false;
-  page.hasModel = false;
-  page.abort?.abort();
-  showError(`The GPU device was lost (${message}). The model is no longer on the GPU. “Reopen” starts the engine again and reloads the model from this browser's storage, without reloading the page.`);
-  status("The GPU device was lost.");
-  setState("lost");
-  return true;
-}
 
 async function recover() {
   if (page.state !== "lost") return;

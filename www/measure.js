@@ -1,0 +1,143 @@
+// Measuring on this GPU: the FFN megakernel switch (its correctness check and speed A/B),
+// the in-page benchmark and its JSON export, and the per-kernel time chart.
+
+import { engineHas, errorMessage, exclusive, page, status } from "./page.js";
+import { $, el, displayName, formatRate, renderProfile } from "./ui.js";
+
+// Sizes chosen so a weak or software GPU finishes in seconds, not minutes.
+export const BENCH = { pp: 64, tg: 16, reps: 3 };
+const AB_BENCH = { pp: 8, tg: 16, reps: 2 };
+export const PROFILE_TOKENS = 8;
+
+/** Says up front which optional parts this engine build or this GPU lacks. */
+export function describeOptionalParts(adapter) {
+  if (!engineHas("set_megakernel")) {
+    $("megakernel-result").textContent = "Not yet: this build of the engine has no FFN megakernel (coco.set_megakernel is missing).";
+  }
+  if (!engineHas("profile")) {
+    $("profile-chart").replaceChildren(el("p", { class: "note", text: "Not yet: this build of the engine has no per-kernel profiler (coco.profile is missing)." }));
+  } else if (adapter && !adapter.timestamp_query) {
+    $("profile-chart").replaceChildren(el("p", { class: "note", text: "Not yet: this GPU offers no timestamp queries, so kernels can't be timed one by one." }));
+  }
+}
+
+function showMegakernel(result, wanted) {
+  const out = $("megakernel-result");
+  const check = result.check;
+  if (!wanted && !check) {
+    out.textContent = "Off: the normal fused path runs.";
+    out.removeAttribute("data-passed");
+    return;
+  }
+  if (!check) {
+    out.textContent = result.on ? "On (no check result was returned)." : "Off.";
+    out.removeAttribute("data-passed");
+    return;
+  }
+  out.dataset.passed = String(Boolean(check.passed));
+  const numbers = `max |Δ| = ${Number(check.max_abs).toExponential(2)}, max rel = ${Number(check.max_rel).toExponential(2)} over ${check.rows} rows`;
+  const verdict = check.passed
+    ? result.on ? "Check passed, megakernel on" : "Check passed, megakernel off"
+    : "Check FAILED: the megakernel stays off";
+  out.textContent = `${verdict}: ${numbers}.${check.detail ? ` ${check.detail}` : ""}`;
+}
+
+export async function toggleMegakernel() {
+  const box = $("megakernel");
+  const wanted = box.checked;
+  if (!engineHas("set_megakernel")) {
+    box.checked = false;
+    return;
+  }
+  $("megakernel-result").textContent = wanted ? "Checking the megakernel against the normal path…" : "Turning it off…";
+  await exclusive("megakernel", async () => {
+    try {
+      const result = await page.engine.set_megakernel(wanted);
+      box.checked = Boolean(result.on);
+      showMegakernel(result, wanted);
+    } catch (err) {
+      box.checked = false;
+      $("megakernel-result").dataset.passed = "false";
+      $("megakernel-result").textContent = errorMessage(err);
+    }
+  });
+}
+
+/** Decode speed with the megakernel off, then on, on this GPU: honest numbers, either way. */
+export async function megakernelAB() {
+  const out = $("megakernel-ab-result");
+  const box = $("megakernel");
+  const wasOn = box.checked;
+  if (!engineHas("set_megakernel")) return;
+  out.textContent = `Measuring: pp ${AB_BENCH.pp}, tg ${AB_BENCH.tg}, ${AB_BENCH.reps} runs each way…`;
+  await exclusive("megakernel A/B", async () => {
+    try {
+      await page.engine.set_megakernel(false);
+      const off = await page.engine.bench(AB_BENCH);
+      const turnedOn = await page.engine.set_megakernel(true);
+      showMegakernel(turnedOn, true);
+      if (!turnedOn.on) {
+        out.textContent = `Normal path: ${formatRate(off.tg_tok_s, "tok/s")} decode. Megakernel not measured: its check failed.`;
+        box.checked = false;
+        return;
+      }
+      const on = await page.engine.bench(AB_BENCH);
+      const back = await page.engine.set_megakernel(wasOn);
+      box.checked = Boolean(back.on);
+      const ratio = on.tg_tok_s / off.tg_tok_s;
+      out.textContent = `Decode on this GPU: normal ${formatRate(off.tg_tok_s, "tok/s")}, megakernel ${formatRate(on.tg_tok_s, "tok/s")} `
+        + `(megakernel/normal = ${Number.isFinite(ratio) ? ratio.toFixed(2) : "–"}×, ${ratio >= 1 ? "faster" : "slower"}). `
+        + `Prefill: ${formatRate(off.pp_tok_s, "tok/s")} vs ${formatRate(on.pp_tok_s, "tok/s")}.`;
+    } catch (err) {
+      out.textContent = `A/B not measured: ${errorMessage(err)}`;
+      box.checked = false;
+      try {
+        await page.engine.set_megakernel(false);
+      } catch {
+        // already off, or the device is gone (checkLost reports that)
+      }
+    }
+  });
+}
+
+export async function runBench() {
+  $("bench-result").textContent = `Running pp ${BENCH.pp} / tg ${BENCH.tg} × ${BENCH.reps}…`;
+  await exclusive("bench", async () => {
+    status("Benchmarking…");
+    try {
+      const result = await page.engine.bench({ ...BENCH });
+      page.benchResult = result;
+      $("bench-result").textContent = JSON.stringify(result, null, 2);
+      status(`Benchmark: prefill ${formatRate(result.pp_tok_s, "tok/s")}, decode ${formatRate(result.tg_tok_s, "tok/s")}.`);
+    } catch (err) {
+      $("bench-result").textContent = `Benchmark failed: ${errorMessage(err)}`;
+      status("Benchmark failed.");
+    }
+  });
+}
+
+export function exportBench() {
+  if (!page.benchResult) return;
+  const blob = new Blob([`${JSON.stringify(page.benchResult, null, 2)}\n`], { type: "application/json" });
+  const href = URL.createObjectURL(blob);
+  const name = (page.loadedUrl ? displayName(page.loadedUrl).split(" ")[0].replace(/\.gguf$/i, "") : "model").replace(/[^\w.-]+/g, "_");
+  const link = el("a", { href, download: `coco-bench-${name}-${new Date().toISOString().slice(0, 19).replace(/:/g, "")}.json` });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(href), 10_000);
+}
+
+export async function runProfile() {
+  const target = $("profile-chart");
+  if (!engineHas("profile")) return;
+  target.replaceChildren(el("p", { class: "note", text: `Timing ${PROFILE_TOKENS} tokens kernel by kernel…` }));
+  await exclusive("profile", async () => {
+    try {
+      const entries = await page.engine.profile(PROFILE_TOKENS);
+      renderProfile(entries, PROFILE_TOKENS);
+    } catch (err) {
+      target.replaceChildren(el("p", { class: "note", "data-status": "not_yet", text: errorMessage(err) }));
+    }
+  });
+}

@@ -1,0 +1,128 @@
+// The page's shared state: what it knows, its state machine (#app[data-state]), the status
+// line and errors, and the rule that the engine runs one call at a time.
+
+import { $ } from "./ui.js";
+
+/** Everything the page knows. Tests read engine, state, lastStats and peakWasm. */
+export const page = {
+  engine: null,
+  state: "starting",
+  lastStats: null,
+  peakWasm: 0,
+  bindings: null,
+  presets: [],
+  defaultPreset: null,
+  hasModel: false, // a model is on the GPU and ready to generate
+  model: null, // the loaded (or last inspected) model's shape, from the engine
+  loadedUrl: null,
+  loadSeconds: null,
+  chat: [], // the conversation, [{role, content}]
+  abort: null, // AbortController of the load in progress
+  stopRequested: false,
+  busy: null, // label of the engine call in flight (the engine runs one call at a time)
+  benchResult: null,
+};
+window.cocoPage = page;
+
+// ---------------------------------------------------------------------------------------
+// State, status and errors
+
+export function setState(state) {
+  page.state = state;
+  $("app").dataset.state = state;
+  $("webgpu-missing").hidden = state !== "no-webgpu";
+  $("recover").hidden = state !== "lost";
+  updateControls();
+}
+
+export function status(text) {
+  $("status-text").textContent = text;
+}
+
+export function showError(message) {
+  $("error").textContent = message;
+  $("error-box").hidden = false;
+}
+
+export function clearError() {
+  $("error").textContent = "";
+  $("error-box").hidden = true;
+}
+
+/** Enables exactly the controls that make sense now. */
+export function updateControls() {
+  const s = page.state;
+  const idle = !page.busy;
+  const engineReady = page.engine && ["ready", "loaded", "not-yet", "error"].includes(s);
+  // After a failed generation the page is in "error" but the model is still there.
+  const canRun = (s === "loaded" || s === "error") && idle && page.hasModel;
+  const chatMode = $("mode").value === "chat";
+  const chatOk = !chatMode || Boolean(page.model && page.model.chat_template);
+  $("load").disabled = !(engineReady && idle);
+  $("cancel-load").disabled = !["inspecting", "downloading"].includes(s);
+  $("send").disabled = !(canRun && chatOk);
+  $("stop").disabled = s !== "generating";
+  $("megakernel").disabled = !canRun || !engineHas("set_megakernel");
+  $("megakernel-ab").disabled = !canRun || !engineHas("set_megakernel");
+  $("bench-run").disabled = !canRun;
+  $("profile-run").disabled = !canRun || !engineHas("profile");
+  $("bench-export").disabled = !page.benchResult;
+  $("reset-chat").hidden = !chatMode;
+  $("reset-chat").disabled = !(canRun || (s !== "generating" && page.chat.length));
+  $("show-template").hidden = !chatMode;
+  $("show-template").disabled = !(canRun && chatOk);
+  $("chat-log").hidden = !chatMode;
+  $("output").hidden = chatMode; // in chat mode the answer streams into the conversation
+  $("cache-clear").disabled = ["inspecting", "downloading"].includes(s);
+  $("send").textContent = chatMode ? "Send" : "Generate";
+}
+
+/** Runs one engine call at a time; a second click while one runs does nothing. */
+export async function exclusive(label, fn) {
+  if (page.busy || !page.engine) return undefined;
+  page.busy = label;
+  updateControls();
+  try {
+    return await fn();
+  } finally {
+    page.busy = null;
+    updateControls();
+    checkLost();
+  }
+}
+
+/** Whether this build of the engine offers an optional part of the API. */
+export function engineHas(name) {
+  return Boolean(page.engine) && typeof page.engine[name] === "function";
+}
+
+export function errorMessage(err) {
+  if (err && typeof err === "object" && "message" in err) return String(err.message);
+  return String(err);
+}
+
+export function safeCall(fn) {
+  try {
+    return fn();
+  } catch {
+    return null;
+  }
+}
+
+/** True (and the page in state `lost`) when the engine reports a lost device. */
+export function checkLost() {
+  if (!page.engine || page.state === "lost") return page.state === "lost";
+  let message = null;
+  try {
+    message = page.engine.lost();
+  } catch {
+    return false;
+  }
+  if (!message) return false;
+  page.hasModel = false;
+  page.abort?.abort();
+  showError(`The GPU device was lost (${message}). The model is no longer on the GPU. “Reopen” starts the engine again and reloads the model from this browser's storage, without reloading the page.`);
+  status("The GPU device was lost.");
+  setState("lost");
+  return true;
+}
