@@ -57,7 +57,7 @@ describe('untrusted share links', { timeout: 15 * 60_000 }, () => {
     it(`a prompt like ${JSON.stringify(payload)} in a link is shown as text, and runs as text`, { timeout: 4 * 60_000 }, (t) =>
       onPage(t, async (page) => {
         const chat = JSON.stringify([{ role: 'user', content: payload }]);
-        const q = new URLSearchParams({ model: FILE, mode: 'complete', prompt: payload, chat, temp: '0', max: '4', seed: String(i) });
+        const q = new URLSearchParams({ model: FILE, mode: 'complete', prompt: payload, chat, temp: '0', max: '1', seed: String(i) });
         await page.goto(`${server.url}/?${q}`);
         await waitState(page, ['confirm', 'loaded', 'ready', 'downloading', 'inspecting', 'generating'], { timeout: 60_000 });
         assert.equal(await page.inputValue('#prompt'), payload, 'the prompt is restored verbatim, as text');
