@@ -168,49 +168,43 @@ struct Params {
     t: u32,
     heads: u32,
     kv_heads: u32,
-    head_dim: u32,
+    head_dim: u32, // a multiple of 4 (the host checks)
     pos0: u32,
     window: u32, // 0 = no window
     scale: f32,
     splits: u32, // key ranges per (query token, head)
-    chunk: u32,  // keys per range; range s of token t starts at first(t) + s * chunk
+    chunk: u32,  // keys per range (a multiple of BLOCK); range s of token t starts at first(t) + s * chunk
     _pad0: u32,
     _pad1: u32,
     _pad2: u32,
 }
 
+// Everything as vec4: a row of head_dim floats is head_dim / 4 16-byte loads.
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> q: array<f32>; // [T, heads, head_dim]
-@group(0) @binding(2) var<storage, read> k_cache: array<f32>; // [ctx, kv_heads, head_dim]
-@group(0) @binding(3) var<storage, read> v_cache: array<f32>; // [ctx, kv_heads, head_dim]
-// [T, heads, splits, 2 + head_dim]: per range (m, l, acc[head_dim])
-@group(0) @binding(4) var<storage, read_write> partials: array<f32>;
+@group(0) @binding(1) var<storage, read> q: array<vec4<f32>>; // [T, heads, head_dim / 4]
+@group(0) @binding(2) var<storage, read> k_cache: array<vec4<f32>>; // [ctx, kv_heads, head_dim / 4]
+@group(0) @binding(3) var<storage, read> v_cache: array<vec4<f32>>; // [ctx, kv_heads, head_dim / 4]
+// [T, heads, splits, 1 + head_dim / 4]: per range vec4(m, l, 0, 0), then acc[head_dim]
+@group(0) @binding(4) var<storage, read_write> partials: array<vec4<f32>>;
 
 // 128 invocations stay under SwiftShader's and WebGPU's default 256 cap.
 const WG: u32 = 128u;
-const MAX_HEAD_DIM: u32 = 256u;
-// Keys per iteration of the online softmax: one score per key, from LANES invocations.
-const BLOCK: u32 = 64u;
-// Scores: LANES neighbouring invocations share one key and read 8 consecutive f32 of its
-// row (one 32-byte sector) per step, so a 32-wide wave reads 4 whole sectors. A wider lane
-// group would need a longer reduction, and without subgroups that goes through memory.
-const LANES: u32 = 8u;
-const KEYS_PER_PASS: u32 = WG / LANES;
-// The padded row of `dots`: 9 is odd, so the per-key sums below hit different banks.
-const DOTS_ROW: u32 = LANES + 1u;
-// Weighted sum of values: V_LANES invocations (one 32-wide wave) share a key and read
-// 128 contiguous bytes of its value row; V_GROUPS such groups take every V_GROUPS-th key.
-const V_LANES: u32 = 32u;
-const V_GROUPS: u32 = WG / V_LANES;
-const V_DIMS: u32 = MAX_HEAD_DIM / V_LANES; // dims of acc per invocation
+const MAX_HD4: u32 = 64u; // MAX_HEAD_DIM / 4
+// Keys per step of the online softmax (attention.rs SPLIT_BLOCK). A decode range is often
+// a single block, so the work of a workgroup is about one round trip to memory.
+const BLOCK: u32 = 16u;
+// Scores: LANES neighbouring invocations share one key; lane i reads vec4s i, i + LANES, …
+// of its row, so 8 lanes read 128 contiguous bytes per step and a 32-wide wave 4 rows.
+const LANES: u32 = WG / BLOCK;
+const K_STEPS: u32 = MAX_HD4 / LANES; // vec4s of a key row per lane, at most
+// Values: head_dim / 4 neighbouring invocations read one whole value row (one vec4 each);
+// the WG / (head_dim / 4) >= 2 such groups take every group-th key of the block.
+const V_STEPS: u32 = BLOCK / (WG / MAX_HD4); // keys of a block per group, at most
 const LOWEST: f32 = -3.0e38; // as in SINGLE: finite, below any real score
 
-var<workgroup> q_row: array<f32, MAX_HEAD_DIM>;           // [head_dim] this query
-var<workgroup> dots: array<f32, BLOCK * DOTS_ROW>;        // [BLOCK, LANES (+1 pad)] partial q·k
-var<workgroup> scores: array<f32, BLOCK>;                 // [BLOCK] scaled q·k of the block
-var<workgroup> probs: array<f32, BLOCK>;                  // [BLOCK] exp(score - m)
-var<workgroup> sums: array<f32, V_GROUPS * MAX_HEAD_DIM>; // [V_GROUPS, head_dim] acc per group
-var<workgroup> group_l: array<f32, V_GROUPS>;             // [V_GROUPS] l per group
+var<workgroup> dots: array<f32, WG>;         // [LANES, BLOCK] partial q·k
+var<workgroup> scores: array<f32, BLOCK>;    // [BLOCK] scaled q·k of the block, LOWEST past its end
+var<workgroup> sums: array<vec4<f32>, WG>;   // [v_groups, head_dim / 4] acc per value group
 
 @compute @workgroup_size(WG)
 fn main(
@@ -230,107 +224,103 @@ fn main(
     // token's last ranges may be empty, and then write m = LOWEST, l = 0, acc = 0.
     let start = first + s * p.chunk;
     let end = min(start + p.chunk, pos + 1u);
-    let hd = p.head_dim;
-    let row_stride = p.kv_heads * hd;
-    let head_off = kvh * hd;
+    let hd4 = p.head_dim / 4u;
+    let row4 = p.kv_heads * hd4; // one cache row (position)
+    let head4 = kvh * hd4;
 
-    let q_base = (t * p.heads + h) * hd;
-    for (var d = lid; d < hd; d += WG) {
-        q_row[d] = q[q_base + d];
-    }
-    workgroupBarrier();
-
+    let key = lid / LANES;
     let lane = lid % LANES;
-    let slot = lid / LANES;
-    let v_lane = lid % V_LANES;
-    let v_group = lid / V_LANES;
-    // Online softmax over the range, as in SINGLE. m is the same in every invocation; l and
-    // acc cover only this invocation's group of keys (every V_GROUPS-th), merged at the end.
+    // This lane's slice of q, held in registers for every block (no barrier before the
+    // first keys are requested; the loads overlap theirs). Unused entries stay zero.
+    let q_base = (t * p.heads + h) * hd4;
+    var qv: array<vec4<f32>, K_STEPS>;
+    for (var i = 0u; i < K_STEPS; i++) {
+        let d = lane + i * LANES;
+        if (d < hd4) {
+            qv[i] = q[q_base + d];
+        }
+    }
+    let v_groups = WG / hd4;
+    let v_lane = lid % hd4;
+    let v_group = lid / hd4; // idle when >= v_groups (head_dim / 4 not dividing WG)
+
+    // Online softmax over the range, as in SINGLE. m and l are the same in every invocation
+    // (each sums the whole block's probabilities); acc covers this invocation's value group
+    // (every v_groups-th key) and dims v_lane, and the groups are added at the end.
     var m = LOWEST;
     var l = 0.0;
-    var acc = array<f32, V_DIMS>();
+    var acc = vec4<f32>(0.0);
     for (var j0 = start; j0 < end; j0 += BLOCK) {
         let count = min(BLOCK, end - j0);
 
-        // Partial dot products: invocation (slot, lane) takes dims lane, lane + LANES, …
-        // of keys slot, slot + KEYS_PER_PASS, … of the block.
-        for (var k = slot; k < count; k += KEYS_PER_PASS) {
-            let k_base = (j0 + k) * row_stride + head_off;
-            var dot = 0.0;
-            for (var d = lane; d < hd; d += LANES) {
-                dot += q_row[d] * k_cache[k_base + d];
+        // Value rows first: they don't depend on the scores, so their loads are in flight
+        // with the keys'. Constant trip counts, so the loops unroll into independent loads.
+        var vv: array<vec4<f32>, V_STEPS>;
+        for (var i = 0u; i < V_STEPS; i++) {
+            let k = v_group + i * v_groups;
+            if (v_group < v_groups && k < count) {
+                vv[i] = v_cache[(j0 + k) * row4 + head4 + v_lane];
             }
-            dots[k * DOTS_ROW + lane] = dot;
         }
-        workgroupBarrier();
-        if (lid < count) {
-            var dot = 0.0;
-            for (var i = 0u; i < LANES; i++) {
-                dot += dots[lid * DOTS_ROW + i];
-            }
-            scores[lid] = dot * p.scale;
-        }
-        workgroupBarrier();
-
-        var m_new = m;
-        for (var k = 0u; k < count; k++) {
-            m_new = max(m_new, scores[k]);
-        }
-        // A separate array, so nobody overwrites a score another invocation still reads.
-        if (lid < count) {
-            probs[lid] = exp(scores[lid] - m_new);
-        }
-        workgroupBarrier();
-        // The next block writes dots, scores and probs only after its first, second and
-        // third barrier, each of which every invocation reaches after its reads here.
-
-        let rescale = exp(m - m_new); // 0 on the first block, since m = LOWEST
-        m = m_new;
-        l *= rescale;
-        for (var i = 0u; i < V_DIMS; i++) {
-            acc[i] *= rescale;
-        }
-        for (var k = v_group; k < count; k += V_GROUPS) {
-            let pk = probs[k];
-            l += pk;
-            let v_base = (j0 + k) * row_stride + head_off;
-            // A constant trip count, so acc stays in registers once unrolled.
-            for (var i = 0u; i < V_DIMS; i++) {
-                let d = v_lane + i * V_LANES;
-                if (d < hd) {
-                    acc[i] += pk * v_cache[v_base + d];
+        var part = 0.0;
+        if (key < count) {
+            let k_base = (j0 + key) * row4 + head4;
+            for (var i = 0u; i < K_STEPS; i++) {
+                let d = lane + i * LANES;
+                if (d < hd4) {
+                    part += dot(qv[i], k_cache[k_base + d]);
                 }
             }
         }
-    }
+        dots[lane * BLOCK + key] = part;
+        workgroupBarrier();
+        if (lid < BLOCK) {
+            var dot_sum = 0.0;
+            for (var i = 0u; i < LANES; i++) {
+                dot_sum += dots[i * BLOCK + lid];
+            }
+            scores[lid] = select(LOWEST, dot_sum * p.scale, lid < count);
+        }
+        workgroupBarrier();
+        // The next block writes dots only after this barrier and scores only after its
+        // first one, which every invocation reaches after its reads of scores below.
 
-    // Merge the groups: they share m, so their sums simply add.
-    for (var i = 0u; i < V_DIMS; i++) {
-        let d = v_lane + i * V_LANES;
-        if (d < hd) {
-            sums[v_group * MAX_HEAD_DIM + d] = acc[i];
+        var m_new = m;
+        for (var k = 0u; k < BLOCK; k++) {
+            m_new = max(m_new, scores[k]);
+        }
+        // exp(LOWEST - m_new) = 0: keys past the range's end add nothing.
+        var l_block = 0.0;
+        for (var k = 0u; k < BLOCK; k++) {
+            l_block += exp(scores[k] - m_new);
+        }
+        let rescale = exp(m - m_new); // 0 on the first block, since m = LOWEST
+        m = m_new;
+        l = l * rescale + l_block;
+        acc *= rescale;
+        for (var i = 0u; i < V_STEPS; i++) {
+            let k = v_group + i * v_groups;
+            if (v_group < v_groups && k < count) {
+                acc += exp(scores[k] - m_new) * vv[i];
+            }
         }
     }
-    if (v_lane == 0u) {
-        group_l[v_group] = l;
+
+    // Merge the value groups: they share m, so their sums simply add.
+    if (v_group < v_groups) {
+        sums[lid] = acc; // lid = v_group * hd4 + v_lane
     }
     workgroupBarrier();
-
-    let out_base = ((t * p.heads + h) * p.splits + s) * (hd + 2u);
+    let out_base = ((t * p.heads + h) * p.splits + s) * (hd4 + 1u);
     if (lid == 0u) {
-        var l_all = 0.0;
-        for (var g = 0u; g < V_GROUPS; g++) {
-            l_all += group_l[g];
-        }
-        partials[out_base] = m;
-        partials[out_base + 1u] = l_all;
+        partials[out_base] = vec4<f32>(m, l, 0.0, 0.0);
     }
-    for (var d = lid; d < hd; d += WG) {
-        var a = 0.0;
-        for (var g = 0u; g < V_GROUPS; g++) {
-            a += sums[g * MAX_HEAD_DIM + d];
+    if (lid < hd4) {
+        var a = vec4<f32>(0.0);
+        for (var g = 0u; g < v_groups; g++) {
+            a += sums[g * hd4 + lid];
         }
-        partials[out_base + 2u + d] = a;
+        partials[out_base + 1u + lid] = a;
     }
 }
 #endif
@@ -338,23 +328,45 @@ fn main(
 #ifdef COMBINE
 struct Params {
     heads: u32,
-    head_dim: u32,
-    splits: u32, // key ranges per (query token, head); at most MAX_SPLITS
+    head_dim: u32, // a multiple of 4
+    splits: u32,   // key ranges per (query token, head); at most MAX_SPLITS
     _pad: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-// [T, heads, splits, 2 + head_dim]: per range (m, l, acc[head_dim]), from SPLIT
-@group(0) @binding(1) var<storage, read> partials: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>; // [T, heads, head_dim]
+// [T, heads, splits, 1 + head_dim / 4]: per range vec4(m, l, 0, 0), then acc, from SPLIT
+@group(0) @binding(1) var<storage, read> partials: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> out: array<vec4<f32>>; // [T, heads, head_dim / 4]
 
 const WG: u32 = 128u;
-// Bounds the host's split count (attention.rs MAX_SPLITS); 2 * 2 KiB of workgroup memory.
-const MAX_SPLITS: u32 = 512u;
+// Bounds the host's split count (attention.rs MAX_SPLITS); 2 * 4 KiB of workgroup memory.
+const MAX_SPLITS: u32 = 1024u;
+// Ranges whose acc loads one invocation has in flight at once.
+const UNROLL: u32 = 4u;
 const LOWEST: f32 = -3.0e38;
 
-var<workgroup> range_m: array<f32, MAX_SPLITS>; // [splits] m of each range
-var<workgroup> weight: array<f32, MAX_SPLITS>;  // [splits] exp(m_s - max_s m_s)
+var<workgroup> range_m: array<f32, MAX_SPLITS>; // [splits] m of each range, then its weight
+var<workgroup> range_l: array<f32, MAX_SPLITS>; // [splits] l of each range
+var<workgroup> red: array<f32, WG>;             // [WG] tree reduction scratch
+var<workgroup> sums: array<vec4<f32>, WG>;      // [groups, head_dim / 4] acc per group
+
+// The max (or sum) of x over the workgroup, in log2(WG) steps rather than a serial scan
+// over up to MAX_SPLITS ranges. Call from uniform control flow.
+fn reduce(lid: u32, x: f32, is_max: bool) -> f32 {
+    red[lid] = x;
+    workgroupBarrier();
+    for (var stride = WG / 2u; stride > 0u; stride /= 2u) {
+        if (lid < stride) {
+            let a = red[lid];
+            let b = red[lid + stride];
+            red[lid] = select(a + b, max(a, b), is_max);
+        }
+        workgroupBarrier();
+    }
+    let r = red[0];
+    workgroupBarrier(); // red is rewritten by the next reduction
+    return r;
+}
 
 @compute @workgroup_size(WG)
 fn main(
@@ -363,38 +375,55 @@ fn main(
 ) {
     let h = wid.x;
     let t = wid.y;
-    let hd = p.head_dim;
-    let row = hd + 2u;
-    let base = (t * p.heads + h) * p.splits * row;
+    let hd4 = p.head_dim / 4u;
+    let row4 = hd4 + 1u;
+    let base = (t * p.heads + h) * p.splits * row4;
 
+    var m_mine = LOWEST;
     for (var s = lid; s < p.splits; s += WG) {
-        range_m[s] = partials[base + s * row];
-    }
-    workgroupBarrier();
-    var m = LOWEST;
-    for (var s = 0u; s < p.splits; s++) {
-        m = max(m, range_m[s]);
+        let ml = partials[base + s * row4];
+        range_m[s] = ml.x;
+        range_l[s] = ml.y;
+        m_mine = max(m_mine, ml.x);
     }
     // Range 0 is never empty (it starts at the query's first visible key), so m is a real
     // score and the empty ranges (m = LOWEST) get weight 0.
+    let m = reduce(lid, m_mine, true);
+    // Each invocation rewrites only its own ranges; reduce's barriers publish the weights.
+    var l_mine = 0.0;
     for (var s = lid; s < p.splits; s += WG) {
-        weight[s] = exp(range_m[s] - m);
+        let w = exp(range_m[s] - m);
+        range_m[s] = w;
+        l_mine += w * range_l[s];
     }
-    workgroupBarrier();
-
     // softmax · v = (sum_s w_s acc_s) / (sum_s w_s l_s). l >= 1: the range holding the
     // largest score has w = 1, and that score contributed exp(0) to its l.
-    var l = 0.0;
-    for (var s = 0u; s < p.splits; s++) {
-        l += weight[s] * partials[base + s * row + 1u];
-    }
-    let out_base = (t * p.heads + h) * hd;
-    for (var d = lid; d < hd; d += WG) {
-        var a = 0.0;
-        for (var s = 0u; s < p.splits; s++) {
-            a += weight[s] * partials[base + s * row + 2u + d];
+    let l = reduce(lid, l_mine, false);
+
+    // acc: hd4 neighbouring invocations read one range's acc row; the groups of them take
+    // every groups-th range, UNROLL ranges per trip.
+    let groups = WG / hd4;
+    let v_lane = lid % hd4;
+    let g = lid / hd4;
+    if (g < groups) {
+        var a = vec4<f32>(0.0);
+        for (var s0 = g; s0 < p.splits; s0 += UNROLL * groups) {
+            for (var u = 0u; u < UNROLL; u++) {
+                let s = s0 + u * groups;
+                if (s < p.splits) {
+                    a += range_m[s] * partials[base + s * row4 + 1u + v_lane];
+                }
+            }
         }
-        out[out_base + d] = a / l;
+        sums[lid] = a;
+    }
+    workgroupBarrier();
+    if (lid < hd4) {
+        var a = vec4<f32>(0.0);
+        for (var gg = 0u; gg < groups; gg++) {
+            a += sums[gg * hd4 + lid];
+        }
+        out[(t * p.heads + h) * hd4 + lid] = a / l;
     }
 }
 #endif

@@ -431,9 +431,10 @@ fn attention_split_matches_reference() {
                     let s = shape(t, heads, kv_heads, hd, keys - t, window);
                     let plan = check_attention(seed, s);
                     seed += 10;
-                    // More than one block of visible keys always splits at these head counts.
+                    // More than one 16-key block of visible keys always splits at these
+                    // head counts.
                     let visible = if window == 0 { keys } else { keys.min(window) };
-                    assert_eq!(plan.splits > 1, visible > 64, "{s:?}: {plan:?}");
+                    assert_eq!(plan.splits > 1, visible > 16, "{s:?}: {plan:?}");
                 }
             }
         }
@@ -442,14 +443,15 @@ fn attention_split_matches_reference() {
 
 #[test]
 fn attention_split_edge_ranges() {
-    // Two tokens at 128 and 129 keys: three 64-key ranges, the first token's last one empty.
+    // Two tokens at 128 and 129 keys: nine 16-key ranges, the first token's last one empty.
     let plan = check_attention(2000, shape(2, 4, 1, 64, 127, 0));
-    assert_eq!((plan.splits, plan.chunk), (3, 64));
-    // 65 keys: a full range and a one-key range. head_dim not a multiple of the 8 score lanes
-    // nor of the 32 value lanes.
-    check_attention(2010, shape(1, 4, 2, 100, 64, 0));
-    // Enough tokens for the single pass: t · heads above 256.
-    let plan = check_attention(2020, shape(9, 32, 8, 64, 600, 0));
+    assert_eq!((plan.splits, plan.chunk), (9, 16));
+    // 65 keys: four full ranges and a one-key range. head_dim / 4 = 25 does not divide the
+    // 128 invocations (5 value groups, 3 idle invocations) nor the 8 score lanes.
+    let plan = check_attention(2010, shape(1, 4, 2, 100, 64, 0));
+    assert_eq!((plan.splits, plan.chunk), (5, 16));
+    // Enough tokens for the single pass: t · heads above 512.
+    let plan = check_attention(2020, shape(17, 32, 8, 64, 600, 0));
     assert_eq!(plan.splits, 1);
     // Just under it, a prefill-sized chunk still splits (Gemma-3-270M prefills 64 tokens
     // with 4 heads this way).
@@ -458,22 +460,73 @@ fn attention_split_edge_ranges() {
 }
 
 #[test]
+fn attention_split_decode_shapes() {
+    // The shapes the H200 decode profile measured, at query positions around the 16-key
+    // block and 32/64-key chunk boundaries: Gemma-3-270M (4/1 heads × 256, local layers with
+    // a window, here 8, and global ones without) and Llama-3.2-1B (32/8 × 64). t = 3 puts
+    // the step's earlier tokens one and two keys short of the plan's last range.
+    let mut seed = 3000;
+    let mut split = 0;
+    for (heads, kv_heads, hd, windows) in [(4, 1, 256, [8, 0]), (32, 8, 64, [0, 8])] {
+        for pos in [15, 16, 17, 63, 64, 65, 511, 512, 1000] {
+            for t in [1, 3] {
+                for window in windows {
+                    let mut s = shape(t, heads, kv_heads, hd, pos, window);
+                    if hd == 256 {
+                        s.scale = 1.0 / 256f32.sqrt(); // query_pre_attn_scalar = 256
+                    }
+                    let plan = check_attention(seed, s);
+                    seed += 10;
+                    split += (plan.splits > 1) as u32;
+                    if plan.splits > 1 {
+                        assert_eq!(plan.chunk % 16, 0, "{s:?}: {plan:?}");
+                        // The last token's keys are all covered, by non-empty ranges.
+                        let visible = if window == 0 {
+                            pos + t
+                        } else {
+                            window.min(pos + t)
+                        };
+                        assert!(plan.splits * plan.chunk >= visible, "{s:?}: {plan:?}");
+                        assert!((plan.splits - 1) * plan.chunk < visible, "{s:?}: {plan:?}");
+                    }
+                }
+            }
+        }
+    }
+    // Window 8 never splits (8 keys); everything else past 16 keys does.
+    assert!(
+        split >= 30,
+        "only {split} of the shapes took the split path"
+    );
+    // The decode plans the per-layer predictions in attention.rs assume (513 keys).
+    let p = attention::plan(&shape(1, 4, 1, 256, 512, 0));
+    assert_eq!((p.splits, p.chunk), (33, 16));
+    let p = attention::plan(&shape(1, 32, 8, 64, 512, 0));
+    assert_eq!((p.splits, p.chunk), (17, 32));
+}
+
+#[test]
 fn attention_partials_len_covers_every_plan() {
-    // The engine allocates partials_len once; every step it can run must fit.
+    // The engine allocates partials_len once, for its largest step and its context; every
+    // (t, pos0, window) it can run must fit, and no plan may pass the combine's 1024 ranges.
     for (heads, hd) in [(32, 64), (4, 256), (14, 64), (1, 8)] {
-        for context in [1, 64, 65, 129, 700, 4096, 32768] {
-            let have = attention::partials_len(heads, hd, 64, context);
-            for t in 1..=64u32.min(context) {
-                for keys in (t..=context).step_by(37).chain([context]) {
-                    let s = shape(t, heads, heads, hd, keys - t, 0);
-                    let p = attention::plan(&s);
-                    let need = if p.splits > 1 {
-                        (t * heads * p.splits * (hd + 2)) as u64
-                    } else {
-                        0
-                    };
-                    assert!(need <= have, "{s:?} {p:?}: needs {need}, have {have}");
-                    assert!(p.splits <= 512, "{s:?} {p:?}");
+        for context in [1, 16, 17, 33, 64, 65, 129, 700, 4096, 32768] {
+            let max_t = 64;
+            let have = attention::partials_len(heads, hd, max_t, context);
+            for t in 1..=max_t.min(context) {
+                let step = if context > 1000 { 37 } else { 1 };
+                for keys in (t..=context).step_by(step).chain([context]) {
+                    for window in [0, 8, 512] {
+                        let s = shape(t, heads, heads, hd, keys - t, window);
+                        let p = attention::plan(&s);
+                        let need = if p.splits > 1 {
+                            (t * heads * p.splits * (hd + 4)) as u64
+                        } else {
+                            0
+                        };
+                        assert!(need <= have, "{s:?} {p:?}: needs {need}, have {have}");
+                        assert!(p.splits <= 1024, "{s:?} {p:?}");
+                    }
                 }
             }
         }
@@ -492,6 +545,10 @@ fn attention_rejects_bad_shapes() {
     assert!(
         attention::attention(&mut rec, &b, &b, &b, &b, &b, &shape(1, 1, 1, 512, 0, 0)).is_err(),
         "head_dim > 256"
+    );
+    assert!(
+        attention::attention(&mut rec, &b, &b, &b, &b, &b, &shape(1, 2, 1, 6, 0, 0)).is_err(),
+        "head_dim not a multiple of 4"
     );
     assert!(
         attention::attention(&mut rec, &b, &b, &b, &b, &b, &shape(1, 4, 4, 64, 100, 0)).is_err(),

@@ -17,7 +17,22 @@
 //!   partials buffer; a second dispatch merges the ranges with the log-sum-exp rescaling.
 //!   A decode step (`t = 1`) otherwise runs only `heads` workgroups (32 for Llama-3.2-1B,
 //!   4 for Gemma-3-270M) on a GPU with 100+ SMs, each walking thousands of keys serially.
-//!   Its K/V reads are coalesced: neighbouring invocations read neighbouring dims of a row.
+//!   Its K/V reads are coalesced vec4 loads: neighbouring invocations read neighbouring
+//!   16-byte pieces of a row. Decode is latency-bound, not bandwidth-bound (Gemma-3-270M at
+//!   512 keys reads 1 MiB of K/V per layer: 0.25 µs at 4 TB/s), so the plan cuts the keys
+//!   into ranges of as little as one 16-key block, and a workgroup requests all of a block's
+//!   key and value rows before it waits on any: about one memory round trip per block.
+//!
+//! Predicted on the H200 (132 SMs) at 513 keys, per layer, against the 98 µs and 40 µs that
+//! the 64-key plan with scalar loads measured: Gemma-3-270M (4 heads) runs 33 ranges × 4
+//! heads = 132 split workgroups of one block each (a q load overlapped with one K+V round
+//! trip, two barriers), then 4 combine workgroups merging 33 ranges with 4 loads in flight:
+//! ~5 µs + ~4 µs (about the 3.5 µs dispatch floor each), so ≤ 15 µs. Llama-3.2-1B (32
+//! heads): 17 ranges of 32 keys × 32 heads = 544 workgroups of two blocks, about 4 per SM
+//! and all resident at once, then 32 combine workgroups: also ≤ 15 µs.
+//!
+//! `head_dim` must be a multiple of 4 (every supported model's is: 64, 128, 256), since the
+//! split and combine kernels bind q, the caches, the partials and out as `array<vec4<f32>>`.
 //!
 //! Query heads that share a KV head run in separate workgroups and read the same K/V rows;
 //! those repeats come from L2. Sharing one workgroup per KV head would cut that traffic by
@@ -38,17 +53,25 @@ pub const MAX_HEAD_DIM: u32 = 256;
 const KV_WRITE_WG: u32 = 256;
 
 /// Keys per block of the `SPLIT` variant (`BLOCK` in the shader). A range shorter than one
-/// block leaves invocations idle, so chunks are whole blocks.
-const SPLIT_BLOCK: u32 = 64;
+/// block leaves invocations idle, so chunks are whole blocks. 16 keys of a 256-dim head are
+/// 16 KiB of K and 16 KiB of V: 8 + 8 vec4 loads per invocation of 128, all in flight at once.
+const SPLIT_BLOCK: u32 = 16;
 
-/// Workgroups the flash-decoding path aims for: about 4 per SM on a 132-SM H200, so each
-/// range is short (often one block), which is what a latency-bound step wants. Smaller GPUs
-/// just queue them; the extra cost is `splits · head_dim` reads per (token, head) to merge.
-const TARGET_WORKGROUPS: u32 = 512;
+/// Workgroups the flash-decoding path aims for: about 8 per SM on a 132-SM H200 (about as
+/// many 128-invocation workgroups as stay resident), so each range is short (a few blocks at
+/// a few thousand keys), which is what a latency-bound step wants. Smaller GPUs just queue
+/// them; the extra cost is `splits · (head_dim + 4)` floats per (token, head) to merge.
+const TARGET_WORKGROUPS: u32 = 1024;
 
 /// Most ranges per (token, head): `MAX_SPLITS` in the shader's `COMBINE` workgroup arrays.
 /// [`plan`] gives at most `TARGET_WORKGROUPS` ranges, which is not above this.
-const MAX_SPLITS: u32 = 512;
+const MAX_SPLITS: u32 = 1024;
+const _: () = assert!(TARGET_WORKGROUPS <= MAX_SPLITS);
+
+/// f32 per (token, head, range) in the partials: `vec4(m, l, 0, 0)`, then `acc[head_dim]`.
+fn partial_row(head_dim: u32) -> u64 {
+    head_dim as u64 + 4
+}
 
 /// The shape of one attention call.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -75,7 +98,7 @@ pub struct AttentionShape {
 pub struct AttentionPlan {
     /// Key ranges per (token, head); 1 = the single-pass kernel, no partials.
     pub splits: u32,
-    /// Keys per range (a multiple of the 64-key block); the whole key count when `splits == 1`.
+    /// Keys per range (a multiple of the 16-key block); the whole key count when `splits == 1`.
     pub chunk: u32,
 }
 
@@ -90,17 +113,18 @@ fn visible_keys(pos: u32, window: u32) -> u32 {
 
 /// Picks the path for `shape`. The rule:
 ///
-/// - `t · heads > TARGET_WORKGROUPS / 2` (256): single pass. There are enough workgroups
+/// - `t · heads > TARGET_WORKGROUPS / 2` (512): single pass. There are enough workgroups
 ///   already, and splitting would at most double them at the price of a second dispatch.
 /// - otherwise aim for `want = ⌈TARGET_WORKGROUPS / (t · heads)⌉` ranges per (token, head):
-///   `chunk = ⌈n / want⌉` rounded up to whole 64-key blocks, `splits = ⌈n / chunk⌉`, where
+///   `chunk = ⌈n / want⌉` rounded up to whole 16-key blocks, `splits = ⌈n / chunk⌉`, where
 ///   `n` is the key count of the step's last token (the largest).
-/// - `splits == 1` (at most 64 keys): single pass.
+/// - `splits == 1` (at most 16 keys): single pass.
 ///
-/// Llama-3.2-1B decoding at 600 keys: `t · heads = 32`, `want = 16`, `chunk = 64`,
-/// `splits = 10`: 320 split workgroups of one block each, then 32 combine workgroups.
+/// Llama-3.2-1B decoding at 513 keys: `t · heads = 32`, `want = 32`, `chunk = 32`,
+/// `splits = 17`: 544 split workgroups of two blocks each, then 32 combine workgroups.
+/// Gemma-3-270M at 513 keys: `t · heads = 4`, `want = 256`, `chunk = 16`, `splits = 33`.
 /// `splits <= want`, so `t · heads · splits < TARGET_WORKGROUPS + t · heads`: the partials
-/// stay under `768 · (head_dim + 2)` floats whatever the context ([`partials_len`]).
+/// stay under `1536 · (head_dim + 4)` floats whatever the context ([`partials_len`]).
 pub fn plan(shape: &AttentionShape) -> AttentionPlan {
     let single = |n: u32| AttentionPlan {
         splits: 1,
@@ -127,7 +151,7 @@ pub fn plan(shape: &AttentionShape) -> AttentionPlan {
 /// `max_t` tokens, `heads` query heads of `head_dim`, and at most `context` cache rows (any
 /// `pos0` and window). Allocate it once per session; it may be 0.
 pub fn partials_len(heads: u32, head_dim: u32, max_t: u32, context: u32) -> u64 {
-    // `splits` is at most `want` (see `plan`) and at most one range per 64-key block; the
+    // `splits` is at most `want` (see `plan`) and at most one range per 16-key block; the
     // bound is reached at some key count, and `plan` is not monotone in it, so take the bound.
     let blocks = context.div_ceil(SPLIT_BLOCK) as u64;
     (1..=max_t)
@@ -137,7 +161,7 @@ pub fn partials_len(heads: u32, head_dim: u32, max_t: u32, context: u32) -> u64 
                 return None;
             }
             let want = (TARGET_WORKGROUPS as u64).div_ceil(rows);
-            Some(rows * want.min(blocks) * (head_dim as u64 + 2))
+            Some(rows * want.min(blocks) * partial_row(head_dim))
         })
         .max()
         .unwrap_or(0)
@@ -244,7 +268,7 @@ pub fn kv_write(
 /// - `q`: `[t, heads, head_dim]` f32 (after RoPE)
 /// - `k_cache`, `v_cache`: `[ctx, kv_heads, head_dim]` f32, rows `0..pos0 + t` written
 /// - `out`: `[t, heads, head_dim]` f32
-/// - `partials`: scratch, `[t, heads, splits, 2 + head_dim]` f32 when split; sized for every
+/// - `partials`: scratch, `[t, heads, splits, 4 + head_dim]` f32 when split; sized for every
 ///   step by [`partials_len`], unread by the single pass
 pub fn attention(
     rec: &mut StepRecorder,
@@ -271,8 +295,11 @@ pub fn attention(
             why,
         })
     };
-    if head_dim == 0 || head_dim > MAX_HEAD_DIM {
-        return bad(format!("head_dim {head_dim} is not in 1..={MAX_HEAD_DIM}"));
+    if head_dim == 0 || head_dim > MAX_HEAD_DIM || !head_dim.is_multiple_of(4) {
+        return bad(format!(
+            "head_dim {head_dim} is not a multiple of 4 in 4..={MAX_HEAD_DIM} (the split \
+             kernels read rows as vec4)"
+        ));
     }
     if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
         return bad(format!(
@@ -323,7 +350,7 @@ pub fn attention(
     }
 
     debug_assert!(splits <= MAX_SPLITS, "plan exceeded MAX_SPLITS");
-    let partial_elems = elems / head_dim as u64 * splits as u64 * (head_dim as u64 + 2);
+    let partial_elems = elems / head_dim as u64 * splits as u64 * partial_row(head_dim);
     check_len(KERNEL, "partials", partials, partial_elems)?;
     let label = "attention_split";
     let pipeline = rec
