@@ -48,6 +48,14 @@ pub struct BenchResult {
     pub pp_tok_s: Vec<f64>,
     pub tg_tok_s: Vec<f64>,
     pub dispatches_per_token: u32,
+    /// Whether tg decoded on the GPU (argmax on the GPU, K steps per submit; see
+    /// engine/decode.rs) or read the logits back for a CPU argmax every token.
+    pub gpu_decode: bool,
+    /// Most decode steps per submit in tg (1 on the CPU path).
+    pub steps_per_submit: u32,
+    /// Host time per decoded token spent recording, encoding and submitting (median of
+    /// reps; GPU path only, NaN otherwise): if near ms/token, recording bounds decode.
+    pub record_ms_per_token: f64,
     /// Bytes of weights one decode step reads (every matrix, the full LM head, one embedding row).
     pub weight_bytes_per_token: u64,
     pub probe: Option<Probe>,
@@ -108,7 +116,7 @@ impl BenchResult {
         self.probe.as_ref().map(|p| {
             self.weight_bytes_per_token as f64 / (p.read_gb_s * 1e9)
                 + self.dispatches_per_token as f64 * p.dispatch_us * 1e-6
-                + p.round_trip_us * 1e-6
+                + p.round_trip_us * 1e-6 / self.steps_per_submit.max(1) as f64
         })
     }
     /// Decode speed as a fraction of the floor's speed (1.0 = at the floor).
@@ -155,6 +163,19 @@ pub async fn run_with(
     cfg: &BenchConfig,
     megakernel: bool,
 ) -> Result<BenchResult, EngineError> {
+    run_with_decode(ctx, model, cfg, megakernel, true).await
+}
+
+/// [`run_with`] choosing tg's decode loop: `gpu_decode` = the GPU-resident greedy loop (the
+/// default, what `generate` runs for greedy sampling), or false for the one-token path that
+/// reads logits back and takes the argmax on the CPU (the A/B baseline).
+pub async fn run_with_decode(
+    ctx: &Arc<GpuContext>,
+    model: &Arc<Model>,
+    cfg: &BenchConfig,
+    megakernel: bool,
+    gpu_decode: bool,
+) -> Result<BenchResult, EngineError> {
     let prompt = bench_prompt(model, cfg.prompt_tokens);
     let context = cfg.prompt_tokens + cfg.gen_tokens + 8;
     let check = {
@@ -164,23 +185,26 @@ pub async fn run_with(
     };
     let mut pp = Vec::new();
     let mut tg = Vec::new();
-    let mut dispatches = 0;
+    let mut last = TgRun::default();
+    let mut record_ms = Vec::new();
     for rep in 0..=cfg.reps {
         let on = megakernel && check.passed;
-        let r = pp_tg(ctx, model, cfg, &prompt, context, on, on).await?;
-        dispatches = r.2;
+        let r = pp_tg(ctx, model, cfg, &prompt, context, on, on, gpu_decode).await?;
         if rep > 0 {
-            pp.push(r.0);
-            tg.push(r.1);
+            pp.push(r.pp_tok_s);
+            tg.push(r.tg_tok_s);
+            record_ms.push(r.record_ms_per_token);
         }
+        last = r;
     }
     // The other side of the A/B: tg only (its prefill runs the normal path either way).
     let mut other = Vec::new();
     if check.passed {
         for rep in 0..=cfg.reps {
-            let r = pp_tg(ctx, model, cfg, &prompt, context, false, !megakernel).await?;
+            let r = pp_tg(ctx, model, cfg, &prompt, context, false, !megakernel, gpu_decode)
+                .await?;
             if rep > 0 {
-                other.push(r.1);
+                other.push(r.tg_tok_s);
             }
         }
     }
@@ -196,7 +220,10 @@ pub async fn run_with(
         reps: cfg.reps,
         pp_tok_s: pp,
         tg_tok_s: tg,
-        dispatches_per_token: dispatches,
+        dispatches_per_token: last.dispatches_per_token,
+        gpu_decode: last.gpu_decode,
+        steps_per_submit: last.steps_per_submit,
+        record_ms_per_token: median(&record_ms),
         weight_bytes_per_token: weight_bytes_per_token(model),
         probe: None,
         megakernel: MegakernelAb {
@@ -208,8 +235,20 @@ pub async fn run_with(
     })
 }
 
+/// What one [`pp_tg`] run measured.
+#[derive(Clone, Debug, Default)]
+struct TgRun {
+    pp_tok_s: f64,
+    tg_tok_s: f64,
+    dispatches_per_token: u32,
+    gpu_decode: bool,
+    steps_per_submit: u32,
+    record_ms_per_token: f64,
+}
+
 /// One fresh session: prefill `prompt`, then `gen_tokens` greedy decode steps, each with the
-/// FFN megakernel on or off. Returns (pp tok/s, tg tok/s, dispatches/token).
+/// FFN megakernel on or off, on the GPU loop or the one-token CPU-argmax path. Stop tokens
+/// don't end the run (random weights emit anything).
 #[allow(clippy::too_many_arguments)]
 async fn pp_tg(
     ctx: &Arc<GpuContext>,
@@ -219,7 +258,8 @@ async fn pp_tg(
     context: u32,
     prefill_megakernel: bool,
     decode_megakernel: bool,
-) -> Result<(f64, f64, u32), EngineError> {
+    gpu_decode: bool,
+) -> Result<TgRun, EngineError> {
     let mut s = Session::new(ctx, model, context, LogitsFor::LastToken);
     s.pipeline = cfg.pipeline;
     // The switch was checked once per run (in run_with) for this model and device; sessions
@@ -230,12 +270,32 @@ async fn pp_tg(
     let pp_rate = prompt.len() as f64 / clock.seconds();
     s.megakernel = decode_megakernel;
     let clock = Clock::start();
-    for _ in 0..cfg.gen_tokens {
-        let id = argmax(&logits);
-        logits = s.forward(&[id]).await?;
+    if gpu_decode {
+        // gen_tokens forwards: the loop runs one fewer than the tokens it emits.
+        let first = argmax(&logits);
+        let mut out = Vec::new();
+        s.greedy_on_gpu(first, cfg.gen_tokens + 1, &[], &mut |_| true, &mut out)
+            .await?;
+    } else {
+        for _ in 0..cfg.gen_tokens {
+            let id = argmax(&logits);
+            logits = s.forward(&[id]).await?;
+        }
     }
-    let tg_rate = cfg.gen_tokens as f64 / clock.seconds();
-    Ok((pp_rate, tg_rate, s.stats.dispatches_per_token))
+    let seconds = clock.seconds();
+    let tokens = cfg.gen_tokens.max(1) as f64;
+    Ok(TgRun {
+        pp_tok_s: pp_rate,
+        tg_tok_s: cfg.gen_tokens as f64 / seconds,
+        dispatches_per_token: s.stats.dispatches_per_token,
+        gpu_decode,
+        steps_per_submit: if gpu_decode { s.stats.steps_per_submit } else { 1 },
+        record_ms_per_token: if gpu_decode {
+            s.stats.record_seconds * 1000.0 / tokens
+        } else {
+            f64::NAN
+        },
+    })
 }
 
 /// Measures read bandwidth, dependent-dispatch cost and submit+readback round trip.
@@ -448,6 +508,9 @@ impl BenchResult {
             "tg_runs": self.tg_tok_s,
             "ms_per_token": num(1000.0 / self.tg()),
             "dispatches_per_token": self.dispatches_per_token,
+            "gpu_decode": self.gpu_decode,
+            "steps_per_submit": self.steps_per_submit,
+            "record_ms_per_token": num(self.record_ms_per_token),
             "weight_bytes_per_token": self.weight_bytes_per_token,
             "effective_gb_s": num(self.effective_gb_s()),
             "probe": self.probe.as_ref().map(|p| json!({

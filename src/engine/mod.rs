@@ -2,18 +2,21 @@
 //! loop with sampling, and the stats the CLI and the page show. The CLI and the web page
 //! drive this same `Session`.
 
+mod decode;
 mod loader;
 mod megakernel;
 
 #[cfg(not(target_arch = "wasm32"))]
 pub use loader::load_path;
 pub use loader::{summarize_types, LoadError, LoadProgress, Loader};
+pub use decode::MAX_STEPS;
 pub use megakernel::MegakernelCheck;
 
 use std::sync::Arc;
 
 use crate::capabilities::Report;
 use crate::gpu::{Binding, GpuContext, GpuError, StepRecorder};
+use crate::kernels::argmax::PARTIALS_WORDS;
 use crate::kernels::attention::partials_len;
 use crate::kernels::KernelError;
 use crate::model::{self, Arch, Config, Weights};
@@ -72,6 +75,11 @@ pub struct Scratch {
     pub attn_partials: wgpu::Buffer,
     /// Per-layer RoPE inverse frequencies `[head_dim/2]`.
     pub inv_freq: Vec<wgpu::Buffer>,
+    /// The GPU argmax's (key, index) pairs `[PARTIALS_WORDS]` u32 (see `kernels::argmax`).
+    pub argmax_partials: wgpu::Buffer,
+    /// Ids chosen by the GPU decode loop `[2, MAX_STEPS]` u32: two halves, so one batch can
+    /// be read back while the next writes (engine/decode.rs).
+    pub generated: wgpu::Buffer,
 }
 
 impl Scratch {
@@ -83,6 +91,7 @@ impl Scratch {
         4 * (r + r * c.dim as u64 * 3 + r * qd * 2 + r * kvd * 2 + r * c.ffn_dim as u64 * 3)
             + 4 * logit_rows as u64 * c.vocab_size as u64
             + 4 * partials
+            + 4 * (PARTIALS_WORDS + 2 * MAX_STEPS as u64)
     }
 
     /// `context`: KV-cache positions, which bound the attention partials.
@@ -117,6 +126,8 @@ impl Scratch {
                 partials_len(c.n_heads, c.head_dim, rows, context).max(1),
             ),
             inv_freq,
+            argmax_partials: ctx.storage_buffer("argmax_partials", PARTIALS_WORDS * 4),
+            generated: ctx.storage_buffer("generated", 2 * MAX_STEPS as u64 * 4),
         }
     }
 }
@@ -142,8 +153,17 @@ pub struct Stats {
     pub generated_tokens: u32,
     pub prefill_seconds: f64,
     pub decode_seconds: f64,
-    /// Dispatches in the last single-token decode step.
+    /// Dispatches in the last single-token decode step (on the GPU loop: the forward and
+    /// the argmax).
     pub dispatches_per_token: u32,
+    /// Whether the last generation decoded on the GPU (greedy, K steps per submit, see
+    /// engine/decode.rs) rather than reading logits back for the CPU sampler each token.
+    pub gpu_greedy: bool,
+    /// Most decode steps recorded into one submit in this session's runs (1 on the CPU path).
+    pub steps_per_submit: u32,
+    /// Host time spent recording, encoding and submitting GPU-loop decode batches: with
+    /// `generated_tokens` it tells whether recording or the GPU bounds decode speed.
+    pub record_seconds: f64,
     /// Why the last generation ended.
     pub stop: StopReason,
 }
@@ -197,6 +217,11 @@ pub struct Session {
     /// Each FFN as the one-workgroup-per-token megakernel: off by default, turned on through
     /// [`Session::set_megakernel`], which checks it first (engine/megakernel.rs).
     pub megakernel: bool,
+    /// Greedy decoding on the GPU, K steps per submit (engine/decode.rs): on by default;
+    /// off forces the one-token CPU-sampling path (tests compare the two).
+    pub gpu_decode: bool,
+    /// Mapped copies of the two halves of `scratch.generated`, made on first use.
+    readback: [Option<wgpu::Buffer>; 2],
 }
 
 impl Session {
@@ -234,6 +259,8 @@ impl Session {
             stats: Stats::default(),
             pipeline: model::Pipeline::Fused,
             megakernel: false,
+            gpu_decode: true,
+            readback: [None, None],
         }
     }
 
@@ -349,6 +376,17 @@ impl Session {
         let clock = crate::util::Clock::start();
         let eos = self.model.tokenizer.eos_ids().to_vec();
         self.stats.stop = StopReason::MaxTokens;
+        if self.can_decode_on_gpu(sampler) {
+            // Greedy: the first id from the prefill's logits, the rest without leaving the GPU.
+            let first = crate::sampler::argmax(&logits);
+            self.stats.stop = self
+                .greedy_on_gpu(first, max_new, &eos, on_token, &mut generated)
+                .await?;
+            self.stats.decode_seconds += clock.seconds();
+            return Ok(generated);
+        }
+        self.stats.gpu_greedy = false;
+        self.stats.steps_per_submit = self.stats.steps_per_submit.max(1);
         for step in 0..max_new {
             let id = sampler.sample(&logits, &history);
             if eos.contains(&id) {

@@ -7,6 +7,7 @@
 //! - activations are f32, row-major `[T, dim]` (T = tokens in the step);
 //! - pipelines come from `GpuContext::pipeline(label, ..)` with a label naming the variant.
 
+pub mod argmax;
 pub mod attention;
 pub mod elementwise;
 pub mod get_rows;

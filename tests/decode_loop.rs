@@ -1,0 +1,256 @@
+//! The GPU-resident greedy decode loop (engine/decode.rs) against the one-token CPU-argmax
+//! path, on lavapipe with the fixture models (scripts/fixtures.sh), and the argmax kernel
+//! (`kernels::argmax`) against `sampler::argmax` on random logits with ties, NaN and ±inf.
+//!
+//! `VK_ICD_FILENAMES=/usr/share/vulkan/icd.d/lvp_icd.x86_64.json WGPU_BACKEND=vulkan
+//!  cargo test --release --test decode_loop -- --test-threads=2`
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use coco::engine::{load_path, LogitsFor, Model, Session, StopReason, MAX_STEPS};
+use coco::gguf::{read_header, Value};
+use coco::gpu::{Binding, GpuContext, StepRecorder};
+use coco::kernels::argmax::{argmax, PARTIALS_WORDS};
+use coco::model::Pipeline;
+use coco::sampler::{self, Sampler, SamplerConfig};
+use coco::tokenizer::Tokenizer;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+fn gpu() -> Arc<GpuContext> {
+    Arc::new(GpuContext::new_blocking().expect("a GPU adapter (lavapipe: see the file header)"))
+}
+
+fn fixture(name: &str) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/{name}.gguf"));
+    assert!(path.exists(), "{} is missing: run scripts/fixtures.sh", path.display());
+    path
+}
+
+fn load(ctx: &Arc<GpuContext>, name: &str) -> Model {
+    load_path(ctx, &fixture(name), 512).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// `name` with `eos` as its end-of-generation token, so greedy decoding stops where we want.
+fn load_with_eos(ctx: &Arc<GpuContext>, name: &str, eos: u32) -> Model {
+    let mut model = load(ctx, name);
+    let mut md = read_header(&fixture(name)).expect("header").metadata;
+    md.entries
+        .insert("tokenizer.ggml.eos_token_id".into(), Value::U32(eos));
+    md.entries.remove("tokenizer.ggml.eot_token_id");
+    model.tokenizer = Tokenizer::from_gguf(&md).expect("tokenizer");
+    assert!(model.tokenizer.eos_ids().contains(&eos));
+    model
+}
+
+fn prompt(model: &Model) -> Vec<u32> {
+    let ids = model.tokenizer.encode("Once upon a time, in a small town", true, false);
+    assert!(ids.len() > 2, "prompt encodes to {ids:?}");
+    ids
+}
+
+/// What one `generate` left behind.
+#[derive(Debug, PartialEq)]
+struct Run {
+    ids: Vec<u32>,
+    stop: StopReason,
+    pos: u32,
+    cached: Vec<u32>,
+    generated_tokens: u32,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn generate(s: &mut Session, prompt: &[u32], max_new: u32, stop_after: Option<usize>) -> Run {
+    let mut sampler = Sampler::new(SamplerConfig::greedy());
+    let mut seen = 0;
+    let mut on_token = |_id: u32| {
+        seen += 1;
+        stop_after.is_none_or(|n| seen < n)
+    };
+    let before = s.stats.generated_tokens;
+    let ids = s
+        .generate_blocking(prompt, max_new, &mut sampler, &mut on_token)
+        .expect("generate");
+    Run {
+        ids,
+        stop: s.stats.stop,
+        pos: s.pos,
+        cached: s.cached_tokens.clone(),
+        generated_tokens: s.stats.generated_tokens - before,
+    }
+}
+
+fn session(ctx: &Arc<GpuContext>, model: &Arc<Model>, context: u32, gpu: bool) -> Session {
+    let mut s = Session::new(ctx, model, context, LogitsFor::LastToken);
+    s.gpu_decode = gpu;
+    s
+}
+
+/// CPU path vs GPU loop on one model: 40 tokens, then a stop from `on_token` at token 7 and
+/// a following `generate` that continues from the rolled-back state.
+fn compare(ctx: &Arc<GpuContext>, model: &Arc<Model>, pipeline: Pipeline, megakernel: bool) {
+    let p = prompt(model);
+    let mut cpu = session(ctx, model, 512, false);
+    let mut gpu_s = session(ctx, model, 512, true);
+    for s in [&mut cpu, &mut gpu_s] {
+        s.pipeline = pipeline;
+        if megakernel {
+            let check = s.set_megakernel_blocking(true).expect("megakernel check");
+            assert!(check.passed, "megakernel check: {check:?}");
+        }
+    }
+    let a = generate(&mut cpu, &p, 40, None);
+    let b = generate(&mut gpu_s, &p, 40, None);
+    eprintln!("{pipeline:?} megakernel={megakernel}: {:?}", a.ids);
+    assert_eq!(a, b, "40 greedy tokens: CPU path vs GPU loop");
+    assert_eq!(a.stop, StopReason::MaxTokens);
+    assert!(!cpu.stats.gpu_greedy && cpu.stats.steps_per_submit == 1);
+    assert!(gpu_s.stats.gpu_greedy);
+    assert_eq!(gpu_s.stats.steps_per_submit, MAX_STEPS);
+    assert_eq!(
+        gpu_s.stats.dispatches_per_token,
+        cpu.stats.dispatches_per_token + 2,
+        "a GPU-loop step is the forward plus the two argmax dispatches"
+    );
+
+    // A stop from on_token at the 7th token, mid-batch: same tokens, same rolled-back state,
+    // then a second generate on top of it continues identically.
+    let mut cpu = session(ctx, model, 512, false);
+    let mut gpu_s = session(ctx, model, 512, true);
+    for s in [&mut cpu, &mut gpu_s] {
+        s.pipeline = pipeline;
+        s.megakernel = megakernel;
+    }
+    let a = generate(&mut cpu, &p, 40, Some(7));
+    let b = generate(&mut gpu_s, &p, 40, Some(7));
+    assert_eq!(a.ids.len(), 7);
+    assert_eq!(a.stop, StopReason::Stopped);
+    assert_eq!(a, b, "stopped at token 7");
+    assert_eq!(b.pos as usize, p.len() + 6, "the 7th token is not in the cache yet");
+    let next = [a.ids[6], p[1]];
+    let a2 = generate(&mut cpu, &next, 20, None);
+    let b2 = generate(&mut gpu_s, &next, 20, None);
+    assert_eq!(a2, b2, "the generate after a stop");
+}
+
+#[test]
+fn argmax_kernel_matches_cpu() {
+    let ctx = gpu();
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let mut cases: Vec<(String, Vec<f32>)> = Vec::new();
+    for n in [262_144usize, 128_256, 32_000, 1, 257, 1025, 4099] {
+        // Few distinct values, so the maximum is tied many times.
+        let ties = (0..n).map(|_| rng.gen_range(-20..20) as f32 * 0.25).collect();
+        cases.push((format!("ties n={n}"), ties));
+        let wide = (0..n).map(|_| rng.gen_range(-30.0f32..30.0)).collect();
+        cases.push((format!("random n={n}"), wide));
+    }
+    let n = 128_256;
+    let mut v: Vec<f32> = (0..n).map(|_| rng.gen_range(-5.0f32..5.0)).collect();
+    v[0] = f32::NAN;
+    v[77] = 100.0;
+    cases.push(("NaN at 0 (the scan never moves)".into(), v.clone()));
+    v[0] = 1.0;
+    v[5] = f32::NAN;
+    v[90_000] = -f32::NAN;
+    cases.push(("NaN elsewhere is skipped".into(), v.clone()));
+    v[100_000] = f32::INFINITY;
+    v[120_000] = f32::INFINITY;
+    cases.push(("+inf ties: lowest".into(), v));
+    cases.push(("all -inf".into(), vec![f32::NEG_INFINITY; 3001]));
+    let mut z = vec![-1.0f32; 2000];
+    z[1500] = 0.0;
+    z[700] = -0.0;
+    cases.push(("-0 ties +0".into(), z));
+    let mut nan_tail = vec![f32::NAN; 5000];
+    nan_tail[0] = -3.0;
+    cases.push(("all NaN but the first".into(), nan_tail));
+
+    let partials = ctx.storage_buffer("partials", PARTIALS_WORDS * 4);
+    let ids = ctx.storage_buffer("ids", 4);
+    let ring = ctx.storage_buffer("ring", 4 * 8);
+    for (i, (name, logits)) in cases.iter().enumerate() {
+        let buf = ctx.storage_buffer_init("logits", bytemuck::cast_slice(logits));
+        let slot = (i % 8) as u32;
+        let mut rec = StepRecorder::new(&ctx);
+        argmax(
+            &mut rec,
+            &Binding::from(&buf),
+            logits.len() as u32,
+            &Binding::from(&partials),
+            &Binding::from(&ids),
+            &Binding::from(&ring),
+            slot,
+        )
+        .expect("argmax");
+        rec.submit();
+        let got_ids = ctx.read_buffer(&ids, 0, 4).expect("read ids");
+        let got_ring = ctx.read_buffer(&ring, slot as u64 * 4, 4).expect("read ring");
+        let got = u32::from_le_bytes(got_ids[..4].try_into().unwrap());
+        let got_slot = u32::from_le_bytes(got_ring[..4].try_into().unwrap());
+        let want = sampler::argmax(logits);
+        assert_eq!(
+            (got, got_slot),
+            (want, want),
+            "{name}: GPU argmax {got} (ring {got_slot}) vs CPU {want}: logits[{got}] = {:?}, \
+             logits[{want}] = {:?}",
+            logits.get(got as usize),
+            logits[want as usize]
+        );
+    }
+}
+
+#[test]
+fn gpu_loop_matches_cpu_path_llama() {
+    let ctx = gpu();
+    let model = Arc::new(load(&ctx, "llama-spm-q4_0"));
+    compare(&ctx, &model, Pipeline::Fused, false);
+    compare(&ctx, &model, Pipeline::Unfused, false);
+    compare(&ctx, &model, Pipeline::Fused, true);
+}
+
+#[test]
+fn gpu_loop_matches_cpu_path_qwen2_and_gemma3() {
+    let ctx = gpu();
+    for name in ["qwen2-q8_0", "gemma3-q4_k"] {
+        let model = Arc::new(load(&ctx, name));
+        compare(&ctx, &model, Pipeline::Fused, false);
+    }
+}
+
+/// An end-of-generation token mid-batch: the model's own greedy sequence with its 10th token
+/// made the EOS id. Both paths stop at its first occurrence, drop it, and leave the same
+/// state; generating on continues identically. Also a context that fills mid-batch.
+#[test]
+fn eos_and_full_context_roll_back_like_the_cpu_path() {
+    let ctx = gpu();
+    let name = "llama-spm-q4_0";
+    let plain = Arc::new(load(&ctx, name));
+    let p = prompt(&plain);
+    let seq = generate(&mut session(&ctx, &plain, 512, false), &p, 40, None).ids;
+    let eos = seq[9];
+    let stop_at = seq.iter().position(|&t| t == eos).unwrap();
+    let model = Arc::new(load_with_eos(&ctx, name, eos));
+    let mut cpu = session(&ctx, &model, 512, false);
+    let mut gpu_s = session(&ctx, &model, 512, true);
+    let a = generate(&mut cpu, &p, 40, None);
+    let b = generate(&mut gpu_s, &p, 40, None);
+    assert_eq!(a.stop, StopReason::Eos);
+    assert_eq!(a.ids, seq[..stop_at].to_vec());
+    assert_eq!(a, b, "EOS at token {stop_at}");
+    let next = [p[1], p[2]];
+    assert_eq!(
+        generate(&mut cpu, &next, 12, None),
+        generate(&mut gpu_s, &next, 12, None),
+        "the generate after an EOS"
+    );
+
+    // Context of prompt + 11 positions: full after 11 decode steps, inside the 3rd batch.
+    let context = p.len() as u32 + 11;
+    let a = generate(&mut session(&ctx, &plain, context, false), &p, 40, None);
+    let b = generate(&mut session(&ctx, &plain, context, true), &p, 40, None);
+    assert_eq!(a.stop, StopReason::ContextFull);
+    assert_eq!(a.pos, context);
+    assert_eq!(a, b, "context full");
+}
