@@ -72,7 +72,7 @@ struct PendingLoad {
 #[wasm_bindgen]
 pub struct Coco {
     ctx: Arc<GpuContext>,
-    /// The header probe (`inspect`): fed the growing prefix of a file.
+    /// The header probe (`inspect`): fed a file's first bytes piece by piece.
     inspecting: Option<Parser>,
     pending: Option<PendingLoad>,
     /// The capability report of the last load that was refused.
@@ -144,14 +144,18 @@ impl Coco {
         }))
     }
 
-    /// The header probe before the bulk download. `prefix` is the file's first bytes (the
-    /// page grows it until the header is parsed); bytes already seen are not parsed again.
-    pub fn inspect(&mut self, prefix: &[u8], context: u32, file_len: Option<f64>) -> JsValue {
-        let restart = self
-            .inspecting
-            .as_ref()
-            .is_none_or(|p| p.bytes_seen() > prefix.len() as u64);
-        if restart {
+    /// The header probe before the bulk download. `bytes` are the file's bytes from offset
+    /// `offset` on (0 starts a new probe); the page passes each newly read piece once, so the
+    /// wasm heap holds one piece, not the growing prefix.
+    pub fn inspect(
+        &mut self,
+        bytes: &[u8],
+        offset: f64,
+        context: u32,
+        file_len: Option<f64>,
+    ) -> JsValue {
+        let offset = offset.max(0.0) as u64;
+        if offset == 0 || self.inspecting.is_none() {
             let parser = Parser::new();
             self.inspecting = Some(match file_len {
                 Some(len) if len > 0.0 => parser.with_expected_len(len as u64),
@@ -159,13 +163,22 @@ impl Coco {
             });
         }
         let parser = self.inspecting.as_mut().expect("set above");
-        let seen = parser.bytes_seen() as usize;
-        if let Err(e) = parser.push(&prefix[seen.min(prefix.len())..], &mut |_| {}) {
+        let seen = parser.bytes_seen();
+        if offset > seen {
+            self.inspecting = None;
+            return to_js(json!({
+                "status": "invalid",
+                "error": format!("header bytes from {offset} given, but only {seen} were read"),
+            }));
+        }
+        let skip = ((seen - offset) as usize).min(bytes.len());
+        if let Err(e) = parser.push(&bytes[skip..], &mut |_| {}) {
             self.inspecting = None;
             return to_js(json!({ "status": "invalid", "error": e.to_string() }));
         }
+        let end = offset + bytes.len() as u64;
         let Some(header) = parser.header() else {
-            let need = (prefix.len() * 2).max(1 << 20);
+            let need = (end * 2).max(1 << 20);
             return to_js(json!({ "status": "need_more", "need": need }));
         };
         let report = capabilities::check(header, &AdapterFacts::from_context(&self.ctx), context);

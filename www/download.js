@@ -118,6 +118,11 @@ export async function probeSize(url, signal) {
 export async function headerFromStream(reader, engine, context, total) {
   const chunks = [];
   let have = 0;
+  // Chunks [0, inspected) were already handed to the engine's header probe, which keeps its
+  // parse: each check passes only the pieces read since, so the wasm heap never holds the
+  // whole growing prefix.
+  let inspected = 0;
+  let inspectedBytes = 0;
   let nextCheck = FIRST_HEADER_BYTES;
   for (;;) {
     const { done, value } = await reader.read();
@@ -126,7 +131,10 @@ export async function headerFromStream(reader, engine, context, total) {
       have += value.length;
       if (have < nextCheck) continue;
     }
-    const result = engine.inspect(concat(chunks, have), context, done ? have : total ?? undefined);
+    const fresh = chunks.slice(inspected);
+    const result = engine.inspect(concat(fresh, have - inspectedBytes), inspectedBytes, context, done ? have : total ?? undefined);
+    inspected = chunks.length;
+    inspectedBytes = have;
     if (result.status !== "need_more") return { result, buffered: chunks, have, reader, done };
     if (done) throw new LoadError(`the file ended (${have.toLocaleString("en")} bytes) before its header did`);
     nextCheck = Math.max(nextCheck * 2, result.need || 0);
@@ -190,7 +198,8 @@ export async function readHeader(url, engine, context, signal) {
     have += part.length;
     // A short answer means the file ended (when the server doesn't say its total).
     const atEnd = total !== null ? have >= total : part.length < asked;
-    const result = engine.inspect(concat(chunks, have), context, total ?? (atEnd ? have : undefined));
+    // Only the new piece: the engine's probe keeps what it parsed of the earlier ones.
+    const result = engine.inspect(part, have - part.length, context, total ?? (atEnd ? have : undefined));
     if (result.status !== "need_more") {
       // rangeSupported needs Content-Range: without it (a cross-origin server that doesn't
       // expose the header) resumed bytes could not be checked, so no resume.
