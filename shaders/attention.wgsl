@@ -62,8 +62,9 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> q: array<f32>; // [T, heads, head_dim]
-@group(0) @binding(2) var<storage, read> k_cache: array<f32>; // [ctx, kv_heads, head_dim]
+// q and the keys as vec4 (head_dim is a multiple of 4): a score is head_dim / 4 loads.
+@group(0) @binding(1) var<storage, read> q: array<vec4<f32>>; // [T, heads, head_dim / 4]
+@group(0) @binding(2) var<storage, read> k_cache: array<vec4<f32>>; // [ctx, kv_heads, head_dim / 4]
 @group(0) @binding(3) var<storage, read> v_cache: array<f32>; // [ctx, kv_heads, head_dim]
 @group(0) @binding(4) var<storage, read_write> out: array<f32>; // [T, heads, head_dim]
 
@@ -76,7 +77,7 @@ const DIMS: u32 = 2u;
 // Below any real score; finite, because WGSL lets implementations assume no infinities.
 const LOWEST: f32 = -3.0e38;
 
-var<workgroup> q_row: array<f32, MAX_HEAD_DIM>; // [head_dim] this query
+var<workgroup> q_row: array<vec4<f32>, MAX_HEAD_DIM / 4>; // [head_dim / 4] this query
 var<workgroup> block: array<f32, WG>;           // [WG] scores, then probabilities, of a block
 
 @compute @workgroup_size(WG)
@@ -96,9 +97,10 @@ fn main(
     let row_stride = p.kv_heads * hd;  // one cache row (position)
     let head_off = kvh * hd;
 
+    let hd4 = hd / 4u;
     let q_base = (t * p.heads + h) * hd;
-    for (var d = lid; d < hd; d += WG) {
-        q_row[d] = q[q_base + d];
+    if (lid < hd4) {
+        q_row[lid] = q[q_base / 4u + lid];
     }
     workgroupBarrier();
 
@@ -114,12 +116,12 @@ fn main(
 
         // Scores: invocation lid takes key j0 + lid.
         if (lid < count) {
-            let k_base = (j0 + lid) * row_stride + head_off;
-            var dot = 0.0;
-            for (var d = 0u; d < hd; d++) {
-                dot += q_row[d] * k_cache[k_base + d];
+            let k_base = ((j0 + lid) * row_stride + head_off) / 4u;
+            var qk = 0.0;
+            for (var d = 0u; d < hd4; d++) {
+                qk += dot(q_row[d], k_cache[k_base + d]);
             }
-            block[lid] = dot * p.scale;
+            block[lid] = qk * p.scale;
         }
         workgroupBarrier();
 

@@ -32,7 +32,8 @@
 //! and all resident at once, then 32 combine workgroups: also ≤ 15 µs.
 //!
 //! `head_dim` must be a multiple of 4 (every supported model's is: 64, 128, 256), since the
-//! split and combine kernels bind q, the caches, the partials and out as `array<vec4<f32>>`.
+//! kernels bind q and the keys as `array<vec4<f32>>`, and the split and combine kernels also
+//! the values, the partials and out.
 //!
 //! Query heads that share a KV head run in separate workgroups and read the same K/V rows;
 //! those repeats come from L2. Sharing one workgroup per KV head would cut that traffic by
