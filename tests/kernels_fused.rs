@@ -18,7 +18,9 @@ use std::sync::OnceLock;
 use coco::gguf::GgmlType;
 use coco::gpu::{Binding, GpuContext, GpuTensor, StepRecorder};
 use coco::kernels::elementwise::Activation;
-use coco::kernels::matmul::MatmulVariant::{self, MatvecSubgroup, MatvecWorkgroup, Tiled};
+use coco::kernels::matmul::MatmulVariant::{
+    self, MatvecRows, MatvecSubgroup, MatvecWorkgroup, Tiled,
+};
 use coco::kernels::matmul::{
     matmul_glu_variant, matmul_normed_variant, matmul_qkv_variant, MatmulArgs,
 };
@@ -264,6 +266,9 @@ fn variants_cases(base: impl Fn(Case) -> Case) -> Vec<Case> {
         base(case(64, None)).long(),
         base(case(1, None)),
         base(case(17, Some(MatvecWorkgroup))),
+        // One row per invocation (CPU adapters): odd row counts leave slots idle.
+        base(case(1, Some(MatvecRows))),
+        base(case(3, Some(MatvecRows))).no_norm(),
     ];
     if ctx().has_subgroups() {
         cases.extend([

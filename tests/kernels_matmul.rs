@@ -15,7 +15,9 @@ use std::sync::OnceLock;
 use coco::gguf::GgmlType;
 use coco::gpu::{Binding, GpuContext, GpuTensor, StepRecorder};
 use coco::kernels::get_rows::get_rows;
-use coco::kernels::matmul::MatmulVariant::{self, MatvecSubgroup, MatvecWorkgroup, Tiled};
+use coco::kernels::matmul::MatmulVariant::{
+    self, MatvecRows, MatvecSubgroup, MatvecWorkgroup, Tiled,
+};
 use coco::kernels::matmul::{matmul_variant, MatmulArgs};
 use coco::reference::{matmul as reference, quant};
 use rand::{Rng, SeedableRng};
@@ -220,6 +222,8 @@ fn matmul_type(ty: GgmlType) {
             .bias()
             .accumulate(),
         Case::new(ty, 67, 2, Some(MatvecWorkgroup)).long(),
+        Case::new(ty, 67, 1, Some(MatvecRows)),
+        Case::new(ty, 67, 3, Some(MatvecRows)).long(),
         Case::new(ty, 67, 17, Some(Tiled)),
         Case::new(ty, 131, 33, Some(Tiled)).bias().accumulate(),
         Case::new(ty, 67, 1, None).bias(),

@@ -52,6 +52,12 @@ pub enum MatmulVariant {
     MatvecWorkgroup,
     /// Matrix–vector, subgroup reduction (devices with `Features::SUBGROUP`).
     MatvecSubgroup,
+    /// Matrix–vector, one invocation per row and no reduction: for CPU adapters without
+    /// subgroups (SwiftShader, the browser's fallback adapter). There a workgroup barrier
+    /// costs a switch of every invocation's fiber, and the shared-memory reduction made the
+    /// LM head alone take ~4 s per token on a 32,000-row vocabulary; coalescing, which the
+    /// lanes exist for, buys nothing on a CPU.
+    MatvecRows,
     /// Tiled matrix–matrix (prefill).
     Tiled,
 }
@@ -61,6 +67,8 @@ impl MatmulVariant {
         match self {
             Self::MatvecWorkgroup => "MATVEC_WG",
             Self::MatvecSubgroup => "MATVEC_SG",
+            // The workgroup kernel with one lane per slot: its reduction loop is empty.
+            Self::MatvecRows => "MATVEC_WG",
             Self::Tiled => "TILED",
         }
     }
@@ -69,15 +77,22 @@ impl MatmulVariant {
         match self {
             Self::MatvecWorkgroup => format!("matvec_wg{}", MV_ROWS * MV_LANES),
             Self::MatvecSubgroup => format!("matvec_sg{}", MV_ROWS * MV_LANES),
+            Self::MatvecRows => format!("matvec_rows{}", MV_ROWS * MV_LANES),
             Self::Tiled => format!("tiled{TILE_N}x{TILE_T}"),
         }
     }
 
     /// Slots (weight rows) per workgroup.
     fn slots_per_group(self) -> u32 {
+        self.grid().0
+    }
+
+    /// (slots, lanes per slot) of a workgroup; 256 invocations for the matvecs.
+    fn grid(self) -> (u32, u32) {
         match self {
-            Self::Tiled => TILE_N,
-            _ => MV_ROWS,
+            Self::Tiled => (TILE_N, 1),
+            Self::MatvecRows => (MV_ROWS * MV_LANES, 1),
+            Self::MatvecWorkgroup | Self::MatvecSubgroup => (MV_ROWS, MV_LANES),
         }
     }
 }
@@ -137,18 +152,18 @@ struct Layout {
 impl MatmulKey {
     /// The unfused variant for `t` tokens on this device, unless `force`d (tests, A/B runs).
     pub fn choose(
-        has_subgroups: bool,
+        matvec: MatmulVariant,
         ty: GgmlType,
         t: u32,
         bias: bool,
         force: Option<MatmulVariant>,
     ) -> MatmulKey {
-        let variant = force.unwrap_or(if t > MATVEC_MAX_T {
+        // On a CPU adapter the tiled kernel's barriers cost more than reading W once per
+        // token, so prefill stays on the row-per-invocation matvec there too.
+        let variant = force.unwrap_or(if t > MATVEC_MAX_T && matvec != MatmulVariant::MatvecRows {
             MatmulVariant::Tiled
-        } else if has_subgroups {
-            MatmulVariant::MatvecSubgroup
         } else {
-            MatmulVariant::MatvecWorkgroup
+            matvec
         });
         MatmulKey {
             ty,
@@ -225,14 +240,30 @@ impl MatmulKey {
     fn source(&self) -> Result<String, KernelError> {
         let defines = self.defines()?;
         let l = self.layout();
+        let (mv_rows, mv_lanes) = match self.variant {
+            MatmulVariant::Tiled => (MV_ROWS, MV_LANES),
+            v => v.grid(),
+        };
         let consts = format!(
-            "const MV_ROWS: u32 = {MV_ROWS}u;\nconst MV_LANES: u32 = {MV_LANES}u;\n\
+            "const MV_ROWS: u32 = {mv_rows}u;\nconst MV_LANES: u32 = {mv_lanes}u;\n\
              const TILE_N: u32 = {TILE_N}u;\nconst TILE_T: u32 = {TILE_T}u;\n\
              const B_W1: u32 = 2u;\nconst B_W2: u32 = 3u;\nconst B_X: u32 = {}u;\n\
              const B_Y: u32 = {}u;\nconst B_NORM: u32 = {}u;\nconst B_BIAS: u32 = {}u;\n",
             l.x, l.y, l.norm, l.bias
         );
         Ok(consts + &preprocess("matmul.wgsl", &defines))
+    }
+}
+
+/// The decode matvec for this device: subgroup sums where SUBGROUP exists, one row per
+/// invocation on a CPU adapter without them (SwiftShader), shared-memory sums elsewhere.
+pub fn matvec_variant(ctx: &crate::gpu::GpuContext) -> MatmulVariant {
+    if ctx.has_subgroups() {
+        MatmulVariant::MatvecSubgroup
+    } else if ctx.info.device_type == wgpu::DeviceType::Cpu {
+        MatmulVariant::MatvecRows
+    } else {
+        MatmulVariant::MatvecWorkgroup
     }
 }
 
@@ -504,7 +535,7 @@ pub fn matmul_glu_variant(
     let key = MatmulKey {
         norm: norm.is_some(),
         fusion: Fusion::Glu(act),
-        ..MatmulKey::choose(ctx.has_subgroups(), w_gate.ty, t, false, variant)
+        ..MatmulKey::choose(matvec_variant(ctx), w_gate.ty, t, false, variant)
     };
     for (pg, pu) in w_gate.parts.iter().zip(&w_up.parts) {
         let rows = pg.n_rows as u32;
@@ -641,7 +672,7 @@ pub fn matmul_qkv_variant(
     let key = MatmulKey {
         norm: norm.is_some(),
         fusion: Fusion::Qkv,
-        ..MatmulKey::choose(ctx.has_subgroups(), wq.ty, t, bias.is_some(), variant)
+        ..MatmulKey::choose(matvec_variant(ctx), wq.ty, t, bias.is_some(), variant)
     };
     let rows = [wq.n_rows as u32, wk.n_rows as u32, wv.n_rows as u32, 0];
     let params = Params {
@@ -693,7 +724,7 @@ fn single(
     check_norm(KERNEL, norm, k)?;
     let key = MatmulKey {
         norm: norm.is_some(),
-        ..MatmulKey::choose(rec.ctx().has_subgroups(), w.ty, t, bias.is_some(), variant)
+        ..MatmulKey::choose(matvec_variant(rec.ctx()), w.ty, t, bias.is_some(), variant)
     };
     for part in &w.parts {
         let rows = part.n_rows as u32;
