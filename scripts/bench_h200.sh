@@ -23,9 +23,15 @@ fi
 wait
 for m in $models; do
   echo "== $m"
-  "$B/coco" bench -m "$M/$m.gguf" -p 512 -n 128 --reps 3 --probe --json | tee -a "$OUT/bench.jsonl"
+  "$B/coco" bench -m "$M/$m.gguf" -p 512 -n 128 --reps 3 --probe --profile --json | tee -a "$OUT/bench.jsonl"
 done
 for m in gemma-270m-shape-q5_0 llama1b-q4_0; do
   echo "== $m unfused"
   "$B/coco" bench -m "$M/$m.gguf" -p 512 -n 128 --reps 3 --unfused --json | tee -a "$OUT/bench.jsonl"
 done
+# Soak (issue "Robustness"): 50 generations of 500 tokens in one session; no GPU resource
+# may be created once warm; first vs last decode speed is printed.
+if [ -x "$B/gpu_faults" ]; then
+  echo "== soak"
+  COCO_SOAK_TOKENS=${SOAK_TOKENS:-500} "$B/gpu_faults" --exact soak_creates_no_resources_once_warm --nocapture 2>&1 | tee "$OUT/soak.txt" | grep -E "soak:|test result"
+fi

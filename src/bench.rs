@@ -201,8 +201,17 @@ pub async fn run_with_decode(
     let mut other = Vec::new();
     if check.passed {
         for rep in 0..=cfg.reps {
-            let r = pp_tg(ctx, model, cfg, &prompt, context, false, !megakernel, gpu_decode)
-                .await?;
+            let r = pp_tg(
+                ctx,
+                model,
+                cfg,
+                &prompt,
+                context,
+                false,
+                !megakernel,
+                gpu_decode,
+            )
+            .await?;
             if rep > 0 {
                 other.push(r.tg_tok_s);
             }
@@ -289,7 +298,11 @@ async fn pp_tg(
         tg_tok_s: cfg.gen_tokens as f64 / seconds,
         dispatches_per_token: s.stats.dispatches_per_token,
         gpu_decode,
-        steps_per_submit: if gpu_decode { s.stats.steps_per_submit } else { 1 },
+        steps_per_submit: if gpu_decode {
+            s.stats.steps_per_submit
+        } else {
+            1
+        },
         record_ms_per_token: if gpu_decode {
             s.stats.record_seconds * 1000.0 / tokens
         } else {

@@ -213,7 +213,7 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
         // The logits step binds one row of the residual stream by offset.
         let row_bytes = c.dim as u64 * 4;
         let align = adapter.storage_offset_alignment.max(1) as u64;
-        if row_bytes % align != 0 {
+        if !row_bytes.is_multiple_of(align) {
             rows.push(Row {
                 name: "row alignment",
                 status: Status::NotYet,

@@ -23,8 +23,13 @@ fn gpu() -> Arc<GpuContext> {
 }
 
 fn fixture(name: &str) -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/{name}.gguf"));
-    assert!(path.exists(), "{} is missing: run scripts/fixtures.sh", path.display());
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/{name}.gguf"));
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/fixtures.sh",
+        path.display()
+    );
     path
 }
 
@@ -45,7 +50,9 @@ fn load_with_eos(ctx: &Arc<GpuContext>, name: &str, eos: u32) -> Model {
 }
 
 fn prompt(model: &Model) -> Vec<u32> {
-    let ids = model.tokenizer.encode("Once upon a time, in a small town", true, false);
+    let ids = model
+        .tokenizer
+        .encode("Once upon a time, in a small town", true, false);
     assert!(ids.len() > 2, "prompt encodes to {ids:?}");
     ids
 }
@@ -127,7 +134,11 @@ fn compare(ctx: &Arc<GpuContext>, model: &Arc<Model>, pipeline: Pipeline, megake
     assert_eq!(a.ids.len(), 7);
     assert_eq!(a.stop, StopReason::Stopped);
     assert_eq!(a, b, "stopped at token 7");
-    assert_eq!(b.pos as usize, p.len() + 6, "the 7th token is not in the cache yet");
+    assert_eq!(
+        b.pos as usize,
+        p.len() + 6,
+        "the 7th token is not in the cache yet"
+    );
     let next = [a.ids[6], p[1]];
     let a2 = generate(&mut cpu, &next, 20, None);
     let b2 = generate(&mut gpu_s, &next, 20, None);
@@ -141,7 +152,9 @@ fn argmax_kernel_matches_cpu() {
     let mut cases: Vec<(String, Vec<f32>)> = Vec::new();
     for n in [262_144usize, 128_256, 32_000, 1, 257, 1025, 4099] {
         // Few distinct values, so the maximum is tied many times.
-        let ties = (0..n).map(|_| rng.gen_range(-20..20) as f32 * 0.25).collect();
+        let ties = (0..n)
+            .map(|_| rng.gen_range(-20..20) as f32 * 0.25)
+            .collect();
         cases.push((format!("ties n={n}"), ties));
         let wide = (0..n).map(|_| rng.gen_range(-30.0f32..30.0)).collect();
         cases.push((format!("random n={n}"), wide));
@@ -186,7 +199,9 @@ fn argmax_kernel_matches_cpu() {
         .expect("argmax");
         rec.submit();
         let got_ids = ctx.read_buffer(&ids, 0, 4).expect("read ids");
-        let got_ring = ctx.read_buffer(&ring, slot as u64 * 4, 4).expect("read ring");
+        let got_ring = ctx
+            .read_buffer(&ring, slot as u64 * 4, 4)
+            .expect("read ring");
         let got = u32::from_le_bytes(got_ids[..4].try_into().unwrap());
         let got_slot = u32::from_le_bytes(got_ring[..4].try_into().unwrap());
         let want = sampler::argmax(logits);

@@ -6,10 +6,10 @@ mod decode;
 mod loader;
 mod megakernel;
 
+pub use decode::MAX_STEPS;
 #[cfg(not(target_arch = "wasm32"))]
 pub use loader::load_path;
 pub use loader::{summarize_types, LoadError, LoadProgress, Loader};
-pub use decode::MAX_STEPS;
 pub use megakernel::MegakernelCheck;
 
 use std::sync::Arc;

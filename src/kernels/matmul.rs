@@ -819,24 +819,45 @@ mod tests {
 
     #[test]
     fn labels_name_the_variant() {
-        let key = MatmulKey::choose(false, GgmlType::Q4_K, 1, false, None);
+        let key = MatmulKey::choose(
+            MatmulVariant::MatvecWorkgroup,
+            GgmlType::Q4_K,
+            1,
+            false,
+            None,
+        );
         assert_eq!(key.label(), "matmul_q4_k_matvec_wg256");
-        let key = MatmulKey::choose(true, GgmlType::Q8_0, 1, true, None);
+        let key = MatmulKey::choose(MatmulVariant::MatvecSubgroup, GgmlType::Q8_0, 1, true, None);
         assert_eq!(key.label(), "matmul_q8_0_matvec_sg256_bias");
-        let key = MatmulKey::choose(true, GgmlType::BF16, 64, false, None);
+        let key = MatmulKey::choose(
+            MatmulVariant::MatvecSubgroup,
+            GgmlType::BF16,
+            64,
+            false,
+            None,
+        );
         assert_eq!(key.label(), "matmul_bf16_tiled64x32");
         let key = MatmulKey {
             norm: true,
             fusion: Fusion::Glu(Activation::GeluTanh),
-            ..MatmulKey::choose(false, GgmlType::Q6_K, 1, false, None)
+            ..MatmulKey::choose(
+                MatmulVariant::MatvecWorkgroup,
+                GgmlType::Q6_K,
+                1,
+                false,
+                None,
+            )
         };
         assert_eq!(key.label(), "matmul_q6_k_matvec_wg256_glu_gelu_tanh_norm");
         let key = MatmulKey {
             norm: true,
             fusion: Fusion::Qkv,
-            ..MatmulKey::choose(true, GgmlType::Q5_0, 1, true, None)
+            ..MatmulKey::choose(MatmulVariant::MatvecSubgroup, GgmlType::Q5_0, 1, true, None)
         };
         assert_eq!(key.label(), "matmul_q5_0_matvec_sg256_qkv_norm_bias");
+        // CPU adapters keep the row-per-invocation matvec even for prefill-sized steps.
+        let key = MatmulKey::choose(MatmulVariant::MatvecRows, GgmlType::Q8_0, 64, false, None);
+        assert_eq!(key.label(), "matmul_q8_0_matvec_rows256");
     }
 
     #[test]

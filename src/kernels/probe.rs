@@ -60,7 +60,7 @@ pub fn probe_empty(rec: &mut StepRecorder, dst: &Binding) -> Result<(), KernelEr
         label,
         &pipeline,
         bytemuck::bytes_of(&params),
-        &[dst.clone()],
+        std::slice::from_ref(dst),
         [1, 1, 1],
     )?;
     Ok(())
