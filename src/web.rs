@@ -505,6 +505,9 @@ impl Coco {
             "decode_tok_s": s.decode_tok_s(),
             "ms_per_token": 1000.0 / s.decode_tok_s().max(1e-9),
             "dispatches_per_token": s.dispatches_per_token,
+            // Greedy decoding runs on the GPU, K steps per submit; sampling reads logits back.
+            "gpu_greedy": s.gpu_greedy,
+            "steps_per_submit": s.steps_per_submit,
             "stop": s.stop.as_str(),
             "text": model.tokenizer.decode(&generated),
             "ids": generated,
