@@ -3,9 +3,9 @@
 # fixtures deterministically, runs every native test on lavapipe, builds the page with trunk
 # and runs the browser tests (Playwright + Chromium + SwiftShader WebGPU).
 #
-# A fresh machine pays ~27 min for trunk and ~6 min for wasm-bindgen-cli; those two build in
-# the background (niced, so the tests keep the cores) while everything else runs. Each
-# phase prints its time.
+# A fresh machine builds trunk and wasm-bindgen-cli once (the slow part: see
+# scripts/lib/install.sh); they build in the background (niced, so the tests keep the cores)
+# while everything else runs. Each phase prints its time.
 #
 #   COCO_E2E=0 bash scripts/test.sh     skip the page build and the browser tests
 set -euo pipefail
@@ -81,10 +81,16 @@ if [ "$e2e" = 1 ]; then
   coco_build_page
 
   say "browser tests (tests/e2e: Playwright + Chromium + SwiftShader WebGPU)"
-  rm -f target/e2e/timings.jsonl
-  node --test --test-concurrency=1 --test-reporter=spec tests/e2e/
-  echo "screenshot after generation: target/e2e/page-after-generation.png"
-  echo "measured numbers: target/e2e/timings.jsonl"
+  rm -rf target/e2e/timings.jsonl target/e2e/failures target/e2e/page-after-generation.png
+  e2e_rc=0
+  node --test --test-concurrency=1 --test-reporter=spec tests/e2e/ || e2e_rc=$?
+  [ -f target/e2e/page-after-generation.png ] && echo "screenshot after generation: target/e2e/page-after-generation.png"
+  [ -f target/e2e/timings.jsonl ] && { echo "measured (target/e2e/timings.jsonl):"; cat target/e2e/timings.jsonl; }
+  [ -d target/e2e/failures ] && echo "screenshots of failed tests: target/e2e/failures/"
+  if [ "$e2e_rc" != 0 ]; then
+    say "browser tests failed (exit $e2e_rc)"
+    exit "$e2e_rc"
+  fi
 fi
 
 say "all tests passed"

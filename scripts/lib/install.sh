@@ -1,7 +1,8 @@
 # Install steps shared by scripts/serve.sh and scripts/test.sh. Source it from the repository
 # root; every function installs only what is missing or at the wrong version, so running
-# either script twice costs seconds (a fresh machine pays ~27 min for trunk and ~6 min for
-# wasm-bindgen-cli once: see ../shared/TOOLCHAIN.md).
+# either script twice costs seconds (a fresh machine builds trunk and wasm-bindgen-cli once:
+# ~33 min with their own release profiles per ../shared/TOOLCHAIN.md, less with the faster
+# profile below).
 #
 # Versions live here and nowhere else.
 COCO_TRUNK_VERSION=0.21.14   # 0.22.x needs rustc 1.96
@@ -44,10 +45,17 @@ coco_have_wasm_bindgen() {
   command -v wasm-bindgen >/dev/null && wasm-bindgen --version 2>/dev/null | grep -qw "$want"
 }
 
+# Build tools fast rather than small: trunk's own release profile asks for fat LTO with one
+# codegen unit, which is most of its ~27 min on 2 cores. A bundler that mostly waits on cargo
+# and wasm-opt gains nothing from it. (Cargo applies CARGO_PROFILE_* to `cargo install` too.)
+coco_fast_tool_build() {
+  CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 CARGO_PROFILE_RELEASE_OPT_LEVEL=1 "$@"
+}
+
 coco_install_trunk() {
   coco_have_trunk && return 0
-  echo "trunk: installing $COCO_TRUNK_VERSION (about 27 min on 2 cores)"
-  cargo install trunk --locked --version "$COCO_TRUNK_VERSION"
+  echo "trunk: installing $COCO_TRUNK_VERSION"
+  coco_fast_tool_build cargo install trunk --locked --version "$COCO_TRUNK_VERSION"
 }
 
 coco_install_wasm_bindgen() {
@@ -55,9 +63,9 @@ coco_install_wasm_bindgen() {
   local want
   want=$(coco_wasm_bindgen_version)
   [ -n "$want" ] || { echo "wasm-bindgen: no version in Cargo.lock" >&2; return 1; }
-  echo "wasm-bindgen-cli: installing $want (about 6 min)"
+  echo "wasm-bindgen-cli: installing $want"
   # Not --locked: its lock file names a webpki-roots version the registry here lacks.
-  cargo install wasm-bindgen-cli --version "$want" --force
+  coco_fast_tool_build cargo install wasm-bindgen-cli --version "$want" --force
 }
 
 # Both Rust tools; the slow part of a fresh machine.
