@@ -81,10 +81,10 @@ if [ "$e2e" = 1 ]; then
   coco_build_page
 
   say "browser tests (tests/e2e: Playwright + Chromium + SwiftShader WebGPU)"
-  rm -rf target/e2e/timings.jsonl target/e2e/failures target/e2e/page-after-generation.png
+  rm -rf target/e2e/timings.jsonl target/e2e/failures target/e2e/page-after-generation*.png
   e2e_rc=0
   node --test --test-concurrency=1 --test-reporter=spec tests/e2e/ || e2e_rc=$?
-  [ -f target/e2e/page-after-generation.png ] && echo "screenshot after generation: target/e2e/page-after-generation.png"
+  for shot in target/e2e/page-after-generation*.png; do [ -f "$shot" ] && echo "screenshot after generation: $shot"; done
   [ -f target/e2e/timings.jsonl ] && { echo "measured (target/e2e/timings.jsonl):"; cat target/e2e/timings.jsonl; }
   [ -d target/e2e/failures ] && echo "screenshots of failed tests: target/e2e/failures/"
   if [ "$e2e_rc" != 0 ]; then

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import {
-  DEFAULT_MODEL, GREEDY, ROOT, firstDifference, generate, guard, launch, nativeRun, openPage,
+  ARTIFACTS, DEFAULT_MODEL, GREEDY, ROOT, firstDifference, generate, guard, launch, nativeRun, openPage,
   record, settleLoad, startServer,
 } from './lib/harness.mjs';
 
@@ -68,6 +68,9 @@ describe('default model (Gemma-3-270M) in the page', { timeout: 40 * 60_000 }, (
         const at = firstDifference(run.ids, want.ids);
         assert.equal(at, -1, `page and native differ at token ${at}:\n  page   ${JSON.stringify(run.text)} ${JSON.stringify(run.ids)}\n  native ${JSON.stringify(want.text)} ${JSON.stringify(want.ids)}`);
         assert.match(run.text, /France|Paris|capital|country/, `sensible text for "${PROMPT}" (got ${JSON.stringify(run.text)})`);
+        const shot = path.join(ARTIFACTS, 'page-after-generation.png');
+        await page.screenshot({ path: shot, fullPage: true });
+        console.log(`# screenshot of the page after generation: ${path.relative(ROOT, shot)}`);
         record('gemma network load', {
           seconds: networkSeconds,
           mb_per_s: 253.1 / networkSeconds,

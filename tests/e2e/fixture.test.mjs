@@ -17,7 +17,9 @@ const N = 16;
 // Later checks generate fewer tokens (SwiftShader is slow) and compare with native's prefix:
 // greedy output of n tokens is the first n of a longer greedy run.
 const SHORT = 6;
-const SCREENSHOT = path.join(ARTIFACTS, 'page-after-generation.png');
+// The Gemma test saves page-after-generation.png (real text); this one shows the fixture's
+// random-weight tokens.
+const SCREENSHOT = path.join(ARTIFACTS, 'page-after-generation-fixture.png');
 
 describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
   let server;
@@ -65,7 +67,7 @@ describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
       record('fixture greedy', { seconds, prefill_tok_s: run.prefill_tok_s, decode_tok_s: run.decode_tok_s, dispatches_per_token: run.dispatches_per_token });
 
       await page.screenshot({ path: SCREENSHOT, fullPage: true });
-      console.log(`# screenshot of the page after generation: ${path.relative(ROOT, SCREENSHOT)}`);
+      console.log(`# screenshot of the page after generating with the fixture: ${path.relative(ROOT, SCREENSHOT)}`);
     }));
 
   it('megakernel switch: shows its check result, and greedy output stays identical', { timeout: 5 * 60_000 }, (t) =>
