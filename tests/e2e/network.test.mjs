@@ -66,6 +66,23 @@ describe('network faults while loading a model', { timeout: 20 * 60_000 }, () =>
   expectError('a cross-origin server without CORS headers', `fault/nocors/0/${FILE}`,
     /CORS|cross-origin|Access-Control|allow|blocked/i, { crossOrigin: true });
 
+  it('a server that drops every response gets a few resumes, then a clear error and no cache entry', { timeout: 3 * 60_000 }, (t) =>
+    onPage(t, async (page) => {
+      await openPage(page, server);
+      // 2 MB per response: more than the first header read (1 MiB), and 1 MiB + 4 × 2 MB (the
+      // first try and its resumes) stays short of the file's 10.6 MB.
+      const url = `fault/drop/2000000/${FILE}`;
+      const before = server.requests.length;
+      const s = await loadModel(page, url, { until: ['error', 'loaded'], timeout: 150_000 });
+      const message = await text(page, '#error');
+      assert.equal(s, 'error', `ends in state "error" (message "${message}")`);
+      assert.match(message, /interrupt|connection|network|closed|reset|cut|incomplete|ended|failed|broke|drop/i, '#error names the cause');
+      const resumes = server.requests.slice(before).filter((r) => r.url === `/${url}` && /^bytes=[1-9]\d*-/.test(r.range ?? ''));
+      assert.ok(resumes.length >= 1, `it tried to resume with Range before giving up (requests: ${JSON.stringify(server.requests.slice(before))})`);
+      await assertNotCached(page, url);
+      record('fault: drops on every response', { resumes: resumes.length, message });
+    }));
+
   it('a stalled download can be cancelled with #cancel-load, and the next load works', { timeout: 4 * 60_000 }, (t) =>
     onPage(t, async (page) => {
       await openPage(page, server);
