@@ -7,6 +7,7 @@
 //! `load_finish` (chunks straight from `fetch()`, never the whole file in the wasm heap),
 //! and generation runs in a `Session` kept across calls so chat turns reuse the KV cache.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use serde_json::{json, Value as Json};
@@ -48,6 +49,21 @@ fn from_js(value: &JsValue) -> Json {
         .unwrap_or(Json::Null)
 }
 
+/// Resolves after a short timer, letting the browser run callbacks that are already due.
+async fn settle() {
+    let promise = js_sys::Promise::new(&mut |resolve, _reject| {
+        let global = js_sys::global();
+        let set_timeout = js_sys::Reflect::get(&global, &"setTimeout".into())
+            .ok()
+            .and_then(|f| f.dyn_into::<js_sys::Function>().ok());
+        let _ = match set_timeout {
+            Some(f) => f.call2(&global, &resolve, &JsValue::from(20)),
+            None => resolve.call0(&JsValue::NULL),
+        };
+    });
+    let _ = wasm_bindgen_futures::JsFuture::from(promise).await;
+}
+
 /// Bytes of wasm linear memory. It only grows, so this is also the peak.
 fn wasm_memory_bytes() -> f64 {
     wasm_bindgen::memory()
@@ -69,8 +85,18 @@ struct PendingLoad {
     clock: Clock,
 }
 
+/// The page's handle. Every exported method takes `&self`: wasm-bindgen then lets the page
+/// call in while an async method (a generation) is still running — `destroy_device`, `lost`
+/// and `memory` must work then — and a call that needs the engine state while another holds
+/// it gets a clear "busy" error instead of wasm-bindgen's aliasing exception.
 #[wasm_bindgen]
 pub struct Coco {
+    ctx: Arc<GpuContext>,
+    state: RefCell<State>,
+}
+
+/// Everything a load or a generation changes.
+struct State {
     ctx: Arc<GpuContext>,
     /// The header probe (`inspect`): fed a file's first bytes piece by piece.
     inspecting: Option<Parser>,
@@ -103,8 +129,9 @@ impl Coco {
         let ctx = GpuContext::new()
             .await
             .map_err(|e| JsError::new(&format!("no WebGPU: {e}")))?;
-        Ok(Coco {
-            ctx: Arc::new(ctx),
+        let ctx = Arc::new(ctx);
+        let state = State {
+            ctx: ctx.clone(),
             inspecting: None,
             pending: None,
             refused_report: None,
@@ -114,6 +141,10 @@ impl Coco {
             context: 2048,
             pipeline: Pipeline::Fused,
             megakernel: false,
+        };
+        Ok(Coco {
+            ctx,
+            state: RefCell::new(state),
         })
     }
 
@@ -144,6 +175,127 @@ impl Coco {
         }))
     }
 
+    /// wasm heap and GPU memory in use (`gpu_bytes` is null while a call holds the engine).
+    pub fn memory(&self) -> JsValue {
+        let wasm = wasm_memory_bytes();
+        let r = self.ctx.resource_counts();
+        let gpu = self.state.try_borrow().ok().map(|s| s.gpu_bytes());
+        to_js(json!({
+            "wasm_bytes": wasm,
+            "wasm_peak_bytes": wasm,
+            "gpu_bytes": gpu,
+            "gpu_buffers_created": r.buffers_created,
+            "bind_groups": r.bind_groups,
+            "pipelines": r.pipelines,
+        }))
+    }
+
+    /// Null, or why the device was lost.
+    pub fn lost(&self) -> Option<String> {
+        self.ctx.lost()
+    }
+
+    /// Test hook: loses the device on purpose (`GPUDevice.destroy()`), also mid-generation.
+    pub fn destroy_device(&self) {
+        self.ctx.device.destroy();
+    }
+
+    pub fn inspect(
+        &self,
+        bytes: &[u8],
+        offset: f64,
+        context: u32,
+        file_len: Option<f64>,
+    ) -> Result<JsValue, JsError> {
+        Ok(self.state()?.inspect(bytes, offset, context, file_len))
+    }
+
+    pub fn load_begin(&self, context: u32, expected_len: Option<f64>) -> Result<(), JsError> {
+        self.state()?.load_begin(context, expected_len);
+        Ok(())
+    }
+
+    pub fn load_push(&self, chunk: &[u8]) -> Result<JsValue, JsError> {
+        self.state()?.load_push(chunk)
+    }
+
+    pub fn load_report(&self) -> Result<JsValue, JsError> {
+        Ok(self.state()?.load_report())
+    }
+
+    pub fn load_finish(&self) -> Result<JsValue, JsError> {
+        self.state()?.load_finish()
+    }
+
+    pub fn load_cancel(&self) -> Result<(), JsError> {
+        self.state()?.load_cancel();
+        Ok(())
+    }
+
+    pub fn unload(&self) -> Result<(), JsError> {
+        self.state()?.unload();
+        Ok(())
+    }
+
+    pub fn set_pipeline(&self, name: &str) -> Result<(), JsError> {
+        self.state()?.set_pipeline(name)
+    }
+
+    pub async fn set_megakernel(&self, on: bool) -> Result<JsValue, JsError> {
+        let mut state = self.state()?;
+        state.set_megakernel(on).await
+    }
+
+    pub async fn generate(
+        &self,
+        prompt: String,
+        options: JsValue,
+        on_token: js_sys::Function,
+    ) -> Result<JsValue, JsError> {
+        let mut state = self.state()?;
+        state.generate(prompt, options, on_token).await
+    }
+
+    pub async fn chat(
+        &self,
+        messages: JsValue,
+        options: JsValue,
+        on_token: js_sys::Function,
+    ) -> Result<JsValue, JsError> {
+        let mut state = self.state()?;
+        state.chat(messages, options, on_token).await
+    }
+
+    pub fn render_chat(&self, messages: JsValue) -> Result<String, JsError> {
+        self.state()?.render_chat(messages)
+    }
+
+    pub fn reset(&self) -> Result<(), JsError> {
+        self.state()?.reset();
+        Ok(())
+    }
+
+    pub async fn bench(&self, options: JsValue) -> Result<JsValue, JsError> {
+        let mut state = self.state()?;
+        state.bench(options).await
+    }
+
+    pub async fn profile(&self, tokens: u32) -> Result<JsValue, JsError> {
+        let mut state = self.state()?;
+        state.profile(tokens).await
+    }
+}
+
+impl Coco {
+    fn state(&self) -> Result<std::cell::RefMut<'_, State>, JsError> {
+        self.state.try_borrow_mut().map_err(|_| {
+            JsError::new("busy: the engine is still running the previous call (stop it first)")
+        })
+    }
+}
+
+/// The engine state's operations; `Coco` forwards to them (docs in www/API.md).
+impl State {
     /// The header probe before the bulk download. `bytes` are the file's bytes from offset
     /// `offset` on (0 starts a new probe); the page passes each newly read piece once, so the
     /// wasm heap holds one piece, not the growing prefix.
@@ -272,20 +424,6 @@ impl Coco {
         self.inspecting = None;
     }
 
-    /// wasm heap and GPU memory in use.
-    pub fn memory(&self) -> JsValue {
-        let wasm = wasm_memory_bytes();
-        let r = self.ctx.resource_counts();
-        to_js(json!({
-            "wasm_bytes": wasm,
-            "wasm_peak_bytes": wasm,
-            "gpu_bytes": self.gpu_bytes(),
-            "gpu_buffers_created": r.buffers_created,
-            "bind_groups": r.bind_groups,
-            "pipelines": r.pipelines,
-        }))
-    }
-
     pub fn set_pipeline(&mut self, name: &str) -> Result<(), JsError> {
         self.pipeline = match name {
             "fused" => Pipeline::Fused,
@@ -389,18 +527,6 @@ impl Coco {
         Ok(to_js(p.to_json()))
     }
 
-    /// Null, or why the device was lost.
-    pub fn lost(&self) -> Option<String> {
-        self.ctx.lost()
-    }
-
-    /// Test hook: loses the device on purpose (`GPUDevice.destroy()`).
-    pub fn destroy_device(&self) {
-        self.ctx.device.destroy();
-    }
-}
-
-impl Coco {
     fn loaded(&self) -> Result<Arc<Model>, JsError> {
         self.model
             .clone()
@@ -479,7 +605,13 @@ impl Coco {
             Err(e) => {
                 // A failed step leaves the cache in an unknown state: start over next time.
                 session.reset();
-                return Err(js_err(e));
+                // A destroyed device fails the readback before its `lost` promise resolves;
+                // give the browser a turn so the error can say what really happened.
+                settle().await;
+                return Err(match self.ctx.lost() {
+                    Some(lost) => JsError::new(&format!("the GPU device was lost: {lost}")),
+                    None => js_err(e),
+                });
             }
         };
         let tail = decoder.flush();

@@ -227,7 +227,8 @@ function pollMemory() {
     page.peakWasm = Math.max(page.peakWasm, m.wasm_bytes || 0, m.wasm_peak_bytes || 0);
     setStat("wasm", formatBytes(m.wasm_bytes));
     setStat("wasm-peak", formatBytes(page.peakWasm));
-    setStat("gpu", formatBytes(m.gpu_bytes));
+    // null while a generation holds the engine: keep the last figure.
+    if (m.gpu_bytes !== null && m.gpu_bytes !== undefined) setStat("gpu", formatBytes(m.gpu_bytes));
   } catch {
     // memory() is informative only; a lost device is reported by checkLost
   }
