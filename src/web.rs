@@ -20,7 +20,7 @@ use crate::capabilities::{self, AdapterFacts, Report, Status};
 use crate::chat::Message;
 use crate::engine::{summarize_types, Loader, LogitsFor, Model, Scratch, Session, PREFILL_CHUNK};
 use crate::gguf::{Header, Parser};
-use crate::gpu::GpuContext;
+use crate::gpu::{GpuContext, GpuError};
 use crate::model::{Config, Pipeline};
 use crate::sampler::{Sampler, SamplerConfig};
 use crate::util::Clock;
@@ -368,6 +368,20 @@ impl State {
             self.pending = None;
             return Err(js_err(e));
         }
+        // WebGPU reports a failed allocation through the device's error event, a browser turn
+        // after `createBuffer`. Checked here, it stops the load at the next chunk; otherwise it
+        // would surface only at load_finish, after the whole file went into buffers that don't
+        // exist (tests/e2e/gpu_limits.test.mjs).
+        if let Err(e) = self.ctx.check_health() {
+            let message = match e {
+                GpuError::Validation(what) => {
+                    gpu_load_error(&what, pending.loader.header(), &self.ctx)
+                }
+                other => other.to_string(),
+            };
+            self.pending = None;
+            return Err(JsError::new(&message));
+        }
         let p = pending.loader.progress();
         Ok(to_js(json!({
             "bytes_in": p.bytes_in,
@@ -644,6 +658,34 @@ impl State {
             "text": model.tokenizer.decode(&generated),
             "ids": generated,
         })))
+    }
+}
+
+/// A GPU error while the weights load (wgpu's uncaptured error: "Out of Memory" or a
+/// validation message), with the sizes that explain it.
+fn gpu_load_error(error: &str, header: Option<&Header>, ctx: &GpuContext) -> String {
+    let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64);
+    let sizes = header
+        .and_then(|h| {
+            let largest = h.tensors.iter().max_by_key(|t| t.n_bytes)?;
+            Some(format!(
+                "{} of weights in {} tensors, the largest `{}` {}; this adapter's limit per buffer is {}",
+                mib(h.total_tensor_bytes()),
+                h.tensors.len(),
+                largest.name,
+                mib(largest.n_bytes),
+                mib(ctx.max_binding_bytes()),
+            ))
+        })
+        .unwrap_or_else(|| "no header yet".into());
+    if error.to_ascii_lowercase().contains("out of memory") {
+        format!(
+            "out of GPU memory: the GPU could not allocate this model's weights ({sizes}); \
+             they are within the adapter's limits, but it could not provide that much. \
+             The download was stopped. ({error})"
+        )
+    } else {
+        format!("the GPU refused this model's weights ({sizes}): {error}")
     }
 }
 
