@@ -7,6 +7,7 @@
 // adapter's own limits, so the server answers as for a multi-GB file without the disk.
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import path from 'node:path';
 import { GENERATED, cachedUrls, guard, launch, loadModel, openPage, startServer, text } from './lib/harness.mjs';
 import { MiB, llamaHeader, mib, writeSparse } from './lib/big_gguf.mjs';
@@ -38,6 +39,8 @@ describe('GPU limits in the page', { timeout: 15 * 60_000 }, () => {
   after(async () => {
     await session?.close();
     await server?.close();
+    // Sparse here, but 4 GB to anything that copies target/e2e.
+    for (const f of ['oversized-row.gguf', 'unallocatable.gguf']) fs.rmSync(path.join(GENERATED, f), { force: true });
   });
 
   it('a tensor row above maxStorageBufferBindingSize: "not yet" with the numbers, and no bulk download', { timeout: 3 * 60_000 }, (t) =>
@@ -82,6 +85,23 @@ describe('GPU limits in the page', { timeout: 15 * 60_000 }, () => {
       // as the adapter advertises. SwiftShader advertises 1 GiB but its vkAllocateMemory fails
       // a 1 GiB buffer (measured: 960 MiB allocates, 1024 MiB is VK_ERROR_OUT_OF_DEVICE_MEMORY),
       // a real allocation failure. The capability check passes: every row fits.
+      // The premise, checked on a device of its own: a buffer of maxBinding bytes fails here.
+      // If a newer SwiftShader allocates it, this test needs a new way to fail an allocation.
+      const probe = await page.evaluate(async (size) => {
+        const adapter = await navigator.gpu.requestAdapter();
+        const device = await adapter.requestDevice({ requiredLimits: { maxBufferSize: adapter.limits.maxBufferSize, maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize } });
+        device.pushErrorScope('out-of-memory');
+        device.pushErrorScope('validation');
+        const buffer = device.createBuffer({ size, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST });
+        const validation = await device.popErrorScope();
+        const oom = await device.popErrorScope();
+        buffer.destroy();
+        device.destroy();
+        return { validation: validation?.message ?? null, oom: oom?.message ?? null };
+      }, maxBinding);
+      assert.equal(probe.validation, null, `a ${maxBinding}-byte buffer is within the adapter's limits`);
+      assert.ok(probe.oom, `premise: this adapter fails to allocate a ${maxBinding}-byte buffer (it did not: ${JSON.stringify(probe)})`);
+
       const dim = 1024;
       const ffn = maxBinding / 4 / dim;
       assert.ok(Number.isInteger(ffn) && ffn <= 1 << 20, `the limit ${maxBinding} gives a whole FFN size ≤ 2^20 (${ffn})`);
