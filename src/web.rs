@@ -523,7 +523,11 @@ impl State {
             .await
             .map_err(js_err)?;
         let name = self.model_info["name"].as_str().unwrap_or("").to_string();
-        Ok(to_js(r.to_json(&name, cfg.pipeline)))
+        let mut out = r.to_json(&name, cfg.pipeline);
+        // `coco bench --json` always has `profile` (null without --profile); the page's
+        // export must carry the same fields. Its per-kernel chart is `profile` below.
+        out["profile"] = Json::Null;
+        Ok(to_js(out))
     }
 
     /// One decode step kernel by kernel (timestamp queries, one pass per dispatch) after a

@@ -123,6 +123,7 @@ function restoreLink(link) {
   if (link.mode) $("mode").value = link.mode;
   if (link.prompt !== undefined) $("prompt").value = link.prompt;
   for (const [id, value] of Object.entries(link.fields)) $(id).value = value;
+  for (const [id, value] of Object.entries(link.benchFields)) $(id).value = value;
   if (link.chat) {
     page.chat = link.chat;
     renderChatLog();
@@ -792,10 +793,11 @@ function wire() {
     await clearCache();
     refreshCacheList();
   });
-  $("bench-pp").textContent = String(BENCH.pp);
-  $("bench-tg").textContent = String(BENCH.tg);
-  $("bench-reps").textContent = String(BENCH.reps);
-  $("profile-run").textContent = `Profile ${PROFILE_TOKENS} tokens`;
+  // The defaults; a link's bench_pp / bench_tg / bench_reps replace them in restoreLink.
+  $("bench-pp").value = String(BENCH.pp);
+  $("bench-tg").value = String(BENCH.tg);
+  $("bench-reps").value = String(BENCH.reps);
+  $("profile-run").textContent = `Profile a decode step (after ${PROFILE_TOKENS} tokens)`;
   // Device loss can happen at any time (driver reset, tab in background on mobile, the
   // test hook); the engine reports it through lost(), checked between calls.
   setInterval(() => {

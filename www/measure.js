@@ -4,9 +4,12 @@
 import { engineHas, errorMessage, exclusive, page, status } from "./page.js";
 import { $, el, displayName, formatRate, renderProfile } from "./ui.js";
 
-// Sizes chosen so a weak or software GPU finishes in seconds, not minutes.
+// Default sizes (the #bench-pp/-tg/-reps inputs start at these), chosen so a weak or
+// software GPU finishes in seconds, not minutes; the upper bounds keep a link's sizes sane.
 export const BENCH = { pp: 64, tg: 16, reps: 3 };
+const BENCH_MAX = { pp: 4096, tg: 1024, reps: 20 };
 const AB_BENCH = { pp: 8, tg: 16, reps: 2 };
+// coco.profile prefills this many tokens, then times the next decode step kernel by kernel.
 export const PROFILE_TOKENS = 8;
 
 /** Says up front which optional parts this engine build or this GPU lacks. */
@@ -100,12 +103,25 @@ export async function megakernelAB() {
   });
 }
 
+/** The sizes in the #bench-* inputs, whole numbers in 1..BENCH_MAX (written back as used). */
+function benchSizes() {
+  const sizes = {};
+  for (const key of Object.keys(BENCH)) {
+    const input = $(`bench-${key}`);
+    const n = Math.round(Number(input.value));
+    sizes[key] = input.value.trim() !== "" && Number.isFinite(n) ? Math.min(BENCH_MAX[key], Math.max(1, n)) : BENCH[key];
+    input.value = String(sizes[key]);
+  }
+  return sizes;
+}
+
 export async function runBench() {
-  $("bench-result").textContent = `Running pp ${BENCH.pp} / tg ${BENCH.tg} × ${BENCH.reps}…`;
+  const sizes = benchSizes();
+  $("bench-result").textContent = `Running pp ${sizes.pp} / tg ${sizes.tg} × ${sizes.reps}…`;
   await exclusive("bench", async () => {
     status("Benchmarking…");
     try {
-      const result = await page.engine.bench({ ...BENCH });
+      const result = await page.engine.bench(sizes);
       page.benchResult = result;
       $("bench-result").textContent = JSON.stringify(result, null, 2);
       status(`Benchmark: prefill ${formatRate(result.pp_tok_s, "tok/s")}, decode ${formatRate(result.tg_tok_s, "tok/s")}.`);
@@ -131,13 +147,15 @@ export function exportBench() {
 export async function runProfile() {
   const target = $("profile-chart");
   if (!engineHas("profile")) return;
-  target.replaceChildren(el("p", { class: "note", text: `Timing ${PROFILE_TOKENS} tokens kernel by kernel…` }));
+  target.replaceChildren(el("p", { class: "note", text: `Timing one decode step (after ${PROFILE_TOKENS} prompt tokens) kernel by kernel…` }));
   await exclusive("profile", async () => {
     try {
-      const entries = await page.engine.profile(PROFILE_TOKENS);
-      renderProfile(entries, PROFILE_TOKENS);
+      // coco.profile returns {kernels: [{label, calls, total_us}], profiled_us, one_pass_us, …}
+      // (DecodeProfile::to_json, the same object as `coco bench --profile --json`).
+      renderProfile(await page.engine.profile(PROFILE_TOKENS));
     } catch (err) {
-      target.replaceChildren(el("p", { class: "note", "data-status": "not_yet", text: errorMessage(err) }));
+      const message = errorMessage(err);
+      target.replaceChildren(el("p", { class: "note", "data-status": /^not yet/i.test(message) ? "not_yet" : "error", text: message }));
     }
   });
 }

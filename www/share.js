@@ -16,6 +16,13 @@ export const FIELD_PARAMS = [
   ["ctx", "context"],
 ];
 
+/** The in-page benchmark's sizes (read with `bench=1`; not written into share links). */
+export const BENCH_PARAMS = [
+  ["bench_pp", "bench-pp"],
+  ["bench_tg", "bench-tg"],
+  ["bench_reps", "bench-reps"],
+];
+
 const CHAT_ROLES = new Set(["system", "user", "assistant"]);
 // Bounds on what a link may carry, so a hostile link can't make the page do silly work.
 const MAX_CHAT_MESSAGES = 200;
@@ -67,7 +74,7 @@ export function checkMessages(value) {
  */
 export function readShareParams(search = location.search) {
   const params = new URLSearchParams(search);
-  const out = { fields: {}, problems: [] };
+  const out = { fields: {}, benchFields: {}, problems: [] };
   if (params.has("model")) {
     const check = checkModelUrl(params.get("model"));
     if (check.ok) out.model = params.get("model").trim();
@@ -91,13 +98,15 @@ export function readShareParams(search = location.search) {
       else out.problems.push(check.reason);
     }
   }
-  for (const [name, id] of FIELD_PARAMS) {
-    if (!params.has(name)) continue;
-    const value = params.get(name).trim();
-    // Only plain decimal numbers: the inputs are type=number, and anything else would be
-    // silently dropped by the browser; saying so is better.
-    if (/^-?\d+(\.\d+)?([eE]-?\d+)?$/.test(value)) out.fields[id] = value;
-    else out.problems.push(`ignored ${name}="${value.slice(0, 40)}" (not a number)`);
+  for (const [names, target] of [[FIELD_PARAMS, out.fields], [BENCH_PARAMS, out.benchFields]]) {
+    for (const [name, id] of names) {
+      if (!params.has(name)) continue;
+      const value = params.get(name).trim();
+      // Only plain decimal numbers: the inputs are type=number, and anything else would be
+      // silently dropped by the browser; saying so is better.
+      if (/^-?\d+(\.\d+)?([eE]-?\d+)?$/.test(value)) target[id] = value;
+      else out.problems.push(`ignored ${name}="${value.slice(0, 40)}" (not a number)`);
+    }
   }
   if (params.has("mk")) out.megakernel = params.get("mk") === "1";
   out.bench = params.get("bench") === "1";

@@ -154,13 +154,19 @@ export function renderGpuPanel(adapter) {
     : F16_ABSENT;
 }
 
-/** The per-kernel time chart: one horizontal bar per kernel, longest first (inline SVG). */
-export function renderProfile(entries, tokens) {
+/**
+ * The per-kernel time chart: one horizontal bar per kernel, longest first (inline SVG).
+ * `profile` is what coco.profile returns: one decode step timed dispatch by dispatch
+ * (timestamp queries, one pass each), averaged over `steps` steps, at KV position
+ * `position`: {kernels: [{label, calls, total_us (per step)}], profiled_us, one_pass_us,
+ * dispatches, steps, position}.
+ */
+export function renderProfile(profile) {
   const target = $("profile-chart");
-  const rows = [...entries].sort((a, b) => b.total_us - a.total_us);
+  const rows = [...(profile.kernels || [])].sort((a, b) => b.total_us - a.total_us);
   const total = rows.reduce((s, r) => s + r.total_us, 0);
   if (!rows.length || total <= 0) {
-    target.replaceChildren(el("p", { class: "note", text: "The profile came back empty." }));
+    target.replaceChildren(el("p", { class: "note", text: "The profile came back empty: the GPU reported no time for any kernel." }));
     return;
   }
   const rowHeight = 22;
@@ -171,24 +177,31 @@ export function renderProfile(entries, tokens) {
   const chart = svg("svg", {
     viewBox: `0 0 ${width} ${rows.length * rowHeight + 4}`,
     role: "img",
-    "aria-label": `GPU time per kernel over ${tokens} tokens`,
+    "aria-label": "GPU time per kernel in one decode step",
     class: "profile-svg",
   });
   rows.forEach((r, i) => {
     const y = i * rowHeight + 2;
     const w = Math.max(1, (r.total_us / max) * barMax);
-    const g = svg("g", { "data-label": r.label });
+    const g = svg("g", { "data-label": r.label, "data-us": r.total_us });
     g.append(
-      svg("title", {}, `${r.label}: ${r.total_us.toFixed(1)} µs in ${r.calls} calls`),
-      svg("text", { x: labelWidth - 6, y: y + 15, "text-anchor": "end", class: "chart-label" }, truncate(r.label, 28)),
+      svg("title", {}, `${r.label}: ${r.total_us.toFixed(1)} µs per step in ${r.calls} dispatch${r.calls === 1 ? "" : "es"}`),
+      svg("text", { x: labelWidth - 6, y: y + 15, "text-anchor": "end", class: "chart-label" }, truncate(r.label, 26)),
       svg("rect", { x: labelWidth, y: y + 3, width: w, height: rowHeight - 6, rx: 2, class: "chart-bar" }),
       svg("text", { x: labelWidth + w + 6, y: y + 15, class: "chart-value" },
-        `${formatMicros(r.total_us / tokens)}/tok · ${((r.total_us / total) * 100).toFixed(1)}%`),
+        `${formatMicros(r.total_us)} · ${((r.total_us / total) * 100).toFixed(1)}%`),
     );
     chart.append(g);
   });
+  // Timing each dispatch needs a pass of its own, which costs more than the real one-pass
+  // step: both sums are shown so the chart's shares aren't read as the step's real time.
+  const onePass = Number.isFinite(profile.one_pass_us) ? `; the same step in one pass (as it really runs): ${formatMicros(profile.one_pass_us)}` : "";
   target.replaceChildren(
-    el("p", { class: "note", text: `GPU time over ${tokens} decoded tokens: ${formatMicros(total / tokens)} per token in total, from timestamp queries.` }),
+    el("p", {
+      class: "note",
+      text: `One decode step at position ${profile.position ?? "?"} (mean of ${profile.steps ?? "?"} steps), from timestamp queries: `
+        + `${formatMicros(total)} summed over ${profile.dispatches ?? rows.length} dispatches timed one pass each${onePass}.`,
+    }),
     chart,
   );
 }
