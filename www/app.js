@@ -202,6 +202,7 @@ async function openEngine() {
   }
   try {
     const adapter = await withBrowserAdapterInfo(page.engine.adapter());
+    page.adapterName = adapter.description || "";
     renderGpuPanel(adapter);
     describeOptionalParts(adapter);
   } catch (err) {

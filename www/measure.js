@@ -122,6 +122,12 @@ export async function runBench() {
     status("Benchmarking…");
     try {
       const result = await page.engine.bench(sizes);
+      // The engine names the adapter "<name> (<backend>, <type>)", and in the browser wgpu
+      // leaves <name> empty; the browser's own name (as in the GPU panel) goes there, so an
+      // exported result says which GPU it measured.
+      if (page.adapterName && typeof result.adapter === "string" && result.adapter.startsWith(" (")) {
+        result.adapter = `${page.adapterName}${result.adapter}`;
+      }
       page.benchResult = result;
       $("bench-result").textContent = JSON.stringify(result, null, 2);
       status(`Benchmark: prefill ${formatRate(result.pp_tok_s, "tok/s")}, decode ${formatRate(result.tg_tok_s, "tok/s")}.`);

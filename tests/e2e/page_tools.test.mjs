@@ -84,6 +84,7 @@ describe('page: benchmark, kernel chart, cache', { timeout: 20 * 60_000 }, () =>
       const exported = JSON.parse(fs.readFileSync(await download.path(), 'utf8'));
       assert.deepEqual(exported, shown, 'the export is the result shown');
       assert.deepEqual(keyPaths(exported), keyPaths(native), 'the same fields as native `coco bench --json`');
+      assert.match(exported.adapter, /swiftshader.*\(BrowserWebGpu, Cpu\)/i, 'the export names the GPU it measured, as the browser calls it');
       checkBench(native, BENCH, 'native');
       record('page bench', { pp_tok_s: shown.pp_tok_s, tg_tok_s: shown.tg_tok_s, native_pp_tok_s: native.pp_tok_s, native_tg_tok_s: native.tg_tok_s, adapter: shown.adapter });
     }));
