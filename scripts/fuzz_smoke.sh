@@ -5,6 +5,9 @@
 #
 #   bash scripts/fuzz_smoke.sh          # 45 s per target
 #   FUZZ_SECONDS=600 bash scripts/fuzz_smoke.sh
+#   bash scripts/fuzz_smoke.sh --build-only   # install cargo-fuzz if missing and build; run
+#                                             # nothing (scripts/test.sh does this in the
+#                                             # background, then runs the smoke at the end)
 #
 # Toolchain: cargo-fuzz passes nightly-only rustc flags (-Zsanitizer=address, sancov passes).
 # RUSTC_BOOTSTRAP=1 lets the stable toolchain accept them, so no nightly is needed.
@@ -23,11 +26,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS:-45}
+build_only=0
+[ "${1:-}" = --build-only ] && build_only=1
 export RUSTC_BOOTSTRAP=1
 # Small ASan quarantine: freed memory is recycled sooner, so RSS reflects live memory.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-quarantine_size_mb=16:detect_leaks=0}
 
-command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+# Pinned like the other tools (scripts/lib/install.sh); built without LTO and at opt-level 1
+# (a tool that mostly waits on cargo gains nothing from a slow optimized build).
+CARGO_FUZZ_VERSION=0.13.2
+if ! cargo fuzz --version 2>/dev/null | grep -qw "$CARGO_FUZZ_VERSION"; then
+  echo "cargo-fuzz: installing $CARGO_FUZZ_VERSION"
+  CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 CARGO_PROFILE_RELEASE_OPT_LEVEL=1 \
+    cargo install cargo-fuzz --locked --version "$CARGO_FUZZ_VERSION"
+fi
 
 [ -f tests/fixtures/vocab-llama3.gguf ] \
   || echo "note: tests/fixtures/vocab-*.gguf missing (scripts/fixtures.sh); the tokenizer target uses its built-in vocabularies only"
@@ -36,7 +48,9 @@ cd fuzz
 start=$(date +%s)
 cargo fuzz build
 echo "fuzz build: $(( $(date +%s) - start )) s"
+[ "$build_only" = 1 ] && exit 0
 
+summary=()
 # target  rss_limit_mb  max_len
 targets=(
   "gguf_chunks 512 16384"
@@ -60,5 +74,14 @@ for spec in "${targets[@]}"; do
     echo "fuzz_smoke: $target FAILED (exit $status); full log fuzz/$log, reproducer in fuzz/artifacts/$target/" >&2
     exit "$status"
   fi
+  execs=$(awk '/^stat::number_of_executed_units:/ { print $2 }' "$log")
+  # A run that executed nothing (a harness that exits at once, a missing corpus) is no smoke.
+  if [ -z "$execs" ] || [ "$execs" -eq 0 ]; then
+    tail -n 30 "$log" >&2
+    echo "fuzz_smoke: $target executed no inputs (full log fuzz/$log)" >&2
+    exit 1
+  fi
+  summary+=("$target: $execs executions in ${seconds} s")
 done
-echo "fuzz_smoke: all targets ran ${seconds} s each without a crash ($(( $(date +%s) - start )) s in all)"
+echo "fuzz_smoke: no crash, hang or allocation over 64 MB ($(( $(date +%s) - start )) s in all):"
+printf '  %s\n' "${summary[@]}"

@@ -5,9 +5,14 @@
 #
 # A fresh machine builds trunk and wasm-bindgen-cli once (the slow part: see
 # scripts/lib/install.sh); they build in the background (niced, so the tests keep the cores)
-# while everything else runs. Each phase prints its time.
+# while everything else runs. So does the fuzz crate (cargo-fuzz, AddressSanitizer: a cold
+# build of coco + wgpu), whose bounded smoke run (scripts/fuzz_smoke.sh, FUZZ_SECONDS per
+# target) comes last. Each phase prints its time; a failing phase says which and where its
+# log is.
 #
 #   COCO_E2E=0 bash scripts/test.sh     skip the page build and the browser tests
+#   COCO_FUZZ=0 bash scripts/test.sh    skip the fuzz build and smoke
+#   FUZZ_SECONDS=45                     seconds per fuzz target (2 targets)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib/install.sh
@@ -26,6 +31,8 @@ say() {
 }
 mkdir -p target/ci-logs
 e2e=${COCO_E2E:-1}
+fuzz=${COCO_FUZZ:-1}
+fuzz_seconds=${FUZZ_SECONDS:-45}
 
 say "system packages"
 apt_needs=(/usr/share/vulkan/icd.d/lvp_icd.x86_64.json:mesa-vulkan-drivers unzip:unzip)
@@ -33,13 +40,21 @@ apt_needs=(/usr/share/vulkan/icd.d/lvp_icd.x86_64.json:mesa-vulkan-drivers unzip
 coco_apt "${apt_needs[@]}"
 coco_wasm_target
 
+# Background jobs get their own process groups, so a failing run can stop them (and their
+# rustc children) on exit.
 tools_pid=""
+fuzz_pid=""
+trap 'for pid in $tools_pid $fuzz_pid; do kill -- "-$pid" 2>/dev/null; done; true' EXIT
 if [ "$e2e" = 1 ] && ! { coco_have_trunk && coco_have_wasm_bindgen; }; then
   say "trunk + wasm-bindgen-cli: building in the background (log: target/ci-logs/web-tools.log)"
-  # Its own process group, so a failing run can stop it (and its rustc children) on exit.
   setsid nice -n 15 bash -c 'source scripts/lib/install.sh && coco_install_web_tools' >target/ci-logs/web-tools.log 2>&1 &
   tools_pid=$!
-  trap '[ -n "$tools_pid" ] && kill -- "-$tools_pid" 2>/dev/null; true' EXIT
+fi
+if [ "$fuzz" = 1 ]; then
+  # cargo-fuzz (if missing) and the ASan build of both targets; the smoke runs at the end.
+  say "fuzz targets: building in the background (log: target/ci-logs/fuzz-build.log)"
+  setsid nice -n 15 bash scripts/fuzz_smoke.sh --build-only >target/ci-logs/fuzz-build.log 2>&1 &
+  fuzz_pid=$!
 fi
 
 say "python packages (fixtures, vocabularies)"
@@ -87,10 +102,38 @@ if [ "$e2e" = 1 ]; then
   for shot in target/e2e/page-after-generation*.png; do [ -f "$shot" ] && echo "screenshot after generation: $shot"; done
   [ -f target/e2e/timings.jsonl ] && { echo "measured (target/e2e/timings.jsonl):"; cat target/e2e/timings.jsonl; }
   [ -d target/e2e/failures ] && echo "screenshots of failed tests: target/e2e/failures/"
+  # A browser failure is reported after the fuzz smoke, so one CI run tells about both.
   if [ "$e2e_rc" != 0 ]; then
-    say "browser tests failed (exit $e2e_rc)"
-    exit "$e2e_rc"
+    echo "browser tests FAILED (exit $e2e_rc); the fuzz smoke runs next, then this run fails" >&2
   fi
+fi
+
+fuzz_rc=0
+if [ "$fuzz" = 1 ]; then
+  say "waiting for the fuzz build"
+  if wait "$fuzz_pid"; then
+    fuzz_pid=""
+    say "fuzz smoke (scripts/fuzz_smoke.sh: ${fuzz_seconds} s per target, ASan, 64 MB allocation limit)"
+    FUZZ_SECONDS=$fuzz_seconds bash scripts/fuzz_smoke.sh || fuzz_rc=$?
+    if [ "$fuzz_rc" != 0 ]; then
+      echo "fuzz smoke FAILED (exit $fuzz_rc): see fuzz_smoke's lines above; an input that crashed, hung or allocated too much is saved under fuzz/artifacts/<target>/ (replay: cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run <target> <file>)" >&2
+    fi
+  else
+    fuzz_rc=$?
+    fuzz_pid=""
+    tail -40 target/ci-logs/fuzz-build.log >&2
+    echo "fuzz smoke FAILED: building the fuzz targets failed (exit $fuzz_rc; full log: target/ci-logs/fuzz-build.log)" >&2
+  fi
+fi
+
+e2e_rc=${e2e_rc:-0}
+if [ "$e2e_rc" != 0 ] || [ "$fuzz_rc" != 0 ]; then
+  failed=()
+  [ "$e2e_rc" != 0 ] && failed+=("browser tests (exit $e2e_rc)")
+  [ "$fuzz_rc" != 0 ] && failed+=("fuzz smoke (exit $fuzz_rc)")
+  say "FAILED: ${failed[*]}"
+  if [ "$e2e_rc" != 0 ]; then exit "$e2e_rc"; fi
+  exit "$fuzz_rc"
 fi
 
 say "all tests passed"
