@@ -27,7 +27,7 @@
 //   NORM          binding norm_w[K]
 //   BIAS          binding bias[N] (of W, or of W_q); QKV_BIAS adds bias1, bias2 (W_k, W_v)
 // Constants prepended by kernels/matmul.rs (one source of truth for the host's grid math and
-// binding order): MV_ROWS, MV_LANES (matvec), TILE_N, TILE_T (tiled), and the binding numbers
+// binding order): MV_ROWS, MV_LANES, MV_UNROLL (matvec), TILE_N, TILE_T (tiled), and the binding numbers
 // B_W1, B_W2, B_X, B_Y, B_NORM, B_BIAS: storage bindings are numbered 1.. in the order the
 // host lists them (weights, x, outputs, norm_w, biases), so the optional ones shift the rest.
 //
@@ -177,14 +177,35 @@ fn x_group(xrow: u32, o: u32, ss: ptr<function, vec4<f32>>) -> array<vec4<f32>, 
 
 // Partial sums of the weight row at byte `row_byte` with x'[t] over the 8-element groups
 // first, first + stride, …: consecutive invocations read consecutive words of W and x, so a
-// warp streams each row (see dequant8 in common/dequant.wgsl for why). Two groups per trip
-// keep more independent reads in flight per invocation.
+// warp streams each row (see dequant8 in common/dequant.wgsl for why). MV_UNROLL (2 or 4)
+// groups per trip keep more independent reads in flight per invocation: a matvec is bound by
+// how many bytes are in flight, not by arithmetic (BENCHMARKS.md, "matvec").
 fn dot_row(row_byte: u32, xrow: u32, first: u32, stride: u32) -> Sums {
     let groups = p.k / 8u;
     var acc0 = vec4<f32>(0.0);
     var acc1 = vec4<f32>(0.0);
     var ss = vec4<f32>(0.0);
     var o = first;
+    if (MV_UNROLL >= 4u) {
+        for (; o + 3u * stride < groups; o += 4u * stride) {
+            let wa = dequant8(row_byte, o);
+            let wb = dequant8(row_byte, o + stride);
+            let wc = dequant8(row_byte, o + 2u * stride);
+            let wd = dequant8(row_byte, o + 3u * stride);
+            let xa = x_group(xrow, o, &ss);
+            let xb = x_group(xrow, o + stride, &ss);
+            let xc = x_group(xrow, o + 2u * stride, &ss);
+            let xd = x_group(xrow, o + 3u * stride, &ss);
+            acc0 = fma(wa[0], xa[0], acc0);
+            acc1 = fma(wa[1], xa[1], acc1);
+            acc0 = fma(wb[0], xb[0], acc0);
+            acc1 = fma(wb[1], xb[1], acc1);
+            acc0 = fma(wc[0], xc[0], acc0);
+            acc1 = fma(wc[1], xc[1], acc1);
+            acc0 = fma(wd[0], xd[0], acc0);
+            acc1 = fma(wd[1], xd[1], acc1);
+        }
+    }
     for (; o + stride < groups; o += 2u * stride) {
         let wa = dequant8(row_byte, o);
         let wb = dequant8(row_byte, o + stride);
@@ -380,50 +401,75 @@ fn main(
 #endif
 
 #ifdef TILED
-// Matrix–matrix (prefill): a workgroup computes TILE_N slots × TILE_T tokens. Per 32-wide K
-// step, TILE_N threads dequantize one chunk of a W row each into workgroup memory, all
-// threads stage the x' tile, and every thread then reads both from shared memory for its
-// 4 slots × 2 tokens: each weight is dequantized once per TILE_T tokens, not once per token.
-// Rows are padded to 9 vec4 so the 16 row-threads of a warp spread over the banks.
-// Thread (tx, ty) owns slots tx + 16i: with GLU, i = 0, 1 are gate slots (< TILE_N / 2) and
-// i = 2, 3 the up slots of the same rows, so the thread combines them itself.
-const PAD: u32 = 9u;
-var<workgroup> wt: array<vec4<f32>, TILE_N * PAD>; // [TILE_N, 32] dequantized W chunk
-var<workgroup> xt: array<vec4<f32>, TILE_T * PAD>; // [TILE_T, 32] x' chunk
-#ifdef NORM
-var<workgroup> ssq: array<f32, 256>; // Σ x² of the x column each thread staged
-#endif
+// Matrix–matrix (prefill): a workgroup computes TILE_N (64) slots × TILE_T (64) tokens; thread
+// (tx, ty) owns slots tx + 16i and tokens ty + 16j (i, j < 4): 16 outputs, so each vec4 read
+// from workgroup memory feeds 4 dot products. Per 32-wide K chunk every thread stages 8
+// dequantized elements of one W row (row li / 4, elements 8(li % 4) …; dequant8) and 2 vec4 of
+// x' for one token, so all 256 threads share the decoding, and each weight is dequantized once
+// per 64 tokens.
+// Workgroup memory is K-major (vec4 j of row n at [j · 64 + n]): the 16 threads reading a tile
+// row take consecutive vec4, so no bank padding is needed and both tiles fit in 16 KB,
+// WebGPU's guaranteed workgroup storage.
+// With GLU, i = 0, 1 are gate slots (< TILE_N / 2) and i = 2, 3 the up slots of the same rows,
+// so the thread combines them itself.
+var<workgroup> wt: array<vec4<f32>, 8u * TILE_N>; // [8][TILE_N]: a dequantized 32-wide W chunk
+var<workgroup> xt: array<vec4<f32>, 8u * TILE_T>; // [8][TILE_T]: the x' chunk
 
-// Chunk c of row mr.y of weight mr.x (wsel as in dot_w).
-fn dequant_w(mr: vec2<u32>, c: u32) -> array<vec4<f32>, 8> {
+// Elements 8o .. 8o + 7 of row mr.y of weight mr.x (wsel as in dot_w).
+fn dequant_w8(mr: vec2<u32>, o: u32) -> array<vec4<f32>, 2> {
     let row_byte = mr.y * p.row_bytes;
 #ifdef QKV
     if (mr.x == 2u) {
         wsel = 2u;
-        return dequant32(row_byte, c);
+        return dequant8(row_byte, o);
     }
 #endif
 #ifdef MULTI_W
     if (mr.x == 1u) {
         wsel = 1u;
-        return dequant32(row_byte, c);
+        return dequant8(row_byte, o);
     }
     wsel = 0u;
 #endif
-    return dequant32(row_byte, c);
+    return dequant8(row_byte, o);
 }
 
-// rsqrt(mean(x²) + eps) of tile token `tok` (thread li staged x column li % 8 of token
-// li / 8), or 1 without NORM.
+// rsqrt(mean(x²) + eps) of tile token `tok`, from the Σ x² of its 4 staging threads (left in
+// xt[·].x after the K loop), or 1 without NORM.
 fn token_scale(tok: u32) -> f32 {
 #ifdef NORM
-    var s = 0.0;
-    for (var i = 0u; i < 8u; i++) {
-        s += ssq[tok * 8u + i];
-    }
+    let s = xt[tok * 4u].x + xt[tok * 4u + 1u].x + xt[tok * 4u + 2u].x + xt[tok * 4u + 3u].x;
     return inverseSqrt(s / f32(p.k) + p.eps);
 #else
     return 1.0;
+#endif
+}
+
+// The 4 dot products of slot vec4s a0..a3 with b.
+fn dot4x(a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>, b: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(dot(a0, b), dot(a1, b), dot(a2, b), dot(a3, b));
+}
+
+// Stores the 4 slots of token `t` (tile token tok) that thread tx owns.
+fn store_tile(g: u32, tx: u32, t: u32, tok: u32, acc: vec4<f32>) {
+    if (t >= p.t) {
+        return;
+    }
+    let v = acc * token_scale(tok);
+#ifdef GLU
+    for (var i = 0u; i < 2u; i++) {
+        let mr = locate(g * TILE_N + tx + 16u * i, TILE_N);
+        if (live(mr)) {
+            store_glu(t, mr.y, v[i], v[i + 2u]);
+        }
+    }
+#else
+    for (var i = 0u; i < 4u; i++) {
+        let mr = locate(g * TILE_N + tx + 16u * i, TILE_N);
+        if (live(mr)) {
+            store(mr.x, t, mr.y, v[i]);
+        }
+    }
 #endif
 }
 
@@ -438,71 +484,60 @@ fn main(
         return;
     }
     let t0 = wid.z * TILE_T;
-    let tx = li % 16u; // slots tx + 16i, i < 4
-    let ty = li / 16u; // tokens ty + 16j, j < 2
+    let tx = li % 16u;
+    let ty = li / 16u;
     let chunks = p.k / 32u;
-    let staged = locate(g * TILE_N + li, TILE_N); // the W row this thread stages (li < TILE_N)
-    let tok = li / 8u; // the x' vec4 this thread stages: token tok, column li % 8
-    let t_stage = t0 + tok;
+    let sr = li / 4u; // the W row and the token this thread stages
+    let q = li % 4u;  // … their elements 8q .. 8q + 7 of each chunk
+    let staged = locate(g * TILE_N + sr, TILE_N);
+    let staged_live = live(staged);
+    let t_stage = t0 + sr;
     var ss = 0.0;
-    var acc: array<vec4<f32>, 2>; // acc[j][i]: token ty + 16j, slot tx + 16i
+    var acc0 = vec4<f32>(0.0); // token ty; vec4 lane i: slot tx + 16i
+    var acc1 = vec4<f32>(0.0); // token ty + 16
+    var acc2 = vec4<f32>(0.0); // token ty + 32
+    var acc3 = vec4<f32>(0.0); // token ty + 48
     for (var c = 0u; c < chunks; c++) {
-        if (li < TILE_N) {
-            var v: array<vec4<f32>, 8>;
-            if (live(staged)) {
-                v = dequant_w(staged, c);
-            }
-            for (var j = 0u; j < 8u; j++) {
-                wt[li * PAD + j] = v[j];
-            }
+        var v: array<vec4<f32>, 2>;
+        if (staged_live) {
+            v = dequant_w8(staged, 4u * c + q);
         }
-        // TILE_T · 8 = 256 vec4: one per invocation.
-        var xv = vec4<f32>(0.0);
+        wt[(2u * q) * TILE_N + sr] = v[0];
+        wt[(2u * q + 1u) * TILE_N + sr] = v[1];
+        var xa = vec4<f32>(0.0);
+        var xb = vec4<f32>(0.0);
         if (t_stage < p.t) {
-            xv = x[t_stage * (p.k / 4u) + 8u * c + li % 8u];
+            let xi = t_stage * (p.k / 4u) + 8u * c + 2u * q;
+            xa = x[xi];
+            xb = x[xi + 1u];
 #ifdef NORM
-            ss += dot(xv, xv);
-            xv *= norm_w[8u * c + li % 8u];
+            ss += dot(xa, xa) + dot(xb, xb);
+            xa *= norm_w[8u * c + 2u * q];
+            xb *= norm_w[8u * c + 2u * q + 1u];
 #endif
         }
-        xt[tok * PAD + li % 8u] = xv;
+        xt[(2u * q) * TILE_T + sr] = xa;
+        xt[(2u * q + 1u) * TILE_T + sr] = xb;
         workgroupBarrier();
         for (var j = 0u; j < 8u; j++) {
-            let a = array<vec4<f32>, 4>(
-                wt[tx * PAD + j],
-                wt[(tx + 16u) * PAD + j],
-                wt[(tx + 32u) * PAD + j],
-                wt[(tx + 48u) * PAD + j],
-            );
-            for (var tj = 0u; tj < 2u; tj++) {
-                let b = xt[(ty + 16u * tj) * PAD + j];
-                acc[tj] += vec4<f32>(dot(a[0], b), dot(a[1], b), dot(a[2], b), dot(a[3], b));
-            }
+            let a0 = wt[j * TILE_N + tx];
+            let a1 = wt[j * TILE_N + tx + 16u];
+            let a2 = wt[j * TILE_N + tx + 32u];
+            let a3 = wt[j * TILE_N + tx + 48u];
+            acc0 += dot4x(a0, a1, a2, a3, xt[j * TILE_T + ty]);
+            acc1 += dot4x(a0, a1, a2, a3, xt[j * TILE_T + ty + 16u]);
+            acc2 += dot4x(a0, a1, a2, a3, xt[j * TILE_T + ty + 32u]);
+            acc3 += dot4x(a0, a1, a2, a3, xt[j * TILE_T + ty + 48u]);
         }
         workgroupBarrier();
     }
 #ifdef NORM
-    ssq[li] = ss;
+    xt[li] = vec4<f32>(ss, 0.0, 0.0, 0.0); // thread li staged token li / 4 (see token_scale)
     workgroupBarrier();
 #endif
-    for (var tj = 0u; tj < 2u; tj++) {
-        let t = t0 + ty + 16u * tj;
-        let scale = token_scale(ty + 16u * tj);
-#ifdef GLU
-        for (var i = 0u; i < 2u; i++) {
-            let mr = locate(g * TILE_N + tx + 16u * i, TILE_N);
-            if (t < p.t && live(mr)) {
-                store_glu(t, mr.y, acc[tj][i] * scale, acc[tj][i + 2u] * scale);
-            }
-        }
-#else
-        for (var i = 0u; i < 4u; i++) {
-            let mr = locate(g * TILE_N + tx + 16u * i, TILE_N);
-            if (t < p.t && live(mr)) {
-                store(mr.x, t, mr.y, acc[tj][i] * scale);
-            }
-        }
-#endif
-    }
+    store_tile(g, tx, t0 + ty, ty, acc0);
+    store_tile(g, tx, t0 + ty + 16u, ty + 16u, acc1);
+    store_tile(g, tx, t0 + ty + 32u, ty + 32u, acc2);
+    store_tile(g, tx, t0 + ty + 48u, ty + 48u, acc3);
 }
 #endif

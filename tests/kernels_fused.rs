@@ -254,8 +254,8 @@ impl Case {
     }
 }
 
-/// Shapes every op is tried in: each matvec reduction, the tiled kernel for 1, 17 (two half
-/// tiles) and 64 tokens (two z slices), and the automatic choice.
+/// Shapes every op is tried in: each matvec reduction, the tiled kernel for 1, 17 (a partial
+/// tile) and 70 tokens (two z slices), and the automatic choice for 64 tokens.
 fn variants_cases(base: impl Fn(Case) -> Case) -> Vec<Case> {
     let mut cases = vec![
         base(case(1, Some(MatvecWorkgroup))),
@@ -264,6 +264,7 @@ fn variants_cases(base: impl Fn(Case) -> Case) -> Vec<Case> {
         base(case(17, Some(Tiled))),
         base(case(1, Some(Tiled))).no_norm(),
         base(case(64, None)).long(),
+        base(case(70, Some(Tiled))), // two token tiles, the last of 6
         base(case(1, None)),
         base(case(17, Some(MatvecWorkgroup))),
         // One row per invocation (CPU adapters): odd row counts leave slots idle.

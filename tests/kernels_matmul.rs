@@ -226,6 +226,7 @@ fn matmul_type(ty: GgmlType) {
         Case::new(ty, 67, 3, Some(MatvecRows)).long(),
         Case::new(ty, 67, 17, Some(Tiled)),
         Case::new(ty, 131, 33, Some(Tiled)).bias().accumulate(),
+        Case::new(ty, 67, 70, Some(Tiled)).accumulate(), // two token tiles, the last of 6
         Case::new(ty, 67, 1, None).bias(),
         Case::new(ty, 67, 33, None).accumulate(),
         // Split weights: 67 rows in parts of 12 → 6 parts, the last of 7 rows.
@@ -524,14 +525,28 @@ fn bench_matmul() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
     println!("{}", ctx.describe());
+    // BENCH_TYPES=q4_0,q8_0 limits the run to those types.
+    let only: Option<Vec<String>> = std::env::var("BENCH_TYPES")
+        .ok()
+        .map(|v| v.split(',').map(|t| t.trim().to_lowercase()).collect());
     for ty in GgmlType::SUPPORTED {
+        if only
+            .as_ref()
+            .is_some_and(|o| !o.contains(&ty.name().to_lowercase()))
+        {
+            continue;
+        }
         // Decode: T = 1 over a [32768, 8192] weight (bandwidth), then a small-model shape
         // (latency: Gemma 3 270M's FFN is [2048, 640]; K-quants need K % 256 == 0), and for
-        // Q8_0 the 262,144-row logits.
+        // Q8_0 the 262,144-row logits. Q4_0 and Q8_0 add Llama-3.2-1B's gate/up, down and
+        // tied-logits shapes.
         let small_k = if is_k_quant(ty) { 768 } else { 640 };
         let mut shapes = vec![(32768 / div, 8192u64), (2048 / div, small_k)];
         if ty == GgmlType::Q8_0 {
             shapes.push((262144 / div, 640)); // Gemma 3's tied logits projection
+        }
+        if matches!(ty, GgmlType::Q4_0 | GgmlType::Q8_0) {
+            shapes.extend([(8192 / div, 2048), (2048 / div, 8192), (128256 / div, 2048)]);
         }
         for (n, k) in shapes {
             let bytes = random_bytes((n * ty.bytes_for(k).unwrap()) as usize);

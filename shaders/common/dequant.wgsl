@@ -94,8 +94,10 @@ fn load_words8(byte: u32) -> array<u32, 8> {
 }
 
 // The four 4-bit fields at bit `shift` of each byte of `u` (shift 0: low nibbles, 4: high).
+// One mask for all four, then unpack4xU8 (a byte extract + convert per element where the
+// hardware has one): the matvecs are bound by instructions per weight, not bytes.
 fn nibbles(u: u32, shift: u32) -> vec4<f32> {
-    return vec4<f32>((vec4<u32>(u) >> vec4<u32>(shift, shift + 8u, shift + 16u, shift + 24u)) & vec4<u32>(15u));
+    return vec4<f32>(unpack4xU8((u >> shift) & 0x0F0F0F0Fu));
 }
 
 // Bit `bit` of each byte of `u`, in {0, 1}.
@@ -103,10 +105,9 @@ fn byte_bits(u: u32, bit: u32) -> vec4<u32> {
     return (vec4<u32>(u) >> vec4<u32>(bit, bit + 8u, bit + 16u, bit + 24u)) & vec4<u32>(1u);
 }
 
-// The four bytes of `u` as signed int8 values (arithmetic shifts sign-extend).
+// The four bytes of `u` as signed int8 values.
 fn i8x4(u: u32) -> vec4<f32> {
-    let v = bitcast<vec4<i32>>(vec4<u32>(u << 24u, u << 16u, u << 8u, u)) >> vec4<u32>(24u);
-    return vec4<f32>(v);
+    return vec4<f32>(unpack4xI8(u));
 }
 
 #ifdef F32

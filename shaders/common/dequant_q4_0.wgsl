@@ -22,5 +22,8 @@ fn dequant8(row_byte: u32, o: u32) -> array<vec4<f32>, 2> {
     let d = load_f16(b);
     let q = load_words2(b + 2u + 8u * (j & 1u));
     let shift = 4u * (j >> 1u);
-    return array<vec4<f32>, 2>(d * (nibbles(q.x, shift) - 8.0), d * (nibbles(q.y, shift) - 8.0));
+    // d·(q − 8) as one fma per element.
+    let dv = vec4<f32>(d);
+    let m8 = vec4<f32>(-8.0 * d);
+    return array<vec4<f32>, 2>(fma(nibbles(q.x, shift), dv, m8), fma(nibbles(q.y, shift), dv, m8));
 }

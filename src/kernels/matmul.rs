@@ -14,8 +14,8 @@
 //!   shared-memory reduction. What the browser runs.
 //! - `matvec_sg256`: the same with `subgroupAdd`, when the device has SUBGROUP (native only:
 //!   wgpu's WebGPU backend never enables it).
-//! - `tiled64x32`: prefill; a 64-slot × 32-token tile per workgroup, each W chunk dequantized
-//!   once into workgroup memory and reused by all 32 tokens.
+//! - `tiled64x64`: prefill; a 64-slot × 64-token tile per workgroup, each W chunk dequantized
+//!   once into workgroup memory and reused by all 64 tokens.
 //!
 //! Every fused form exists in all three shapes, so it serves any T; only its speed, not its
 //! dispatch count, depends on T.
@@ -37,12 +37,42 @@ use super::KernelError;
 /// more); 32 lanes per slot so that a 32-wide warp streams one row.
 pub const MV_ROWS: u32 = 8;
 pub const MV_LANES: u32 = 32;
+/// The subgroup matvec's workgroup: SG_ROWS slots (its subgroups split each slot's row when
+/// there are more subgroups than slots, which puts more warps on small matrices).
+pub const SG_ROWS: u32 = 4;
+/// 8-element groups each matvec lane reads per loop trip (2 or 4): bytes in flight.
+pub const MV_UNROLL: u32 = 4;
+
+/// (SG_ROWS, MV_UNROLL), or the tuning override `COCO_MATVEC=<rows>x<unroll>` (e.g. `4x4`;
+/// rows a power of two in 2..=64, unroll 2 or 4), read once per process: for measuring other
+/// shapes on a new GPU without a rebuild. An invalid value is ignored with a warning.
+pub fn matvec_shape() -> (u32, u32) {
+    static SHAPE: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
+    *SHAPE.get_or_init(|| {
+        let Ok(v) = std::env::var("COCO_MATVEC") else {
+            return (SG_ROWS, MV_UNROLL);
+        };
+        let parsed = v
+            .split_once('x')
+            .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)));
+        match parsed {
+            Some((rows, u)) if rows.is_power_of_two() && (2..=64).contains(&rows) && (u == 2 || u == 4) => {
+                (rows, u)
+            }
+            _ => {
+                log::warn!("COCO_MATVEC={v:?} ignored: expected <rows>x<unroll>, rows a power of two in 2..=64, unroll 2 or 4");
+                (SG_ROWS, MV_UNROLL)
+            }
+        }
+    })
+}
 /// The tiled variant's output tile: W rows × tokens (the shader's 16×16 invocations each
-/// own 4 rows × 2 tokens, so these are fixed by its thread layout).
+/// own 4 rows × 4 tokens, and 4 threads stage each row and token, so these are fixed by its
+/// thread layout).
 pub const TILE_N: u32 = 64;
-pub const TILE_T: u32 = 32;
+pub const TILE_T: u32 = 64;
 /// Up to this many tokens the matvec (which reads W once per token) beats the tiled kernel
-/// (which reads it once per 32 tokens but idles most of its tile).
+/// (which reads it once per 64 tokens but idles most of its tile).
 pub const MATVEC_MAX_T: u32 = 3;
 
 /// Which kernel shape computes the product.
@@ -92,7 +122,9 @@ impl MatmulVariant {
         match self {
             Self::Tiled => (TILE_N, 1),
             Self::MatvecRows => (MV_ROWS * MV_LANES, 1),
-            Self::MatvecWorkgroup | Self::MatvecSubgroup => (MV_ROWS, MV_LANES),
+            Self::MatvecWorkgroup => (MV_ROWS, MV_LANES),
+            // The shader deals lanes by subgroup size; MV_LANES is unused there.
+            Self::MatvecSubgroup => (matvec_shape().0, MV_LANES),
         }
     }
 }
@@ -174,7 +206,7 @@ impl MatmulKey {
         }
     }
 
-    /// `matmul_q4_k_matvec_wg256`, `matmul_f16_tiled64x32_bias`,
+    /// `matmul_q4_k_matvec_wg256`, `matmul_f16_tiled64x64_bias`,
     /// `matmul_q8_0_matvec_sg256_glu_silu_norm`, `matmul_q4_0_matvec_wg256_qkv_norm_bias`, …
     pub fn label(&self) -> String {
         let fusion = match self.fusion {
@@ -245,11 +277,15 @@ impl MatmulKey {
             v => v.grid(),
         };
         let consts = format!(
-            "const MV_ROWS: u32 = {mv_rows}u;\nconst MV_LANES: u32 = {mv_lanes}u;\n\
+            "const MV_ROWS: u32 = {mv_rows}u;\nconst MV_LANES: u32 = {mv_lanes}u;\nconst MV_UNROLL: u32 = {}u;\n\
              const TILE_N: u32 = {TILE_N}u;\nconst TILE_T: u32 = {TILE_T}u;\n\
              const B_W1: u32 = 2u;\nconst B_W2: u32 = 3u;\nconst B_X: u32 = {}u;\n\
              const B_Y: u32 = {}u;\nconst B_NORM: u32 = {}u;\nconst B_BIAS: u32 = {}u;\n",
-            l.x, l.y, l.norm, l.bias
+            matvec_shape().1,
+            l.x,
+            l.y,
+            l.norm,
+            l.bias
         );
         Ok(consts + &preprocess("matmul.wgsl", &defines))
     }
@@ -836,7 +872,7 @@ mod tests {
             false,
             None,
         );
-        assert_eq!(key.label(), "matmul_bf16_tiled64x32");
+        assert_eq!(key.label(), "matmul_bf16_tiled64x64");
         let key = MatmulKey {
             norm: true,
             fusion: Fusion::Glu(Activation::GeluTanh),
