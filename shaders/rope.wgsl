@@ -4,17 +4,33 @@
 // Variants (defines, because they change which elements pair up):
 //   NORMAL   pairs (2i, 2i + 1)          llama GGUFs (the converter permutes Q/K weights)
 //   NEOX     pairs (i, i + head_dim/2)   qwen2, gemma3 (HF's rotate_half)
+// and, for the fused pipeline:
+//   KV       also the KV-cache write: each token's rows are its `heads` Q heads, rotated in
+//            place in x, then its `kv_heads` K heads, rotated from k straight into k_cache
+//            row pos0 + t, with the same two elements of v copied into v_cache. That is
+//            rope(q), rope(k) and attention's kv_write in one dispatch instead of three
+//            dependent ones (~5 µs each on the H200; BENCHMARKS.md).
 
 struct Params {
     t: u32,
     heads: u32,
     head_dim: u32,
     pos0: u32,
+    kv_heads: u32, // KV only
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> x: array<f32>; // [T, heads, head_dim]
 @group(0) @binding(2) var<storage, read> inv_freq: array<f32>; // [head_dim / 2]
+#ifdef KV
+@group(0) @binding(3) var<storage, read> k: array<f32>; // [T, kv_heads, head_dim]
+@group(0) @binding(4) var<storage, read> v: array<f32>; // [T, kv_heads, head_dim]
+@group(0) @binding(5) var<storage, read_write> k_cache: array<f32>; // [ctx, kv_heads, head_dim]
+@group(0) @binding(6) var<storage, read_write> v_cache: array<f32>; // [ctx, kv_heads, head_dim]
+#endif
 
 const WG: u32 = 256u;
 
@@ -49,6 +65,11 @@ fn sin_cos(a: f32) -> vec2<f32> {
     }
 }
 
+// (sin, cos) rotation of the pair (x0, x1).
+fn rotate(x0: f32, x1: f32, sc: vec2<f32>) -> vec2<f32> {
+    return vec2<f32>(x0 * sc.y - x1 * sc.x, x0 * sc.x + x1 * sc.y);
+}
+
 @compute @workgroup_size(WG)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -56,29 +77,49 @@ fn main(
     @builtin(local_invocation_index) lid: u32,
 ) {
     let half = p.head_dim / 2u;
+#ifdef KV
+    let rows_per_token = p.heads + p.kv_heads;
+#else
+    let rows_per_token = p.heads;
+#endif
     let idx = (wid.y * groups.x + wid.x) * WG + lid;
-    if (idx >= p.t * p.heads * half) {
+    if (idx >= p.t * rows_per_token * half) {
         return;
     }
-    let row = idx / half;          // token * heads + head
+    let row = idx / half;          // token * rows_per_token + head
     let i = idx % half;            // pair index
-    let pos = p.pos0 + row / p.heads;
+    let tok = row / rows_per_token;
+    let head = row % rows_per_token;
+    let pos = p.pos0 + tok;
 
     // One f32 product, as HF forms the angle (inv_freq @ position_ids in float32), so the
     // angle carries the same rounding as the reference model's.
     let sc = sin_cos(f32(pos) * inv_freq[i]);
 
-    let base = row * p.head_dim;
+    // The pair's offsets within a head.
 #ifdef NORMAL
-    let ia = base + 2u * i;
-    let ib = ia + 1u;
+    let oa = 2u * i;
+    let ob = oa + 1u;
 #endif
 #ifdef NEOX
-    let ia = base + i;
-    let ib = ia + half;
+    let oa = i;
+    let ob = i + half;
 #endif
-    let x0 = x[ia];
-    let x1 = x[ib];
-    x[ia] = x0 * sc.y - x1 * sc.x;
-    x[ib] = x0 * sc.x + x1 * sc.y;
+#ifdef KV
+    if (head >= p.heads) {
+        let kv_head = head - p.heads;
+        let src = (tok * p.kv_heads + kv_head) * p.head_dim;
+        let dst = (pos * p.kv_heads + kv_head) * p.head_dim;
+        let r = rotate(k[src + oa], k[src + ob], sc);
+        k_cache[dst + oa] = r.x;
+        k_cache[dst + ob] = r.y;
+        v_cache[dst + oa] = v[src + oa];
+        v_cache[dst + ob] = v[src + ob];
+        return;
+    }
+#endif
+    let base = (tok * p.heads + head) * p.head_dim;
+    let r = rotate(x[base + oa], x[base + ob], sc);
+    x[base + oa] = r.x;
+    x[base + ob] = r.y;
 }

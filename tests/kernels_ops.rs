@@ -247,6 +247,87 @@ fn rope_matches_reference() {
 }
 
 #[test]
+fn rope_kv_write_matches_rope_then_kv_write() {
+    // (t, heads, kv_heads, head_dim, pos0): GQA decode deep in the context, a prefill chunk,
+    // MQA, and equal head counts.
+    let cases = [
+        (1, 8, 2, 64, 600),
+        (17, 4, 2, 96, 0),
+        (3, 6, 1, 128, 8190),
+        (5, 3, 3, 64, 7),
+    ];
+    for (seed, &(t, heads, kv_heads, hd, pos0)) in cases.iter().enumerate() {
+        for layout in [RopeLayout::Normal, RopeLayout::Neox] {
+            let seed = 70 + 4 * seed as u64;
+            let q = random(seed, t * heads * hd, 2.0);
+            let k = random(seed + 1, t * kv_heads * hd, 2.0);
+            let v = random(seed + 2, t * kv_heads * hd, 2.0);
+            let f = inv_freq(hd, 10_000.0);
+            // Rows 0..pos0 hold earlier tokens and must stay as they were.
+            let rows = pos0 + t;
+            let old = random(seed + 3, rows * kv_heads * hd, 1.0);
+            let (mut want_q, mut want_k) = (q.clone(), k.clone());
+            ops::rope(&mut want_q, &f, t, heads, hd, pos0, layout);
+            ops::rope(&mut want_k, &f, t, kv_heads, hd, pos0, layout);
+            let split = pos0 * kv_heads * hd;
+            let want_kc = [&old[..split], &want_k[..]].concat();
+            let want_vc = [&old[..split], &v[..]].concat();
+            let (qb, kb, vb, fb) = (
+                upload("q", &q),
+                upload("k", &k),
+                upload("v", &v),
+                upload("f", &f),
+            );
+            let (kc, vc) = (upload("k_cache", &old), upload("v_cache", &old));
+            let mut rec = StepRecorder::new(ctx());
+            let shape = rope::RopeKvShape {
+                t: t as u32,
+                heads: heads as u32,
+                kv_heads: kv_heads as u32,
+                head_dim: hd as u32,
+                pos0: pos0 as u32,
+                layout,
+            };
+            rope::rope_kv_write(
+                &mut rec,
+                &(&qb).into(),
+                &(&kb).into(),
+                &(&vb).into(),
+                &(&kc).into(),
+                &(&vc).into(),
+                &(&fb).into(),
+                &shape,
+            )
+            .unwrap();
+            submit(rec);
+            let what = format!(
+                "rope_kv_write {layout:?} t={t} heads={heads}/{kv_heads} hd={hd} pos0={pos0}"
+            );
+            assert_close(
+                &format!("{what} q"),
+                &read(&qb, q.len()),
+                &want_q,
+                2e-6,
+                1e-5,
+            );
+            assert_close(
+                &format!("{what} k_cache"),
+                &read(&kc, old.len()),
+                &want_kc,
+                2e-6,
+                1e-5,
+            );
+            assert_eq!(
+                read(&vc, old.len()),
+                want_vc,
+                "{what} v_cache: an exact copy"
+            );
+            assert_eq!(read(&kb, k.len()), k, "{what}: k itself is left unrotated");
+        }
+    }
+}
+
+#[test]
 fn rope_rejects_odd_head_dim() {
     let x = ctx().storage_buffer("x", 4 * 30);
     let f = ctx().storage_buffer("f", 4 * 8);

@@ -85,11 +85,16 @@ fn fused_decode_step_profile_covers_every_kernel() {
     let layers = model.config.n_layers;
     assert_eq!(has(&p, "get_rows"), Some(1), "embedding lookup");
     assert_eq!(
-        has(&p, "rope"),
-        Some(2 * layers),
-        "RoPE of Q and K per layer"
+        has(&p, "rope_kv_write"),
+        Some(layers),
+        "RoPE of Q and K and the KV-cache write: one dispatch per layer"
     );
-    assert_eq!(has(&p, "attention_kv_write"), Some(layers));
+    assert_eq!(has(&p, "rope_normal"), None, "no separate RoPE when fused");
+    assert_eq!(
+        has(&p, "attention_kv_write"),
+        None,
+        "no separate KV write when fused"
+    );
     assert!(has(&p, "attention_f32").is_some(), "attention");
     assert!(
         has(&p, "matmul_q8_0_").unwrap_or(0) >= 4 * layers,

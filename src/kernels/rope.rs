@@ -34,6 +34,19 @@ struct Params {
     heads: u32,
     head_dim: u32,
     pos0: u32,
+    kv_heads: u32,
+    _pad: [u32; 3],
+}
+
+/// The shape of one [`rope_kv_write`].
+#[derive(Clone, Copy, Debug)]
+pub struct RopeKvShape {
+    pub t: u32,
+    pub heads: u32,
+    pub kv_heads: u32,
+    pub head_dim: u32,
+    pub pos0: u32,
+    pub layout: RopeLayout,
 }
 
 /// Rotates `x` in place for positions `pos0..pos0 + t`: pair `i` of token `tok` turns by
@@ -53,20 +66,7 @@ pub fn rope(
     layout: RopeLayout,
 ) -> Result<(), KernelError> {
     const KERNEL: &str = "rope";
-    if head_dim == 0 || !head_dim.is_multiple_of(2) {
-        return Err(KernelError::Shape {
-            kernel: KERNEL,
-            why: format!("head_dim {head_dim} must be even and > 0"),
-        });
-    }
-    // Positions become f32 in the shader; beyond 2^24 they would no longer be exact.
-    let last = pos0 as u64 + t as u64;
-    if last > 1 << 24 {
-        return Err(KernelError::Shape {
-            kernel: KERNEL,
-            why: format!("position {last} exceeds f32's exact range"),
-        });
-    }
+    check_shape(KERNEL, t, head_dim, pos0)?;
     let elems = t as u64 * heads as u64 * head_dim as u64;
     check_len(KERNEL, "x", x, elems)?;
     check_len(KERNEL, "inv_freq", inv_freq, head_dim as u64 / 2)?;
@@ -82,6 +82,8 @@ pub fn rope(
         heads,
         head_dim,
         pos0,
+        kv_heads: 0,
+        _pad: [0; 3],
     };
     let pairs = (elems / 2) as u32; // check_len bounded elems by u32::MAX
     rec.dispatch(
@@ -91,5 +93,103 @@ pub fn rope(
         &[x.clone(), inv_freq.clone()],
         grid(pairs.div_ceil(WG)),
     )?;
+    Ok(())
+}
+
+/// [`rope`] on `q` in place and on `k` into the KV cache, with `v` copied alongside, in one
+/// dispatch (the fused pipeline's form of rope(q), rope(k) and `attention::kv_write`): cache
+/// row `pos0 + tok` receives token `tok`'s rotated K heads and its V heads. `k` itself is
+/// left unrotated; attention reads the cache.
+///
+/// - `q`: `[t, heads, head_dim]` f32, read and written
+/// - `k`, `v`: `[t, kv_heads, head_dim]` f32
+/// - `k_cache`, `v_cache`: `[ctx, kv_heads, head_dim]` f32, rows `pos0..pos0 + t` written
+/// - `inv_freq`: `[head_dim / 2]` f32
+#[allow(clippy::too_many_arguments)] // each buffer is its own binding
+pub fn rope_kv_write(
+    rec: &mut StepRecorder,
+    q: &Binding,
+    k: &Binding,
+    v: &Binding,
+    k_cache: &Binding,
+    v_cache: &Binding,
+    inv_freq: &Binding,
+    shape: &RopeKvShape,
+) -> Result<(), KernelError> {
+    const KERNEL: &str = "rope_kv_write";
+    let RopeKvShape {
+        t,
+        heads,
+        kv_heads,
+        head_dim,
+        pos0,
+        layout,
+    } = *shape;
+    check_shape(KERNEL, t, head_dim, pos0)?;
+    let head = head_dim as u64;
+    check_len(KERNEL, "q", q, t as u64 * heads as u64 * head)?;
+    let kv_elems = t as u64 * kv_heads as u64 * head;
+    check_len(KERNEL, "k", k, kv_elems)?;
+    check_len(KERNEL, "v", v, kv_elems)?;
+    let cache = (pos0 as u64 + t as u64) * kv_heads as u64 * head;
+    check_len(KERNEL, "k_cache", k_cache, cache)?;
+    check_len(KERNEL, "v_cache", v_cache, cache)?;
+    check_len(KERNEL, "inv_freq", inv_freq, head / 2)?;
+    let pairs = t as u64 * (heads as u64 + kv_heads as u64) * head / 2;
+    if pairs > u32::MAX as u64 {
+        return Err(KernelError::Shape {
+            kernel: KERNEL,
+            why: format!("{pairs} rotated pairs exceed u32"),
+        });
+    }
+    let (label, define) = match layout {
+        RopeLayout::Normal => ("rope_kv_write_normal", "NORMAL"),
+        RopeLayout::Neox => ("rope_kv_write_neox", "NEOX"),
+    };
+    let pipeline = rec
+        .ctx()
+        .pipeline(label, || preprocess("rope.wgsl", &[define, "KV"]));
+    let params = Params {
+        t,
+        heads,
+        head_dim,
+        pos0,
+        kv_heads,
+        _pad: [0; 3],
+    };
+    let bindings = [
+        q.clone(),
+        inv_freq.clone(),
+        k.clone(),
+        v.clone(),
+        k_cache.clone(),
+        v_cache.clone(),
+    ];
+    rec.dispatch(
+        label,
+        &pipeline,
+        bytemuck::bytes_of(&params),
+        &bindings,
+        grid((pairs as u32).div_ceil(WG)),
+    )?;
+    Ok(())
+}
+
+/// What both forms require: an even head_dim, positions f32 holds exactly.
+fn check_shape(kernel: &'static str, t: u32, head_dim: u32, pos0: u32) -> Result<(), KernelError> {
+    if head_dim == 0 || !head_dim.is_multiple_of(2) {
+        return Err(KernelError::Shape {
+            kernel,
+            why: format!("head_dim {head_dim} must be even and > 0"),
+        });
+    }
+    // Positions become f32 in the shader; beyond 2^24 they would no longer be exact.
+    let last = pos0 as u64 + t as u64;
+    if last > 1 << 24 {
+        return Err(KernelError::Shape {
+            kernel,
+            why: format!("position {last} exceeds f32's exact range"),
+        });
+    }
     Ok(())
 }

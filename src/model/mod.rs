@@ -22,7 +22,7 @@ use crate::kernels::matmul::{
 };
 use crate::kernels::megakernel::{can_use_megakernel, ffn_megakernel, PostNorm};
 use crate::kernels::norm::{rms_norm, rms_norm_in_place};
-use crate::kernels::rope::{rope, RopeLayout};
+use crate::kernels::rope::{rope, rope_kv_write, RopeKvShape, RopeLayout};
 use crate::kernels::KernelError;
 
 /// How a step is cut into dispatches. Both compute the same thing; tests check they agree.
@@ -282,31 +282,35 @@ pub(crate) fn attention_block(
         )?;
     }
     let inv_freq = Binding::from(&s.inv_freq[l as usize]);
-    rope(
-        rec,
-        &q,
-        &inv_freq,
-        t,
-        c.n_heads,
-        c.head_dim,
-        pos0,
-        rope_layout(c),
-    )?;
-    rope(
-        rec,
-        &k,
-        &inv_freq,
-        t,
-        c.n_kv_heads,
-        c.head_dim,
-        pos0,
-        rope_layout(c),
-    )?;
     let (kc, vc) = (
         Binding::from(&kv.k[l as usize]),
         Binding::from(&kv.v[l as usize]),
     );
-    kv_write(rec, &k, &v, &kc, &vc, t, c.n_kv_heads, c.head_dim, pos0)?;
+    if step.pipeline == Pipeline::Fused {
+        let shape = RopeKvShape {
+            t,
+            heads: c.n_heads,
+            kv_heads: c.n_kv_heads,
+            head_dim: c.head_dim,
+            pos0,
+            layout: rope_layout(c),
+        };
+        rope_kv_write(rec, &q, &k, &v, &kc, &vc, &inv_freq, &shape)?;
+    } else {
+        for (x, heads) in [(&q, c.n_heads), (&k, c.n_kv_heads)] {
+            rope(
+                rec,
+                x,
+                &inv_freq,
+                t,
+                heads,
+                c.head_dim,
+                pos0,
+                rope_layout(c),
+            )?;
+        }
+        kv_write(rec, &k, &v, &kc, &vc, t, c.n_kv_heads, c.head_dim, pos0)?;
+    }
     let shape = AttentionShape {
         t,
         heads: c.n_heads,
