@@ -198,12 +198,11 @@ const BLOCK: u32 = 16u;
 // Scores: LANES neighbouring invocations share one key; lane i reads vec4s i, i + LANES, …
 // of its row, so 8 lanes read 128 contiguous bytes per step and a 32-wide wave 4 rows.
 const LANES: u32 = WG / BLOCK;
-const K_STEPS: u32 = MAX_HD4 / LANES; // vec4s of a key row per lane, at most
 // Values: head_dim / 4 neighbouring invocations read one whole value row (one vec4 each);
 // the WG / (head_dim / 4) >= 2 such groups take every group-th key of the block.
-const V_STEPS: u32 = BLOCK / (WG / MAX_HD4); // keys of a block per group, at most
 const LOWEST: f32 = -3.0e38; // as in SINGLE: finite, below any real score
 
+var<workgroup> q_row: array<vec4<f32>, MAX_HD4>; // [head_dim / 4] the query
 var<workgroup> dots: array<f32, WG>;         // [LANES, BLOCK] partial q·k
 var<workgroup> scores: array<f32, BLOCK>;    // [BLOCK] scaled q·k of the block, LOWEST past its end
 var<workgroup> sums: array<vec4<f32>, WG>;   // [v_groups, head_dim / 4] acc per value group
@@ -232,16 +231,14 @@ fn main(
 
     let key = lid / LANES;
     let lane = lid % LANES;
-    // This lane's slice of q, held in registers for every block (no barrier before the
-    // first keys are requested; the loads overlap theirs). Unused entries stay zero.
+    // The query row, in workgroup memory for every block. (Per-lane register arrays indexed
+    // in loops, as this kernel first held q and the prefetched value rows, ran ~3× slower on
+    // the H200: the driver kept them in local memory. BENCHMARKS.md.)
     let q_base = (t * p.heads + h) * hd4;
-    var qv: array<vec4<f32>, K_STEPS>;
-    for (var i = 0u; i < K_STEPS; i++) {
-        let d = lane + i * LANES;
-        if (d < hd4) {
-            qv[i] = q[q_base + d];
-        }
+    if (lid < hd4) {
+        q_row[lid] = q[q_base + lid];
     }
+    workgroupBarrier();
     let v_groups = WG / hd4;
     let v_lane = lid % hd4;
     let v_group = lid / hd4; // idle when >= v_groups (head_dim / 4 not dividing WG)
@@ -255,23 +252,11 @@ fn main(
     for (var j0 = start; j0 < end; j0 += BLOCK) {
         let count = min(BLOCK, end - j0);
 
-        // Value rows first: they don't depend on the scores, so their loads are in flight
-        // with the keys'. Constant trip counts, so the loops unroll into independent loads.
-        var vv: array<vec4<f32>, V_STEPS>;
-        for (var i = 0u; i < V_STEPS; i++) {
-            let k = v_group + i * v_groups;
-            if (v_group < v_groups && k < count) {
-                vv[i] = v_cache[(j0 + k) * row4 + head4 + v_lane];
-            }
-        }
         var part = 0.0;
         if (key < count) {
             let k_base = (j0 + key) * row4 + head4;
-            for (var i = 0u; i < K_STEPS; i++) {
-                let d = lane + i * LANES;
-                if (d < hd4) {
-                    part += dot(qv[i], k_cache[k_base + d]);
-                }
+            for (var d = lane; d < hd4; d += LANES) {
+                part += dot(q_row[d], k_cache[k_base + d]);
             }
         }
         dots[lane * BLOCK + key] = part;
@@ -300,10 +285,9 @@ fn main(
         m = m_new;
         l = l * rescale + l_block;
         acc *= rescale;
-        for (var i = 0u; i < V_STEPS; i++) {
-            let k = v_group + i * v_groups;
-            if (v_group < v_groups && k < count) {
-                acc += exp(scores[k] - m_new) * vv[i];
+        if (v_group < v_groups) {
+            for (var k = v_group; k < count; k += v_groups) {
+                acc += exp(scores[k] - m_new) * v_cache[(j0 + k) * row4 + head4 + v_lane];
             }
         }
     }

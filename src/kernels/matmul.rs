@@ -39,9 +39,9 @@ pub const MV_ROWS: u32 = 8;
 pub const MV_LANES: u32 = 32;
 /// The subgroup matvec's workgroup: SG_ROWS slots (its subgroups split each slot's row when
 /// there are more subgroups than slots, which puts more warps on small matrices).
-pub const SG_ROWS: u32 = 4;
+pub const SG_ROWS: u32 = 8;
 /// 8-element groups each matvec lane reads per loop trip (2 or 4): bytes in flight.
-pub const MV_UNROLL: u32 = 4;
+pub const MV_UNROLL: u32 = 2;
 
 /// (SG_ROWS, MV_UNROLL), or the tuning override `COCO_MATVEC=<rows>x<unroll>` (e.g. `4x4`;
 /// rows a power of two in 2..=64, unroll 2 or 4), read once per process: for measuring other
