@@ -191,20 +191,36 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
     }
 
     // Binding limits: tensors are split by rows, so each single row must fit.
+    // A tensor larger than one binding is bound in ranges of whole rows, so only a single row
+    // over the limit can't be read.
     let largest = header.tensors.iter().max_by_key(|t| t.n_bytes);
-    if let Some(t) = largest {
+    let widest = header.tensors.iter().max_by_key(|t| t.row_bytes());
+    if let (Some(t), Some(w)) = (largest, widest) {
         let split = t.n_bytes > adapter.max_binding_bytes;
-        let fits_row = t.row_bytes() <= adapter.max_binding_bytes;
-        rows.push(Row {
-            name: "largest tensor",
-            status: if fits_row { Status::Ok } else { Status::NotYet },
-            detail: format!(
+        let detail = if w.row_bytes() > adapter.max_binding_bytes {
+            format!(
+                "`{}` has rows of {} each, over the max binding {}: a row can't be split across bindings",
+                w.name,
+                mib(w.row_bytes()),
+                mib(adapter.max_binding_bytes),
+            )
+        } else {
+            format!(
                 "`{}` {} vs max binding {}{}",
                 t.name,
                 mib(t.n_bytes),
                 mib(adapter.max_binding_bytes),
                 if split { " (bound in row ranges)" } else { "" }
-            ),
+            )
+        };
+        rows.push(Row {
+            name: "largest tensor",
+            status: if w.row_bytes() <= adapter.max_binding_bytes {
+                Status::Ok
+            } else {
+                Status::NotYet
+            },
+            detail,
         });
     }
 

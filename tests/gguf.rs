@@ -324,3 +324,50 @@ fn one_kilobyte_of_garbage_never_panics() {
         let _ = parse_all(&b);
     }
 }
+
+/// The capability check's "largest tensor" row: a tensor over one binding is fine (it is
+/// bound in ranges of whole rows); a single row over it is "not yet", named, with sizes.
+#[test]
+fn capability_check_refuses_only_rows_wider_than_a_binding() {
+    use coco::capabilities::{check, AdapterFacts, Status};
+    // "wide": 2 rows of 1,024 f32 (4 KiB each); "tall": 256 rows of 64 f32 (64 KiB in all).
+    let bytes = tensor_file(&[("wide", &[1024, 2], 0, 0), ("tall", &[64, 256], 0, 8192)]);
+    let mut parser = Parser::new();
+    let mut header = None;
+    let _ = parser.push(&bytes, &mut |e| {
+        if let Event::Header(h) = e {
+            header = Some(h.clone());
+        }
+    });
+    let header = header.expect("the header parses");
+    let row_for = |max_binding_bytes: u64| {
+        let facts = AdapterFacts {
+            description: "gguf.rs".into(),
+            max_binding_bytes,
+            max_buffer_bytes: 1 << 30,
+            max_invocations_per_workgroup: 256,
+            shader_f16: false,
+            subgroups: false,
+            storage_offset_alignment: 256,
+        };
+        check(&header, &facts, 64)
+            .rows
+            .into_iter()
+            .find(|r| r.name == "largest tensor")
+            .expect("a largest-tensor row")
+    };
+    let refused = row_for(2048);
+    assert_eq!(refused.status, Status::NotYet, "{}", refused.detail);
+    assert!(
+        refused.detail.contains("`wide`") && refused.detail.contains("can't be split"),
+        "names the widest row: {}",
+        refused.detail
+    );
+    let split = row_for(8192);
+    assert_eq!(split.status, Status::Ok, "{}", split.detail);
+    assert!(
+        split.detail.contains("`tall`") && split.detail.contains("bound in row ranges"),
+        "{}",
+        split.detail
+    );
+}
