@@ -7,7 +7,6 @@ M=/tmp/models
 OUT=${OUT:-/tmp/out}
 mkdir -p "$M" "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
-"$B/coco" -v info -m /dev/null 2>&1 | grep adapter | tee -a "$OUT/gpu.txt"
 # Random-weight GGUFs in real shapes, generated here (too big to carry).
 # QUICK=1: only the Gemma and Llama-1B Q4_0 shapes (when device time is short).
 QUICK=${QUICK:-0}
@@ -21,6 +20,10 @@ if [ "$QUICK" = 0 ]; then
   models="$models llama1b-q8_0 qwen0.5b-q8_0 llama8b-q4_0"
 fi
 wait
+# The adapter line and what wgpu offers for cooperative matrices (COCO_LOG=debug also lists
+# the configurations the driver reports and the ones wgpu skips).
+COCO_LOG=debug "$B/coco" -v info -m "$M/llama1b-q4_0.gguf" 2>&1 \
+  | grep -iE "^adapter|cooperative|coop matrix|Skipped" | tee -a "$OUT/gpu.txt"
 for m in $models; do
   echo "== $m"
   "$B/coco" bench -m "$M/$m.gguf" -p 512 -n 128 --reps 3 --probe --profile --json | tee -a "$OUT/bench.jsonl"

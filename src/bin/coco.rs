@@ -164,6 +164,10 @@ fn open_gpu(verbose: bool) -> Result<Arc<GpuContext>> {
             ctx.has_subgroups(),
             ctx.max_binding_bytes() >> 20
         );
+        eprintln!(
+            "cooperative matrix (not used by coco yet): {}",
+            ctx.cooperative_matrix
+        );
     }
     Ok(ctx)
 }
@@ -185,7 +189,42 @@ fn load(ctx: &Arc<GpuContext>, args: &ModelArgs, verbose: bool) -> Result<Arc<Mo
     Ok(Arc::new(model))
 }
 
+/// Log records to stderr: by default coco's own warnings only; `COCO_LOG=<level>` (warn,
+/// info, debug, trace) shows every crate's records down to that level, wgpu's included
+/// (`COCO_LOG=debug` lists each cooperative-matrix configuration the Vulkan driver reports).
+struct StderrLog {
+    level: log::LevelFilter,
+    every_crate: bool,
+}
+
+impl log::Log for StderrLog {
+    fn enabled(&self, m: &log::Metadata) -> bool {
+        m.level() <= self.level && (self.every_crate || m.target().starts_with("coco"))
+    }
+    fn log(&self, r: &log::Record) {
+        if self.enabled(r.metadata()) {
+            eprintln!("[{} {}] {}", r.level(), r.target(), r.args());
+        }
+    }
+    fn flush(&self) {}
+}
+
+fn init_log() {
+    let asked = std::env::var("COCO_LOG")
+        .ok()
+        .and_then(|v| v.parse::<log::LevelFilter>().ok());
+    let logger = StderrLog {
+        level: asked.unwrap_or(log::LevelFilter::Warn),
+        every_crate: asked.is_some(),
+    };
+    let level = logger.level;
+    if log::set_logger(Box::leak(Box::new(logger))).is_ok() {
+        log::set_max_level(level);
+    }
+}
+
 fn main() -> Result<()> {
+    init_log();
     let cli = Cli::parse();
     match cli.command {
         Command::Run {

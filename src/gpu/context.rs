@@ -39,6 +39,10 @@ pub struct GpuContext {
     pub limits: wgpu::Limits,
     /// Optional features we asked for and got: SHADER_F16, SUBGROUP, TIMESTAMP_QUERY.
     pub features: wgpu::Features,
+    /// What the adapter offers for tensor-core style matrix work through wgpu (its
+    /// experimental cooperative-matrix feature), in words. coco has no kernel that uses it
+    /// yet; `coco -v` prints this so a benchmark run records what the hardware would allow.
+    pub cooperative_matrix: String,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
     /// One grow-only uniform buffer for every step's dispatch parameters. Rewriting it with
     /// `queue.write_buffer` before each submit is safe: writes and submits are ordered on the
@@ -83,6 +87,32 @@ const WANTED_FEATURES: wgpu::Features = wgpu::Features::SHADER_F16
     .union(wgpu::Features::SUBGROUP)
     .union(wgpu::Features::TIMESTAMP_QUERY);
 
+/// The adapter's cooperative-matrix offer as wgpu reports it: whether the experimental
+/// feature is there, and each (M×N×K, A/B type → C type) configuration wgpu accepts (wgpu 30
+/// keeps only subgroup-scoped 8- and 16-sized ones).
+fn describe_cooperative_matrix(adapter: &wgpu::Adapter) -> String {
+    let feature = adapter
+        .features()
+        .contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX);
+    let configs: Vec<String> = adapter
+        .cooperative_matrix_properties()
+        .iter()
+        .map(|c| {
+            format!(
+                "{}x{}x{} {:?}->{:?}",
+                c.m_size, c.n_size, c.k_size, c.ab_type, c.cr_type
+            )
+        })
+        .collect();
+    format!(
+        "feature {} | {} configuration(s){}{}",
+        if feature { "offered" } else { "not offered" },
+        configs.len(),
+        if configs.is_empty() { "" } else { ": " },
+        configs.join(", ")
+    )
+}
+
 impl GpuContext {
     /// Opens the default adapter. Natively `WGPU_BACKEND` picks the backend and
     /// `WGPU_ADAPTER_NAME` (substring, case-insensitive) picks the adapter.
@@ -93,6 +123,7 @@ impl GpuContext {
         let info = adapter.get_info();
         let limits = adapter.limits();
         let features = adapter.features() & WANTED_FEATURES;
+        let cooperative_matrix = describe_cooperative_matrix(&adapter);
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("coco"),
@@ -127,6 +158,7 @@ impl GpuContext {
             info,
             limits,
             features,
+            cooperative_matrix,
             pipelines: Mutex::new(HashMap::new()),
             params: Mutex::new(None),
             submit_lock: Mutex::new(()),
