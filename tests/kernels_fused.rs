@@ -13,10 +13,10 @@
 //! reference's f32 RMSNorm output). For GLU the gate's and up's allowances are propagated
 //! through act(g)·u (|act'| ≤ 1.2 for SiLU and GELU-tanh).
 
-use std::sync::OnceLock;
+mod common;
 
 use coco::gguf::GgmlType;
-use coco::gpu::{Binding, GpuContext, GpuTensor, StepRecorder};
+use coco::gpu::{Binding, GpuTensor, StepRecorder};
 use coco::kernels::elementwise::Activation;
 use coco::kernels::matmul::MatmulVariant::{
     self, MatvecRows, MatvecSubgroup, MatvecWorkgroup, Tiled,
@@ -24,32 +24,14 @@ use coco::kernels::matmul::MatmulVariant::{
 use coco::kernels::matmul::{
     matmul_glu_variant, matmul_normed_variant, matmul_qkv_variant, MatmulArgs,
 };
-use coco::reference::{matmul as reference, ops, quant};
+use coco::reference::{matmul as reference, ops};
+use common::{ctx, is_k_quant, random_f32, weight};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 const RTOL: f64 = 1e-5;
 const ATOL_PER_ABS_SUM: f64 = 2e-6;
 const EPS: f32 = 1e-5;
-
-fn ctx() -> &'static GpuContext {
-    static CTX: OnceLock<GpuContext> = OnceLock::new();
-    CTX.get_or_init(|| {
-        let ctx =
-            GpuContext::new_blocking().expect("a GPU adapter (lavapipe: see the file header)");
-        eprintln!(
-            "adapter: {}; subgroups: {}; storage buffers per stage: {}",
-            ctx.describe(),
-            ctx.has_subgroups(),
-            ctx.limits.max_storage_buffers_per_shader_stage
-        );
-        ctx
-    })
-}
-
-fn is_k_quant(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K)
-}
 
 /// K for the type: 2 super-blocks for K-quants, else 5 blocks of 32 (odd, so Q8_0/Q4_0/Q5_0
 /// rows alternate between word-aligned and 2-mod-4 starts). `long` makes each matvec lane
@@ -71,39 +53,6 @@ fn other_type(ty: GgmlType) -> GgmlType {
         GgmlType::Q8_0 => GgmlType::Q5_0,
         _ => GgmlType::Q8_0,
     }
-}
-
-/// Random `[rows, k]` weights of type `ty` on the GPU (split into parts of `part_rows` rows
-/// when given) and their CPU dequantization.
-fn weight(
-    rng: &mut ChaCha8Rng,
-    name: &str,
-    ty: GgmlType,
-    rows: usize,
-    k: usize,
-    part_rows: Option<usize>,
-) -> (GpuTensor, Vec<f32>) {
-    let mut values = Vec::with_capacity(rows * k);
-    for _ in 0..rows {
-        let scale = rng.gen_range(0.05f32..2.0);
-        for _ in 0..k {
-            let outlier = if rng.gen_ratio(1, 200) { 6.0 } else { 1.0 };
-            values.push(rng.gen_range(-1.0f32..1.0) * scale * outlier);
-        }
-    }
-    let bytes = quant::quantize(ty, &values).expect("quantize");
-    let deq = quant::dequantize(ty, &bytes, values.len()).expect("dequantize");
-    let row_bytes = ty.bytes_for(k as u64).unwrap();
-    let max_part = part_rows.map_or(u64::MAX, |r| r as u64 * row_bytes);
-    let t = GpuTensor::from_bytes(ctx(), name, ty, k as u64, rows as u64, &bytes, max_part);
-    if let Some(r) = part_rows {
-        assert_eq!(t.parts.len(), rows.div_ceil(r), "{name} should be split");
-    }
-    (t, deq)
-}
-
-fn random_f32(rng: &mut ChaCha8Rng, n: usize, lo: f32, hi: f32) -> Vec<f32> {
-    (0..n).map(|_| rng.gen_range(lo..hi)).collect()
 }
 
 /// A residual stream `[t, k]` whose tokens have very different magnitudes (0.05 … 20), so
@@ -298,7 +247,7 @@ fn label_of(rec: &StepRecorder) -> String {
 fn run_normed(ty: GgmlType, c: Case, seed: u64) -> Err {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let (n, k, t) = (67, k_for(ty, c.long), c.t);
-    let (wt, w) = weight(&mut rng, "w", ty, n, k, c.part_rows);
+    let (wt, w) = weight(&mut rng, "w", ty, n, k, c.part_rows, 2.0);
     let x = residual(&mut rng, t, k);
     let nw = random_f32(&mut rng, k, -1.5, 1.5);
     let bias = random_f32(&mut rng, n, -1.0, 1.0);
@@ -386,8 +335,8 @@ fn normed_type(ty: GgmlType) -> Err {
 fn run_glu(ty: GgmlType, c: Case, seed: u64) -> Err {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let (ffn, k, t) = (67, k_for(ty, c.long), c.t);
-    let (wg, gate_w) = weight(&mut rng, "w_gate", ty, ffn, k, c.part_rows);
-    let (wu, up_w) = weight(&mut rng, "w_up", ty, ffn, k, c.part_rows);
+    let (wg, gate_w) = weight(&mut rng, "w_gate", ty, ffn, k, c.part_rows, 2.0);
+    let (wu, up_w) = weight(&mut rng, "w_up", ty, ffn, k, c.part_rows, 2.0);
     let x = residual(&mut rng, t, k);
     let nw = random_f32(&mut rng, k, -1.5, 1.5);
     let act = if c.gelu {
@@ -475,9 +424,9 @@ fn run_qkv(ty: GgmlType, c: Case, seed: u64) -> Err {
     let (k, t) = (k_for(ty, c.long), c.t);
     let ns = [67usize, 19, 19];
     let kv_ty = if c.mixed { other_type(ty) } else { ty };
-    let (wq, q_w) = weight(&mut rng, "wq", ty, ns[0], k, c.part_rows);
-    let (wk, k_w) = weight(&mut rng, "wk", kv_ty, ns[1], k, c.part_rows);
-    let (wv, v_w) = weight(&mut rng, "wv", kv_ty, ns[2], k, c.part_rows);
+    let (wq, q_w) = weight(&mut rng, "wq", ty, ns[0], k, c.part_rows, 2.0);
+    let (wk, k_w) = weight(&mut rng, "wk", kv_ty, ns[1], k, c.part_rows, 2.0);
+    let (wv, v_w) = weight(&mut rng, "wv", kv_ty, ns[2], k, c.part_rows, 2.0);
     let x = residual(&mut rng, t, k);
     let nw = random_f32(&mut rng, k, -1.5, 1.5);
     let biases: Vec<Vec<f32>> = ns
@@ -615,8 +564,8 @@ fn fused_q6_k() {
 #[test]
 fn glu_rejects_mismatched_weights() {
     let mut rng = ChaCha8Rng::seed_from_u64(5);
-    let (wg, _) = weight(&mut rng, "w_gate", GgmlType::Q8_0, 8, 64, None);
-    let (wu, _) = weight(&mut rng, "w_up", GgmlType::Q4_0, 8, 64, None);
+    let (wg, _) = weight(&mut rng, "w_gate", GgmlType::Q8_0, 8, 64, None, 2.0);
+    let (wu, _) = weight(&mut rng, "w_up", GgmlType::Q4_0, 8, 64, None, 2.0);
     let x = buffer("x", &[0.5; 64]);
     let out = buffer("out", &[0.0; 8]);
     let mut rec = StepRecorder::new(ctx());

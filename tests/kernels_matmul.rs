@@ -10,39 +10,22 @@
 //! dot product. The tolerance is `atol + rtol·|ref|` with atol = 2e-6·Σ|w·x| (the scale of an
 //! f32 sum's rounding error) and rtol = 1e-5.
 
-use std::sync::OnceLock;
+mod common;
 
 use coco::gguf::GgmlType;
-use coco::gpu::{Binding, GpuContext, GpuTensor, StepRecorder};
+use coco::gpu::{Binding, GpuTensor, StepRecorder};
 use coco::kernels::get_rows::get_rows;
 use coco::kernels::matmul::MatmulVariant::{
     self, MatvecRows, MatvecSubgroup, MatvecWorkgroup, Tiled,
 };
 use coco::kernels::matmul::{matmul_variant, MatmulArgs};
 use coco::reference::{matmul as reference, quant};
+use common::{ctx, is_k_quant};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 const RTOL: f64 = 1e-5;
 const ATOL_PER_ABS_SUM: f64 = 2e-6;
-
-fn ctx() -> &'static GpuContext {
-    static CTX: OnceLock<GpuContext> = OnceLock::new();
-    CTX.get_or_init(|| {
-        let ctx =
-            GpuContext::new_blocking().expect("a GPU adapter (lavapipe: see the file header)");
-        eprintln!(
-            "adapter: {}; subgroups: {}",
-            ctx.describe(),
-            ctx.has_subgroups()
-        );
-        ctx
-    })
-}
-
-fn is_k_quant(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K)
-}
 
 /// K for the type: 2 super-blocks for K-quants, else 5 blocks of 32 (an odd block count, so
 /// Q8_0/Q4_0/Q5_0 rows alternate between word-aligned and 2-mod-4 starts).

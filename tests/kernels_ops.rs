@@ -4,21 +4,17 @@
 //! Seeded inputs, odd sizes; each comparison prints its max error, and a failure prints the
 //! first element outside `atol + rtol·|ref|` with both values.
 
-use std::sync::OnceLock;
+mod common;
 
-use coco::gpu::{Binding, GpuContext, StepRecorder};
+use coco::gpu::{Binding, StepRecorder};
 use coco::kernels::attention::{self, AttentionShape};
 use coco::kernels::elementwise::{self, Activation};
 use coco::kernels::norm;
 use coco::kernels::rope::{self, RopeLayout};
 use coco::reference::ops;
+use common::ctx;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-
-fn ctx() -> &'static GpuContext {
-    static CTX: OnceLock<GpuContext> = OnceLock::new();
-    CTX.get_or_init(|| GpuContext::new_blocking().expect("a GPU adapter (lavapipe in CI)"))
-}
 
 /// `n` values uniform in `[-amp, amp)`, from `seed`.
 fn random(seed: u64, n: usize, amp: f32) -> Vec<f32> {

@@ -13,59 +13,20 @@
 //! h's allowance through the down product (Σ|w_down|·tol_h), the post-norm's first-order
 //! sensitivity to d and to its RMS, and one f32 rounding of the residual add.
 
-use std::sync::OnceLock;
+mod common;
 
 use coco::gguf::GgmlType;
-use coco::gpu::{Binding, GpuContext, GpuTensor, StepRecorder};
+use coco::gpu::{Binding, StepRecorder};
 use coco::kernels::elementwise::Activation;
 use coco::kernels::megakernel::{can_use_megakernel, ffn_megakernel, PostNorm};
-use coco::reference::{matmul as reference, ops, quant};
+use coco::reference::{matmul as reference, ops};
+use common::{ctx, random_f32, weight};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 const RTOL: f64 = 1e-5;
 const ATOL_PER_ABS_SUM: f64 = 2e-6;
 const EPS: f32 = 1e-6;
-
-fn ctx() -> &'static GpuContext {
-    static CTX: OnceLock<GpuContext> = OnceLock::new();
-    CTX.get_or_init(|| {
-        let ctx =
-            GpuContext::new_blocking().expect("a GPU adapter (lavapipe: see the file header)");
-        eprintln!("adapter: {}", ctx.describe());
-        ctx
-    })
-}
-
-/// Random `[rows, k]` weights of type `ty` on the GPU (parts of `part_rows` rows when given)
-/// and their CPU dequantization.
-fn weight(
-    rng: &mut ChaCha8Rng,
-    name: &str,
-    ty: GgmlType,
-    rows: usize,
-    k: usize,
-    part_rows: Option<usize>,
-) -> (GpuTensor, Vec<f32>) {
-    let mut values = Vec::with_capacity(rows * k);
-    for _ in 0..rows {
-        let scale = rng.gen_range(0.05f32..0.5);
-        for _ in 0..k {
-            let outlier = if rng.gen_ratio(1, 200) { 6.0 } else { 1.0 };
-            values.push(rng.gen_range(-1.0f32..1.0) * scale * outlier);
-        }
-    }
-    let bytes = quant::quantize(ty, &values).expect("quantize");
-    let deq = quant::dequantize(ty, &bytes, values.len()).expect("dequantize");
-    let row_bytes = ty.bytes_for(k as u64).unwrap();
-    let max_part = part_rows.map_or(u64::MAX, |r| r as u64 * row_bytes);
-    let t = GpuTensor::from_bytes(ctx(), name, ty, k as u64, rows as u64, &bytes, max_part);
-    (t, deq)
-}
-
-fn random_f32(rng: &mut ChaCha8Rng, n: usize, lo: f32, hi: f32) -> Vec<f32> {
-    (0..n).map(|_| rng.gen_range(lo..hi)).collect()
-}
 
 /// Residual rows `[t, k]` of very different magnitudes (0.05 … 20): a wrong or shared
 /// per-row norm shows.
@@ -122,9 +83,9 @@ fn product(
 fn run(c: Case, seed: u64) -> (f64, f64) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let (dim, ffn, t) = (c.dim, c.ffn, c.t);
-    let (wg, gate_w) = weight(&mut rng, "w_gate", c.gate_up, ffn, dim, None);
-    let (wu, up_w) = weight(&mut rng, "w_up", c.gate_up, ffn, dim, None);
-    let (wd, down_w) = weight(&mut rng, "w_down", c.down, dim, ffn, None);
+    let (wg, gate_w) = weight(&mut rng, "w_gate", c.gate_up, ffn, dim, None, 0.5);
+    let (wu, up_w) = weight(&mut rng, "w_up", c.gate_up, ffn, dim, None, 0.5);
+    let (wd, down_w) = weight(&mut rng, "w_down", c.down, dim, ffn, None, 0.5);
     let x = residual(&mut rng, t, dim);
     let nw = random_f32(&mut rng, dim, -1.5, 1.5);
     let pw = random_f32(&mut rng, dim, -1.5, 1.5);
@@ -304,13 +265,13 @@ fn mixed_down_types_match_reference() {
 #[test]
 fn split_weights_are_refused() {
     let mut rng = ChaCha8Rng::seed_from_u64(5);
-    let (wg, _) = weight(&mut rng, "w_gate", GgmlType::Q8_0, 64, 64, Some(16));
-    let (wu, _) = weight(&mut rng, "w_up", GgmlType::Q8_0, 64, 64, Some(16));
-    let (wd, _) = weight(&mut rng, "w_down", GgmlType::Q8_0, 64, 64, None);
+    let (wg, _) = weight(&mut rng, "w_gate", GgmlType::Q8_0, 64, 64, Some(16), 0.5);
+    let (wu, _) = weight(&mut rng, "w_up", GgmlType::Q8_0, 64, 64, Some(16), 0.5);
+    let (wd, _) = weight(&mut rng, "w_down", GgmlType::Q8_0, 64, 64, None, 0.5);
     let why = can_use_megakernel(ctx(), &wg, &wu, &wd, false).expect_err("split must be refused");
     assert!(why.contains("split into 4 buffers"), "{why}");
-    let (wu, _) = weight(&mut rng, "w_up", GgmlType::Q4_0, 64, 64, None);
-    let (wg, _) = weight(&mut rng, "w_gate", GgmlType::Q8_0, 64, 64, None);
+    let (wu, _) = weight(&mut rng, "w_up", GgmlType::Q4_0, 64, 64, None, 0.5);
+    let (wg, _) = weight(&mut rng, "w_gate", GgmlType::Q8_0, 64, 64, None, 0.5);
     let why = can_use_megakernel(ctx(), &wg, &wu, &wd, false).expect_err("type mix refused");
     assert!(why.contains("differ in type"), "{why}");
 }

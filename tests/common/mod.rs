@@ -1,0 +1,69 @@
+//! Helpers shared by the kernel test files (`mod common;` in each): one GPU context per test
+//! binary, and seeded random weights uploaded in a GGUF type with their CPU dequantization.
+//! Each test binary uses a subset, hence the allow.
+#![allow(dead_code)]
+
+use std::sync::OnceLock;
+
+use coco::gguf::GgmlType;
+use coco::gpu::{GpuContext, GpuTensor};
+use coco::reference::quant;
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+
+/// The test binary's GPU context (lavapipe in CI), opened once; prints what it got, so a
+/// failure log says which adapter and which optional features ran.
+pub fn ctx() -> &'static GpuContext {
+    static CTX: OnceLock<GpuContext> = OnceLock::new();
+    CTX.get_or_init(|| {
+        let ctx = GpuContext::new_blocking().expect("a GPU adapter (lavapipe in CI)");
+        eprintln!(
+            "adapter: {}; subgroups: {}; storage buffers per stage: {}",
+            ctx.describe(),
+            ctx.has_subgroups(),
+            ctx.limits.max_storage_buffers_per_shader_stage
+        );
+        ctx
+    })
+}
+
+/// Q4_K, Q5_K, Q6_K: 256-element super-blocks, so K must be a multiple of 256.
+pub fn is_k_quant(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K)
+}
+
+/// `n` values uniform in `[lo, hi)`.
+pub fn random_f32(rng: &mut ChaCha8Rng, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.gen_range(lo..hi)).collect()
+}
+
+/// Random `[rows, k]` weights of type `ty` on the GPU (split into parts of `part_rows` rows
+/// when given) and their CPU dequantization. Each row gets its own scale in
+/// `[0.05, max_scale)` and one value in 200 is a 6× outlier, as real weights have.
+pub fn weight(
+    rng: &mut ChaCha8Rng,
+    name: &str,
+    ty: GgmlType,
+    rows: usize,
+    k: usize,
+    part_rows: Option<usize>,
+    max_scale: f32,
+) -> (GpuTensor, Vec<f32>) {
+    let mut values = Vec::with_capacity(rows * k);
+    for _ in 0..rows {
+        let scale = rng.gen_range(0.05f32..max_scale);
+        for _ in 0..k {
+            let outlier = if rng.gen_ratio(1, 200) { 6.0 } else { 1.0 };
+            values.push(rng.gen_range(-1.0f32..1.0) * scale * outlier);
+        }
+    }
+    let bytes = quant::quantize(ty, &values).expect("quantize");
+    let deq = quant::dequantize(ty, &bytes, values.len()).expect("dequantize");
+    let row_bytes = ty.bytes_for(k as u64).unwrap();
+    let max_part = part_rows.map_or(u64::MAX, |r| r as u64 * row_bytes);
+    let t = GpuTensor::from_bytes(ctx(), name, ty, k as u64, rows as u64, &bytes, max_part);
+    if let Some(r) = part_rows {
+        assert_eq!(t.parts.len(), rows.div_ceil(r), "{name} should be split");
+    }
+    (t, deq)
+}
