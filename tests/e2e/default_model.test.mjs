@@ -6,9 +6,10 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import {
-  ARTIFACTS, DEFAULT_MODEL, GREEDY, ROOT, firstDifference, generate, guard, launch, nativeRun, openPage,
+  ARTIFACTS, DEFAULT_MODEL, GREEDY, ROOT, firstDifference, generate, guard, launch, openPage,
   record, settleLoad, startServer,
 } from './lib/harness.mjs';
+import { nativeRun } from './lib/native.mjs';
 
 const PROMPT = 'The capital of France is';
 // Native greedy: " the capital of the country of France." (8 tokens). SwiftShader runs

@@ -7,8 +7,9 @@ import assert from 'node:assert/strict';
 import path from 'node:path';
 import {
   ARTIFACTS, GREEDY, ROOT, cachedUrls, finishedRun, firstDifference, generate, guard, launch,
-  loadModel, nativeRun, openPage, record, settleLoad, startServer, state, text, waitState,
+  loadModel, openPage, record, settleLoad, startServer, state, text, waitState,
 } from './lib/harness.mjs';
+import { nativeRun } from './lib/native.mjs';
 
 const FIXTURE = 'tests/fixtures/llama-spm-q4_0.gguf';
 const FIXTURE_URL = 'fixtures/llama-spm-q4_0.gguf'; // relative to the page, as a user would type it

@@ -4,9 +4,10 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  GREEDY, cachedUrls, generate, guard, launch, loadModel, nativeRun, openPage, record, startServer,
+  GREEDY, cachedUrls, generate, guard, launch, loadModel, openPage, record, startServer,
   state, text, waitState,
 } from './lib/harness.mjs';
+import { nativeRun } from './lib/native.mjs';
 
 const FIXTURE = 'tests/fixtures/llama-spm-q4_0.gguf'; // 10,603,776 bytes
 const FILE = 'fixtures/llama-spm-q4_0.gguf';

@@ -6,7 +6,6 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
 import { createServer } from '../../../scripts/serve.mjs';
@@ -295,29 +294,6 @@ export async function cachedUrls(page) {
       for (const req of await cache.keys()) out.push(`${name} ${req.url}`);
     }
     return out;
-  });
-}
-
-// Native `coco run` on lavapipe, the reference the page must match.
-export function nativeRun(model, prompt, n, extra = []) {
-  const bin = path.join(ROOT, 'target/release/coco');
-  if (!fs.existsSync(bin)) throw new Error('target/release/coco is missing: cargo build --release');
-  const env = {
-    ...process.env,
-    VK_ICD_FILENAMES: '/usr/share/vulkan/icd.d/lvp_icd.x86_64.json',
-    WGPU_BACKEND: 'vulkan',
-    XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR ?? fs.mkdtempSync(path.join(os.tmpdir(), 'xdg-')),
-  };
-  const args = ['run', '-m', model, '-p', prompt, '-n', String(n), '--temp', '0', '--json', ...extra];
-  return new Promise((resolve, reject) => {
-    execFile(bin, args, { env, cwd: ROOT, maxBuffer: 16 << 20, timeout: 300_000 }, (err, stdout, stderr) => {
-      if (err) return reject(new Error(`coco ${args.join(' ')} failed: ${err.message}\n${stderr}`));
-      try {
-        resolve(JSON.parse(stdout));
-      } catch {
-        reject(new Error(`coco run printed no JSON: ${stdout.slice(0, 500)}\n${stderr}`));
-      }
-    });
   });
 }
 

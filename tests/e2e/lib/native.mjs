@@ -1,6 +1,6 @@
-// The native `coco` CLI on lavapipe, for the page tests that compare with it: the tokenizer
-// (`coco tokenize --json`) and the benchmark (`coco bench --json`). The same environment as
-// harness.nativeRun: lavapipe pinned, so the numbers and ids come from one known adapter.
+// The native `coco` CLI on lavapipe, for the page tests that compare with it: greedy runs
+// (`coco run --json`), the tokenizer (`coco tokenize --json`) and the benchmark
+// (`coco bench --json`). Lavapipe is pinned, so the numbers and ids come from one known adapter.
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -27,6 +27,11 @@ export function coco(args, { timeout = 300_000 } = {}) {
       }
     });
   });
+}
+
+/** Native greedy `coco run` of `n` tokens: the reference the page must match. */
+export function nativeRun(model, prompt, n, extra = []) {
+  return coco(['run', '-m', model, '-p', prompt, '-n', String(n), '--temp', '0', '--json', ...extra]);
 }
 
 /**
