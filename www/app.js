@@ -43,27 +43,29 @@ function initTheme() {
   } catch {
     // storage may be off; the system preference still applies
   }
-  if (stored === "dark" || stored === "light") document.documentElement.dataset.theme = stored;
+  const root = document.documentElement;
+  const system = matchMedia("(prefers-color-scheme: dark)");
+  let chosen = stored === "dark" || stored === "light" ? stored : null;
   const button = $("theme");
-  const effective = () => document.documentElement.dataset.theme
-    || (matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light");
-  const label = () => {
-    const dark = effective() === "dark";
-    button.textContent = dark ? "Light theme" : "Dark theme";
-    button.setAttribute("aria-pressed", String(dark));
+  // data-theme is always set (the visitor's choice, else the system's), so style.css holds
+  // each palette once.
+  const apply = () => {
+    const theme = chosen ?? (system.matches ? "dark" : "light");
+    root.dataset.theme = theme;
+    button.textContent = theme === "dark" ? "Light theme" : "Dark theme";
+    button.setAttribute("aria-pressed", String(theme === "dark"));
   };
   button.addEventListener("click", () => {
-    const next = effective() === "dark" ? "light" : "dark";
-    document.documentElement.dataset.theme = next;
+    chosen = root.dataset.theme === "dark" ? "light" : "dark";
     try {
-      localStorage.setItem("coco-theme", next);
+      localStorage.setItem("coco-theme", chosen);
     } catch {
       // not remembered, still applied
     }
-    label();
+    apply();
   });
-  matchMedia("(prefers-color-scheme: dark)").addEventListener("change", label);
-  label();
+  system.addEventListener("change", apply);
+  apply();
 }
 
 const FALLBACK_PRESETS = {

@@ -274,6 +274,16 @@ describe('page: themes and phone width', { timeout: 8 * 60_000 }, () => {
       assert.equal((await colours()).bg, dark.bg, 'the theme survives a reload');
       await page.click('#theme');
       assert.deepEqual((await colours()).bg, light.bg, 'and switches back');
+      // Without a stored choice the page follows the system preference, live.
+      await page.evaluate(() => localStorage.removeItem('coco-theme'));
+      await page.emulateMedia({ colorScheme: 'dark' });
+      await page.reload();
+      await waitState(page, ['ready', 'loaded'], { timeout: 60_000 });
+      assert.equal((await colours()).bg, dark.bg, 'a system in dark mode gets the dark theme');
+      await page.emulateMedia({ colorScheme: 'light' });
+      // The page hears the change as a media-query event, a task after emulateMedia returns.
+      await page.waitForFunction(() => document.documentElement.dataset.theme === 'light', null, { timeout: 10_000 });
+      assert.equal((await colours()).bg, light.bg, 'and follows the system back to light without a reload');
       console.log(`# screenshots at phone width: ${path.relative(ROOT, PHONE_SHOT)}, ${path.relative(ROOT, PHONE_SHOT_DARK)}`);
     }));
 });
