@@ -37,6 +37,45 @@ struct ModelArgs {
     ctx: u32,
 }
 
+/// Which forward pipeline runs (`coco run` and `coco bench`).
+#[derive(Args)]
+struct PipelineArgs {
+    /// One kernel per operation instead of the fused pipeline (the A/B baseline, debugging).
+    #[arg(long)]
+    unfused: bool,
+    /// Run each FFN as the one-workgroup-per-token megakernel (slow on purpose: the A/B
+    /// lesson). Checked against the normal path first; refused if the check fails. `coco
+    /// bench` reports the megakernel A/B either way; this makes it the headline run.
+    #[arg(long)]
+    megakernel: bool,
+}
+
+/// `coco bench`'s options.
+#[derive(Args)]
+struct BenchArgs {
+    #[arg(short, long)]
+    model: PathBuf,
+    /// Prompt tokens (pp).
+    #[arg(short = 'p', long, default_value_t = 512)]
+    prompt: u32,
+    /// Generated tokens (tg).
+    #[arg(short = 'n', long, default_value_t = 128)]
+    n: u32,
+    #[arg(long, default_value_t = 5)]
+    reps: u32,
+    /// Measure read bandwidth, dispatch cost and round trip to compute the floor.
+    #[arg(long)]
+    probe: bool,
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    pipeline: PipelineArgs,
+    /// Also time one decode step per kernel with timestamp queries (one pass per
+    /// dispatch; the real one-pass step time is shown beside it).
+    #[arg(long)]
+    profile: bool,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Generate text from a prompt (streams to stdout).
@@ -64,13 +103,8 @@ enum Command {
         /// Print one JSON object instead of streaming text.
         #[arg(long)]
         json: bool,
-        /// One kernel per operation instead of the fused pipeline (A/B and debugging).
-        #[arg(long)]
-        unfused: bool,
-        /// Run each FFN as the one-workgroup-per-token megakernel (slow on purpose: the A/B
-        /// lesson). Checked against the normal path first; refused if the check fails.
-        #[arg(long)]
-        megakernel: bool,
+        #[command(flatten)]
+        pipeline: PipelineArgs,
     },
     /// Teacher-forced logits for every prompt position.
     Logits {
@@ -97,34 +131,7 @@ enum Command {
         json: bool,
     },
     /// Prompt-processing and generation speed (medians), dispatches/token, % of the floor.
-    Bench {
-        #[arg(short, long)]
-        model: PathBuf,
-        /// Prompt tokens (pp).
-        #[arg(short = 'p', long, default_value_t = 512)]
-        prompt: u32,
-        /// Generated tokens (tg).
-        #[arg(short = 'n', long, default_value_t = 128)]
-        n: u32,
-        #[arg(long, default_value_t = 5)]
-        reps: u32,
-        /// Measure read bandwidth, dispatch cost and round trip to compute the floor.
-        #[arg(long)]
-        probe: bool,
-        #[arg(long)]
-        json: bool,
-        /// Benchmark the unfused pipeline (the fused one is the default).
-        #[arg(long)]
-        unfused: bool,
-        /// Headline figures with the FFN megakernel on (checked first; refused if the check
-        /// fails). The megakernel A/B is reported either way.
-        #[arg(long)]
-        megakernel: bool,
-        /// Also time one decode step per kernel with timestamp queries (one pass per
-        /// dispatch; the real one-pass step time is shown beside it).
-        #[arg(long)]
-        profile: bool,
-    },
+    Bench(BenchArgs),
     /// Architecture, hyperparameters, tensors, and the capability check for this adapter.
     Info {
         #[arg(short, long)]
@@ -238,8 +245,11 @@ fn main() -> Result<()> {
             repeat_penalty,
             seed,
             json,
-            unfused,
-            megakernel,
+            pipeline:
+                PipelineArgs {
+                    unfused,
+                    megakernel,
+                },
         } => {
             let ctx = open_gpu(cli.verbose)?;
             let m = load(&ctx, &model, cli.verbose)?;
@@ -335,30 +345,7 @@ fn main() -> Result<()> {
                 }
             }
         }
-        Command::Bench {
-            model,
-            prompt,
-            n,
-            reps,
-            probe,
-            json,
-            unfused,
-            megakernel,
-            profile,
-        } => bench(
-            &model,
-            BenchFlags {
-                prompt,
-                n,
-                reps,
-                probe,
-                json,
-                unfused,
-                megakernel,
-                profile,
-            },
-            cli.verbose,
-        )?,
+        Command::Bench(args) => bench(args, cli.verbose)?,
         Command::Info { model, ctx } => info(&model, ctx, cli.verbose)?,
     }
     Ok(())
@@ -458,32 +445,23 @@ fn info(path: &Path, ctx_len: u32, verbose: bool) -> Result<()> {
     Ok(())
 }
 
-/// `coco bench`'s options.
-struct BenchFlags {
-    prompt: u32,
-    n: u32,
-    reps: u32,
-    probe: bool,
-    json: bool,
-    unfused: bool,
-    megakernel: bool,
-    profile: bool,
-}
-
-fn bench(path: &Path, flags: BenchFlags, verbose: bool) -> Result<()> {
-    let BenchFlags {
+fn bench(args: BenchArgs, verbose: bool) -> Result<()> {
+    let BenchArgs {
+        model: path,
         prompt,
         n,
         reps,
         probe,
         json: as_json,
-        unfused,
-        megakernel,
+        pipeline: PipelineArgs {
+            unfused,
+            megakernel,
+        },
         profile,
-    } = flags;
+    } = args;
     let ctx = open_gpu(verbose)?;
     let args = ModelArgs {
-        model: path.to_path_buf(),
+        model: path.clone(),
         ctx: prompt + n + 8,
     };
     let m = load(&ctx, &args, verbose)?;
