@@ -27,9 +27,10 @@
 //   NORM          binding norm_w[K]
 //   BIAS          binding bias[N] (of W, or of W_q); QKV_BIAS adds bias1, bias2 (W_k, W_v)
 // Constants prepended by kernels/matmul.rs (one source of truth for the host's grid math and
-// binding order): MV_ROWS, MV_LANES, MV_UNROLL (matvec), TILE_N, TILE_T (tiled), and the binding numbers
-// B_W1, B_W2, B_X, B_Y, B_NORM, B_BIAS: storage bindings are numbered 1.. in the order the
-// host lists them (weights, x, outputs, norm_w, biases), so the optional ones shift the rest.
+// binding order): MV_ROWS, MV_LANES, MV_UNROLL (matvec), TILE_N, TILE_T (tiled), and the
+// binding numbers B_W1, B_W2, B_X, B_Y, B_NORM, B_BIAS: storage bindings are numbered 1.. in
+// the order the host lists them (weights, x, outputs, norm_w, biases), so the optional ones
+// shift the rest.
 //
 // Workgroups are folded into 2-D (x + y·num_workgroups.x) because a large vocabulary's logits
 // can exceed the 65,535-per-dimension limit (matvec: from 524,288 rows at 8 rows per
@@ -177,9 +178,9 @@ fn x_group(xrow: u32, o: u32, ss: ptr<function, vec4<f32>>) -> array<vec4<f32>, 
 
 // Partial sums of the weight row at byte `row_byte` with x'[t] over the 8-element groups
 // first, first + stride, …: consecutive invocations read consecutive words of W and x, so a
-// warp streams each row (see dequant8 in common/dequant.wgsl for why). MV_UNROLL (2 or 4)
-// groups per trip keep more independent reads in flight per invocation: a matvec is bound by
-// how many bytes are in flight, not by arithmetic (BENCHMARKS.md, "matvec").
+// warp streams each row (see dequant8 in common/dequant.wgsl for why). MV_UNROLL groups per
+// trip keep more independent reads in flight per invocation: 2 measured best in the model on
+// the H200 (4 is there for tuning, COCO_MATVEC; BENCHMARKS.md "session 8").
 fn dot_row(row_byte: u32, xrow: u32, first: u32, stride: u32) -> Sums {
     let groups = p.k / 8u;
     var acc0 = vec4<f32>(0.0);

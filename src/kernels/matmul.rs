@@ -55,17 +55,22 @@ pub fn matvec_shape() -> (u32, u32) {
         let parsed = v
             .split_once('x')
             .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)));
+        let valid = |(rows, u): (u32, u32)| {
+            rows.is_power_of_two() && (2..=64).contains(&rows) && (u == 2 || u == 4)
+        };
         match parsed {
-            Some((rows, u)) if rows.is_power_of_two() && (2..=64).contains(&rows) && (u == 2 || u == 4) => {
-                (rows, u)
-            }
+            Some(shape) if valid(shape) => shape,
             _ => {
-                log::warn!("COCO_MATVEC={v:?} ignored: expected <rows>x<unroll>, rows a power of two in 2..=64, unroll 2 or 4");
+                log::warn!(
+                    "COCO_MATVEC={v:?} ignored: expected <rows>x<unroll>, rows a power of two \
+                     in 2..=64, unroll 2 or 4"
+                );
                 (SG_ROWS, MV_UNROLL)
             }
         }
     })
 }
+
 /// The tiled variant's output tile: W rows × tokens (the shader's 16×16 invocations each
 /// own 4 rows × 4 tokens, and 4 threads stage each row and token, so these are fixed by its
 /// thread layout).
@@ -277,7 +282,8 @@ impl MatmulKey {
             v => v.grid(),
         };
         let consts = format!(
-            "const MV_ROWS: u32 = {mv_rows}u;\nconst MV_LANES: u32 = {mv_lanes}u;\nconst MV_UNROLL: u32 = {}u;\n\
+            "const MV_ROWS: u32 = {mv_rows}u;\nconst MV_LANES: u32 = {mv_lanes}u;\n\
+             const MV_UNROLL: u32 = {}u;\n\
              const TILE_N: u32 = {TILE_N}u;\nconst TILE_T: u32 = {TILE_T}u;\n\
              const B_W1: u32 = 2u;\nconst B_W2: u32 = 3u;\nconst B_X: u32 = {}u;\n\
              const B_Y: u32 = {}u;\nconst B_NORM: u32 = {}u;\nconst B_BIAS: u32 = {}u;\n",
