@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import {
   ARTIFACTS, DEFAULT_MODEL, GREEDY, ROOT, firstDifference, generate, guard, launch, openPage,
-  record, settleLoad, startServer,
+  record, settleLoad, useTestServer,
 } from './lib/harness.mjs';
 import { nativeRun } from './lib/native.mjs';
 
@@ -20,19 +20,21 @@ const WASM_LIMIT = 64 * 2 ** 20;
 const isModel = (r) => new URL(r.url, 'http://x').pathname.endsWith(DEFAULT_MODEL);
 
 describe('default model (Gemma-3-270M) in the page', { timeout: 40 * 60_000 }, () => {
-  let server;
   let native;
   let userDataDir;
   let networkSeconds;
 
-  before(async () => {
+  // Registered first, so a missing model fails before the server starts.
+  before(() => {
     assert.ok(fs.existsSync(path.join(ROOT, DEFAULT_MODEL)), `${DEFAULT_MODEL} is missing: bash scripts/install_model.sh`);
-    server = await startServer();
+  });
+  // Server only: each test launches its own browser (the second reopens the first's profile).
+  const shared = useTestServer();
+  before(() => {
     native = nativeRun(DEFAULT_MODEL, PROMPT, N);
     native.catch(() => {}); // awaited in the test; don't let it reject unobserved meanwhile
   });
-  after(async () => {
-    await server?.close();
+  after(() => {
     if (userDataDir) fs.rmSync(userDataDir, { recursive: true, force: true });
   });
 
@@ -49,12 +51,12 @@ describe('default model (Gemma-3-270M) in the page', { timeout: 40 * 60_000 }, (
   }
 
   it('loads from the network with a wasm heap peak under 64 MB and generates sensible greedy text', { timeout: 25 * 60_000 }, async (t) => {
-    const session = await launch({ server, keepProfile: true });
+    const session = await launch({ server: shared.server, keepProfile: true });
     userDataDir = session.userDataDir;
     try {
       await guard(t, session, async () => {
         const { page } = session;
-        await openPage(page, server);
+        await openPage(page, shared.server);
         networkSeconds = await loadDefault(page);
         const peak = await page.evaluate(() => window.cocoPage.peakWasm);
         assert.ok(Number.isFinite(peak) && peak > 0, `window.cocoPage.peakWasm is a byte count (got ${peak})`);
@@ -90,15 +92,15 @@ describe('default model (Gemma-3-270M) in the page', { timeout: 40 * 60_000 }, (
 
   it('a second load in a new browser comes from the cache, with no network request for the model', { timeout: 15 * 60_000 }, async (t) => {
     assert.ok(userDataDir, 'needs the profile of the first load');
-    const session = await launch({ userDataDir, server });
+    const session = await launch({ userDataDir, server: shared.server });
     try {
       await guard(t, session, async () => {
         const { page } = session;
-        await openPage(page, server);
-        const before = server.requests.length;
+        await openPage(page, shared.server);
+        const before = shared.server.requests.length;
         const cacheSeconds = await loadDefault(page);
         const browserSide = session.requests.filter(isModel);
-        const serverSide = server.requests.slice(before).filter(isModel);
+        const serverSide = shared.server.requests.slice(before).filter(isModel);
         assert.deepEqual(browserSide, [], 'no request for the model leaves the page on a cached load');
         assert.deepEqual(serverSide, [], 'the server sees no request for the model on a cached load');
         record('gemma cache load', { seconds: cacheSeconds, network_seconds: networkSeconds });

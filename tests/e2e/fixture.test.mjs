@@ -2,12 +2,12 @@
 // built by scripts/fixtures.sh): the same greedy tokens as the native CLI, the megakernel
 // switch, a share link round trip and a lost device. One browser for the whole file (the
 // steps build on each other: the model is loaded once, later pages load it from the cache).
-import { describe, it, before, after } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import {
-  ARTIFACTS, GREEDY, ROOT, cachedUrls, finishedRun, firstDifference, generate, guard, launch,
-  loadModel, openPage, record, settleLoad, startServer, state, text, waitState,
+  ARTIFACTS, GREEDY, ROOT, cachedUrls, finishedRun, firstDifference, generate, guard, loadModel,
+  openPage, record, settleLoad, state, text, useTestServer, waitState,
 } from './lib/harness.mjs';
 import { nativeRun } from './lib/native.mjs';
 
@@ -23,26 +23,18 @@ const SHORT = 6;
 const SCREENSHOT = path.join(ARTIFACTS, 'page-after-generation-fixture.png');
 
 describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
-  let server;
-  let session;
   let native; // {ids, text} from `coco run --temp 0` on lavapipe
-
-  before(async () => {
-    server = await startServer();
-    // The native run and the browser start overlap.
-    const nativeRunning = nativeRun(FIXTURE, PROMPT, N);
-    session = await launch({ server });
-    native = await nativeRunning;
-  });
-  after(async () => {
-    await session?.close();
-    await server?.close();
+  const shared = useTestServer({
+    sharedBrowser: true,
+    whileLaunching: async () => {
+      native = await nativeRun(FIXTURE, PROMPT, N);
+    },
   });
 
   it('loads the fixture streamed from the test server, with a clean capability report', { timeout: 5 * 60_000 }, (t) =>
-    guard(t, session, async () => {
-      const { page } = session;
-      await openPage(page, server);
+    guard(t, shared.session, async () => {
+      const { page } = shared.session;
+      await openPage(page, shared.server);
       assert.equal(await state(page), 'ready', 'a page without a link waits for the user');
       const t0 = Date.now();
       await loadModel(page, FIXTURE_URL);
@@ -56,8 +48,8 @@ describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
     }));
 
   it(`greedy output equals native \`coco run --temp 0\` (${N} tokens)`, { timeout: 5 * 60_000 }, (t) =>
-    guard(t, session, async () => {
-      const { page } = session;
+    guard(t, shared.session, async () => {
+      const { page } = shared.session;
       const t0 = Date.now();
       const run = await generate(page, { prompt: PROMPT, fields: { ...GREEDY, 'max-tokens': N } });
       const seconds = (Date.now() - t0) / 1000;
@@ -72,8 +64,8 @@ describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
     }));
 
   it('megakernel switch: shows its check result, and greedy output stays identical', { timeout: 5 * 60_000 }, (t) =>
-    guard(t, session, async () => {
-      const { page } = session;
+    guard(t, shared.session, async () => {
+      const { page } = shared.session;
       await waitState(page, 'loaded');
       // A click, not check(): the page may keep the box unticked until the check has passed.
       await page.click('#megakernel', { timeout: 30_000 });
@@ -94,7 +86,7 @@ describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
     }));
 
   it('share link round trip: every field restored, the same output reproduced', { timeout: 8 * 60_000 }, async (t) => {
-    const { page, context } = session;
+    const { page, context } = shared.session;
     // Sampled (not greedy) so the seed matters: same seed, same GPU path, same output.
     const fields = {
       temperature: '0.8',
@@ -108,7 +100,7 @@ describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
     const prompt = 'The little robot said: "hello & <goodbye>"\nand then';
     let link;
     let first;
-    await guard(t, session, async () => {
+    await guard(t, shared.session, async () => {
       await page.selectOption('#mode', 'complete');
       first = await generate(page, { prompt, fields });
       await page.click('#copy-link');
@@ -123,7 +115,7 @@ describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
     const second = await context.newPage();
     await guard(
       t,
-      session,
+      shared.session,
       async () => {
         await second.goto(link);
         // A non-default model from a link asks first; the fixture is cached, so no download follows.
@@ -150,8 +142,8 @@ describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
   });
 
   it('device lost mid-generation: state "lost", a message, #recover works without a reload', { timeout: 8 * 60_000 }, (t) =>
-    guard(t, session, async () => {
-      const { page } = session;
+    guard(t, shared.session, async () => {
+      const { page } = shared.session;
       await waitState(page, 'loaded');
       await page.fill('#prompt', PROMPT);
       for (const [id, v] of Object.entries({ ...GREEDY, 'max-tokens': '400' })) await page.fill(`#${id}`, v);

@@ -9,7 +9,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { GENERATED, cachedUrls, guard, launch, loadModel, openPage, startServer, text } from './lib/harness.mjs';
+import { GENERATED, cachedUrls, guard, loadModel, openPage, text, useTestServer } from './lib/harness.mjs';
 import { MiB, llamaHeader, mib, writeSparse } from './lib/big_gguf.mjs';
 
 // Bytes the test server sent for `name` and the requests it got, from its request log.
@@ -23,29 +23,26 @@ async function reportRows(page) {
 }
 
 describe('GPU limits in the page', { timeout: 15 * 60_000 }, () => {
-  let server;
-  let session;
   let limits; // coco.adapter().limits
   let maxBinding; // what coco binds at most in one range: min(binding, buffer) rounded to 4
 
+  const shared = useTestServer({ sharedBrowser: true });
+  // Runs once the shared browser is up (hooks run in the order they are registered).
   before(async () => {
-    server = await startServer();
-    session = await launch({ server });
-    await openPage(session.page, server);
-    limits = await session.page.evaluate(() => window.cocoPage.engine.adapter().limits);
+    const { page } = shared.session;
+    await openPage(page, shared.server);
+    limits = await page.evaluate(() => window.cocoPage.engine.adapter().limits);
     const m = Math.min(limits.max_storage_binding, limits.max_buffer);
     maxBinding = m - (m % 4);
   });
-  after(async () => {
-    await session?.close();
-    await server?.close();
+  after(() => {
     // Sparse here, but 4 GB to anything that copies target/e2e.
     for (const f of ['oversized-row.gguf', 'unallocatable.gguf']) fs.rmSync(path.join(GENERATED, f), { force: true });
   });
 
   it('a tensor row above maxStorageBufferBindingSize: "not yet" with the numbers, and no bulk download', { timeout: 3 * 60_000 }, (t) =>
-    guard(t, session, async () => {
-      const { page } = session;
+    guard(t, shared.session, async () => {
+      const { page } = shared.session;
       // One F32 row 64 MiB + 4 KB past the limit: coco splits tensors by rows, so only a single
       // row that can't be bound is a reason to refuse.
       const elems = maxBinding / 4 + (64 * MiB + 4096) / 4;
@@ -55,7 +52,7 @@ describe('GPU limits in the page', { timeout: 15 * 60_000 }, () => {
       writeSparse(path.join(GENERATED, file), model);
       const tensorBytes = elems * 4;
 
-      await openPage(page, server);
+      await openPage(page, shared.server);
       const s = await loadModel(page, `gen/${file}`, { until: ['not-yet', 'loaded', 'error'], timeout: 120_000 });
       assert.equal(s, 'not-yet', `the page refuses the model (#error: ${await text(page, '#error')})`);
       const rows = await reportRows(page);
@@ -69,7 +66,7 @@ describe('GPU limits in the page', { timeout: 15 * 60_000 }, () => {
 
       // Only the header was read: every GET was a Range probe, and the bytes sent are the
       // probe's (it starts at 1 MiB and doubles), not the file's.
-      const { reqs, bytes } = served(server, file);
+      const { reqs, bytes } = served(shared.server, file);
       assert.ok(reqs.length > 0, 'the page asked the server for the file');
       const bulk = reqs.filter((r) => r.method === 'GET' && !r.range);
       assert.deepEqual(bulk, [], 'no GET without a Range (a bulk download)');
@@ -79,8 +76,8 @@ describe('GPU limits in the page', { timeout: 15 * 60_000 }, () => {
     }));
 
   it("a buffer the adapter's limits allow but the GPU can't allocate: a clear error, the load stops, nothing cached", { timeout: 8 * 60_000 }, (t) =>
-    guard(t, session, async () => {
-      const { page } = session;
+    guard(t, shared.session, async () => {
+      const { page } = shared.session;
       // FFN matrices of exactly maxBinding bytes each (d × ffn F32): each is one buffer as large
       // as the adapter advertises. SwiftShader advertises 1 GiB but its vkAllocateMemory fails
       // a 1 GiB buffer (measured: 960 MiB allocates, 1024 MiB is VK_ERROR_OUT_OF_DEVICE_MEMORY),
@@ -109,7 +106,7 @@ describe('GPU limits in the page', { timeout: 15 * 60_000 }, () => {
       const file = 'unallocatable.gguf';
       writeSparse(path.join(GENERATED, file), model);
 
-      await openPage(page, server);
+      await openPage(page, shared.server);
       const s = await loadModel(page, `gen/${file}`, { until: ['error', 'loaded', 'not-yet'], timeout: 6 * 60_000 });
       const error = await text(page, '#error');
       assert.equal(s, 'error', `the load fails (state ${s}; #error: ${error})`);
@@ -121,7 +118,7 @@ describe('GPU limits in the page', { timeout: 15 * 60_000 }, () => {
       assert.ok(error.includes(`limit per buffer is ${mib(maxBinding)}`), `the error gives the adapter's limit: ${error}`);
       // The failure is reported while the file streams in, not after all of it went into
       // buffers that don't exist: the load stops within the first tenth of the file.
-      const { bytes } = served(server, file);
+      const { bytes } = served(shared.server, file);
       assert.ok(bytes < model.dataEnd / 10, `the download stopped early: ${bytes} of ${model.dataEnd} bytes sent`);
       assert.deepEqual((await cachedUrls(page)).filter((u) => u.includes(file)), [], 'nothing of the failed model is cached');
       console.log(`# allocation failure: ${error}; ${bytes} bytes served of ${model.dataEnd}`);

@@ -1,11 +1,11 @@
 // Broken downloads (issue 4, point 3). The test server injects each fault on a path of its
 // own (/fault/<kind>/<param>/…, see scripts/serve.mjs); the page must end in a clear error
 // that names the cause, keep nothing partial in the Cache API, and resume where Range works.
-import { describe, it, before, after } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  GREEDY, cachedUrls, generate, guard, launch, loadModel, openPage, record, startServer,
-  state, text, waitState,
+  GREEDY, cachedUrls, generate, guard, loadModel, openPage, record, state, text, useTestServer,
+  waitState,
 } from './lib/harness.mjs';
 import { nativeRun } from './lib/native.mjs';
 
@@ -14,23 +14,13 @@ const FILE = 'fixtures/llama-spm-q4_0.gguf';
 const CUT = 3_000_000; // well past the header, well before the end
 
 describe('network faults while loading a model', { timeout: 20 * 60_000 }, () => {
-  let server;
-  let session;
-
-  before(async () => {
-    server = await startServer();
-    session = await launch({ server });
-  });
-  after(async () => {
-    await session?.close();
-    await server?.close();
-  });
+  const shared = useTestServer({ sharedBrowser: true });
 
   // One fresh page per case (same profile, so the cache checks see everything).
   async function onPage(t, body) {
-    const page = await session.context.newPage();
+    const page = await shared.session.context.newPage();
     try {
-      await guard(t, session, () => body(page), page);
+      await guard(t, shared.session, () => body(page), page);
     } finally {
       await page.close();
     }
@@ -46,8 +36,8 @@ describe('network faults while loading a model', { timeout: 20 * 60_000 }, () =>
   function expectError(name, url, cause, { crossOrigin = false } = {}) {
     it(name, { timeout: 3 * 60_000 }, (t) =>
       onPage(t, async (page) => {
-        await openPage(page, server);
-        const full = crossOrigin ? `${server.crossUrl}/${url}` : url;
+        await openPage(page, shared.server);
+        const full = crossOrigin ? `${shared.server.crossUrl}/${url}` : url;
         const t0 = Date.now();
         const s = await loadModel(page, full, { until: ['error', 'loaded', 'not-yet'], timeout: 150_000 });
         const message = await text(page, '#error');
@@ -69,24 +59,24 @@ describe('network faults while loading a model', { timeout: 20 * 60_000 }, () =>
 
   it('a server that drops every response gets a few resumes, then a clear error and no cache entry', { timeout: 3 * 60_000 }, (t) =>
     onPage(t, async (page) => {
-      await openPage(page, server);
+      await openPage(page, shared.server);
       // 2 MB per response: more than the first header read (1 MiB), and 1 MiB + 4 × 2 MB (the
       // first try and its resumes) stays short of the file's 10.6 MB.
       const url = `fault/drop/2000000/${FILE}`;
-      const before = server.requests.length;
+      const before = shared.server.requests.length;
       const s = await loadModel(page, url, { until: ['error', 'loaded'], timeout: 150_000 });
       const message = await text(page, '#error');
       assert.equal(s, 'error', `ends in state "error" (message "${message}")`);
       assert.match(message, /interrupt|connection|network|closed|reset|cut|incomplete|ended|failed|broke|drop/i, '#error names the cause');
-      const resumes = server.requests.slice(before).filter((r) => r.url === `/${url}` && /^bytes=[1-9]\d*-/.test(r.range ?? ''));
-      assert.ok(resumes.length >= 1, `it tried to resume with Range before giving up (requests: ${JSON.stringify(server.requests.slice(before))})`);
+      const resumes = shared.server.requests.slice(before).filter((r) => r.url === `/${url}` && /^bytes=[1-9]\d*-/.test(r.range ?? ''));
+      assert.ok(resumes.length >= 1, `it tried to resume with Range before giving up (requests: ${JSON.stringify(shared.server.requests.slice(before))})`);
       await assertNotCached(page, url);
       record('fault: drops on every response', { resumes: resumes.length, message });
     }));
 
   it('a stalled download can be cancelled with #cancel-load, and the next load works', { timeout: 4 * 60_000 }, (t) =>
     onPage(t, async (page) => {
-      await openPage(page, server);
+      await openPage(page, shared.server);
       const url = `fault/stall/${CUT}/${FILE}`;
       await loadModel(page, url, { until: ['downloading'] });
       // Let the stall set in: the bytes stop at CUT.
@@ -98,7 +88,7 @@ describe('network faults while loading a model', { timeout: 20 * 60_000 }, () =>
       });
       if (s === 'error') assert.match(await text(page, '#error'), /cancel/i, 'a cancel reported as an error says it was cancelled');
       await assertNotCached(page, url);
-      const last = server.requests.filter((r) => r.url.includes('/fault/stall/')).at(-1);
+      const last = shared.server.requests.filter((r) => r.url.includes('/fault/stall/')).at(-1);
       assert.ok(last, 'the stalled request reached the server');
       // The page is usable again: the same file without the fault loads.
       await loadModel(page, FILE);
@@ -107,11 +97,11 @@ describe('network faults while loading a model', { timeout: 20 * 60_000 }, () =>
   it('a cut on a server with Range support is resumed and the model works', { timeout: 5 * 60_000 }, (t) =>
     onPage(t, async (page) => {
       const native = nativeRun(FIXTURE, 'Once upon a time', 4);
-      await openPage(page, server);
+      await openPage(page, shared.server);
       const url = `fault/droponce/${CUT}/${FILE}`;
-      const before = server.requests.length;
+      const before = shared.server.requests.length;
       await loadModel(page, url);
-      const seen = server.requests.slice(before).filter((r) => r.url === `/${url}`);
+      const seen = shared.server.requests.slice(before).filter((r) => r.url === `/${url}`);
       const dropped = seen.find((r) => r.bytes === CUT);
       assert.ok(dropped, `one response was cut at ${CUT} bytes (requests: ${JSON.stringify(seen)})`);
       const resumed = seen.slice(seen.indexOf(dropped) + 1).find((r) => r.range && /^bytes=[1-9]\d*-/.test(r.range) && r.status === 206);

@@ -1,25 +1,21 @@
 // Honest "not yet": an architecture coco doesn't run is refused from its header, before the
 // weights download; and a browser without WebGPU gets the explanation, not a broken page.
-import { describe, it, before, after } from 'node:test';
+import { describe, it, before } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { GENERATED, cachedUrls, loadModel, openPage, startServer, text, waitState, withBrowser } from './lib/harness.mjs';
+import { GENERATED, cachedUrls, loadModel, openPage, text, useTestServer, waitState, withBrowser } from './lib/harness.mjs';
 import { mambaGguf, writeFile } from './lib/gguf.mjs';
 
 describe('not yet', { timeout: 10 * 60_000 }, () => {
-  let server;
-  before(async () => {
-    server = await startServer();
+  const shared = useTestServer();
+  before(() => {
     writeFile(path.join(GENERATED, 'mamba.gguf'), mambaGguf());
-  });
-  after(async () => {
-    await server?.close();
   });
 
   it('an unsupported architecture (mamba) is refused from its header, with the reason', { timeout: 3 * 60_000 }, (t) =>
-    withBrowser(t, { server }, async (session) => {
+    withBrowser(t, { server: shared.server }, async (session) => {
       const { page } = session;
-      await openPage(page, server);
+      await openPage(page, shared.server);
       const s = await loadModel(page, 'gen/mamba.gguf', { until: ['not-yet', 'loaded'] });
       assert.equal(s, 'not-yet');
       const rows = await page.$$eval('#report tr[data-status]', (trs) => trs.map((r) => ({ status: r.dataset.status, text: r.textContent.replace(/\s+/g, ' ') })));
@@ -32,18 +28,18 @@ describe('not yet', { timeout: 10 * 60_000 }, () => {
     }));
 
   it('WebGPU hidden from the page (navigator.gpu deleted): state no-webgpu and the explanation', { timeout: 2 * 60_000 }, (t) =>
-    withBrowser(t, { server, initScript: () => delete Navigator.prototype.gpu }, async (session) => {
+    withBrowser(t, { server: shared.server, initScript: () => delete Navigator.prototype.gpu }, async (session) => {
       const { page } = session;
-      await page.goto(`${server.url}/`);
+      await page.goto(`${shared.server.url}/`);
       await waitState(page, 'no-webgpu', { timeout: 60_000 });
       assert.ok(await page.isVisible('#webgpu-missing'), '#webgpu-missing is visible');
       assert.match(await text(page, '#webgpu-missing'), /Chrome|Firefox|Safari/, 'it says what to do in common browsers');
     }));
 
   it('Chromium without --enable-unsafe-webgpu (no adapter): state no-webgpu and the explanation', { timeout: 2 * 60_000 }, (t) =>
-    withBrowser(t, { server, webgpu: false }, async (session) => {
+    withBrowser(t, { server: shared.server, webgpu: false }, async (session) => {
       const { page } = session;
-      await page.goto(`${server.url}/`);
+      await page.goto(`${shared.server.url}/`);
       await waitState(page, 'no-webgpu', { timeout: 60_000 });
       assert.ok(await page.isVisible('#webgpu-missing'), '#webgpu-missing is visible');
     }));

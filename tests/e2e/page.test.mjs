@@ -4,11 +4,11 @@
 // (built by scripts/fixtures.sh): llama-spm-q4_0 has no template, llama-spm-chatml-q4_0 is
 // the same model with SmolLM2-135M-Instruct's ChatML template. One browser for the file:
 // each model is downloaded once and later loads come from the Cache API.
-import { describe, it, before, after } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  GREEDY, finishedRun, guard, launch, loadModel, openPage, record, setFields, settleLoad,
-  startServer, state, text, waitState,
+  GREEDY, finishedRun, guard, loadModel, openPage, record, setFields, settleLoad, state, text,
+  useTestServer, waitState,
 } from './lib/harness.mjs';
 import { commonPrefix, tokenize } from './lib/native.mjs';
 
@@ -60,22 +60,12 @@ async function chatTurn(page, message) {
 }
 
 describe('page: chat and keys', { timeout: 20 * 60_000 }, () => {
-  let server;
-  let session;
-
-  before(async () => {
-    server = await startServer();
-    session = await launch({ server });
-  });
-  after(async () => {
-    await session?.close();
-    await server?.close();
-  });
+  const shared = useTestServer({ sharedBrowser: true });
 
   it('chat with a GGUF that has no chat template: the page says chat needs one, and the engine refuses', { timeout: 5 * 60_000 }, (t) =>
-    guard(t, session, async () => {
-      const { page } = session;
-      await openPage(page, server);
+    guard(t, shared.session, async () => {
+      const { page } = shared.session;
+      await openPage(page, shared.server);
       // The visitor picks Chat first, then loads a base model.
       await page.selectOption('#mode', 'chat');
       await loadModel(page, BASE_URL);
@@ -101,8 +91,8 @@ describe('page: chat and keys', { timeout: 20 * 60_000 }, () => {
     }));
 
   it('keys: Shift+Enter adds a line, Enter sends, Esc stops a running generation', { timeout: 6 * 60_000 }, (t) =>
-    guard(t, session, async () => {
-      const { page } = session;
+    guard(t, shared.session, async () => {
+      const { page } = shared.session;
       await waitState(page, 'loaded');
       await page.selectOption('#mode', 'complete');
       await setFields(page, { ...GREEDY, 'max-tokens': 3 });
@@ -142,13 +132,13 @@ describe('page: chat and keys', { timeout: 20 * 60_000 }, () => {
     }));
 
   it('chat: the GGUF template renders the turns, the second turn prefills only itself, and a fresh run agrees', { timeout: 10 * 60_000 }, async (t) => {
-    const { page, context } = session;
+    const { page, context } = shared.session;
     const questions = ['What is the capital of France?', 'And the capital of Spain?'];
     let turn1;
     let turn2;
     let ids2;
     let link;
-    await guard(t, session, async () => {
+    await guard(t, shared.session, async () => {
       await waitState(page, 'loaded');
       // Loaded in completion mode: the base model before it left the Chat option disabled.
       await loadModel(page, CHAT_URL);
@@ -206,7 +196,7 @@ describe('page: chat and keys', { timeout: 20 * 60_000 }, () => {
     const fresh = await context.newPage();
     await guard(
       t,
-      session,
+      shared.session,
       async () => {
         await fresh.goto(link);
         await settleLoad(fresh, { until: ['loaded'] });

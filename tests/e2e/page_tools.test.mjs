@@ -3,13 +3,13 @@
 // offers timestamp-query; with it hidden the page must say so), the cache list and its
 // delete, and the themes at phone width. Real browser, SwiftShader WebGPU, the fixture
 // GGUF from scripts/fixtures.sh. Sizes stay tiny: SwiftShader decodes it at a few tok/s.
-import { describe, it, before, after } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import {
-  ARTIFACTS, GREEDY, ROOT, cachedUrls, generate, guard, launch, loadModel, openPage, record,
-  settleLoad, startServer, text, waitState, withBrowser,
+  ARTIFACTS, GREEDY, ROOT, cachedUrls, generate, guard, loadModel, openPage, record, settleLoad,
+  text, useTestServer, waitState, withBrowser,
 } from './lib/harness.mjs';
 import { coco } from './lib/native.mjs';
 
@@ -52,25 +52,18 @@ function checkBench(result, sizes, what) {
 }
 
 describe('page: benchmark, kernel chart, cache', { timeout: 20 * 60_000 }, () => {
-  let server;
-  let session;
   let native; // `coco bench --json` on lavapipe, same file and sizes
-
-  before(async () => {
-    server = await startServer();
-    const nativeBench = coco(['bench', '-m', FIXTURE, '-p', String(BENCH.pp), '-n', String(BENCH.tg), '--reps', String(BENCH.reps), '--json']);
-    session = await launch({ server });
-    native = await nativeBench;
-  });
-  after(async () => {
-    await session?.close();
-    await server?.close();
+  const shared = useTestServer({
+    sharedBrowser: true,
+    whileLaunching: async () => {
+      native = await coco(['bench', '-m', FIXTURE, '-p', String(BENCH.pp), '-n', String(BENCH.tg), '--reps', String(BENCH.reps), '--json']);
+    },
   });
 
   it('benchmark button: the result is shown, and the exported JSON has the fields of `coco bench --json`', { timeout: 5 * 60_000 }, (t) =>
-    guard(t, session, async () => {
-      const { page } = session;
-      await openPage(page, server);
+    guard(t, shared.session, async () => {
+      const { page } = shared.session;
+      await openPage(page, shared.server);
       await loadModel(page, FIXTURE_URL);
       assert.equal(await page.isDisabled('#bench-export'), true, 'nothing to export before a benchmark ran');
       await setBenchSizes(page, BENCH);
@@ -90,15 +83,15 @@ describe('page: benchmark, kernel chart, cache', { timeout: 20 * 60_000 }, () =>
     }));
 
   it('?bench=1 runs the benchmark right after the link loads its model, with the link\'s sizes', { timeout: 5 * 60_000 }, async (t) => {
-    const { context } = session;
+    const { context } = shared.session;
     const sizes = { pp: 3, tg: 2, reps: 1 };
     const q = new URLSearchParams({ model: FIXTURE_URL, mode: 'complete', prompt: '', bench: '1', bench_pp: String(sizes.pp), bench_tg: String(sizes.tg), bench_reps: String(sizes.reps) });
     const linked = await context.newPage();
     await guard(
       t,
-      session,
+      shared.session,
       async () => {
-        await linked.goto(`${server.url}/?${q}`);
+        await linked.goto(`${shared.server.url}/?${q}`);
         // The fixture is not the default model, so the link asks first (no download: cached).
         await settleLoad(linked, { until: ['loaded'] });
         for (const [key, value] of Object.entries(sizes)) assert.equal(await linked.inputValue(`#bench-${key}`), String(value), `bench_${key} restored`);
@@ -113,8 +106,8 @@ describe('page: benchmark, kernel chart, cache', { timeout: 20 * 60_000 }, () =>
   });
 
   it('per-kernel chart: SwiftShader offers timestamp-query, so one decode step is drawn kernel by kernel', { timeout: 5 * 60_000 }, (t) =>
-    guard(t, session, async () => {
-      const { page } = session;
+    guard(t, shared.session, async () => {
+      const { page } = shared.session;
       await waitState(page, 'loaded');
       const adapter = await page.evaluate(() => window.cocoPage.engine.adapter());
       record('page adapter', { timestamp_query: adapter.timestamp_query, shader_f16: adapter.shader_f16, fallback: adapter.fallback });
@@ -137,10 +130,10 @@ describe('page: benchmark, kernel chart, cache', { timeout: 20 * 60_000 }, () =>
     }));
 
   it('cache list: the loaded model with its size; Delete removes the Cache API entries and the list updates', { timeout: 5 * 60_000 }, (t) =>
-    guard(t, session, async () => {
-      const { page } = session;
+    guard(t, shared.session, async () => {
+      const { page } = shared.session;
       await waitState(page, 'loaded');
-      const absolute = new URL(FIXTURE_URL, `${server.url}/`).href;
+      const absolute = new URL(FIXTURE_URL, `${shared.server.url}/`).href;
       const item = page.locator(`#cache-list li[data-url="${absolute}"]`);
       await item.waitFor({ timeout: 10_000 });
       const bytes = fs.statSync(path.join(ROOT, FIXTURE)).size;
@@ -160,22 +153,16 @@ describe('page: benchmark, kernel chart, cache', { timeout: 20 * 60_000 }, () =>
 
       // Really gone: the next load reads the file over the network again (a load from the
       // cache makes no request for it at all), and keeps it again.
-      const seen = session.requests.length;
+      const seen = shared.session.requests.length;
       await loadModel(page, FIXTURE_URL);
-      const fetched = session.requests.slice(seen).filter((r) => r.url === absolute && r.method === 'GET');
-      assert.ok(fetched.length >= 1, `the model was downloaded again: ${JSON.stringify(session.requests.slice(seen))}`);
+      const fetched = shared.session.requests.slice(seen).filter((r) => r.url === absolute && r.method === 'GET');
+      assert.ok(fetched.length >= 1, `the model was downloaded again: ${JSON.stringify(shared.session.requests.slice(seen))}`);
       await item.waitFor({ timeout: 10_000 });
     }));
 });
 
 describe('page: per-kernel timing without timestamp-query', { timeout: 5 * 60_000 }, () => {
-  let server;
-  before(async () => {
-    server = await startServer();
-  });
-  after(async () => {
-    await server?.close();
-  });
+  const shared = useTestServer();
 
   // Hides the feature the way an adapter without it looks to the page: GPUAdapter.features
   // lacks "timestamp-query", so wgpu neither reports nor requests it. Everything else is the
@@ -191,9 +178,9 @@ describe('page: per-kernel timing without timestamp-query', { timeout: 5 * 60_00
   };
 
   it('the page says plainly that kernels can\'t be timed here, and why (no blank chart)', { timeout: 4 * 60_000 }, (t) =>
-    withBrowser(t, { server, initScript: hideTimestamps }, async (session) => {
+    withBrowser(t, { server: shared.server, initScript: hideTimestamps }, async (session) => {
       const { page } = session;
-      await openPage(page, server);
+      await openPage(page, shared.server);
       assert.equal(await page.evaluate(() => window.cocoPage.engine.adapter().timestamp_query), false, 'the engine sees no timestamp-query');
       assert.match(await text(page, '#profile-chart'), /not yet.*no timestamp quer/i, 'the chart area says why before anything loads');
       assert.match(await text(page, '#gpu-facts'), /Timestamp queries\s*no/i, 'the GPU panel says so too');
@@ -209,18 +196,12 @@ describe('page: per-kernel timing without timestamp-query', { timeout: 5 * 60_00
 });
 
 describe('page: themes and phone width', { timeout: 8 * 60_000 }, () => {
-  let server;
-  before(async () => {
-    server = await startServer();
-  });
-  after(async () => {
-    await server?.close();
-  });
+  const shared = useTestServer();
 
   it(`at ${PHONE.width}px nothing overflows, the main controls are on screen, and the theme switch changes the colours`, { timeout: 6 * 60_000 }, (t) =>
-    withBrowser(t, { server, viewport: PHONE }, async (session) => {
+    withBrowser(t, { server: shared.server, viewport: PHONE }, async (session) => {
       const { page } = session;
-      await openPage(page, server);
+      await openPage(page, shared.server);
       await loadModel(page, FIXTURE_URL);
       // Fill the page the way a visitor would: output, numbers, a benchmark, the kernel chart.
       await generate(page, { prompt: 'Once upon a time', fields: { ...GREEDY, 'max-tokens': 2 } });

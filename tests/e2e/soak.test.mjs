@@ -10,9 +10,9 @@
 // tests/gpu_faults.rs covers the long generations (COCO_SOAK_TOKENS). For the full browser soak:
 //   COCO_E2E_SOAK_TOKENS=500 node --test tests/e2e/soak.test.mjs
 // tok/s is recorded in target/e2e/timings.jsonl, not asserted (a shared 2-core machine).
-import { describe, it, before, after } from 'node:test';
+import { describe, it, before } from 'node:test';
 import assert from 'node:assert/strict';
-import { GREEDY, generate, guard, launch, loadModel, openPage, record, startServer } from './lib/harness.mjs';
+import { GREEDY, generate, guard, loadModel, openPage, record, useTestServer } from './lib/harness.mjs';
 
 const FIXTURE_URL = 'fixtures/llama-spm-q4_0.gguf';
 const PROMPT = 'Once upon a time';
@@ -25,23 +25,16 @@ const TOKENS = Number(process.env.COCO_E2E_SOAK_TOKENS ?? 4);
 const HEAP_SLACK = 2 * 65536;
 
 describe('browser soak', { timeout: 60 * 60_000 }, () => {
-  let server;
-  let session;
-
-  before(async () => {
+  // Registered first, so bad settings fail before the server and the browser start.
+  before(() => {
     assert.ok(RUNS >= 2 && TOKENS >= 1, `COCO_E2E_SOAK_RUNS (${RUNS}) must be ≥ 2 and COCO_E2E_SOAK_TOKENS (${TOKENS}) ≥ 1`);
-    server = await startServer();
-    session = await launch({ server });
   });
-  after(async () => {
-    await session?.close();
-    await server?.close();
-  });
+  const shared = useTestServer({ sharedBrowser: true });
 
   it(`${RUNS} sequential greedy generations of ${TOKENS} tokens: flat wasm heap and GPU resources, identical output`, { timeout: 55 * 60_000 }, (t) =>
-    guard(t, session, async () => {
-      const { page } = session;
-      await openPage(page, server);
+    guard(t, shared.session, async () => {
+      const { page } = shared.session;
+      await openPage(page, shared.server);
       await loadModel(page, FIXTURE_URL);
       const samples = [];
       let first = null;

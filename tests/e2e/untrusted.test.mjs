@@ -1,9 +1,9 @@
 // Share links from strangers (issue 4, point 5): fields are text, never HTML; model URLs are
 // http(s) or relative; a cross-origin model asks first, showing host and size, and nothing
 // big downloads before that click.
-import { describe, it, before, after } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { guard, launch, openPage, settleLoad, startServer, state, text, waitState } from './lib/harness.mjs';
+import { guard, openPage, settleLoad, state, text, useTestServer, waitState } from './lib/harness.mjs';
 
 const FILE = 'fixtures/llama-spm-q4_0.gguf';
 const FILE_BYTES = 10_603_776;
@@ -17,27 +17,17 @@ const PAYLOADS = [
 const pathOf = (r) => new URL(r.url, 'http://x').pathname;
 
 describe('untrusted share links', { timeout: 15 * 60_000 }, () => {
-  let server;
-  let session;
-
-  before(async () => {
-    server = await startServer();
-    session = await launch({ server });
-  });
-  after(async () => {
-    await session?.close();
-    await server?.close();
-  });
+  const shared = useTestServer({ sharedBrowser: true });
 
   async function onPage(t, body) {
-    const page = await session.context.newPage();
+    const page = await shared.session.context.newPage();
     // An alert/confirm from injected script would block the page; record it instead.
     page.on('dialog', (d) => {
-      session.logs.push(`dialog: ${d.type()} ${d.message()}`);
+      shared.session.logs.push(`dialog: ${d.type()} ${d.message()}`);
       d.dismiss().catch(() => {});
     });
     try {
-      await guard(t, session, () => body(page), page);
+      await guard(t, shared.session, () => body(page), page);
     } finally {
       await page.close();
     }
@@ -58,7 +48,7 @@ describe('untrusted share links', { timeout: 15 * 60_000 }, () => {
       onPage(t, async (page) => {
         const chat = JSON.stringify([{ role: 'user', content: payload }]);
         const q = new URLSearchParams({ model: FILE, mode: 'complete', prompt: payload, chat, temp: '0', max: '1', seed: String(i) });
-        await page.goto(`${server.url}/?${q}`);
+        await page.goto(`${shared.server.url}/?${q}`);
         await waitState(page, ['confirm', 'loaded', 'ready', 'downloading', 'inspecting', 'generating'], { timeout: 60_000 });
         assert.equal(await page.inputValue('#prompt'), payload, 'the prompt is restored verbatim, as text');
         await assertNotPwned(page);
@@ -72,16 +62,16 @@ describe('untrusted share links', { timeout: 15 * 60_000 }, () => {
 
   it('a javascript: model URL in a link is refused and nothing is fetched', { timeout: 2 * 60_000 }, (t) =>
     onPage(t, async (page) => {
-      const before = server.requests.length;
+      const before = shared.server.requests.length;
       const q = new URLSearchParams({ model: 'javascript:window.__pwned=1//.gguf', prompt: 'hi' });
-      await page.goto(`${server.url}/?${q}`);
+      await page.goto(`${shared.server.url}/?${q}`);
       await waitState(page, ['ready', 'error'], { timeout: 60_000 });
       await page.waitForTimeout(1000);
       assert.ok(!['confirm', 'downloading', 'inspecting'].includes(await state(page)), 'no load starts');
       const said = `${await text(page, '#error')} ${await text(page, '#model-note')} ${await text(page, '#status-text')}`;
       assert.match(said, /refused|http|not allowed|javascript/i, `the page says the URL was refused (it says: "${said.trim()}")`);
       await assertNotPwned(page);
-      const fetched = server.requests.slice(before).filter((r) => pathOf(r).endsWith('.gguf'));
+      const fetched = shared.server.requests.slice(before).filter((r) => pathOf(r).endsWith('.gguf'));
       assert.deepEqual(fetched, [], 'no model request');
 
       // The same through the URL box.
@@ -94,25 +84,25 @@ describe('untrusted share links', { timeout: 15 * 60_000 }, () => {
 
   it('a cross-origin model link asks first, with host and size, before any bulk download', { timeout: 3 * 60_000 }, (t) =>
     onPage(t, async (page) => {
-      const modelUrl = `${server.crossUrl}/${FILE}`;
-      const before = server.requests.length;
-      await page.goto(`${server.url}/?${new URLSearchParams({ model: modelUrl, prompt: 'hi', max: '2' })}`);
+      const modelUrl = `${shared.server.crossUrl}/${FILE}`;
+      const before = shared.server.requests.length;
+      await page.goto(`${shared.server.url}/?${new URLSearchParams({ model: modelUrl, prompt: 'hi', max: '2' })}`);
       await waitState(page, 'confirm', { timeout: 60_000 });
       assert.ok(await page.isVisible('#confirm'), 'the confirmation dialog is open');
-      const host = new URL(server.crossUrl).host;
+      const host = new URL(shared.server.crossUrl).host;
       assert.ok((await text(page, '#confirm-host')).includes(host), `#confirm-host shows ${host}`);
       const size = await text(page, '#confirm-size');
       assert.match(size, /10\.6\s*MB|10\.1\s*MiB|10,603,776|10603776/, `#confirm-size shows the size (got "${size}")`);
       // Only small probes (HEAD or a header Range) may have reached the model host so far.
       await page.waitForTimeout(1000);
-      const sent = server.requests.slice(before).filter((r) => pathOf(r).endsWith(FILE));
+      const sent = shared.server.requests.slice(before).filter((r) => pathOf(r).endsWith(FILE));
       const bulk = sent.filter((r) => r.bytes > 2_000_000);
       assert.deepEqual(bulk, [], `no bulk download before the click (requests: ${JSON.stringify(sent)})`);
       assert.ok(sent.every((r) => r.origin === 'cross'), 'the requests went to the cross-origin host');
 
       await page.click('#confirm-cancel');
       await waitState(page, ['ready', 'error'], { timeout: 30_000, what: 'after cancelling the confirmation' });
-      const after = server.requests.slice(before).filter((r) => pathOf(r).endsWith(FILE));
+      const after = shared.server.requests.slice(before).filter((r) => pathOf(r).endsWith(FILE));
       assert.ok(after.reduce((n, r) => n + r.bytes, 0) < FILE_BYTES / 4, 'cancelling downloads nothing more');
     }));
 });

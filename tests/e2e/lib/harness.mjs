@@ -6,6 +6,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { after, before } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
 import { createServer } from '../../../scripts/serve.mjs';
@@ -96,6 +97,35 @@ export async function launch({ webgpu = true, userDataDir, keepProfile = false, 
     if (!userDataDir && !keepProfile) fs.rmSync(dir, { recursive: true, force: true });
   };
   return session;
+}
+
+/**
+ * The setup most suites share, registered as before()/after() hooks on the enclosing
+ * describe(): the test server, and with `sharedBrowser` one Chromium (launch() with that
+ * server) that the suite's tests use in turn. after() closes both whatever happened, even when
+ * before() failed halfway. Returns the object the hooks fill in, `{ server, session }`: read
+ * its fields inside tests and hooks, since they are empty until before() has run.
+ *
+ * `whileLaunching(server)` starts slow work (a native `coco` run) once the server is up and is
+ * awaited after the browser has launched, so the two overlap instead of adding up.
+ *
+ * node:test runs hooks in the order they are registered, so a suite registers its own
+ * before()/after() after this call to use the server and the browser, or before it for checks
+ * that should fail before anything starts.
+ */
+export function useTestServer({ sharedBrowser = false, whileLaunching } = {}) {
+  const shared = {};
+  before(async () => {
+    shared.server = await startServer();
+    const work = whileLaunching?.(shared.server);
+    if (sharedBrowser) shared.session = await launch({ server: shared.server });
+    await work;
+  });
+  after(async () => {
+    await shared.session?.close();
+    await shared.server?.close();
+  });
+  return shared;
 }
 
 const t0 = Date.now();
