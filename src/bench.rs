@@ -10,8 +10,9 @@
 //! ratio"): token generation with the one-workgroup-per-token FFN against the normal path,
 //! after the same correctness check `Session::set_megakernel` runs.
 //!
-//! [`profile_decode`] (`coco bench --profile`, and the page's chart) breaks one decode step
-//! down per kernel variant from timestamp queries (`StepRecorder::submit_timed`).
+//! [`profile_step`] (`coco bench --profile`, and the page's chart) breaks one decode step,
+//! or one prefill step, down per kernel variant from timestamp queries
+//! (`StepRecorder::submit_timed`).
 
 use std::sync::Arc;
 
@@ -394,9 +395,21 @@ pub struct KernelTime {
     pub total_us: f64,
 }
 
-/// One decode step, kernel by kernel.
+/// Which step [`profile_step`] times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProfiledStep {
+    /// The decode step after prefilling the tokens.
+    Decode,
+    /// The prefill step of the tokens themselves, from position 0 (at most
+    /// [`crate::engine::PREFILL_CHUNK`] of them: one step).
+    Prefill,
+}
+
+/// One decode or prefill step, kernel by kernel.
 #[derive(Clone, Debug)]
-pub struct DecodeProfile {
+pub struct StepProfile {
+    /// Tokens the step runs: 1 for decode.
+    pub tokens: u32,
     /// Per kernel variant, slowest first.
     pub kernels: Vec<KernelTime>,
     /// Σ of `kernels`: the step with one pass per dispatch (what profiling needs on WebGPU),
@@ -419,34 +432,35 @@ pub enum ProfileError {
     Engine(#[from] EngineError),
 }
 
-/// Decode steps [`profile_decode`] averages.
+/// Steps [`profile_step`] averages.
 pub const PROFILE_STEPS: u32 = 5;
 
-/// Prefills `tokens` in a fresh session, then times the next decode step per kernel (one
-/// pass per dispatch) and as one pass, [`PROFILE_STEPS`] times each. The step is re-run at
-/// the same position (its KV-cache write is the same each time), so the session's state is
-/// never advanced by hand. `megakernel` assumes the caller checked it
-/// (`Session::set_megakernel`).
-pub async fn profile_decode(
+/// Times one step per kernel (one pass per dispatch) and as one pass, [`PROFILE_STEPS`]
+/// times each after a warm-up: the decode step after prefilling `tokens` in a fresh session,
+/// or the prefill step of `tokens` at position 0. The step is re-run at the same position
+/// (its KV-cache write is the same each time), so the session's state is never advanced by
+/// hand. `megakernel` assumes the caller checked it (`Session::set_megakernel`).
+pub async fn profile_step(
     ctx: &Arc<GpuContext>,
     model: &Arc<Model>,
     tokens: &[u32],
+    step: ProfiledStep,
     pipeline: crate::model::Pipeline,
     megakernel: bool,
-) -> Result<DecodeProfile, ProfileError> {
+) -> Result<StepProfile, ProfileError> {
     if !ctx.features.contains(wgpu::Features::TIMESTAMP_QUERY) {
         return Err(ProfileError::NoTimestampQuery);
     }
     let mut s = Session::new(ctx, model, tokens.len() as u32 + 8, LogitsFor::LastToken);
     s.pipeline = pipeline;
     s.megakernel = megakernel;
-    let id = if tokens.is_empty() {
-        0
-    } else {
-        argmax(&s.forward(tokens).await?)
+    let ids: Vec<u32> = match step {
+        ProfiledStep::Decode if tokens.is_empty() => vec![0],
+        ProfiledStep::Decode => vec![argmax(&s.forward(tokens).await?)],
+        ProfiledStep::Prefill => tokens[..tokens.len().min(s.scratch.rows as usize)].to_vec(),
     };
     ctx.queue
-        .write_buffer(&s.scratch.ids, 0, bytemuck::cast_slice(&[id]));
+        .write_buffer(&s.scratch.ids, 0, bytemuck::cast_slice(&ids));
     let record = || -> Result<StepRecorder, EngineError> {
         let mut rec = StepRecorder::new(ctx);
         crate::model::forward(
@@ -454,7 +468,7 @@ pub async fn profile_decode(
             model,
             &s.kv,
             &s.scratch,
-            1,
+            ids.len() as u32,
             s.pos,
             LogitsFor::LastToken,
             pipeline,
@@ -499,7 +513,8 @@ pub async fn profile_decode(
         k.total_us /= PROFILE_STEPS as f64;
     }
     totals.sort_by(|a, b| b.total_us.total_cmp(&a.total_us));
-    Ok(DecodeProfile {
+    Ok(StepProfile {
+        tokens: ids.len() as u32,
         profiled_us: totals.iter().map(|k| k.total_us).sum(),
         kernels: totals,
         one_pass_us: median(&one_pass),
@@ -576,7 +591,7 @@ impl MegakernelAb {
     }
 }
 
-impl DecodeProfile {
+impl StepProfile {
     pub fn to_json(&self) -> Json {
         let kernels: Vec<Json> = self
             .kernels
@@ -589,6 +604,7 @@ impl DecodeProfile {
             "one_pass_us": self.one_pass_us,
             "dispatches": self.dispatches,
             "steps": self.steps,
+            "tokens": self.tokens,
             "position": self.position,
         })
     }

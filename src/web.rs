@@ -524,9 +524,11 @@ impl State {
             .map_err(js_err)?;
         let name = self.model_info["name"].as_str().unwrap_or("").to_string();
         let mut out = r.to_json(&name, cfg.pipeline);
-        // `coco bench --json` always has `profile` (null without --profile); the page's
-        // export must carry the same fields. Its per-kernel chart is `profile` below.
+        // `coco bench --json` always has `profile` and `prefill_profile` (null without
+        // --profile); the page's export must carry the same fields. Its per-kernel chart is
+        // `profile` below.
         out["profile"] = Json::Null;
+        out["prefill_profile"] = Json::Null;
         Ok(to_js(out))
     }
 
@@ -539,9 +541,16 @@ impl State {
             tokens.clamp(1, self.context.saturating_sub(2).max(1)),
         );
         self.session = None;
-        let p = bench::profile_decode(&self.ctx, &model, &prompt, self.pipeline, self.megakernel)
-            .await
-            .map_err(js_err)?;
+        let p = bench::profile_step(
+            &self.ctx,
+            &model,
+            &prompt,
+            bench::ProfiledStep::Decode,
+            self.pipeline,
+            self.megakernel,
+        )
+        .await
+        .map_err(js_err)?;
         Ok(to_js(p.to_json()))
     }
 

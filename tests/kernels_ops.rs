@@ -475,6 +475,23 @@ fn attention_prefill_matches_reference() {
 }
 
 #[test]
+fn attention_tiled_prefill_matches_reference() {
+    // t · heads above 512, so the single-pass tiled kernel runs: several query tiles (16, 8
+    // and 4 tokens for head_dim 64, 128 and 256; 8 for 100), partial last tiles, windows
+    // that cut across tiles and key blocks, and a step that starts deep in the cache.
+    for (seed, s) in [
+        (150, shape(33, 32, 8, 64, 0, 20)),
+        (160, shape(70, 8, 2, 128, 0, 0)),
+        (170, shape(130, 4, 1, 256, 10, 50)),
+        (180, shape(100, 6, 3, 100, 37, 0)),
+        (190, shape(520, 2, 1, 64, 5, 0)),
+    ] {
+        let plan = check_attention(seed, s);
+        assert_eq!(plan.splits, 1, "{s:?}");
+    }
+}
+
+#[test]
 fn attention_decode_after_prefill_matches_reference() {
     // Decode one token after a prefill, a 3-token chunk across a window boundary, and a
     // query seeing ~600 keys (several 128-key blocks of the online softmax).

@@ -1,4 +1,4 @@
-//! `bench::profile_decode` (`coco bench --profile`) on lavapipe, which offers TIMESTAMP_QUERY:
+//! `bench::profile_step` (`coco bench --profile`) on lavapipe, which offers TIMESTAMP_QUERY:
 //! a decode step broken down per kernel variant. No timing thresholds: only that every
 //! kernel the step dispatches shows up, with its call count and a positive time.
 //!
@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use coco::bench::{bench_prompt, profile_decode, DecodeProfile, ProfileError};
+use coco::bench::{bench_prompt, profile_step, ProfileError, ProfiledStep, StepProfile};
 use coco::engine::{load_path, Model};
 use coco::gpu::GpuContext;
 use coco::model::Pipeline;
@@ -19,15 +19,19 @@ fn load(ctx: &Arc<GpuContext>, name: &str) -> Arc<Model> {
     Arc::new(load_path(ctx, &path, 64).unwrap_or_else(|e| panic!("{name}: {e}")))
 }
 
+/// Prompt tokens: the decode step runs at this position, the prefill step runs this many.
+const PROMPT: u32 = 5;
+
 /// The profile, or `None` (after checking the refusal) on an adapter without timestamps.
 fn profile(
     ctx: &Arc<GpuContext>,
     model: &Arc<Model>,
+    step: ProfiledStep,
     pipeline: Pipeline,
     megakernel: bool,
-) -> Option<DecodeProfile> {
-    let tokens = bench_prompt(model, 5);
-    let r = pollster::block_on(profile_decode(ctx, model, &tokens, pipeline, megakernel));
+) -> Option<StepProfile> {
+    let tokens = bench_prompt(model, PROMPT);
+    let r = pollster::block_on(profile_step(ctx, model, &tokens, step, pipeline, megakernel));
     if !ctx.features.contains(wgpu::Features::TIMESTAMP_QUERY) {
         let err = r.expect_err("no timestamp-query must be refused");
         assert!(matches!(err, ProfileError::NoTimestampQuery));
@@ -50,7 +54,7 @@ fn profile(
 }
 
 /// Every dispatch accounted for, every time positive, slowest first.
-fn check_consistent(p: &DecodeProfile) {
+fn check_consistent(p: &StepProfile) {
     assert!(!p.kernels.is_empty());
     let calls: u32 = p.kernels.iter().map(|k| k.calls).sum();
     assert_eq!(calls, p.dispatches, "calls add up to the step's dispatches");
@@ -61,10 +65,13 @@ fn check_consistent(p: &DecodeProfile) {
     let sum: f64 = p.kernels.iter().map(|k| k.total_us).sum();
     assert!((sum - p.profiled_us).abs() <= 1e-6 * sum.max(1.0));
     assert!(p.one_pass_us > 0.0);
-    assert_eq!(p.position, 5);
+    match p.tokens {
+        1 => assert_eq!(p.position, PROMPT, "decode after the prompt"),
+        t => assert_eq!((t, p.position), (PROMPT, 0), "the prompt's prefill"),
+    }
 }
 
-fn has(p: &DecodeProfile, prefix: &str) -> Option<u32> {
+fn has(p: &StepProfile, prefix: &str) -> Option<u32> {
     let calls: u32 = p
         .kernels
         .iter()
@@ -78,7 +85,7 @@ fn has(p: &DecodeProfile, prefix: &str) -> Option<u32> {
 fn fused_decode_step_profile_covers_every_kernel() {
     let ctx = Arc::new(GpuContext::new_blocking().expect("a GPU adapter (lavapipe)"));
     let model = load(&ctx, "llama-spm-q8_0");
-    let Some(p) = profile(&ctx, &model, Pipeline::Fused, false) else {
+    let Some(p) = profile(&ctx, &model, ProfiledStep::Decode, Pipeline::Fused, false) else {
         return;
     };
     check_consistent(&p);
@@ -95,7 +102,7 @@ fn fused_decode_step_profile_covers_every_kernel() {
         None,
         "no separate KV write when fused"
     );
-    assert!(has(&p, "attention_f32").is_some(), "attention");
+    assert!(has(&p, "attention_tiled_hd").is_some(), "attention");
     assert!(
         has(&p, "matmul_q8_0_").unwrap_or(0) >= 4 * layers,
         "matmuls"
@@ -112,7 +119,7 @@ fn fused_decode_step_profile_covers_every_kernel() {
 fn megakernel_profile_shows_one_ffn_dispatch_per_layer() {
     let ctx = Arc::new(GpuContext::new_blocking().expect("a GPU adapter (lavapipe)"));
     let model = load(&ctx, "gemma3-q4_k");
-    let Some(p) = profile(&ctx, &model, Pipeline::Fused, true) else {
+    let Some(p) = profile(&ctx, &model, ProfiledStep::Decode, Pipeline::Fused, true) else {
         return;
     };
     check_consistent(&p);
@@ -121,4 +128,22 @@ fn megakernel_profile_shows_one_ffn_dispatch_per_layer() {
         Some(model.config.n_layers)
     );
     assert!(!p.kernels.iter().any(|k| k.label.contains("_glu_")));
+}
+
+#[test]
+fn prefill_step_profile_runs_the_whole_prompt_in_one_step() {
+    let ctx = Arc::new(GpuContext::new_blocking().expect("a GPU adapter (lavapipe)"));
+    let model = load(&ctx, "llama-spm-q8_0");
+    let Some(p) = profile(&ctx, &model, ProfiledStep::Prefill, Pipeline::Fused, false) else {
+        return;
+    };
+    check_consistent(&p);
+    let layers = model.config.n_layers;
+    assert_eq!(has(&p, "get_rows"), Some(1), "one embedding lookup for all tokens");
+    assert_eq!(has(&p, "rope_kv_write"), Some(layers));
+    assert_eq!(
+        has(&p, "attention_tiled_hd"),
+        Some(layers),
+        "single-pass attention: {PROMPT} tokens × heads fill the GPU without splitting"
+    );
 }

@@ -7,11 +7,12 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
+use coco::bench::{ProfileError, ProfiledStep, StepProfile};
 use coco::capabilities::{self, AdapterFacts};
 use coco::engine::{load_path, LogitsFor, Model, Session};
 use coco::gpu::GpuContext;
 use coco::sampler::{Sampler, SamplerConfig};
-use serde_json::json;
+use serde_json::{json, Value as Json};
 
 #[derive(Parser)]
 #[command(
@@ -480,30 +481,39 @@ fn bench(args: BenchArgs, verbose: bool) -> Result<()> {
     if probe {
         r.probe = Some(pollster::block_on(coco::bench::probe(&ctx))?);
     }
-    let profiled = profile.then(|| {
-        let tokens = coco::bench::bench_prompt(&m, prompt);
-        pollster::block_on(coco::bench::profile_decode(
-            &ctx,
-            &m,
-            &tokens,
-            cfg.pipeline,
-            megakernel,
-        ))
-    });
-    let profile_json = match &profiled {
-        None => json!(null),
-        Some(Ok(p)) => p.to_json(),
-        Some(Err(coco::bench::ProfileError::NoTimestampQuery)) => {
-            json!({ "not_yet": coco::bench::ProfileError::NoTimestampQuery.to_string() })
-        }
-        Some(Err(coco::bench::ProfileError::Engine(e))) => bail!("profiling: {e}"),
+    // --profile: the decode step (as the page charts it) and the prompt's prefill step.
+    let tokens = coco::bench::bench_prompt(&m, prompt);
+    let profile_of = |step| {
+        profile.then(|| {
+            pollster::block_on(coco::bench::profile_step(
+                &ctx,
+                &m,
+                &tokens,
+                step,
+                cfg.pipeline,
+                megakernel,
+            ))
+        })
+    };
+    let profiled = profile_of(ProfiledStep::Decode);
+    let profiled_prefill = profile_of(ProfiledStep::Prefill);
+    let profile_json = |p: &Option<Result<StepProfile, ProfileError>>| -> Result<Json> {
+        Ok(match p {
+            None => json!(null),
+            Some(Ok(p)) => p.to_json(),
+            Some(Err(ProfileError::NoTimestampQuery)) => {
+                json!({ "not_yet": ProfileError::NoTimestampQuery.to_string() })
+            }
+            Some(Err(ProfileError::Engine(e))) => bail!("profiling: {e}"),
+        })
     };
     let name = path
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
         .unwrap_or_default();
     let mut out = r.to_json(&name, cfg.pipeline);
-    out["profile"] = profile_json;
+    out["profile"] = profile_json(&profiled)?;
+    out["prefill_profile"] = profile_json(&profiled_prefill)?;
     if as_json {
         println!("{out}");
         return Ok(());
@@ -547,19 +557,26 @@ fn bench(args: BenchArgs, verbose: bool) -> Result<()> {
         ab(mk.ratio(), 3),
         mk.check
     );
-    match profiled {
-        Some(Ok(p)) => print_profile(&p),
-        Some(Err(e)) => println!("profile: {e}"),
-        None => {}
+    for p in [profiled, profiled_prefill] {
+        match p {
+            Some(Ok(p)) => print_profile(&p),
+            Some(Err(e)) => println!("profile: {e}"),
+            None => {}
+        }
     }
     Ok(())
 }
 
 /// The per-kernel table of `coco bench --profile`.
-fn print_profile(p: &coco::bench::DecodeProfile) {
+fn print_profile(p: &StepProfile) {
     println!();
+    let step = if p.tokens == 1 {
+        "one decode step".to_string()
+    } else {
+        format!("one prefill step of {} tokens", p.tokens)
+    };
     println!(
-        "profile: one decode step at position {}, {} dispatches, mean of {} steps (timestamp queries)",
+        "profile: {step} at position {}, {} dispatches, mean of {} steps (timestamp queries)",
         p.position, p.dispatches, p.steps
     );
     println!("| kernel | calls | µs/step | % |");

@@ -23,10 +23,14 @@ use crate::model::{self, Arch, Config, Weights};
 use crate::sampler::Sampler;
 use crate::tokenizer::Tokenizer;
 
-/// Tokens per prefill step (one compute pass each). Activation scratch scales with it.
-pub const PREFILL_CHUNK: u32 = 64;
-/// Logit rows kept per step when every position's logits are wanted (`coco logits`).
-pub const LOGITS_ROWS: u32 = PREFILL_CHUNK;
+/// Tokens per prefill step (one compute pass each). Activation scratch scales with it
+/// (Llama-3.1-8B: 512 rows of the 14,336-wide FFN are 29 MiB per buffer). The tiled GEMM
+/// runs `rows / 64 × tokens / 64` workgroups, so a 64-token chunk gave a 2048-row projection
+/// only 32 workgroups on a 132-SM H200 and every chunk its own submit and wait.
+pub const PREFILL_CHUNK: u32 = 512;
+/// Tokens per step, and logit rows kept, when every position's logits are wanted (`coco
+/// logits`): 64 rows of a 128k vocabulary are already 33 MB.
+pub const LOGITS_ROWS: u32 = 64;
 
 /// A loaded model: config, tokenizer and GPU weights.
 pub struct Model {
@@ -244,11 +248,11 @@ impl Session {
                 .collect(),
             context,
         };
-        let logit_rows = match logits_for {
-            LogitsFor::LastToken => 1,
-            LogitsFor::AllTokens => LOGITS_ROWS,
+        let (rows, logit_rows) = match logits_for {
+            LogitsFor::LastToken => (PREFILL_CHUNK, 1),
+            LogitsFor::AllTokens => (LOGITS_ROWS, LOGITS_ROWS),
         };
-        let scratch = Scratch::new(ctx, model, PREFILL_CHUNK, logit_rows, context);
+        let scratch = Scratch::new(ctx, model, rows, logit_rows, context);
         Session {
             ctx: ctx.clone(),
             model: model.clone(),
@@ -335,6 +339,11 @@ impl Session {
             rec.submit();
             self.pos += t;
             self.cached_tokens.extend_from_slice(chunk);
+            if !all && self.pos < needed {
+                // Only the last chunk's logits are wanted: queue the next chunk without a
+                // round trip (the queue runs submits in order).
+                continue;
+            }
             let rows = if all { t as u64 } else { 1 };
             let bytes = self
                 .ctx
