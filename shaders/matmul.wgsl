@@ -401,20 +401,14 @@ fn main(
 }
 #endif
 
-#ifdef TILED
-// Matrix–matrix (prefill): a workgroup computes TILE_N (64) slots × TILE_T (64) tokens; thread
-// (tx, ty) owns slots tx + 16i and tokens ty + 16j (i, j < 4): 16 outputs, so each vec4 read
-// from workgroup memory feeds 4 dot products. Per 32-wide K chunk every thread stages 8
-// dequantized elements of one W row (row li / 4, elements 8(li % 4) …; dequant8) and 2 vec4 of
-// x' for one token, so all 256 threads share the decoding, and each weight is dequantized once
-// per 64 tokens.
-// Workgroup memory is K-major (vec4 j of row n at [j · 64 + n]): the 16 threads reading a tile
-// row take consecutive vec4, so no bank padding is needed and both tiles fit in 16 KB,
-// WebGPU's guaranteed workgroup storage.
-// With GLU, i = 0, 1 are gate slots (< TILE_N / 2) and i = 2, 3 the up slots of the same rows,
-// so the thread combines them itself.
-var<workgroup> wt: array<vec4<f32>, 8u * TILE_N>; // [8][TILE_N]: a dequantized 32-wide W chunk
-var<workgroup> xt: array<vec4<f32>, 8u * TILE_T>; // [8][TILE_T]: the x' chunk
+#ifdef TILES
+// Matrix–matrix (prefill), shared by the two tile kernels (TILES plus TILED or TILED_COOP): a
+// workgroup computes TILE_N (64) slots × TILE_T (64) tokens. Per 32-wide K chunk every thread
+// stages 8 dequantized elements of one W row (row li / 4, elements 8(li % 4) …; dequant8) and
+// 8 elements of x' for one token, so all 256 threads share the decoding, and each weight is
+// dequantized once per 64 tokens. In the epilogue thread (tx, ty) stores slots tx + 16i and
+// tokens ty + 16j (i, j < 4). With GLU, i = 0, 1 are gate slots (< TILE_N / 2) and i = 2, 3
+// the up slots of the same rows, so the thread combines them itself.
 
 // Elements 8o .. 8o + 7 of row mr.y of weight mr.x (wsel as in dot_w).
 fn dequant_w8(mr: vec2<u32>, o: u32) -> array<vec4<f32>, 2> {
@@ -435,17 +429,6 @@ fn dequant_w8(mr: vec2<u32>, o: u32) -> array<vec4<f32>, 2> {
     return dequant8(row_byte, o);
 }
 
-// rsqrt(mean(x²) + eps) of tile token `tok`, from the Σ x² of its 4 staging threads (left in
-// xt[·].x after the K loop), or 1 without NORM.
-fn token_scale(tok: u32) -> f32 {
-#ifdef NORM
-    let s = xt[tok * 4u].x + xt[tok * 4u + 1u].x + xt[tok * 4u + 2u].x + xt[tok * 4u + 3u].x;
-    return inverseSqrt(s / f32(p.k) + p.eps);
-#else
-    return 1.0;
-#endif
-}
-
 // Elements 8q .. 8q + 7 of 32-wide chunk c of x'[t] (zeros past the step's tokens); with NORM
 // their squares are added to ss before the norm weight scales them.
 fn stage_x(t: u32, c: u32, q: u32, ss: ptr<function, f32>) -> array<vec4<f32>, 2> {
@@ -462,11 +445,6 @@ fn stage_x(t: u32, c: u32, q: u32, ss: ptr<function, f32>) -> array<vec4<f32>, 2
 #endif
     }
     return array<vec4<f32>, 2>(xa, xb);
-}
-
-// The 4 dot products of slot vec4s a0..a3 with b.
-fn dot4x(a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>, b: vec4<f32>) -> vec4<f32> {
-    return vec4<f32>(dot(a0, b), dot(a1, b), dot(a2, b), dot(a3, b));
 }
 
 // Stores the 4 slots of token `t` (tile token tok) that thread tx owns.
@@ -490,6 +468,33 @@ fn store_tile(g: u32, tx: u32, t: u32, tok: u32, acc: vec4<f32>) {
         }
     }
 #endif
+}
+
+#endif
+
+#ifdef TILED
+// The portable tile kernel (every device; what browsers run): thread (tx, ty) accumulates its
+// 16 outputs in f32, so each vec4 read from workgroup memory feeds 4 dot products.
+// Workgroup memory is K-major (vec4 j of row n at [j · 64 + n]): the 16 threads reading a tile
+// row take consecutive vec4, so no bank padding is needed and both tiles fit in 16 KB,
+// WebGPU's guaranteed workgroup storage.
+var<workgroup> wt: array<vec4<f32>, 8u * TILE_N>; // [8][TILE_N]: a dequantized 32-wide W chunk
+var<workgroup> xt: array<vec4<f32>, 8u * TILE_T>; // [8][TILE_T]: the x' chunk
+
+// rsqrt(mean(x²) + eps) of tile token `tok`, from the Σ x² of its 4 staging threads (left in
+// xt[·].x after the K loop), or 1 without NORM.
+fn token_scale(tok: u32) -> f32 {
+#ifdef NORM
+    let s = xt[tok * 4u].x + xt[tok * 4u + 1u].x + xt[tok * 4u + 2u].x + xt[tok * 4u + 3u].x;
+    return inverseSqrt(s / f32(p.k) + p.eps);
+#else
+    return 1.0;
+#endif
+}
+
+// The 4 dot products of slot vec4s a0..a3 with b.
+fn dot4x(a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>, b: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(dot(a0, b), dot(a1, b), dot(a2, b), dot(a3, b));
 }
 
 @compute @workgroup_size(256)
@@ -557,5 +562,114 @@ fn main(
     store_tile(g, tx, t0 + ty + 16u, ty + 16u, acc1);
     store_tile(g, tx, t0 + ty + 32u, ty + 32u, acc2);
     store_tile(g, tx, t0 + ty + 48u, ty + 48u, acc3);
+}
+#endif
+
+#ifdef TILED_COOP
+// The tile kernel on tensor cores (native only: wgpu's experimental cooperative matrices;
+// WebGPU has none). Staging and epilogue are TILED's, but W and x' are staged as f16 and each
+// of the 8 subgroups of 32 multiplies a 16-slot × 32-token block with 16×16×16 f16 matrices,
+// accumulating in f32. The price is rounding W and x' to f16 (11-bit significands, a relative
+// error of at most 2^-11 per element; tests/kernels_matmul.rs bounds the result against the
+// CPU reference). kernels/matmul.rs prepends `enable f16;` and `enable wgpu_cooperative_matrix;`.
+var<workgroup> wt16: array<f16, TILE_N * 32u>; // [TILE_N][32]: the W chunk, row-major (A)
+var<workgroup> xt16: array<f16, TILE_T * 32u>; // [TILE_T][32]: x' chunk by token (B, column-major)
+var<workgroup> ct: array<f32, TILE_N * TILE_T>; // [TILE_T][TILE_N]: the outputs (C, column-major)
+#ifdef NORM
+var<workgroup> token_ss: array<f32, 256>; // Σ x² of each staging thread's elements
+#endif
+
+// rsqrt(mean(x²) + eps) of tile token `tok` from its 4 staging threads' Σ x², or 1 without NORM.
+fn token_scale(tok: u32) -> f32 {
+#ifdef NORM
+    let s = token_ss[tok * 4u] + token_ss[tok * 4u + 1u] + token_ss[tok * 4u + 2u] + token_ss[tok * 4u + 3u];
+    return inverseSqrt(s / f32(p.k) + p.eps);
+#else
+    return 1.0;
+#endif
+}
+
+// Writes 8 staged f32 (two vec4) as f16 at `at` in wt16 or xt16.
+fn stage_w16(at: u32, v: array<vec4<f32>, 2>) {
+    for (var e = 0u; e < 4u; e++) {
+        wt16[at + e] = f16(v[0][e]);
+        wt16[at + 4u + e] = f16(v[1][e]);
+    }
+}
+
+fn stage_x16(at: u32, v: array<vec4<f32>, 2>) {
+    for (var e = 0u; e < 4u; e++) {
+        xt16[at + e] = f16(v[0][e]);
+        xt16[at + 4u + e] = f16(v[1][e]);
+    }
+}
+
+@compute @workgroup_size(256)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+    @builtin(subgroup_id) sg: u32,
+) {
+    let g = wid.x + wid.y * nwg.x;
+    if (g >= p.groups) {
+        return;
+    }
+    let t0 = wid.z * TILE_T;
+    let chunks = p.k / 32u;
+    let sr = li / 4u; // the W row and the token this thread stages
+    let q = li % 4u;  // … their elements 8q .. 8q + 7 of each chunk
+    let staged = locate(g * TILE_N + sr, TILE_N);
+    let staged_live = live(staged);
+    let t_stage = t0 + sr;
+    // Subgroup sg owns slots r0 .. r0 + 15 and tokens n0 .. n0 + 31. The accumulators start
+    // as the zeroed output tile (there is no zero constructor for cooperative matrices).
+    let r0 = 16u * (sg % 4u);
+    let n0 = 32u * (sg / 4u);
+    for (var i = li; i < TILE_N * TILE_T; i += 256u) {
+        ct[i] = 0.0;
+    }
+    workgroupBarrier();
+    var c0 = coopLoad<coop_mat16x16<f32, C>>(&ct[n0 * TILE_N + r0], TILE_N);
+    var c1 = coopLoad<coop_mat16x16<f32, C>>(&ct[(n0 + 16u) * TILE_N + r0], TILE_N);
+    var ss = 0.0;
+    // Chunk c + 1 is loaded while chunk c is multiplied, as in TILED.
+    var w_next: array<vec4<f32>, 2>;
+    if (staged_live) {
+        w_next = dequant_w8(staged, q);
+    }
+    var x_next = stage_x(t_stage, 0u, q, &ss);
+    for (var c = 0u; c < chunks; c++) {
+        stage_w16(sr * 32u + 8u * q, w_next);
+        stage_x16(sr * 32u + 8u * q, x_next);
+        workgroupBarrier();
+        if (c + 1u < chunks) {
+            if (staged_live) {
+                w_next = dequant_w8(staged, 4u * (c + 1u) + q);
+            }
+            x_next = stage_x(t_stage, c + 1u, q, &ss);
+        }
+        for (var kk = 0u; kk < 32u; kk += 16u) {
+            let a = coopLoadT<coop_mat16x16<f16, A>>(&wt16[r0 * 32u + kk], 32u);
+            let b0 = coopLoad<coop_mat16x16<f16, B>>(&xt16[n0 * 32u + kk], 32u);
+            let b1 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(n0 + 16u) * 32u + kk], 32u);
+            c0 = coopMultiplyAdd(a, b0, c0);
+            c1 = coopMultiplyAdd(a, b1, c1);
+        }
+        workgroupBarrier();
+    }
+    coopStore(c0, &ct[n0 * TILE_N + r0], TILE_N);
+    coopStore(c1, &ct[(n0 + 16u) * TILE_N + r0], TILE_N);
+#ifdef NORM
+    token_ss[li] = ss; // thread li staged token li / 4 (see token_scale)
+#endif
+    workgroupBarrier();
+    let tx = li % 16u;
+    let ty = li / 16u;
+    for (var j = 0u; j < 4u; j++) {
+        let tok = ty + 16u * j;
+        let o = tok * TILE_N + tx;
+        store_tile(g, tx, t0 + tok, tok, vec4<f32>(ct[o], ct[o + 16u], ct[o + 32u], ct[o + 48u]));
+    }
 }
 #endif

@@ -19,7 +19,7 @@ use coco::gguf::GgmlType;
 use coco::gpu::{Binding, GpuTensor, StepRecorder};
 use coco::kernels::elementwise::Activation;
 use coco::kernels::matmul::MatmulVariant::{
-    self, MatvecRows, MatvecSubgroup, MatvecWorkgroup, Tiled,
+    self, MatvecRows, MatvecSubgroup, MatvecWorkgroup, Tiled, TiledCoop,
 };
 use coco::kernels::matmul::{
     matmul_glu_variant, matmul_normed_variant, matmul_qkv_variant, MatmulArgs,
@@ -31,6 +31,8 @@ use rand_chacha::ChaCha8Rng;
 
 const RTOL: f64 = 1e-5;
 const ATOL_PER_ABS_SUM: f64 = 2e-6;
+/// The cooperative-matrix GEMM rounds W and x' to f16 (relative error ≤ 2^-11 each).
+const COOP_ATOL_PER_ABS_SUM: f64 = 2e-3;
 const EPS: f32 = 1e-5;
 
 /// K for the type: 2 super-blocks for K-quants, else 5 blocks of 32 (odd, so Q8_0/Q4_0/Q5_0
@@ -119,14 +121,27 @@ impl std::fmt::Display for Err {
     }
 }
 
-/// The reference product x'·wᵀ in f64-accurate f32 and its tolerance per element.
-fn reference_product(w: &[f32], xn: &[f32], n: usize, k: usize, t: usize) -> (Vec<f64>, Vec<f64>) {
+/// The reference product x'·wᵀ in f64-accurate f32 and its tolerance per element for the
+/// kernel `label` (the f16 cooperative-matrix GEMM gets [`COOP_ATOL_PER_ABS_SUM`]).
+fn reference_product(
+    w: &[f32],
+    xn: &[f32],
+    n: usize,
+    k: usize,
+    t: usize,
+    label: &str,
+) -> (Vec<f64>, Vec<f64>) {
     let want = reference::matmul(w, xn, n, k, t);
     let abs = reference::matmul_abs(w, xn, n, k, t);
+    let atol = if label.contains("_coop") {
+        COOP_ATOL_PER_ABS_SUM
+    } else {
+        ATOL_PER_ABS_SUM
+    };
     let tol = want
         .iter()
         .zip(&abs)
-        .map(|(&r, &a)| ATOL_PER_ABS_SUM * a as f64 + 1e-6 + RTOL * (r as f64).abs())
+        .map(|(&r, &a)| atol * a as f64 + 1e-6 + RTOL * (r as f64).abs())
         .collect();
     (want.iter().map(|&v| v as f64).collect(), tol)
 }
@@ -229,6 +244,15 @@ fn variants_cases(base: impl Fn(Case) -> Case) -> Vec<Case> {
     } else {
         println!("no SUBGROUP on this adapter; subgroup matvec not tested");
     }
+    if ctx().has_coop_gemm() {
+        cases.extend([
+            base(case(17, Some(TiledCoop))),
+            base(case(70, Some(TiledCoop))).no_norm(),
+            base(case(64, Some(TiledCoop))).long(),
+        ]);
+    } else {
+        println!("no cooperative matrices on this adapter; the f16 GEMM not tested");
+    }
     cases
 }
 
@@ -290,7 +314,7 @@ fn run_normed(ty: GgmlType, c: Case, seed: u64) -> Err {
     let got = ctx().read_f32(&yb, 0, (t * n) as u64).expect("readback");
 
     let xn = normed(&x, c.norm.then_some(&nw[..]), t, k);
-    let (mut want, tol) = reference_product(&w, &xn, n, k, t);
+    let (mut want, tol) = reference_product(&w, &xn, n, k, t, &label);
     for (i, v) in want.iter_mut().enumerate() {
         if c.bias {
             *v += bias[i % n] as f64;
@@ -373,8 +397,8 @@ fn run_glu(ty: GgmlType, c: Case, seed: u64) -> Err {
         .expect("readback");
 
     let xn = normed(&x, c.norm.then_some(&nw[..]), t, k);
-    let (g, g_tol) = reference_product(&gate_w, &xn, ffn, k, t);
-    let (u, u_tol) = reference_product(&up_w, &xn, ffn, k, t);
+    let (g, g_tol) = reference_product(&gate_w, &xn, ffn, k, t, &label);
+    let (u, u_tol) = reference_product(&up_w, &xn, ffn, k, t, &label);
     let g32: Vec<f32> = g.iter().map(|&v| v as f32).collect();
     let up32: Vec<f32> = u.iter().map(|&v| v as f32).collect();
     let want: Vec<f64> = ops::glu(&g32, &up32, act)
@@ -476,7 +500,7 @@ fn run_qkv(ty: GgmlType, c: Case, seed: u64) -> Err {
         let got = ctx()
             .read_f32(&outs[i], 0, (t * n) as u64)
             .expect("readback");
-        let (mut want, tol) = reference_product(w, &xn, n, k, t);
+        let (mut want, tol) = reference_product(w, &xn, n, k, t, &label);
         if c.bias {
             for (j, v) in want.iter_mut().enumerate() {
                 *v += biases[i][j % n] as f64;

@@ -16,7 +16,7 @@ use coco::gguf::GgmlType;
 use coco::gpu::{Binding, GpuTensor, StepRecorder};
 use coco::kernels::get_rows::get_rows;
 use coco::kernels::matmul::MatmulVariant::{
-    self, MatvecRows, MatvecSubgroup, MatvecWorkgroup, Tiled,
+    self, MatvecRows, MatvecSubgroup, MatvecWorkgroup, Tiled, TiledCoop,
 };
 use coco::kernels::matmul::{matmul_variant, MatmulArgs};
 use coco::reference::{matmul as reference, quant};
@@ -26,6 +26,9 @@ use rand_chacha::ChaCha8Rng;
 
 const RTOL: f64 = 1e-5;
 const ATOL_PER_ABS_SUM: f64 = 2e-6;
+/// The cooperative-matrix GEMM rounds W and x' to f16 (relative error ≤ 2^-11 each), so its
+/// error bound per Σ|w·x| is about 2 · 2^-11; 2e-3 leaves a little headroom.
+const COOP_ATOL_PER_ABS_SUM: f64 = 2e-3;
 
 /// K for the type: 2 super-blocks for K-quants, else 5 blocks of 32 (an odd block count, so
 /// Q8_0/Q4_0/Q5_0 rows alternate between word-aligned and 2-mod-4 starts).
@@ -169,11 +172,17 @@ fn run_matmul(case: Case, seed: u64) -> f64 {
             *v += y0[i];
         }
     }
+    // Unforced cases pick the device's kernel, which is the f16 one on tensor-core adapters.
+    let atol_per_abs = if labels[0].contains("_coop") {
+        COOP_ATOL_PER_ABS_SUM
+    } else {
+        ATOL_PER_ABS_SUM
+    };
     let mut max_err = 0f64;
     for i in 0..t * n {
         let (g, r) = (got[i] as f64, want[i] as f64);
         let err = (g - r).abs();
-        let tol = ATOL_PER_ABS_SUM * abs[i] as f64 + 1e-6 + RTOL * r.abs();
+        let tol = atol_per_abs * abs[i] as f64 + 1e-6 + RTOL * r.abs();
         assert!(
             err <= tol,
             "{case:?} ({}): first mismatch at y[t={}, n={}]: gpu {g} vs reference {r} (|err| {err:.3e} > tol {tol:.3e})",
@@ -237,6 +246,19 @@ fn matmul_type(ty: GgmlType) {
         ]);
     } else {
         println!("{ty}: no SUBGROUP on this adapter; subgroup matvec not tested");
+    }
+    if ctx().has_coop_gemm() {
+        cases.extend([
+            Case::new(ty, 67, 17, Some(TiledCoop)),
+            Case::new(ty, 131, 33, Some(TiledCoop)).bias().accumulate(),
+            Case::new(ty, 67, 70, Some(TiledCoop)).accumulate(),
+            Case::new(ty, 67, 17, Some(TiledCoop))
+                .bias()
+                .accumulate()
+                .split(12),
+        ]);
+    } else {
+        println!("{ty}: no cooperative matrices on this adapter; the f16 GEMM not run");
     }
     let mut worst = 0f64;
     for (i, case) in cases.into_iter().enumerate() {
@@ -550,20 +572,33 @@ fn bench_matmul() {
                 );
             }
         }
-        // Prefill: T = 512 over a [4096, 4096] weight.
-        let (n, k, t) = (4096 / div, 4096u64, 512 / div as u32);
-        let bytes = random_bytes((n * ty.bytes_for(k).unwrap()) as usize);
-        let wt = GpuTensor::from_bytes(ctx, "w", ty, k, n, &bytes, ctx.max_binding_bytes());
-        let x = ctx.storage_buffer_init(
-            "x",
-            bytemuck::cast_slice(&vec![0.5f32; (k * t as u64) as usize]),
-        );
-        let y = ctx.storage_buffer("y", n * 4 * t as u64);
-        let sec = time_matmul(&wt, &x, &y, t, Tiled);
-        let tflops = 2.0 * (n * k) as f64 * t as f64 / sec / 1e12;
-        println!(
-            "{ty:<5} Tiled            T={t} N={n} K={k}: {:8.1} µs  {tflops:7.2} TFLOP/s",
-            sec * 1e6
-        );
+        // Prefill: T = 512 over a [4096, 4096] weight, and for Q4_0 and Q8_0 Llama-3.2-1B's
+        // o, down and gate (or up) shapes; with the cooperative-matrix kernel where it runs.
+        let t = 512 / div as u32;
+        let mut shapes = vec![(4096 / div, 4096u64)];
+        if matches!(ty, GgmlType::Q4_0 | GgmlType::Q8_0) {
+            shapes.extend([(2048 / div, 2048), (2048 / div, 8192), (8192 / div, 2048)]);
+        }
+        let mut variants = vec![Tiled];
+        if ctx.has_coop_gemm() {
+            variants.push(TiledCoop);
+        }
+        for (n, k) in shapes {
+            let bytes = random_bytes((n * ty.bytes_for(k).unwrap()) as usize);
+            let wt = GpuTensor::from_bytes(ctx, "w", ty, k, n, &bytes, ctx.max_binding_bytes());
+            let x = ctx.storage_buffer_init(
+                "x",
+                bytemuck::cast_slice(&vec![0.5f32; (k * t as u64) as usize]),
+            );
+            let y = ctx.storage_buffer("y", n * 4 * t as u64);
+            for &v in &variants {
+                let sec = time_matmul(&wt, &x, &y, t, v);
+                let tflops = 2.0 * (n * k) as f64 * t as f64 / sec / 1e12;
+                println!(
+                    "{ty:<5} {v:<16?} T={t} N={n} K={k}: {:8.1} µs  {tflops:7.2} TFLOP/s",
+                    sec * 1e6
+                );
+            }
+        }
     }
 }

@@ -37,11 +37,12 @@ pub struct GpuContext {
     pub info: wgpu::AdapterInfo,
     /// The limits the device was opened with (the adapter's own, so nothing is left on the table).
     pub limits: wgpu::Limits,
-    /// Optional features we asked for and got: SHADER_F16, SUBGROUP, TIMESTAMP_QUERY.
+    /// Optional features we asked for and got: SHADER_F16, SUBGROUP, TIMESTAMP_QUERY, and
+    /// EXPERIMENTAL_COOPERATIVE_MATRIX where coco's GEMM can use it.
     pub features: wgpu::Features,
     /// What the adapter offers for tensor-core style matrix work through wgpu (its
-    /// experimental cooperative-matrix feature), in words. coco has no kernel that uses it
-    /// yet; `coco -v` prints this so a benchmark run records what the hardware would allow.
+    /// experimental cooperative-matrix feature), in words; `coco -v` prints it so a benchmark
+    /// run records what the hardware allows.
     pub cooperative_matrix: String,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
     /// One grow-only uniform buffer for every step's dispatch parameters. Rewriting it with
@@ -113,6 +114,31 @@ fn describe_cooperative_matrix(adapter: &wgpu::Adapter) -> String {
     )
 }
 
+/// Workgroup memory of the cooperative-matrix GEMM (`TILED_COOP` in matmul.wgsl): f16 tiles
+/// of W and x' (4 KiB each), the f32 output tile (16 KiB) and, with RMSNorm, 1 KiB of sums.
+pub const COOP_GEMM_WORKGROUP_BYTES: u32 = 25 * 1024;
+
+/// Whether coco's cooperative-matrix prefill GEMM can run on `adapter`: wgpu offers its
+/// experimental feature with the 16×16×16 f16 × f16 → f32 configuration, the adapter has
+/// SHADER_F16, SUBGROUP and subgroups of exactly 32 (the kernel deals its 8 blocks to the 8
+/// subgroups of 256 invocations) and 25 KiB of workgroup memory. `COCO_COOPMAT=0` turns it off (A/B runs; the portable tiled GEMM is used instead).
+fn coop_gemm_available(adapter: &wgpu::Adapter) -> bool {
+    if std::env::var("COCO_COOPMAT").is_ok_and(|v| v == "0") {
+        return false;
+    }
+    let needed = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
+        | wgpu::Features::SHADER_F16
+        | wgpu::Features::SUBGROUP;
+    use wgpu::CooperativeScalarType as S;
+    let info = adapter.get_info();
+    adapter.features().contains(needed)
+        && (info.subgroup_min_size, info.subgroup_max_size) == (32, 32)
+        && adapter.limits().max_compute_workgroup_storage_size >= COOP_GEMM_WORKGROUP_BYTES
+        && adapter.cooperative_matrix_properties().iter().any(|c| {
+            (c.m_size, c.n_size, c.k_size, c.ab_type, c.cr_type) == (16, 16, 16, S::F16, S::F32)
+        })
+}
+
 impl GpuContext {
     /// Opens the default adapter. Natively `WGPU_BACKEND` picks the backend and
     /// `WGPU_ADAPTER_NAME` (substring, case-insensitive) picks the adapter.
@@ -122,14 +148,26 @@ impl GpuContext {
         let adapter = Self::pick_adapter(&instance).await?;
         let info = adapter.get_info();
         let limits = adapter.limits();
-        let features = adapter.features() & WANTED_FEATURES;
+        let mut features = adapter.features() & WANTED_FEATURES;
         let cooperative_matrix = describe_cooperative_matrix(&adapter);
+        let coop = coop_gemm_available(&adapter);
+        let experimental_features = if coop {
+            features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+            // SAFETY: wgpu asks for this opt-in because its experimental features may have
+            // bugs that reach undefined behaviour. coco uses only the cooperative-matrix
+            // feature, only in one kernel, with the configuration the adapter reported; it is
+            // checked against the CPU reference on the H200 (tests/kernels_matmul.rs) and can
+            // be switched off with COCO_COOPMAT=0.
+            unsafe { wgpu::ExperimentalFeatures::enabled() }
+        } else {
+            wgpu::ExperimentalFeatures::disabled()
+        };
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("coco"),
                 required_features: features,
                 required_limits: limits.clone(),
-                experimental_features: wgpu::ExperimentalFeatures::disabled(),
+                experimental_features,
                 memory_hints: wgpu::MemoryHints::Performance,
                 trace: wgpu::Trace::Off,
             })
@@ -232,6 +270,12 @@ impl GpuContext {
 
     pub fn has_f16(&self) -> bool {
         self.features.contains(wgpu::Features::SHADER_F16)
+    }
+
+    /// Whether the cooperative-matrix prefill GEMM runs here (see [`coop_gemm_available`]).
+    pub fn has_coop_gemm(&self) -> bool {
+        self.features
+            .contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
     }
 
     pub fn has_subgroups(&self) -> bool {

@@ -8,7 +8,7 @@
 //! In a Llama layer, norm → Q, K, V (4 dispatches) becomes 1 and norm → gate, up → glu (4)
 //! becomes 1: 6 fewer dependent dispatches per layer.
 //!
-//! Three shapes of the same product, picked by [`MatmulKey::choose`]:
+//! Four shapes of the same product, picked by [`MatmulKey::choose`]:
 //! - `matvec_wg256`: decode (T small); 256 invocations (SwiftShader's limit) = 8 slots × 32
 //!   lanes, each lane taking every 32nd 8-element group of its row (coalesced reads),
 //!   shared-memory reduction. What the browser runs.
@@ -16,8 +16,10 @@
 //!   wgpu's WebGPU backend never enables it).
 //! - `tiled64x64`: prefill; a 64-slot × 64-token tile per workgroup, each W chunk dequantized
 //!   once into workgroup memory and reused by all 64 tokens.
+//! - `coop64x64`: the same tiles multiplied on tensor cores with f16 cooperative matrices,
+//!   where the native adapter offers them (never in a browser).
 //!
-//! Every fused form exists in all three shapes, so it serves any T; only its speed, not its
+//! Every fused form exists in all four shapes, so it serves any T; only its speed, not its
 //! dispatch count, depends on T.
 //!
 //! A weight split into parts (`GpuTensor::parts`) gets one dispatch per part, each writing its
@@ -95,6 +97,9 @@ pub enum MatmulVariant {
     MatvecRows,
     /// Tiled matrix–matrix (prefill).
     Tiled,
+    /// The same tiles multiplied with f16 cooperative matrices (tensor cores), where the
+    /// native adapter offers them (`GpuContext::has_coop_gemm`).
+    TiledCoop,
 }
 
 impl MatmulVariant {
@@ -105,7 +110,12 @@ impl MatmulVariant {
             // The workgroup kernel with one lane per slot: its reduction loop is empty.
             Self::MatvecRows => "MATVEC_WG",
             Self::Tiled => "TILED",
+            Self::TiledCoop => "TILED_COOP",
         }
+    }
+
+    fn is_tiled(self) -> bool {
+        matches!(self, Self::Tiled | Self::TiledCoop)
     }
 
     fn label(self) -> String {
@@ -114,6 +124,7 @@ impl MatmulVariant {
             Self::MatvecSubgroup => format!("matvec_sg{}", MV_ROWS * MV_LANES),
             Self::MatvecRows => format!("matvec_rows{}", MV_ROWS * MV_LANES),
             Self::Tiled => format!("tiled{TILE_N}x{TILE_T}"),
+            Self::TiledCoop => format!("coop{TILE_N}x{TILE_T}"),
         }
     }
 
@@ -125,7 +136,7 @@ impl MatmulVariant {
     /// (slots, lanes per slot) of a workgroup; 256 invocations for the matvecs.
     fn grid(self) -> (u32, u32) {
         match self {
-            Self::Tiled => (TILE_N, 1),
+            Self::Tiled | Self::TiledCoop => (TILE_N, 1),
             Self::MatvecRows => (MV_ROWS * MV_LANES, 1),
             Self::MatvecWorkgroup => (MV_ROWS, MV_LANES),
             // The shader deals lanes by subgroup size; MV_LANES is unused there.
@@ -187,9 +198,10 @@ struct Layout {
 }
 
 impl MatmulKey {
-    /// The unfused variant for `t` tokens on this device, unless `force`d (tests, A/B runs).
+    /// The unfused variant for `t` tokens on a device running `kernels`, unless `force`d
+    /// (tests, A/B runs).
     pub fn choose(
-        matvec: MatmulVariant,
+        kernels: DeviceKernels,
         ty: GgmlType,
         t: u32,
         bias: bool,
@@ -197,8 +209,9 @@ impl MatmulKey {
     ) -> MatmulKey {
         // On a CPU adapter the tiled kernel's barriers cost more than reading W once per
         // token, so prefill stays on the row-per-invocation matvec there too.
+        let matvec = kernels.matvec;
         let variant = force.unwrap_or(if t > MATVEC_MAX_T && matvec != MatmulVariant::MatvecRows {
-            MatmulVariant::Tiled
+            kernels.tiled
         } else {
             matvec
         });
@@ -209,6 +222,21 @@ impl MatmulKey {
             norm: false,
             fusion: Fusion::None,
         }
+    }
+
+    /// The portable tiles instead of the cooperative-matrix ones for a fused (GLU, Q/K/V) or
+    /// normed product, unless the variant was `forced`. Measured on the H200 (BENCHMARKS.md,
+    /// session 9): every plain shape ran 1.27–1.38× faster on tensor cores, but the fused
+    /// forms ran slower (Llama-3.2-1B pp512: gate/up 34.9 vs 27.3 ms, Q/K/V 7.1 vs 5.5 ms).
+    fn coop_only_when_plain(self, forced: bool) -> MatmulKey {
+        let plain = self.fusion == Fusion::None && !self.norm;
+        if self.variant == MatmulVariant::TiledCoop && !plain && !forced {
+            return MatmulKey {
+                variant: MatmulVariant::Tiled,
+                ..self
+            };
+        }
+        self
     }
 
     /// `matmul_q4_k_matvec_wg256`, `matmul_f16_tiled64x64_bias`,
@@ -232,6 +260,9 @@ impl MatmulKey {
     /// The defines that select this variant in `matmul.wgsl` (errors on an unsupported type).
     pub fn defines(&self) -> Result<Vec<&'static str>, KernelError> {
         let mut defines = vec![weight_define(self.ty)?, self.variant.define()];
+        if self.variant.is_tiled() {
+            defines.push("TILES");
+        }
         match self.fusion {
             Fusion::None => {}
             Fusion::Glu(act) => defines.extend([
@@ -278,8 +309,13 @@ impl MatmulKey {
         let defines = self.defines()?;
         let l = self.layout();
         let (mv_rows, mv_lanes) = match self.variant {
-            MatmulVariant::Tiled => (MV_ROWS, MV_LANES),
+            v if v.is_tiled() => (MV_ROWS, MV_LANES),
             v => v.grid(),
+        };
+        // Directives come before any declaration.
+        let enables = match self.variant {
+            MatmulVariant::TiledCoop => "enable f16;\nenable wgpu_cooperative_matrix;\n",
+            _ => "",
         };
         let consts = format!(
             "const MV_ROWS: u32 = {mv_rows}u;\nconst MV_LANES: u32 = {mv_lanes}u;\n\
@@ -293,19 +329,49 @@ impl MatmulKey {
             l.norm,
             l.bias
         );
-        Ok(consts + &preprocess("matmul.wgsl", &defines))
+        Ok(format!("{enables}{consts}{}", preprocess("matmul.wgsl", &defines)))
     }
 }
 
-/// The decode matvec for this device: subgroup sums where SUBGROUP exists, one row per
-/// invocation on a CPU adapter without them (SwiftShader), shared-memory sums elsewhere.
-pub fn matvec_variant(ctx: &crate::gpu::GpuContext) -> MatmulVariant {
-    if ctx.has_subgroups() {
-        MatmulVariant::MatvecSubgroup
-    } else if ctx.info.device_type == wgpu::DeviceType::Cpu {
-        MatmulVariant::MatvecRows
-    } else {
-        MatmulVariant::MatvecWorkgroup
+/// The kernel shapes a device runs: its decode matvec and its prefill tile kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceKernels {
+    pub matvec: MatmulVariant,
+    pub tiled: MatmulVariant,
+}
+
+impl DeviceKernels {
+    /// What a device without subgroups or cooperative matrices runs (a browser's GPU).
+    pub const PORTABLE: DeviceKernels = DeviceKernels {
+        matvec: MatmulVariant::MatvecWorkgroup,
+        tiled: MatmulVariant::Tiled,
+    };
+
+    /// The matvec: subgroup sums where SUBGROUP exists, one row per invocation on a CPU
+    /// adapter without them (SwiftShader), shared-memory sums elsewhere. The tiles: on
+    /// tensor cores where coco's cooperative-matrix GEMM can run, portable otherwise.
+    pub fn of(ctx: &crate::gpu::GpuContext) -> DeviceKernels {
+        let matvec = if ctx.has_subgroups() {
+            MatmulVariant::MatvecSubgroup
+        } else if ctx.info.device_type == wgpu::DeviceType::Cpu {
+            MatmulVariant::MatvecRows
+        } else {
+            MatmulVariant::MatvecWorkgroup
+        };
+        let tiled = if ctx.has_coop_gemm() {
+            MatmulVariant::TiledCoop
+        } else {
+            MatmulVariant::Tiled
+        };
+        DeviceKernels { matvec, tiled }
+    }
+
+    /// Portable tiles with this matvec (tests).
+    pub fn with_matvec(matvec: MatmulVariant) -> DeviceKernels {
+        DeviceKernels {
+            matvec,
+            ..Self::PORTABLE
+        }
     }
 }
 
@@ -577,8 +643,9 @@ pub fn matmul_glu_variant(
     let key = MatmulKey {
         norm: norm.is_some(),
         fusion: Fusion::Glu(act),
-        ..MatmulKey::choose(matvec_variant(ctx), w_gate.ty, t, false, variant)
-    };
+        ..MatmulKey::choose(DeviceKernels::of(ctx), w_gate.ty, t, false, variant)
+    }
+    .coop_only_when_plain(variant.is_some());
     for (pg, pu) in w_gate.parts.iter().zip(&w_up.parts) {
         let rows = pg.n_rows as u32;
         let params = Params {
@@ -714,8 +781,9 @@ pub fn matmul_qkv_variant(
     let key = MatmulKey {
         norm: norm.is_some(),
         fusion: Fusion::Qkv,
-        ..MatmulKey::choose(matvec_variant(ctx), wq.ty, t, bias.is_some(), variant)
-    };
+        ..MatmulKey::choose(DeviceKernels::of(ctx), wq.ty, t, bias.is_some(), variant)
+    }
+    .coop_only_when_plain(variant.is_some());
     let rows = [wq.n_rows as u32, wk.n_rows as u32, wv.n_rows as u32, 0];
     let params = Params {
         k: kdim as u32,
@@ -766,8 +834,9 @@ fn single(
     check_norm(KERNEL, norm, k)?;
     let key = MatmulKey {
         norm: norm.is_some(),
-        ..MatmulKey::choose(matvec_variant(rec.ctx()), w.ty, t, bias.is_some(), variant)
-    };
+        ..MatmulKey::choose(DeviceKernels::of(rec.ctx()), w.ty, t, bias.is_some(), variant)
+    }
+    .coop_only_when_plain(variant.is_some());
     for part in &w.parts {
         let rows = part.n_rows as u32;
         let params = Params {
@@ -818,6 +887,11 @@ fn launch(
     if key.variant == MatmulVariant::MatvecSubgroup && !ctx.has_subgroups() {
         return err("the subgroup matvec needs Features::SUBGROUP, which this device lacks".into());
     }
+    if key.variant == MatmulVariant::TiledCoop && !ctx.has_coop_gemm() {
+        return err("the cooperative-matrix GEMM needs wgpu's experimental cooperative \
+                    matrices (16x16x16 f16 -> f32), which this device lacks"
+            .into());
+    }
     let layout = key.layout();
     debug_assert_eq!(layout.count as usize, bindings.len(), "{}", key.label());
     let limit = ctx.limits.max_storage_buffers_per_shader_stage;
@@ -830,7 +904,7 @@ fn launch(
     let max = ctx.limits.max_compute_workgroups_per_dimension;
     let t = params.t;
     let t_groups = match key.variant {
-        MatmulVariant::Tiled => t.div_ceil(TILE_T),
+        v if v.is_tiled() => t.div_ceil(TILE_T),
         _ => t, // one token per z slice
     };
     if t_groups > max {
@@ -861,18 +935,16 @@ mod tests {
 
     #[test]
     fn labels_name_the_variant() {
-        let key = MatmulKey::choose(
-            MatmulVariant::MatvecWorkgroup,
+        let key = MatmulKey::choose(DeviceKernels::with_matvec(MatmulVariant::MatvecWorkgroup),
             GgmlType::Q4_K,
             1,
             false,
             None,
         );
         assert_eq!(key.label(), "matmul_q4_k_matvec_wg256");
-        let key = MatmulKey::choose(MatmulVariant::MatvecSubgroup, GgmlType::Q8_0, 1, true, None);
+        let key = MatmulKey::choose(DeviceKernels::with_matvec(MatmulVariant::MatvecSubgroup), GgmlType::Q8_0, 1, true, None);
         assert_eq!(key.label(), "matmul_q8_0_matvec_sg256_bias");
-        let key = MatmulKey::choose(
-            MatmulVariant::MatvecSubgroup,
+        let key = MatmulKey::choose(DeviceKernels::with_matvec(MatmulVariant::MatvecSubgroup),
             GgmlType::BF16,
             64,
             false,
@@ -882,8 +954,7 @@ mod tests {
         let key = MatmulKey {
             norm: true,
             fusion: Fusion::Glu(Activation::GeluTanh),
-            ..MatmulKey::choose(
-                MatmulVariant::MatvecWorkgroup,
+            ..MatmulKey::choose(DeviceKernels::with_matvec(MatmulVariant::MatvecWorkgroup),
                 GgmlType::Q6_K,
                 1,
                 false,
@@ -894,12 +965,61 @@ mod tests {
         let key = MatmulKey {
             norm: true,
             fusion: Fusion::Qkv,
-            ..MatmulKey::choose(MatmulVariant::MatvecSubgroup, GgmlType::Q5_0, 1, true, None)
+            ..MatmulKey::choose(DeviceKernels::with_matvec(MatmulVariant::MatvecSubgroup), GgmlType::Q5_0, 1, true, None)
         };
         assert_eq!(key.label(), "matmul_q5_0_matvec_sg256_qkv_norm_bias");
         // CPU adapters keep the row-per-invocation matvec even for prefill-sized steps.
-        let key = MatmulKey::choose(MatmulVariant::MatvecRows, GgmlType::Q8_0, 64, false, None);
+        let key = MatmulKey::choose(DeviceKernels::with_matvec(MatmulVariant::MatvecRows), GgmlType::Q8_0, 64, false, None);
         assert_eq!(key.label(), "matmul_q8_0_matvec_rows256");
+    }
+
+    /// Parses and validates `source` with every naga capability and writes SPIR-V, as wgpu
+    /// does on Vulkan: catches shader errors in variants lavapipe can't run.
+    fn compile_to_spirv(label: &str, source: &str) {
+        let module = naga::front::wgsl::parse_str(source)
+            .unwrap_or_else(|e| panic!("{label}: {}", e.emit_to_string(source)));
+        let info = naga::valid::Validator::new(
+            naga::valid::ValidationFlags::all(),
+            naga::valid::Capabilities::all(),
+        )
+        .validate(&module)
+        .unwrap_or_else(|e| panic!("{label}: {}", e.emit_to_string(source)));
+        naga::back::spv::write_vec(&module, &info, &Default::default(), None)
+            .unwrap_or_else(|e| panic!("{label}: {e}"));
+    }
+
+    #[test]
+    fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
+        for ty in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::F16] {
+            for (fusion, norm, bias) in [
+                (Fusion::None, false, false),
+                (Fusion::None, false, true),
+                (Fusion::Glu(Activation::Silu), true, false),
+                (Fusion::Qkv, true, true),
+            ] {
+                let key = MatmulKey {
+                    ty,
+                    variant: MatmulVariant::TiledCoop,
+                    bias,
+                    norm,
+                    fusion,
+                };
+                let source = key.source().unwrap();
+                assert!(source.contains("coopMultiplyAdd"), "{}", key.label());
+                compile_to_spirv(&key.label(), &source);
+            }
+        }
+        let key = MatmulKey::choose(
+            DeviceKernels {
+                matvec: MatmulVariant::MatvecSubgroup,
+                tiled: MatmulVariant::TiledCoop,
+            },
+            GgmlType::Q4_0,
+            64,
+            false,
+            None,
+        );
+        assert_eq!(key.label(), "matmul_q4_0_coop64x64");
     }
 
     #[test]
