@@ -259,8 +259,11 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
         gpu_bytes += kv;
         // The larger of a generation session's scratch and a `coco logits` session's.
         use crate::engine::{Scratch, LOGITS_ROWS, PREFILL_CHUNK};
-        gpu_bytes += Scratch::bytes_for(c, PREFILL_CHUNK, 1)
-            .max(Scratch::bytes_for(c, LOGITS_ROWS, LOGITS_ROWS));
+        gpu_bytes += Scratch::bytes_for(c, PREFILL_CHUNK, 1).max(Scratch::bytes_for(
+            c,
+            LOGITS_ROWS,
+            LOGITS_ROWS,
+        ));
     }
     Report { rows, gpu_bytes }
 }

@@ -251,7 +251,9 @@ fn variants_cases(base: impl Fn(Case) -> Case) -> Vec<Case> {
             base(case(64, Some(TiledCoop))).long(),
         ]);
     } else {
-        println!("no cooperative matrices on this adapter; the f16 GEMM not tested");
+        println!(
+            "the f16 cooperative-matrix GEMM is off (COCO_COOPMAT=1 where offered); not tested"
+        );
     }
     cases
 }

@@ -258,7 +258,9 @@ fn matmul_type(ty: GgmlType) {
                 .split(12),
         ]);
     } else {
-        println!("{ty}: no cooperative matrices on this adapter; the f16 GEMM not run");
+        println!(
+            "{ty}: the f16 cooperative-matrix GEMM is off (COCO_COOPMAT=1 where offered); not run"
+        );
     }
     let mut worst = 0f64;
     for (i, case) in cases.into_iter().enumerate() {

@@ -31,7 +31,9 @@ fn profile(
     megakernel: bool,
 ) -> Option<StepProfile> {
     let tokens = bench_prompt(model, PROMPT);
-    let r = pollster::block_on(profile_step(ctx, model, &tokens, step, pipeline, megakernel));
+    let r = pollster::block_on(profile_step(
+        ctx, model, &tokens, step, pipeline, megakernel,
+    ));
     if !ctx.features.contains(wgpu::Features::TIMESTAMP_QUERY) {
         let err = r.expect_err("no timestamp-query must be refused");
         assert!(matches!(err, ProfileError::NoTimestampQuery));
@@ -139,7 +141,11 @@ fn prefill_step_profile_runs_the_whole_prompt_in_one_step() {
     };
     check_consistent(&p);
     let layers = model.config.n_layers;
-    assert_eq!(has(&p, "get_rows"), Some(1), "one embedding lookup for all tokens");
+    assert_eq!(
+        has(&p, "get_rows"),
+        Some(1),
+        "one embedding lookup for all tokens"
+    );
     assert_eq!(has(&p, "rope_kv_write"), Some(layers));
     assert_eq!(
         has(&p, "attention_tiled_hd"),

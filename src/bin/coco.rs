@@ -173,8 +173,13 @@ fn open_gpu(verbose: bool) -> Result<Arc<GpuContext>> {
             ctx.max_binding_bytes() >> 20
         );
         eprintln!(
-            "cooperative matrix (not used by coco yet): {}",
-            ctx.cooperative_matrix
+            "cooperative matrix: {} | coco's f16 prefill GEMM: {}",
+            ctx.cooperative_matrix,
+            if ctx.has_coop_gemm() {
+                "on (COCO_COOPMAT=1)"
+            } else {
+                "off (opt in with COCO_COOPMAT=1 where offered)"
+            }
         );
     }
     Ok(ctx)

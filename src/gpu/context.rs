@@ -118,12 +118,18 @@ fn describe_cooperative_matrix(adapter: &wgpu::Adapter) -> String {
 /// of W and x' (4 KiB each), the f32 output tile (16 KiB) and, with RMSNorm, 1 KiB of sums.
 pub const COOP_GEMM_WORKGROUP_BYTES: u32 = 25 * 1024;
 
-/// Whether coco's cooperative-matrix prefill GEMM can run on `adapter`: wgpu offers its
-/// experimental feature with the 16×16×16 f16 × f16 → f32 configuration, the adapter has
-/// SHADER_F16, SUBGROUP and subgroups of exactly 32 (the kernel deals its 8 blocks to the 8
-/// subgroups of 256 invocations) and 25 KiB of workgroup memory. `COCO_COOPMAT=0` turns it off (A/B runs; the portable tiled GEMM is used instead).
+/// Whether coco's cooperative-matrix prefill GEMM runs on `adapter`: only when asked for
+/// with `COCO_COOPMAT=1`, and where wgpu offers its experimental feature with the 16×16×16
+/// f16 × f16 → f32 configuration, the adapter has SHADER_F16, SUBGROUP and subgroups of
+/// exactly 32 (the kernel deals its 8 blocks to the 8 subgroups of 256 invocations) and 25
+/// KiB of workgroup memory.
+///
+/// Opt-in because it rounds activations to f16: 1.3× faster GEMMs on the H200, but an
+/// activation beyond f16's range (65,504; some models' FFN inputs reach it) would become
+/// infinite, and with every prefill product in f16 a fixture's greedy continuation parted
+/// from HF's at a step that was no near-tie (BENCHMARKS.md, session 9).
 fn coop_gemm_available(adapter: &wgpu::Adapter) -> bool {
-    if std::env::var("COCO_COOPMAT").is_ok_and(|v| v == "0") {
+    if !std::env::var("COCO_COOPMAT").is_ok_and(|v| v == "1") {
         return false;
     }
     let needed = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
@@ -156,8 +162,8 @@ impl GpuContext {
             // SAFETY: wgpu asks for this opt-in because its experimental features may have
             // bugs that reach undefined behaviour. coco uses only the cooperative-matrix
             // feature, only in one kernel, with the configuration the adapter reported; it is
-            // checked against the CPU reference on the H200 (tests/kernels_matmul.rs) and can
-            // be switched off with COCO_COOPMAT=0.
+            // checked against the CPU reference on the H200 (tests/kernels_matmul.rs), and
+            // only when the user opts in with COCO_COOPMAT=1.
             unsafe { wgpu::ExperimentalFeatures::enabled() }
         } else {
             wgpu::ExperimentalFeatures::disabled()

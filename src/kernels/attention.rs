@@ -350,8 +350,9 @@ pub fn attention(
         let (bq, bk) = tiled_tile(head_dim);
         let label = format!("attention_tiled_hd{head_dim}");
         let pipeline = rec.ctx().pipeline(&label, || {
-            format!("const HD: u32 = {head_dim}u;\nconst BQ: u32 = {bq}u;\nconst BK: u32 = {bk}u;\n")
-                + &preprocess("attention.wgsl", &["TILED"])
+            format!(
+                "const HD: u32 = {head_dim}u;\nconst BQ: u32 = {bq}u;\nconst BK: u32 = {bk}u;\n"
+            ) + &preprocess("attention.wgsl", &["TILED"])
         });
         let params = AttentionParams {
             t,
@@ -440,7 +441,10 @@ mod tests {
             // The shader's P·V phase gives each query row 128 / BQ invocations, each owning at
             // most two of the row's head_dim / 4 vec4s.
             assert!(bq.is_power_of_two() && bq <= 32 && head_dim / 4 <= 2 * (128 / bq));
-            assert!(bk.is_power_of_two() && bk >= 8, "head_dim {head_dim}: BK {bk}");
+            assert!(
+                bk.is_power_of_two() && bk >= 8,
+                "head_dim {head_dim}: BK {bk}"
+            );
         }
         assert_eq!(tiled_tile(64), (16, 32));
         assert_eq!(tiled_tile(128), (8, 16));

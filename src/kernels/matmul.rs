@@ -329,7 +329,10 @@ impl MatmulKey {
             l.norm,
             l.bias
         );
-        Ok(format!("{enables}{consts}{}", preprocess("matmul.wgsl", &defines)))
+        Ok(format!(
+            "{enables}{consts}{}",
+            preprocess("matmul.wgsl", &defines)
+        ))
     }
 }
 
@@ -834,7 +837,13 @@ fn single(
     check_norm(KERNEL, norm, k)?;
     let key = MatmulKey {
         norm: norm.is_some(),
-        ..MatmulKey::choose(DeviceKernels::of(rec.ctx()), w.ty, t, bias.is_some(), variant)
+        ..MatmulKey::choose(
+            DeviceKernels::of(rec.ctx()),
+            w.ty,
+            t,
+            bias.is_some(),
+            variant,
+        )
     }
     .coop_only_when_plain(variant.is_some());
     for part in &w.parts {
@@ -888,9 +897,11 @@ fn launch(
         return err("the subgroup matvec needs Features::SUBGROUP, which this device lacks".into());
     }
     if key.variant == MatmulVariant::TiledCoop && !ctx.has_coop_gemm() {
-        return err("the cooperative-matrix GEMM needs wgpu's experimental cooperative \
+        return err(
+            "the cooperative-matrix GEMM needs wgpu's experimental cooperative \
                     matrices (16x16x16 f16 -> f32), which this device lacks"
-            .into());
+                .into(),
+        );
     }
     let layout = key.layout();
     debug_assert_eq!(layout.count as usize, bindings.len(), "{}", key.label());
@@ -935,16 +946,24 @@ mod tests {
 
     #[test]
     fn labels_name_the_variant() {
-        let key = MatmulKey::choose(DeviceKernels::with_matvec(MatmulVariant::MatvecWorkgroup),
+        let key = MatmulKey::choose(
+            DeviceKernels::with_matvec(MatmulVariant::MatvecWorkgroup),
             GgmlType::Q4_K,
             1,
             false,
             None,
         );
         assert_eq!(key.label(), "matmul_q4_k_matvec_wg256");
-        let key = MatmulKey::choose(DeviceKernels::with_matvec(MatmulVariant::MatvecSubgroup), GgmlType::Q8_0, 1, true, None);
+        let key = MatmulKey::choose(
+            DeviceKernels::with_matvec(MatmulVariant::MatvecSubgroup),
+            GgmlType::Q8_0,
+            1,
+            true,
+            None,
+        );
         assert_eq!(key.label(), "matmul_q8_0_matvec_sg256_bias");
-        let key = MatmulKey::choose(DeviceKernels::with_matvec(MatmulVariant::MatvecSubgroup),
+        let key = MatmulKey::choose(
+            DeviceKernels::with_matvec(MatmulVariant::MatvecSubgroup),
             GgmlType::BF16,
             64,
             false,
@@ -954,7 +973,8 @@ mod tests {
         let key = MatmulKey {
             norm: true,
             fusion: Fusion::Glu(Activation::GeluTanh),
-            ..MatmulKey::choose(DeviceKernels::with_matvec(MatmulVariant::MatvecWorkgroup),
+            ..MatmulKey::choose(
+                DeviceKernels::with_matvec(MatmulVariant::MatvecWorkgroup),
                 GgmlType::Q6_K,
                 1,
                 false,
@@ -965,11 +985,23 @@ mod tests {
         let key = MatmulKey {
             norm: true,
             fusion: Fusion::Qkv,
-            ..MatmulKey::choose(DeviceKernels::with_matvec(MatmulVariant::MatvecSubgroup), GgmlType::Q5_0, 1, true, None)
+            ..MatmulKey::choose(
+                DeviceKernels::with_matvec(MatmulVariant::MatvecSubgroup),
+                GgmlType::Q5_0,
+                1,
+                true,
+                None,
+            )
         };
         assert_eq!(key.label(), "matmul_q5_0_matvec_sg256_qkv_norm_bias");
         // CPU adapters keep the row-per-invocation matvec even for prefill-sized steps.
-        let key = MatmulKey::choose(DeviceKernels::with_matvec(MatmulVariant::MatvecRows), GgmlType::Q8_0, 64, false, None);
+        let key = MatmulKey::choose(
+            DeviceKernels::with_matvec(MatmulVariant::MatvecRows),
+            GgmlType::Q8_0,
+            64,
+            false,
+            None,
+        );
         assert_eq!(key.label(), "matmul_q8_0_matvec_rows256");
     }
 
@@ -990,7 +1022,12 @@ mod tests {
 
     #[test]
     fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
-        for ty in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::F16] {
+        for ty in [
+            GgmlType::Q4_0,
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::F16,
+        ] {
             for (fusion, norm, bias) in [
                 (Fusion::None, false, false),
                 (Fusion::None, false, true),
