@@ -145,6 +145,31 @@ fn coop_gemm_available(adapter: &wgpu::Adapter) -> bool {
         })
 }
 
+/// The runtime checks naga adds to coco's kernels natively (the browser applies its own).
+/// `COCO_SHADER_CHECKS=all` keeps wgpu's defaults; `loops` drops only the loop bounding;
+/// `bounds` (the default) also drops the integer-division checks. Buffer bounds checks stay in
+/// every mode (wgpu adds them only where the driver can't enforce them).
+///
+/// Loop bounding gives every loop a counter that is decremented and tested each trip, so a
+/// loop the compiler can't prove finite can't hang the GPU; the integer-division checks wrap
+/// every `/` and `%` by a runtime value. coco's loops all run to bounds the host computed and
+/// checked, and its runtime divisors (`heads / kv_heads`, slots per workgroup, subgroups per
+/// slot) are checked non-zero before a dispatch.
+#[cfg(not(target_arch = "wasm32"))]
+fn shader_checks() -> wgpu::ShaderRuntimeChecks {
+    let mode = std::env::var("COCO_SHADER_CHECKS").unwrap_or_default();
+    let mut checks = wgpu::ShaderRuntimeChecks::checked();
+    match mode.as_str() {
+        "all" => {}
+        "loops" => checks.force_loop_bounding = false,
+        _ => {
+            checks.force_loop_bounding = false;
+            checks.int_div_checks = false;
+        }
+    }
+    checks
+}
+
 impl GpuContext {
     /// Opens the default adapter. Natively `WGPU_BACKEND` picks the backend and
     /// `WGPU_ADAPTER_NAME` (substring, case-insensitive) picks the adapter.
@@ -316,12 +341,19 @@ impl GpuContext {
         if let Some(p) = cache.get(label) {
             return p.clone();
         }
-        let module = self
-            .device
-            .create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(label),
-                source: wgpu::ShaderSource::Wgsl(source().into()),
-            });
+        let desc = wgpu::ShaderModuleDescriptor {
+            label: Some(label),
+            source: wgpu::ShaderSource::Wgsl(source().into()),
+        };
+        #[cfg(not(target_arch = "wasm32"))]
+        // SAFETY: see `shader_checks`: every loop in coco's kernels is bounded by dispatch
+        // parameters the host validated, and every runtime divisor is checked non-zero there.
+        let module = unsafe {
+            self.device
+                .create_shader_module_trusted(desc, shader_checks())
+        };
+        #[cfg(target_arch = "wasm32")]
+        let module = self.device.create_shader_module(desc);
         let pipeline = Arc::new(self.device.create_compute_pipeline(
             &wgpu::ComputePipelineDescriptor {
                 label: Some(label),
