@@ -124,10 +124,9 @@ pub const COOP_GEMM_WORKGROUP_BYTES: u32 = 25 * 1024;
 /// exactly 32 (the kernel deals its 8 blocks to the 8 subgroups of 256 invocations) and 25
 /// KiB of workgroup memory.
 ///
-/// Opt-in because it rounds activations to f16: 1.3× faster GEMMs on the H200, but an
-/// activation beyond f16's range (65,504; some models' FFN inputs reach it) would become
-/// infinite, and with every prefill product in f16 a fixture's greedy continuation parted
-/// from HF's at a step that was no near-tie (BENCHMARKS.md, session 9).
+/// Opt-in because it rounds activations to f16: an activation beyond f16's range (65,504;
+/// some models' FFN inputs reach it) would become infinite, and logits move by ~0.05 where the
+/// f32 kernels stay within 6e-5 of HF (BENCHMARKS.md, session 9).
 fn coop_gemm_available(adapter: &wgpu::Adapter) -> bool {
     if !std::env::var("COCO_COOPMAT").is_ok_and(|v| v == "1") {
         return false;

@@ -224,21 +224,6 @@ impl MatmulKey {
         }
     }
 
-    /// The portable tiles instead of the cooperative-matrix ones for a fused (GLU, Q/K/V) or
-    /// normed product, unless the variant was `forced`. Measured on the H200 (BENCHMARKS.md,
-    /// session 9): every plain shape ran 1.27–1.38× faster on tensor cores, but the fused
-    /// forms ran slower (Llama-3.2-1B pp512: gate/up 34.9 vs 27.3 ms, Q/K/V 7.1 vs 5.5 ms).
-    fn coop_only_when_plain(self, forced: bool) -> MatmulKey {
-        let plain = self.fusion == Fusion::None && !self.norm;
-        if self.variant == MatmulVariant::TiledCoop && !plain && !forced {
-            return MatmulKey {
-                variant: MatmulVariant::Tiled,
-                ..self
-            };
-        }
-        self
-    }
-
     /// `matmul_q4_k_matvec_wg256`, `matmul_f16_tiled64x64_bias`,
     /// `matmul_q8_0_matvec_sg256_glu_silu_norm`, `matmul_q4_0_matvec_wg256_qkv_norm_bias`, …
     pub fn label(&self) -> String {
@@ -647,8 +632,7 @@ pub fn matmul_glu_variant(
         norm: norm.is_some(),
         fusion: Fusion::Glu(act),
         ..MatmulKey::choose(DeviceKernels::of(ctx), w_gate.ty, t, false, variant)
-    }
-    .coop_only_when_plain(variant.is_some());
+    };
     for (pg, pu) in w_gate.parts.iter().zip(&w_up.parts) {
         let rows = pg.n_rows as u32;
         let params = Params {
@@ -785,8 +769,7 @@ pub fn matmul_qkv_variant(
         norm: norm.is_some(),
         fusion: Fusion::Qkv,
         ..MatmulKey::choose(DeviceKernels::of(ctx), wq.ty, t, bias.is_some(), variant)
-    }
-    .coop_only_when_plain(variant.is_some());
+    };
     let rows = [wq.n_rows as u32, wk.n_rows as u32, wv.n_rows as u32, 0];
     let params = Params {
         k: kdim as u32,
@@ -844,8 +827,7 @@ fn single(
             bias.is_some(),
             variant,
         )
-    }
-    .coop_only_when_plain(variant.is_some());
+    };
     for part in &w.parts {
         let rows = part.n_rows as u32;
         let params = Params {
