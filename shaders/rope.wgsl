@@ -10,6 +10,10 @@
 //            row pos0 + t, with the same two elements of v copied into v_cache. That is
 //            rope(q), rope(k) and attention's kv_write in one dispatch instead of three
 //            dependent ones (~5 µs each on the H200; BENCHMARKS.md).
+//   QK_NORM  (with KV) also gemma3's per-head RMSNorm of Q and K before the rotation: one
+//            workgroup per head row, whose invocations hold the row's pairs, sums their
+//            squares in workgroup memory and scales by rsqrt(mean + eps) · q_norm_w (or
+//            k_norm_w). Two more dependent dispatches per layer saved.
 
 struct Params {
     t: u32,
@@ -17,7 +21,7 @@ struct Params {
     head_dim: u32,
     pos0: u32,
     kv_heads: u32, // KV only
-    _pad0: u32,
+    eps: f32,      // QK_NORM only
     _pad1: u32,
     _pad2: u32,
 }
@@ -30,6 +34,10 @@ struct Params {
 @group(0) @binding(4) var<storage, read> v: array<f32>; // [T, kv_heads, head_dim]
 @group(0) @binding(5) var<storage, read_write> k_cache: array<f32>; // [ctx, kv_heads, head_dim]
 @group(0) @binding(6) var<storage, read_write> v_cache: array<f32>; // [ctx, kv_heads, head_dim]
+#endif
+#ifdef QK_NORM
+@group(0) @binding(7) var<storage, read> q_norm_w: array<f32>; // [head_dim]
+@group(0) @binding(8) var<storage, read> k_norm_w: array<f32>; // [head_dim]
 #endif
 
 const WG: u32 = 256u;
@@ -70,6 +78,7 @@ fn rotate(x0: f32, x1: f32, sc: vec2<f32>) -> vec2<f32> {
     return vec2<f32>(x0 * sc.y - x1 * sc.x, x0 * sc.x + x1 * sc.y);
 }
 
+#ifndef QK_NORM
 @compute @workgroup_size(WG)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -123,3 +132,82 @@ fn main(
     x[base + oa] = r.x;
     x[base + ob] = r.y;
 }
+#endif
+
+#ifdef QK_NORM
+// Pair offsets within a head (as in the main above).
+fn pair(i: u32, half: u32) -> vec2<u32> {
+#ifdef NORMAL
+    return vec2<u32>(2u * i, 2u * i + 1u);
+#endif
+#ifdef NEOX
+    return vec2<u32>(i, i + half);
+#endif
+}
+
+// Invocations per head row: the largest head (256) has 128 pairs.
+const ROW_WG: u32 = 128u;
+var<workgroup> partial: array<f32, ROW_WG>;
+
+@compute @workgroup_size(ROW_WG)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let half = p.head_dim / 2u;
+    let rows_per_token = p.heads + p.kv_heads;
+    let row = wid.y * groups.x + wid.x; // token * rows_per_token + head
+    if (row >= p.t * rows_per_token) {
+        return; // uniform: the whole workgroup
+    }
+    let tok = row / rows_per_token;
+    let head = row % rows_per_token;
+    let pos = p.pos0 + tok;
+    let is_k = head >= p.heads;
+    let kv_head = head - select(0u, p.heads, is_k);
+    let src = select((tok * p.heads + head) * p.head_dim, (tok * p.kv_heads + kv_head) * p.head_dim, is_k);
+    let o = pair(lid, half);
+    let live = lid < half;
+    var a = 0.0;
+    var b = 0.0;
+    if (live) {
+        if (is_k) {
+            a = k[src + o.x];
+            b = k[src + o.y];
+        } else {
+            a = x[src + o.x];
+            b = x[src + o.y];
+        }
+    }
+    partial[lid] = a * a + b * b;
+    workgroupBarrier();
+    for (var s = ROW_WG / 2u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            partial[lid] += partial[lid + s];
+        }
+        workgroupBarrier();
+    }
+    if (!live) {
+        return;
+    }
+    let scale = inverseSqrt(partial[0] / f32(p.head_dim) + p.eps);
+    var wa = q_norm_w[o.x];
+    var wb = q_norm_w[o.y];
+    if (is_k) {
+        wa = k_norm_w[o.x];
+        wb = k_norm_w[o.y];
+    }
+    let r = rotate(a * scale * wa, b * scale * wb, sin_cos(f32(pos) * inv_freq[lid]));
+    if (is_k) {
+        let dst = (pos * p.kv_heads + kv_head) * p.head_dim;
+        k_cache[dst + o.x] = r.x;
+        k_cache[dst + o.y] = r.y;
+        v_cache[dst + o.x] = v[src + o.x];
+        v_cache[dst + o.y] = v[src + o.y];
+    } else {
+        x[src + o.x] = r.x;
+        x[src + o.y] = r.y;
+    }
+}
+#endif

@@ -245,15 +245,21 @@ fn rope_matches_reference() {
 #[test]
 fn rope_kv_write_matches_rope_then_kv_write() {
     // (t, heads, kv_heads, head_dim, pos0): GQA decode deep in the context, a prefill chunk,
-    // MQA, and equal head counts.
+    // MQA, equal head counts, and Gemma-3-270M's heads (4/1 × 256: the Q/K-norm form's
+    // widest row). Each with and without the folded per-head Q/K norm.
     let cases = [
         (1, 8, 2, 64, 600),
         (17, 4, 2, 96, 0),
         (3, 6, 1, 128, 8190),
         (5, 3, 3, 64, 7),
+        (3, 4, 1, 256, 300),
     ];
+    let with_norm = [false, true];
     for (seed, &(t, heads, kv_heads, hd, pos0)) in cases.iter().enumerate() {
-        for layout in [RopeLayout::Normal, RopeLayout::Neox] {
+        for (layout, qk_norm) in [RopeLayout::Normal, RopeLayout::Neox]
+            .into_iter()
+            .flat_map(|l| with_norm.map(|n| (l, n)))
+        {
             let seed = 70 + 4 * seed as u64;
             let q = random(seed, t * heads * hd, 2.0);
             let k = random(seed + 1, t * kv_heads * hd, 2.0);
@@ -262,7 +268,21 @@ fn rope_kv_write_matches_rope_then_kv_write() {
             // Rows 0..pos0 hold earlier tokens and must stay as they were.
             let rows = pos0 + t;
             let old = random(seed + 3, rows * kv_heads * hd, 1.0);
-            let (mut want_q, mut want_k) = (q.clone(), k.clone());
+            // gemma3's per-head norms (weights around 1, as GGUF's (1 + w)), before RoPE.
+            let (qn, kn) = (random(seed + 5, hd, 0.5), random(seed + 6, hd, 0.5));
+            let (qn, kn): (Vec<f32>, Vec<f32>) = (
+                qn.iter().map(|w| 1.0 + w).collect(),
+                kn.iter().map(|w| 1.0 + w).collect(),
+            );
+            const EPS: f32 = 1e-6;
+            let (mut want_q, mut want_k) = if qk_norm {
+                (
+                    ops::rms_norm(&q, &qn, t * heads, hd, EPS),
+                    ops::rms_norm(&k, &kn, t * kv_heads, hd, EPS),
+                )
+            } else {
+                (q.clone(), k.clone())
+            };
             ops::rope(&mut want_q, &f, t, heads, hd, pos0, layout);
             ops::rope(&mut want_k, &f, t, kv_heads, hd, pos0, layout);
             let split = pos0 * kv_heads * hd;
@@ -275,6 +295,13 @@ fn rope_kv_write_matches_rope_then_kv_write() {
                 upload("f", &f),
             );
             let (kc, vc) = (upload("k_cache", &old), upload("v_cache", &old));
+            let (qnb, knb) = (upload("q_norm", &qn), upload("k_norm", &kn));
+            let (qnb, knb): (Binding, Binding) = ((&qnb).into(), (&knb).into());
+            let norm = qk_norm.then_some(rope::QkNorm {
+                q: &qnb,
+                k: &knb,
+                eps: EPS,
+            });
             let mut rec = StepRecorder::new(ctx());
             let shape = rope::RopeKvShape {
                 t: t as u32,
@@ -293,11 +320,13 @@ fn rope_kv_write_matches_rope_then_kv_write() {
                 &(&vc).into(),
                 &(&fb).into(),
                 &shape,
+                norm,
             )
             .unwrap();
             submit(rec);
             let what = format!(
-                "rope_kv_write {layout:?} t={t} heads={heads}/{kv_heads} hd={hd} pos0={pos0}"
+                "rope_kv_write {layout:?} t={t} heads={heads}/{kv_heads} hd={hd} pos0={pos0} \
+                 qk_norm={qk_norm}"
             );
             assert_close(
                 &format!("{what} q"),

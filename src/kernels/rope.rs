@@ -25,6 +25,9 @@ pub enum RopeLayout {
 
 /// Invocations per workgroup in rope.wgsl.
 const WG: u32 = 256;
+/// The largest head the `QK_NORM` variant handles: its workgroup of 128 (`ROW_WG`) holds one
+/// pair per invocation.
+pub const QK_NORM_MAX_HEAD_DIM: u32 = 256;
 
 /// Mirrors `Params` in rope.wgsl.
 #[repr(C)]
@@ -35,7 +38,17 @@ struct Params {
     head_dim: u32,
     pos0: u32,
     kv_heads: u32,
-    _pad: [u32; 3],
+    eps: f32,
+    _pad: [u32; 2],
+}
+
+/// Gemma 3's per-head RMSNorm of Q and K, folded into [`rope_kv_write`]: the norm weights
+/// (`[head_dim]` each) and epsilon.
+#[derive(Clone, Copy)]
+pub struct QkNorm<'a> {
+    pub q: &'a Binding,
+    pub k: &'a Binding,
+    pub eps: f32,
 }
 
 /// The shape of one [`rope_kv_write`].
@@ -83,7 +96,8 @@ pub fn rope(
         head_dim,
         pos0,
         kv_heads: 0,
-        _pad: [0; 3],
+        eps: 0.0,
+        _pad: [0; 2],
     };
     let pairs = (elems / 2) as u32; // check_len bounded elems by u32::MAX
     rec.dispatch(
@@ -99,7 +113,9 @@ pub fn rope(
 /// [`rope`] on `q` in place and on `k` into the KV cache, with `v` copied alongside, in one
 /// dispatch (the fused pipeline's form of rope(q), rope(k) and `attention::kv_write`): cache
 /// row `pos0 + tok` receives token `tok`'s rotated K heads and its V heads. `k` itself is
-/// left unrotated; attention reads the cache.
+/// left unrotated; attention reads the cache. With `qk_norm`, each Q and K head is first
+/// RMS-normed with its weights (gemma3; the norm kernel's two dispatches folded in; head_dim
+/// at most 256).
 ///
 /// - `q`: `[t, heads, head_dim]` f32, read and written
 /// - `k`, `v`: `[t, kv_heads, head_dim]` f32
@@ -115,6 +131,7 @@ pub fn rope_kv_write(
     v_cache: &Binding,
     inv_freq: &Binding,
     shape: &RopeKvShape,
+    qk_norm: Option<QkNorm>,
 ) -> Result<(), KernelError> {
     const KERNEL: &str = "rope_kv_write";
     let RopeKvShape {
@@ -142,22 +159,11 @@ pub fn rope_kv_write(
             why: format!("{pairs} rotated pairs exceed u32"),
         });
     }
-    let (label, define) = match layout {
+    let (name, define) = match layout {
         RopeLayout::Normal => ("rope_kv_write_normal", "NORMAL"),
         RopeLayout::Neox => ("rope_kv_write_neox", "NEOX"),
     };
-    let pipeline = rec
-        .ctx()
-        .pipeline(label, || preprocess("rope.wgsl", &[define, "KV"]));
-    let params = Params {
-        t,
-        heads,
-        head_dim,
-        pos0,
-        kv_heads,
-        _pad: [0; 3],
-    };
-    let bindings = [
+    let mut bindings = vec![
         q.clone(),
         inv_freq.clone(),
         k.clone(),
@@ -165,12 +171,56 @@ pub fn rope_kv_write(
         k_cache.clone(),
         v_cache.clone(),
     ];
+    let mut defines = vec![define, "KV"];
+    // Without the norm: one invocation per pair. With it: one workgroup per head row.
+    let mut groups = (pairs as u32).div_ceil(WG);
+    let mut eps = 0.0;
+    if let Some(norm) = qk_norm {
+        if head_dim > QK_NORM_MAX_HEAD_DIM {
+            return Err(KernelError::Shape {
+                kernel: KERNEL,
+                why: format!(
+                    "head_dim {head_dim} over {QK_NORM_MAX_HEAD_DIM}, the most a workgroup's \
+                     pairs cover with the Q/K norm folded in"
+                ),
+            });
+        }
+        if !norm.eps.is_finite() || norm.eps < 0.0 {
+            return Err(KernelError::Shape {
+                kernel: KERNEL,
+                why: format!("eps {} is not a finite value >= 0", norm.eps),
+            });
+        }
+        check_len(KERNEL, "q_norm_w", norm.q, head)?;
+        check_len(KERNEL, "k_norm_w", norm.k, head)?;
+        bindings.extend([norm.q.clone(), norm.k.clone()]);
+        defines.push("QK_NORM");
+        groups = (pairs / (head / 2)) as u32; // head rows
+        eps = norm.eps;
+    }
+    let label = if qk_norm.is_some() {
+        format!("{name}_qk_norm")
+    } else {
+        name.to_string()
+    };
+    let pipeline = rec
+        .ctx()
+        .pipeline(&label, || preprocess("rope.wgsl", &defines));
+    let params = Params {
+        t,
+        heads,
+        head_dim,
+        pos0,
+        kv_heads,
+        eps,
+        _pad: [0; 2],
+    };
     rec.dispatch(
-        label,
+        &label,
         &pipeline,
         bytemuck::bytes_of(&params),
         &bindings,
-        grid((pairs as u32).div_ceil(WG)),
+        grid(groups),
     )?;
     Ok(())
 }

@@ -22,7 +22,9 @@ use crate::kernels::matmul::{
 };
 use crate::kernels::megakernel::{can_use_megakernel, ffn_megakernel, PostNorm};
 use crate::kernels::norm::{rms_norm, rms_norm_in_place};
-use crate::kernels::rope::{rope, rope_kv_write, RopeKvShape, RopeLayout};
+use crate::kernels::rope::{
+    rope, rope_kv_write, QkNorm, RopeKvShape, RopeLayout, QK_NORM_MAX_HEAD_DIM,
+};
 use crate::kernels::KernelError;
 
 /// How a step is cut into dispatches. Both compute the same thing; tests check they agree.
@@ -270,16 +272,15 @@ pub(crate) fn attention_block(
             },
         )?;
     }
-    if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
-        rms_norm_in_place(rec, &q, &qn.vector(), t * c.n_heads, c.head_dim, c.rms_eps)?;
-        rms_norm_in_place(
-            rec,
-            &k,
-            &kn.vector(),
-            t * c.n_kv_heads,
-            c.head_dim,
-            c.rms_eps,
-        )?;
+    // gemma3's per-head Q/K norms: folded into the fused RoPE + KV write, else two dispatches.
+    let qk_norm = match (&lw.q_norm, &lw.k_norm) {
+        (Some(qn), Some(kn)) => Some((qn.vector(), kn.vector())),
+        _ => None,
+    };
+    let fold_qk_norm = step.pipeline == Pipeline::Fused && c.head_dim <= QK_NORM_MAX_HEAD_DIM;
+    if let (Some((qn, kn)), false) = (&qk_norm, fold_qk_norm) {
+        rms_norm_in_place(rec, &q, qn, t * c.n_heads, c.head_dim, c.rms_eps)?;
+        rms_norm_in_place(rec, &k, kn, t * c.n_kv_heads, c.head_dim, c.rms_eps)?;
     }
     let inv_freq = Binding::from(&s.inv_freq[l as usize]);
     let (kc, vc) = (
@@ -295,7 +296,15 @@ pub(crate) fn attention_block(
             pos0,
             layout: rope_layout(c),
         };
-        rope_kv_write(rec, &q, &k, &v, &kc, &vc, &inv_freq, &shape)?;
+        let norm = qk_norm
+            .as_ref()
+            .filter(|_| fold_qk_norm)
+            .map(|(qn, kn)| QkNorm {
+                q: qn,
+                k: kn,
+                eps: c.rms_eps,
+            });
+        rope_kv_write(rec, &q, &k, &v, &kc, &vc, &inv_freq, &shape, norm)?;
     } else {
         for (x, heads) in [(&q, c.n_heads), (&k, c.n_kv_heads)] {
             rope(
