@@ -522,9 +522,9 @@ fn main(
     var acc2 = vec4<f32>(0.0); // token ty + 32
     var acc3 = vec4<f32>(0.0); // token ty + 48
     // Chunk c + 1's loads are issued before chunk c's arithmetic and only consumed when it
-    // is staged, so global-memory latency overlaps the FMAs: at 512 tokens the o and down
-    // projections of a 2048-wide model run only 256 workgroups, about 2 per SM, too few to
-    // hide it by switching workgroups.
+    // is staged, so their latency can overlap the FMAs. On the H200 it bought nothing
+    // (BENCHMARKS.md, session 9: staging and workgroup-memory reads bound this kernel), but it
+    // costs no workgroup memory, and GPUs with fewer workgroups in flight may need it.
     var w_next: array<vec4<f32>, 2>;
     if (staged_live) {
         w_next = dequant_w8(staged, q);

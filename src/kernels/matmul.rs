@@ -17,7 +17,8 @@
 //! - `tiled64x64`: prefill; a 64-slot × 64-token tile per workgroup, each W chunk dequantized
 //!   once into workgroup memory and reused by all 64 tokens.
 //! - `coop64x64`: the same tiles multiplied on tensor cores with f16 cooperative matrices,
-//!   where the native adapter offers them (never in a browser).
+//!   where the native adapter offers them and `COCO_COOPMAT=1` asks for it (never in a
+//!   browser).
 //!
 //! Every fused form exists in all four shapes, so it serves any T; only its speed, not its
 //! dispatch count, depends on T.
@@ -98,7 +99,7 @@ pub enum MatmulVariant {
     /// Tiled matrix–matrix (prefill).
     Tiled,
     /// The same tiles multiplied with f16 cooperative matrices (tensor cores), where the
-    /// native adapter offers them (`GpuContext::has_coop_gemm`).
+    /// native adapter offers them and the user opted in (`GpuContext::has_coop_gemm`).
     TiledCoop,
 }
 
