@@ -576,8 +576,8 @@ fn attention_split_edge_ranges() {
     // Enough tokens for the single pass: t · heads above 512.
     let plan = check_attention(2020, shape(17, 32, 8, 64, 600, 0));
     assert_eq!(plan.splits, 1);
-    // Just under it, a prefill-sized chunk still splits (Gemma-3-270M prefills 64 tokens
-    // with 4 heads this way).
+    // Just under it, a 64-token step still splits (`coco logits` steps 64 tokens; with
+    // Gemma-3-270M's 4 heads that is this shape).
     let plan = check_attention(2030, shape(64, 4, 1, 256, 300, 0));
     assert!(plan.splits > 1, "{plan:?}");
 }
