@@ -78,6 +78,16 @@ fn rotate(x0: f32, x1: f32, sc: vec2<f32>) -> vec2<f32> {
     return vec2<f32>(x0 * sc.y - x1 * sc.x, x0 * sc.x + x1 * sc.y);
 }
 
+// The offsets within a head of rotated pair i.
+fn pair(i: u32, half: u32) -> vec2<u32> {
+#ifdef NORMAL
+    return vec2<u32>(2u * i, 2u * i + 1u);
+#endif
+#ifdef NEOX
+    return vec2<u32>(i, i + half);
+#endif
+}
+
 #ifndef QK_NORM
 @compute @workgroup_size(WG)
 fn main(
@@ -105,15 +115,9 @@ fn main(
     // angle carries the same rounding as the reference model's.
     let sc = sin_cos(f32(pos) * inv_freq[i]);
 
-    // The pair's offsets within a head.
-#ifdef NORMAL
-    let oa = 2u * i;
-    let ob = oa + 1u;
-#endif
-#ifdef NEOX
-    let oa = i;
-    let ob = i + half;
-#endif
+    let o = pair(i, half);
+    let oa = o.x;
+    let ob = o.y;
 #ifdef KV
     if (head >= p.heads) {
         let kv_head = head - p.heads;
@@ -135,16 +139,6 @@ fn main(
 #endif
 
 #ifdef QK_NORM
-// Pair offsets within a head (as in the main above).
-fn pair(i: u32, half: u32) -> vec2<u32> {
-#ifdef NORMAL
-    return vec2<u32>(2u * i, 2u * i + 1u);
-#endif
-#ifdef NEOX
-    return vec2<u32>(i, i + half);
-#endif
-}
-
 // Invocations per head row: the largest head (256) has 128 pairs.
 const ROW_WG: u32 = 128u;
 var<workgroup> partial: array<f32, ROW_WG>;
