@@ -27,7 +27,7 @@
 //   NORM          binding norm_w[K]
 //   BIAS          binding bias[N] (of W, or of W_q); QKV_BIAS adds bias1, bias2 (W_k, W_v)
 // Constants prepended by kernels/matmul.rs (one source of truth for the host's grid math and
-// binding order): MV_ROWS, MV_LANES, MV_UNROLL (matvec), TILE_N, TILE_T (tiled), and the
+// binding order): MV_ROWS, MV_LANES, MV_UNROLL, MV_RPS (matvec), TILE_N, TILE_T (tiled), and the
 // binding numbers B_W1, B_W2, B_X, B_Y, B_NORM, B_BIAS: storage bindings are numbered 1.. in
 // the order the host lists them (weights, x, outputs, norm_w, biases), so the optional ones
 // shift the rest.
@@ -342,12 +342,92 @@ fn main(
 #endif
 
 #ifdef MATVEC_SG
-// Matrix–vector with subgroup sums (native only). The subgroup size varies by device (8 on
-// lavapipe, 32 on NVIDIA, 64 on AMD), so work is assigned by subgroup_id rather than by
-// assuming which invocations share a subgroup: each slot gets `spr` whole subgroups (or each
-// subgroup takes several slots when subgroups are wide), subgroupAdd sums each subgroup's
-// lanes, and one shared-memory step adds the `spr` subgroup sums of a slot.
+// Matrix–vector with subgroup sums (native only). A workgroup computes MV_ROWS slots as
+// MV_ROWS / MV_RPS tasks of MV_RPS consecutive slots each. The invocations of a task load
+// each group of x' once and multiply it with all MV_RPS rows: x' is as many bytes per row as
+// a Q4_0 row's 7 times over, so reading it once per row made L1, not DRAM, the bound.
+// The subgroup size varies by device (8 on lavapipe, 32 on NVIDIA, 64 on AMD), so work is
+// assigned by subgroup_id rather than by assuming which invocations share a subgroup: each
+// task gets `spr` whole subgroups (or each subgroup takes several tasks when subgroups are
+// wide), subgroupAdd sums each subgroup's lanes, and one shared-memory step adds the `spr`
+// subgroup sums of a slot.
 var<workgroup> partial: array<Sums, 256>;
+
+// Partial sums of rows `row`, row + 1, … (MV_RPS of them, each clamped to `last`: the
+// caller drops the sums of rows past it) of the weight `wsel` selects, with x'[t] over the
+// 8-element groups first, first + stride, … (the lanes' pattern of dot_row; MV_UNROLL 1
+// takes one group per trip, 2 or more two).
+fn dot_rows(row: u32, last: u32, xrow: u32, first: u32, stride: u32) -> array<Sums, MV_RPS> {
+    let groups = p.k / 8u;
+    var row_byte: array<u32, MV_RPS>;
+    var acc: array<vec4<f32>, MV_RPS>;
+    for (var r = 0u; r < MV_RPS; r++) {
+        row_byte[r] = min(row + r, last) * p.row_bytes;
+        acc[r] = vec4<f32>(0.0);
+    }
+    var ss = vec4<f32>(0.0);
+    var o = first;
+    // Two groups per trip unless MV_UNROLL is 1: 2 · MV_RPS independent weight loads in
+    // flight per invocation (the bound at decode is memory-level parallelism).
+    if (MV_UNROLL >= 2u) {
+        for (; o + stride < groups; o += 2u * stride) {
+            let xa = x_group(xrow, o, &ss);
+            let xb = x_group(xrow, o + stride, &ss);
+            for (var r = 0u; r < MV_RPS; r++) {
+                let wa = dequant8(row_byte[r], o);
+                let wb = dequant8(row_byte[r], o + stride);
+                acc[r] = fma(wa[0], xa[0], fma(wa[1], xa[1], acc[r]));
+                acc[r] = fma(wb[0], xb[0], fma(wb[1], xb[1], acc[r]));
+            }
+        }
+    }
+    for (; o < groups; o += stride) {
+        let xa = x_group(xrow, o, &ss);
+        for (var r = 0u; r < MV_RPS; r++) {
+            let wa = dequant8(row_byte[r], o);
+            acc[r] = fma(wa[0], xa[0], fma(wa[1], xa[1], acc[r]));
+        }
+    }
+    var out: array<Sums, MV_RPS>;
+    for (var r = 0u; r < MV_RPS; r++) {
+        out[r] = sums(acc[r], ss);
+    }
+    return out;
+}
+
+// The sums of task slots mr, mr + (0, 1), … for token t. Each branch sets `wsel` to a
+// constant (see wl) and is uniform across the task's invocations. A QKV task whose slots
+// straddle two weights (row counts that are not multiples of MV_RPS) takes one row at a time.
+fn dot_task(f: u32, t: u32, first: u32, stride: u32) -> array<Sums, MV_RPS> {
+    let mr = locate(f, MV_ROWS);
+    let xrow = t * (p.k / 4u);
+    let last = p.rows[mr.x] - 1u;
+#ifdef QKV
+    if (locate(f + MV_RPS - 1u, MV_ROWS).x != mr.x) {
+        var out: array<Sums, MV_RPS>;
+        for (var r = 0u; r < MV_RPS; r++) {
+            let mr_r = locate(f + r, MV_ROWS);
+            out[r] = Sums(0.0);
+            if (live(mr_r)) {
+                out[r] = dot_w(mr_r, t, first, stride);
+            }
+        }
+        return out;
+    }
+    if (mr.x == 2u) {
+        wsel = 2u;
+        return dot_rows(mr.y, last, xrow, first, stride);
+    }
+#endif
+#ifdef MULTI_W
+    if (mr.x == 1u) {
+        wsel = 1u;
+        return dot_rows(mr.y, last, xrow, first, stride);
+    }
+    wsel = 0u;
+#endif
+    return dot_rows(mr.y, last, xrow, first, stride);
+}
 
 // Slot r's total from its `spr` subgroup sums.
 fn slot_sum(r: u32, spr: u32) -> Sums {
@@ -373,18 +453,24 @@ fn main(
         return;
     }
     let t = wid.z;
-    let spr = max(1u, nsg / MV_ROWS); // subgroups per slot
+    let tasks = MV_ROWS / MV_RPS;
+    let spr = max(1u, nsg / tasks); // subgroups per task
     let part = sg % spr;
-    let slot_step = max(1u, nsg / spr); // slots are dealt to subgroups round-robin
-    for (var r = sg / spr; r < MV_ROWS; r += slot_step) {
-        let mr = locate(g * MV_ROWS + r, MV_ROWS);
-        var acc = Sums(0.0);
-        if (live(mr)) {
-            acc = dot_w(mr, t, part * sg_size + lane, spr * sg_size);
+    let task_step = max(1u, nsg / spr); // tasks are dealt to subgroups round-robin
+    for (var k = sg / spr; k < tasks; k += task_step) {
+        let f = g * MV_ROWS + k * MV_RPS;
+        var acc: array<Sums, MV_RPS>;
+        for (var r = 0u; r < MV_RPS; r++) {
+            acc[r] = Sums(0.0);
         }
-        let sum = subgroupAdd(acc);
-        if (lane == 0u) {
-            partial[r * spr + part] = sum;
+        if (live(locate(f, MV_ROWS))) {
+            acc = dot_task(f, t, part * sg_size + lane, spr * sg_size);
+        }
+        for (var r = 0u; r < MV_RPS; r++) {
+            let sum = subgroupAdd(acc[r]);
+            if (lane == 0u) {
+                partial[(k * MV_RPS + r) * spr + part] = sum;
+            }
         }
     }
     workgroupBarrier();

@@ -40,37 +40,75 @@ use super::KernelError;
 /// more); 32 lanes per slot so that a 32-wide warp streams one row.
 pub const MV_ROWS: u32 = 8;
 pub const MV_LANES: u32 = 32;
-/// The subgroup matvec's workgroup: SG_ROWS slots (its subgroups split each slot's row when
-/// there are more subgroups than slots, which puts more warps on small matrices).
+/// The subgroup matvec's workgroup: SG_ROWS slots (its subgroups split each task's row
+/// range when there are more subgroups than tasks, which puts more warps on small matrices).
 pub const SG_ROWS: u32 = 8;
-/// 8-element groups each matvec lane reads per loop trip (2 or 4): bytes in flight.
+/// 8-element groups each matvec lane reads per loop trip (1, 2 or 4; the one-row loop takes
+/// at least 2, the subgroup matvec's multi-row loop at most 2): bytes in flight.
 pub const MV_UNROLL: u32 = 2;
+/// Rows per task of the subgroup matvec: its invocations load each group of x' once for
+/// this many rows (BENCHMARKS.md "session 10").
+pub const SG_ROWS_PER_TASK: u32 = 4;
 
-/// (SG_ROWS, MV_UNROLL), or the tuning override `COCO_MATVEC=<rows>x<unroll>` (e.g. `4x4`;
-/// rows a power of two in 2..=64, unroll 2 or 4), read once per process: for measuring other
-/// shapes on a new GPU without a rebuild. An invalid value is ignored with a warning.
-pub fn matvec_shape() -> (u32, u32) {
-    static SHAPE: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
+/// The subgroup matvec's shape: slots per workgroup, groups per trip of the one-row loop,
+/// rows per task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatvecShape {
+    pub rows: u32,
+    pub unroll: u32,
+    pub rows_per_task: u32,
+}
+
+impl MatvecShape {
+    pub const DEFAULT: MatvecShape = MatvecShape {
+        rows: SG_ROWS,
+        unroll: MV_UNROLL,
+        rows_per_task: SG_ROWS_PER_TASK,
+    };
+
+    /// `<rows>x<unroll>[x<rows per task>]`, e.g. `8x2x4`. Rows a power of two in 2..=64,
+    /// unroll 1, 2 or 4, rows per task a power of two up to 8 (the shader's 256 partial sums
+    /// hold 8 per subgroup of 8 lanes) and at most rows / 2 (a GLU task must lie wholly in
+    /// the gate or the up half of a workgroup's slots).
+    pub fn parse(v: &str) -> Option<MatvecShape> {
+        let mut fields = v.split('x').map(|f| f.parse::<u32>().ok());
+        let rows = fields.next()??;
+        let unroll = fields.next()??;
+        let rows_per_task = match fields.next() {
+            None => 1,
+            Some(f) => f?,
+        };
+        let valid = rows.is_power_of_two()
+            && (2..=64).contains(&rows)
+            && matches!(unroll, 1 | 2 | 4)
+            && rows_per_task.is_power_of_two()
+            && rows_per_task <= 8
+            && rows_per_task <= rows / 2;
+        (fields.next().is_none() && valid).then_some(MatvecShape {
+            rows,
+            unroll,
+            rows_per_task,
+        })
+    }
+}
+
+/// [`MatvecShape::DEFAULT`], or the tuning override `COCO_MATVEC` (see
+/// [`MatvecShape::parse`]), read once per process: for measuring other shapes on a new GPU
+/// without a rebuild. An invalid value is ignored with a warning.
+pub fn matvec_shape() -> MatvecShape {
+    static SHAPE: std::sync::OnceLock<MatvecShape> = std::sync::OnceLock::new();
     *SHAPE.get_or_init(|| {
         let Ok(v) = std::env::var("COCO_MATVEC") else {
-            return (SG_ROWS, MV_UNROLL);
+            return MatvecShape::DEFAULT;
         };
-        let parsed = v
-            .split_once('x')
-            .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)));
-        let valid = |(rows, u): (u32, u32)| {
-            rows.is_power_of_two() && (2..=64).contains(&rows) && (u == 2 || u == 4)
-        };
-        match parsed {
-            Some(shape) if valid(shape) => shape,
-            _ => {
-                log::warn!(
-                    "COCO_MATVEC={v:?} ignored: expected <rows>x<unroll>, rows a power of two \
-                     in 2..=64, unroll 2 or 4"
-                );
-                (SG_ROWS, MV_UNROLL)
-            }
-        }
+        MatvecShape::parse(&v).unwrap_or_else(|| {
+            log::warn!(
+                "COCO_MATVEC={v:?} ignored: expected <rows>x<unroll>[x<rows per task>], rows \
+                 a power of two in 2..=64, unroll 1, 2 or 4, rows per task a power of two up to \
+                 min(8, rows / 2)"
+            );
+            MatvecShape::DEFAULT
+        })
     })
 }
 
@@ -141,7 +179,7 @@ impl MatmulVariant {
             Self::MatvecRows => (MV_ROWS * MV_LANES, 1),
             Self::MatvecWorkgroup => (MV_ROWS, MV_LANES),
             // The shader deals lanes by subgroup size; MV_LANES is unused there.
-            Self::MatvecSubgroup => (matvec_shape().0, MV_LANES),
+            Self::MatvecSubgroup => (matvec_shape().rows, MV_LANES),
         }
     }
 }
@@ -305,11 +343,12 @@ impl MatmulKey {
         };
         let consts = format!(
             "const MV_ROWS: u32 = {mv_rows}u;\nconst MV_LANES: u32 = {mv_lanes}u;\n\
-             const MV_UNROLL: u32 = {}u;\n\
+             const MV_UNROLL: u32 = {}u;\nconst MV_RPS: u32 = {}u;\n\
              const TILE_N: u32 = {TILE_N}u;\nconst TILE_T: u32 = {TILE_T}u;\n\
              const B_W1: u32 = 2u;\nconst B_W2: u32 = 3u;\nconst B_X: u32 = {}u;\n\
              const B_Y: u32 = {}u;\nconst B_NORM: u32 = {}u;\nconst B_BIAS: u32 = {}u;\n",
-            matvec_shape().1,
+            matvec_shape().unroll,
+            matvec_shape().rows_per_task,
             l.x,
             l.y,
             l.norm,
@@ -1071,6 +1110,25 @@ mod tests {
         assert_eq!(fold(10, 65535), [10, 1]);
         assert_eq!(fold(65536, 65535), [65535, 2]);
         assert_eq!(fold(262144 / 8 * 5, 65535), [65535, 3]);
+    }
+
+    #[test]
+    fn matvec_shape_parses_and_bounds_the_override() {
+        let shape = |rows, unroll, rows_per_task| MatvecShape {
+            rows,
+            unroll,
+            rows_per_task,
+        };
+        assert_eq!(MatvecShape::parse("8x2"), Some(shape(8, 2, 1)));
+        assert_eq!(MatvecShape::parse("16x4x8"), Some(shape(16, 4, 8)));
+        for bad in ["8", "8x3", "8x0", "12x2", "8x2x8", "32x2x16", "8x2x3", "8x2x4x1", "ax2", ""] {
+            assert_eq!(MatvecShape::parse(bad), None, "{bad}");
+        }
+        assert!(MatvecShape::parse(&format!(
+            "{}x{}x{}",
+            SG_ROWS, MV_UNROLL, SG_ROWS_PER_TASK
+        ))
+        .is_some_and(|s| s == MatvecShape::DEFAULT));
     }
 
     #[test]
