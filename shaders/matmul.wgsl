@@ -178,9 +178,9 @@ fn x_group(xrow: u32, o: u32, ss: ptr<function, vec4<f32>>) -> array<vec4<f32>, 
 
 // Partial sums of the weight row at byte `row_byte` with x'[t] over the 8-element groups
 // first, first + stride, …: consecutive invocations read consecutive words of W and x, so a
-// warp streams each row (see dequant8 in common/dequant.wgsl for why). MV_UNROLL groups per
-// trip keep more independent reads in flight per invocation: 2 measured best in the model on
-// the H200 (4 is there for tuning, COCO_MATVEC; BENCHMARKS.md "session 8").
+// warp streams each row (see dequant8 in common/dequant.wgsl for why). Two groups per trip (four
+// with MV_UNROLL 4, for tuning) keep more independent reads in flight per invocation: 2
+// measured best for this loop on the H200 (BENCHMARKS.md "session 8").
 fn dot_row(row_byte: u32, xrow: u32, first: u32, stride: u32) -> Sums {
     let groups = p.k / 8u;
     var acc0 = vec4<f32>(0.0);
@@ -355,8 +355,7 @@ var<workgroup> partial: array<Sums, 256>;
 
 // Partial sums of rows `row`, row + 1, … (MV_RPS of them, each clamped to `last`: the
 // caller drops the sums of rows past it) of the weight `wsel` selects, with x'[t] over the
-// 8-element groups first, first + stride, … (the lanes' pattern of dot_row; MV_UNROLL 1
-// takes one group per trip, 2 or more two).
+// 8-element groups first, first + stride, … (the lanes' pattern of dot_row).
 fn dot_rows(row: u32, last: u32, xrow: u32, first: u32, stride: u32) -> array<Sums, MV_RPS> {
     let groups = p.k / 8u;
     var row_byte: array<u32, MV_RPS>;
@@ -367,8 +366,10 @@ fn dot_rows(row: u32, last: u32, xrow: u32, first: u32, stride: u32) -> array<Su
     }
     var ss = vec4<f32>(0.0);
     var o = first;
-    // Two groups per trip unless MV_UNROLL is 1: 2 · MV_RPS independent weight loads in
-    // flight per invocation (the bound at decode is memory-level parallelism).
+    // One group per trip with MV_UNROLL 1, else two. The MV_RPS rows already give each
+    // invocation that many independent weight loads per trip, and on the H200 the second
+    // group's registers cost more resident warps than its loads gained (BENCHMARKS.md
+    // "session 10": 8 rows × 1 group × 2 rows per task measured best).
     if (MV_UNROLL >= 2u) {
         for (; o + stride < groups; o += 2u * stride) {
             let xa = x_group(xrow, o, &ss);
@@ -578,9 +579,11 @@ fn token_scale(tok: u32) -> f32 {
 #endif
 }
 
-// The 4 dot products of slot vec4s a0..a3 with b.
-fn dot4x(a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>, b: vec4<f32>) -> vec4<f32> {
-    return vec4<f32>(dot(a0, b), dot(a1, b), dot(a2, b), dot(a3, b));
+// acc + the 4 dot products of slots a0..a3 with b, where at[e] holds element e of every slot
+// (the slots' vec4s transposed): 16 FMAs, where vec4 dot() products cost a multiply, 3 FMAs
+// and an add per slot.
+fn mac4x(at: array<vec4<f32>, 4>, b: vec4<f32>, acc: vec4<f32>) -> vec4<f32> {
+    return fma(at[3], vec4<f32>(b.w), fma(at[2], vec4<f32>(b.z), fma(at[1], vec4<f32>(b.y), fma(at[0], vec4<f32>(b.x), acc))));
 }
 
 @compute @workgroup_size(256)
@@ -633,10 +636,16 @@ fn main(
             let a1 = wt[j * TILE_N + tx + 16u];
             let a2 = wt[j * TILE_N + tx + 32u];
             let a3 = wt[j * TILE_N + tx + 48u];
-            acc0 += dot4x(a0, a1, a2, a3, xt[j * TILE_T + ty]);
-            acc1 += dot4x(a0, a1, a2, a3, xt[j * TILE_T + ty + 16u]);
-            acc2 += dot4x(a0, a1, a2, a3, xt[j * TILE_T + ty + 32u]);
-            acc3 += dot4x(a0, a1, a2, a3, xt[j * TILE_T + ty + 48u]);
+            let at = array<vec4<f32>, 4>(
+                vec4<f32>(a0.x, a1.x, a2.x, a3.x),
+                vec4<f32>(a0.y, a1.y, a2.y, a3.y),
+                vec4<f32>(a0.z, a1.z, a2.z, a3.z),
+                vec4<f32>(a0.w, a1.w, a2.w, a3.w),
+            );
+            acc0 = mac4x(at, xt[j * TILE_T + ty], acc0);
+            acc1 = mac4x(at, xt[j * TILE_T + ty + 16u], acc1);
+            acc2 = mac4x(at, xt[j * TILE_T + ty + 32u], acc2);
+            acc3 = mac4x(at, xt[j * TILE_T + ty + 48u], acc3);
         }
         workgroupBarrier();
     }

@@ -43,12 +43,12 @@ pub const MV_LANES: u32 = 32;
 /// The subgroup matvec's workgroup: SG_ROWS slots (its subgroups split each task's row
 /// range when there are more subgroups than tasks, which puts more warps on small matrices).
 pub const SG_ROWS: u32 = 8;
-/// 8-element groups each matvec lane reads per loop trip (1, 2 or 4; the one-row loop takes
-/// at least 2, the subgroup matvec's multi-row loop at most 2): bytes in flight.
-pub const MV_UNROLL: u32 = 2;
+/// 8-element groups each matvec lane reads per loop trip (1, 2 or 4): the subgroup matvec's
+/// multi-row loop takes 1 or 2, the workgroup matvec's one-row loop 2 or 4 (it keeps 2 for 1).
+pub const MV_UNROLL: u32 = 1;
 /// Rows per task of the subgroup matvec: its invocations load each group of x' once for
 /// this many rows (BENCHMARKS.md "session 10").
-pub const SG_ROWS_PER_TASK: u32 = 4;
+pub const SG_ROWS_PER_TASK: u32 = 2;
 
 /// The subgroup matvec's shape: slots per workgroup, groups per trip of the one-row loop,
 /// rows per task.
