@@ -176,75 +176,71 @@ fn x_group(xrow: u32, o: u32, ss: ptr<function, vec4<f32>>) -> array<vec4<f32>, 
 }
 #endif
 
-// Partial sums of the weight row at byte `row_byte` with x'[t] over the 8-element groups
-// first, first + stride, …: consecutive invocations read consecutive words of W and x, so a
-// warp streams each row (see dequant8 in common/dequant.wgsl for why). Two groups per trip (four
-// with MV_UNROLL 4, for tuning) keep more independent reads in flight per invocation: 2
-// measured best for this loop on the H200 (BENCHMARKS.md "session 8").
-fn dot_row(row_byte: u32, xrow: u32, first: u32, stride: u32) -> Sums {
+// Partial sums of rows `row`, row + 1, … (MV_RPS of them, each clamped to `last`: the
+// caller drops the sums of rows past it) of the weight `wsel` selects, with x'[t] over the
+// 8-element groups first, first + stride, …: consecutive invocations read consecutive words of
+// W and x, so a warp streams each row (see dequant8 in common/dequant.wgsl for why), and each
+// group of x' is loaded once for all MV_RPS rows.
+fn dot_rows(row: u32, last: u32, xrow: u32, first: u32, stride: u32) -> array<Sums, MV_RPS> {
     let groups = p.k / 8u;
-    var acc0 = vec4<f32>(0.0);
-    var acc1 = vec4<f32>(0.0);
+    var row_byte: array<u32, MV_RPS>;
+    var acc: array<vec4<f32>, MV_RPS>;
+    for (var r = 0u; r < MV_RPS; r++) {
+        row_byte[r] = min(row + r, last) * p.row_bytes;
+        acc[r] = vec4<f32>(0.0);
+    }
     var ss = vec4<f32>(0.0);
     var o = first;
-    if (MV_UNROLL >= 4u) {
-        for (; o + 3u * stride < groups; o += 4u * stride) {
-            let wa = dequant8(row_byte, o);
-            let wb = dequant8(row_byte, o + stride);
-            let wc = dequant8(row_byte, o + 2u * stride);
-            let wd = dequant8(row_byte, o + 3u * stride);
+    // MV_UNROLL (1 or 2) groups per trip. The workgroup matvec (one row) takes 2: more reads
+    // in flight per invocation measured best for it (BENCHMARKS.md "session 8"). The subgroup
+    // matvec's MV_RPS rows already give each invocation that many independent reads per trip,
+    // and on the H200 a second group's registers cost more resident warps than its reads
+    // gained ("session 10": 8 slots, 1 group, 2 rows per task measured best).
+    if (MV_UNROLL == 2u) {
+        for (; o + stride < groups; o += 2u * stride) {
             let xa = x_group(xrow, o, &ss);
             let xb = x_group(xrow, o + stride, &ss);
-            let xc = x_group(xrow, o + 2u * stride, &ss);
-            let xd = x_group(xrow, o + 3u * stride, &ss);
-            acc0 = fma(wa[0], xa[0], acc0);
-            acc1 = fma(wa[1], xa[1], acc1);
-            acc0 = fma(wb[0], xb[0], acc0);
-            acc1 = fma(wb[1], xb[1], acc1);
-            acc0 = fma(wc[0], xc[0], acc0);
-            acc1 = fma(wc[1], xc[1], acc1);
-            acc0 = fma(wd[0], xd[0], acc0);
-            acc1 = fma(wd[1], xd[1], acc1);
+            for (var r = 0u; r < MV_RPS; r++) {
+                let wa = dequant8(row_byte[r], o);
+                let wb = dequant8(row_byte[r], o + stride);
+                acc[r] = fma(wa[0], xa[0], fma(wa[1], xa[1], acc[r]));
+                acc[r] = fma(wb[0], xb[0], fma(wb[1], xb[1], acc[r]));
+            }
         }
     }
-    for (; o + stride < groups; o += 2u * stride) {
-        let wa = dequant8(row_byte, o);
-        let wb = dequant8(row_byte, o + stride);
+    for (; o < groups; o += stride) {
         let xa = x_group(xrow, o, &ss);
-        let xb = x_group(xrow, o + stride, &ss);
-        acc0 = fma(wa[0], xa[0], acc0);
-        acc1 = fma(wa[1], xa[1], acc1);
-        acc0 = fma(wb[0], xb[0], acc0);
-        acc1 = fma(wb[1], xb[1], acc1);
+        for (var r = 0u; r < MV_RPS; r++) {
+            let wa = dequant8(row_byte[r], o);
+            acc[r] = fma(wa[0], xa[0], fma(wa[1], xa[1], acc[r]));
+        }
     }
-    if (o < groups) {
-        let wa = dequant8(row_byte, o);
-        let xa = x_group(xrow, o, &ss);
-        acc0 = fma(wa[0], xa[0], acc0);
-        acc1 = fma(wa[1], xa[1], acc1);
+    var out: array<Sums, MV_RPS>;
+    for (var r = 0u; r < MV_RPS; r++) {
+        out[r] = sums(acc[r], ss);
     }
-    return sums(acc0 + acc1, ss);
+    return out;
 }
 
-// dot_row for row mr.y of weight mr.x and token t. Each branch sets `wsel` to a constant
-// (see wl); the branch itself is uniform across a slot's invocations.
-fn dot_w(mr: vec2<u32>, t: u32, first: u32, stride: u32) -> Sums {
-    let row_byte = mr.y * p.row_bytes;
+// dot_rows for rows mr.y, mr.y + 1, … (clamped to `last`) of weight mr.x and token t. Each
+// branch sets `wsel` to a constant (see wl); the branch itself is uniform across the
+// invocations that share the rows.
+fn dot_w(mr: vec2<u32>, last: u32, t: u32, first: u32, stride: u32) -> array<Sums, MV_RPS> {
     let xrow = t * (p.k / 4u);
 #ifdef QKV
     if (mr.x == 2u) {
         wsel = 2u;
-        return dot_row(row_byte, xrow, first, stride);
+        return dot_rows(mr.y, last, xrow, first, stride);
     }
 #endif
 #ifdef MULTI_W
     if (mr.x == 1u) {
         wsel = 1u;
-        return dot_row(row_byte, xrow, first, stride);
+        return dot_rows(mr.y, last, xrow, first, stride);
     }
     wsel = 0u;
 #endif
-    return dot_row(row_byte, xrow, first, stride);
+    return dot_rows(mr.y, last, xrow, first, stride);
 }
 
 // ---- outputs ----
@@ -319,7 +315,7 @@ fn main(
     let mr = locate(g * MV_ROWS + slot, MV_ROWS);
     var acc = Sums(0.0);
     if (live(mr)) {
-        acc = dot_w(mr, t, lane, MV_LANES);
+        acc = dot_w(mr, mr.y, t, lane, MV_LANES)[0]; // MV_RPS is 1 here
     }
     partial[li] = acc;
     workgroupBarrier();
@@ -353,56 +349,11 @@ fn main(
 // subgroup sums of a slot.
 var<workgroup> partial: array<Sums, 256>;
 
-// Partial sums of rows `row`, row + 1, … (MV_RPS of them, each clamped to `last`: the
-// caller drops the sums of rows past it) of the weight `wsel` selects, with x'[t] over the
-// 8-element groups first, first + stride, … (the lanes' pattern of dot_row).
-fn dot_rows(row: u32, last: u32, xrow: u32, first: u32, stride: u32) -> array<Sums, MV_RPS> {
-    let groups = p.k / 8u;
-    var row_byte: array<u32, MV_RPS>;
-    var acc: array<vec4<f32>, MV_RPS>;
-    for (var r = 0u; r < MV_RPS; r++) {
-        row_byte[r] = min(row + r, last) * p.row_bytes;
-        acc[r] = vec4<f32>(0.0);
-    }
-    var ss = vec4<f32>(0.0);
-    var o = first;
-    // One group per trip with MV_UNROLL 1, else two. The MV_RPS rows already give each
-    // invocation that many independent weight loads per trip, and on the H200 the second
-    // group's registers cost more resident warps than its loads gained (BENCHMARKS.md
-    // "session 10": 8 rows × 1 group × 2 rows per task measured best).
-    if (MV_UNROLL >= 2u) {
-        for (; o + stride < groups; o += 2u * stride) {
-            let xa = x_group(xrow, o, &ss);
-            let xb = x_group(xrow, o + stride, &ss);
-            for (var r = 0u; r < MV_RPS; r++) {
-                let wa = dequant8(row_byte[r], o);
-                let wb = dequant8(row_byte[r], o + stride);
-                acc[r] = fma(wa[0], xa[0], fma(wa[1], xa[1], acc[r]));
-                acc[r] = fma(wb[0], xb[0], fma(wb[1], xb[1], acc[r]));
-            }
-        }
-    }
-    for (; o < groups; o += stride) {
-        let xa = x_group(xrow, o, &ss);
-        for (var r = 0u; r < MV_RPS; r++) {
-            let wa = dequant8(row_byte[r], o);
-            acc[r] = fma(wa[0], xa[0], fma(wa[1], xa[1], acc[r]));
-        }
-    }
-    var out: array<Sums, MV_RPS>;
-    for (var r = 0u; r < MV_RPS; r++) {
-        out[r] = sums(acc[r], ss);
-    }
-    return out;
-}
-
-// The sums of task slots mr, mr + (0, 1), … for token t. Each branch sets `wsel` to a
-// constant (see wl) and is uniform across the task's invocations. A QKV task whose slots
-// straddle two weights (row counts that are not multiples of MV_RPS) takes one row at a time.
+// The sums of task slots f, f + 1, … for token t. A QKV task whose slots straddle two weights
+// (row counts that are not multiples of MV_RPS: at most two tasks per dispatch) takes one row
+// at a time, each computed MV_RPS times over by clamping.
 fn dot_task(f: u32, t: u32, first: u32, stride: u32) -> array<Sums, MV_RPS> {
     let mr = locate(f, MV_ROWS);
-    let xrow = t * (p.k / 4u);
-    let last = p.rows[mr.x] - 1u;
 #ifdef QKV
     if (locate(f + MV_RPS - 1u, MV_ROWS).x != mr.x) {
         var out: array<Sums, MV_RPS>;
@@ -410,24 +361,13 @@ fn dot_task(f: u32, t: u32, first: u32, stride: u32) -> array<Sums, MV_RPS> {
             let mr_r = locate(f + r, MV_ROWS);
             out[r] = Sums(0.0);
             if (live(mr_r)) {
-                out[r] = dot_w(mr_r, t, first, stride);
+                out[r] = dot_w(mr_r, mr_r.y, t, first, stride)[0];
             }
         }
         return out;
     }
-    if (mr.x == 2u) {
-        wsel = 2u;
-        return dot_rows(mr.y, last, xrow, first, stride);
-    }
 #endif
-#ifdef MULTI_W
-    if (mr.x == 1u) {
-        wsel = 1u;
-        return dot_rows(mr.y, last, xrow, first, stride);
-    }
-    wsel = 0u;
-#endif
-    return dot_rows(mr.y, last, xrow, first, stride);
+    return dot_w(mr, p.rows[mr.x] - 1u, t, first, stride);
 }
 
 // Slot r's total from its `spr` subgroup sums.

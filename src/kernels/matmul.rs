@@ -43,8 +43,8 @@ pub const MV_LANES: u32 = 32;
 /// The subgroup matvec's workgroup: SG_ROWS slots (its subgroups split each task's row
 /// range when there are more subgroups than tasks, which puts more warps on small matrices).
 pub const SG_ROWS: u32 = 8;
-/// 8-element groups each matvec lane reads per loop trip (1, 2 or 4): the subgroup matvec's
-/// multi-row loop takes 1 or 2, the workgroup matvec's one-row loop 2 or 4 (it keeps 2 for 1).
+/// 8-element groups each lane of the subgroup matvec reads per loop trip (1 or 2; the
+/// workgroup matvec always takes 2).
 pub const MV_UNROLL: u32 = 1;
 /// Rows per task of the subgroup matvec: its invocations load each group of x' once for
 /// this many rows (BENCHMARKS.md "session 10").
@@ -67,7 +67,7 @@ impl MatvecShape {
     };
 
     /// `<rows>x<unroll>[x<rows per task>]`, e.g. `8x2x4`. Rows a power of two in 2..=64,
-    /// unroll 1, 2 or 4, rows per task a power of two up to 8 (the shader's 256 partial sums
+    /// unroll 1 or 2, rows per task a power of two up to 8 (the shader's 256 partial sums
     /// hold 8 per subgroup of 8 lanes) and at most rows / 2 (a GLU task must lie wholly in
     /// the gate or the up half of a workgroup's slots).
     pub fn parse(v: &str) -> Option<MatvecShape> {
@@ -80,7 +80,7 @@ impl MatvecShape {
         };
         let valid = rows.is_power_of_two()
             && (2..=64).contains(&rows)
-            && matches!(unroll, 1 | 2 | 4)
+            && matches!(unroll, 1 | 2)
             && rows_per_task.is_power_of_two()
             && rows_per_task <= 8
             && rows_per_task <= rows / 2;
@@ -104,7 +104,7 @@ pub fn matvec_shape() -> MatvecShape {
         MatvecShape::parse(&v).unwrap_or_else(|| {
             log::warn!(
                 "COCO_MATVEC={v:?} ignored: expected <rows>x<unroll>[x<rows per task>], rows \
-                 a power of two in 2..=64, unroll 1, 2 or 4, rows per task a power of two up to \
+                 a power of two in 2..=64, unroll 1 or 2, rows per task a power of two up to \
                  min(8, rows / 2)"
             );
             MatvecShape::DEFAULT
@@ -341,14 +341,21 @@ impl MatmulKey {
             MatmulVariant::TiledCoop => "enable f16;\nenable wgpu_cooperative_matrix;\n",
             _ => "",
         };
+        // Groups per trip and rows per task of the shared row loop: the subgroup matvec's
+        // tuned shape; one row, two groups for the others (the tiled kernels don't use it).
+        let (mv_unroll, mv_rps) = match self.variant {
+            MatmulVariant::MatvecSubgroup => {
+                let shape = matvec_shape();
+                (shape.unroll, shape.rows_per_task)
+            }
+            _ => (2, 1),
+        };
         let consts = format!(
             "const MV_ROWS: u32 = {mv_rows}u;\nconst MV_LANES: u32 = {mv_lanes}u;\n\
-             const MV_UNROLL: u32 = {}u;\nconst MV_RPS: u32 = {}u;\n\
+             const MV_UNROLL: u32 = {mv_unroll}u;\nconst MV_RPS: u32 = {mv_rps}u;\n\
              const TILE_N: u32 = {TILE_N}u;\nconst TILE_T: u32 = {TILE_T}u;\n\
              const B_W1: u32 = 2u;\nconst B_W2: u32 = 3u;\nconst B_X: u32 = {}u;\n\
              const B_Y: u32 = {}u;\nconst B_NORM: u32 = {}u;\nconst B_BIAS: u32 = {}u;\n",
-            matvec_shape().unroll,
-            matvec_shape().rows_per_task,
             l.x,
             l.y,
             l.norm,
@@ -1120,8 +1127,8 @@ mod tests {
             rows_per_task,
         };
         assert_eq!(MatvecShape::parse("8x2"), Some(shape(8, 2, 1)));
-        assert_eq!(MatvecShape::parse("16x4x8"), Some(shape(16, 4, 8)));
-        for bad in ["8", "8x3", "8x0", "12x2", "8x2x8", "32x2x16", "8x2x3", "8x2x4x1", "ax2", ""] {
+        assert_eq!(MatvecShape::parse("16x1x8"), Some(shape(16, 1, 8)));
+        for bad in ["8", "8x3", "8x4", "8x0", "12x2", "8x2x8", "32x2x16", "8x2x3", "8x2x4x1", "ax2", ""] {
             assert_eq!(MatvecShape::parse(bad), None, "{bad}");
         }
         assert!(MatvecShape::parse(&format!(
