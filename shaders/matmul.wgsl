@@ -347,7 +347,9 @@ fn main(
 // task gets `spr` whole subgroups (or each subgroup takes several tasks when subgroups are
 // wide), subgroupAdd sums each subgroup's lanes, and one shared-memory step adds the `spr`
 // subgroup sums of a slot.
-var<workgroup> partial: array<Sums, 256>;
+// Slot r's subgroup sums at [r · spr, (r + 1) · spr): MV_ROWS · spr = MV_RPS · (subgroups),
+// and a workgroup of 256 has at most 64 subgroups (WGSL's smallest subgroup size is 4).
+var<workgroup> partial: array<Sums, 64u * MV_RPS>;
 
 // The sums of task slots f, f + 1, … for token t. A QKV task whose slots straddle two weights
 // (row counts that are not multiples of MV_RPS: at most two tasks per dispatch) takes one row

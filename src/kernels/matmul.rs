@@ -67,9 +67,9 @@ impl MatvecShape {
     };
 
     /// `<rows>x<unroll>[x<rows per task>]`, e.g. `8x2x4`. Rows a power of two in 2..=64,
-    /// unroll 1 or 2, rows per task a power of two up to 8 (the shader's 256 partial sums
-    /// hold 8 per subgroup of 8 lanes) and at most rows / 2 (a GLU task must lie wholly in
-    /// the gate or the up half of a workgroup's slots).
+    /// unroll 1 or 2, rows per task a power of two up to 8 (each row holds registers in
+    /// every invocation; 8 already measured far slower) and at most rows / 2 (a GLU task
+    /// must lie wholly in the gate or the up half of a workgroup's slots).
     pub fn parse(v: &str) -> Option<MatvecShape> {
         let mut fields = v.split('x').map(|f| f.parse::<u32>().ok());
         let rows = fields.next()??;
