@@ -340,8 +340,9 @@ fn main(
 #ifdef MATVEC_SG
 // Matrix–vector with subgroup sums (native only). A workgroup computes MV_ROWS slots as
 // MV_ROWS / MV_RPS tasks of MV_RPS consecutive slots each. The invocations of a task load
-// each group of x' once and multiply it with all MV_RPS rows: x' is as many bytes per row as
-// a Q4_0 row's 7 times over, so reading it once per row made L1, not DRAM, the bound.
+// each group of x' once and multiply it with all MV_RPS rows (in f32, x' is 7× the bytes of
+// a Q4_0 row). Each row also holds registers in every invocation, and fewer resident warps
+// cost more than the loads saved beyond 2 rows on the H200 (BENCHMARKS.md "session 10").
 // The subgroup size varies by device (8 on lavapipe, 32 on NVIDIA, 64 on AMD), so work is
 // assigned by subgroup_id rather than by assuming which invocations share a subgroup: each
 // task gets `spr` whole subgroups (or each subgroup takes several tasks when subgroups are

@@ -50,8 +50,8 @@ pub const MV_UNROLL: u32 = 1;
 /// this many rows (BENCHMARKS.md "session 10").
 pub const SG_ROWS_PER_TASK: u32 = 2;
 
-/// The subgroup matvec's shape: slots per workgroup, groups per trip of the one-row loop,
-/// rows per task.
+/// The subgroup matvec's shape: slots per workgroup, 8-element groups per loop trip, rows
+/// per task.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MatvecShape {
     pub rows: u32,
