@@ -176,73 +176,6 @@ fn x_group(xrow: u32, o: u32, ss: ptr<function, vec4<f32>>) -> array<vec4<f32>, 
 }
 #endif
 
-// Partial sums of rows `row`, row + 1, … (MV_RPS of them, each clamped to `last`: the
-// caller drops the sums of rows past it) of the weight `wsel` selects, with x'[t] over the
-// 8-element groups first, first + stride, …: consecutive invocations read consecutive words of
-// W and x, so a warp streams each row (see dequant8 in common/dequant.wgsl for why), and each
-// group of x' is loaded once for all MV_RPS rows.
-fn dot_rows(row: u32, last: u32, xrow: u32, first: u32, stride: u32) -> array<Sums, MV_RPS> {
-    let groups = p.k / 8u;
-    var row_byte: array<u32, MV_RPS>;
-    var acc: array<vec4<f32>, MV_RPS>;
-    for (var r = 0u; r < MV_RPS; r++) {
-        row_byte[r] = min(row + r, last) * p.row_bytes;
-        acc[r] = vec4<f32>(0.0);
-    }
-    var ss = vec4<f32>(0.0);
-    var o = first;
-    // MV_UNROLL (1 or 2) groups per trip. The workgroup matvec (one row) takes 2: more reads
-    // in flight per invocation measured best for it (BENCHMARKS.md "session 8"). The subgroup
-    // matvec's MV_RPS rows already give each invocation that many independent reads per trip,
-    // and on the H200 a second group's registers cost more resident warps than its reads
-    // gained ("session 10": 8 slots, 1 group, 2 rows per task measured best).
-    if (MV_UNROLL == 2u) {
-        for (; o + stride < groups; o += 2u * stride) {
-            let xa = x_group(xrow, o, &ss);
-            let xb = x_group(xrow, o + stride, &ss);
-            for (var r = 0u; r < MV_RPS; r++) {
-                let wa = dequant8(row_byte[r], o);
-                let wb = dequant8(row_byte[r], o + stride);
-                acc[r] = fma(wa[0], xa[0], fma(wa[1], xa[1], acc[r]));
-                acc[r] = fma(wb[0], xb[0], fma(wb[1], xb[1], acc[r]));
-            }
-        }
-    }
-    for (; o < groups; o += stride) {
-        let xa = x_group(xrow, o, &ss);
-        for (var r = 0u; r < MV_RPS; r++) {
-            let wa = dequant8(row_byte[r], o);
-            acc[r] = fma(wa[0], xa[0], fma(wa[1], xa[1], acc[r]));
-        }
-    }
-    var out: array<Sums, MV_RPS>;
-    for (var r = 0u; r < MV_RPS; r++) {
-        out[r] = sums(acc[r], ss);
-    }
-    return out;
-}
-
-// dot_rows for rows mr.y, mr.y + 1, … (clamped to `last`) of weight mr.x and token t. Each
-// branch sets `wsel` to a constant (see wl); the branch itself is uniform across the
-// invocations that share the rows.
-fn dot_w(mr: vec2<u32>, last: u32, t: u32, first: u32, stride: u32) -> array<Sums, MV_RPS> {
-    let xrow = t * (p.k / 4u);
-#ifdef QKV
-    if (mr.x == 2u) {
-        wsel = 2u;
-        return dot_rows(mr.y, last, xrow, first, stride);
-    }
-#endif
-#ifdef MULTI_W
-    if (mr.x == 1u) {
-        wsel = 1u;
-        return dot_rows(mr.y, last, xrow, first, stride);
-    }
-    wsel = 0u;
-#endif
-    return dot_rows(mr.y, last, xrow, first, stride);
-}
-
 // ---- outputs ----
 
 // bias[r] of weight m (0 when it has none).
@@ -299,6 +232,56 @@ fn store_glu(t: u32, row: u32, gate: f32, up: f32) {
 // This is the variant browsers run (wgpu's WebGPU backend never enables subgroups).
 var<workgroup> partial: array<Sums, 256>;
 
+// The subgroup matvec's dot_rows for one row, without arrays: SwiftShader (the browser's CPU fallback, which
+// runs this kernel with one lane per slot) kept the one-element arrays in memory and decoded
+// 35% slower (0.41 → 0.27 tok/s, Gemma-3-270M in headless Chromium). Two groups per trip:
+// more reads in flight per invocation measured best for this loop (BENCHMARKS.md "session 8").
+fn dot_row(row_byte: u32, xrow: u32, first: u32, stride: u32) -> Sums {
+    let groups = p.k / 8u;
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    var ss = vec4<f32>(0.0);
+    var o = first;
+    for (; o + stride < groups; o += 2u * stride) {
+        let wa = dequant8(row_byte, o);
+        let wb = dequant8(row_byte, o + stride);
+        let xa = x_group(xrow, o, &ss);
+        let xb = x_group(xrow, o + stride, &ss);
+        acc0 = fma(wa[0], xa[0], acc0);
+        acc1 = fma(wa[1], xa[1], acc1);
+        acc0 = fma(wb[0], xb[0], acc0);
+        acc1 = fma(wb[1], xb[1], acc1);
+    }
+    if (o < groups) {
+        let wa = dequant8(row_byte, o);
+        let xa = x_group(xrow, o, &ss);
+        acc0 = fma(wa[0], xa[0], acc0);
+        acc1 = fma(wa[1], xa[1], acc1);
+    }
+    return sums(acc0 + acc1, ss);
+}
+
+// dot_row for slot mr: row mr.y of weight mr.x. Each branch sets `wsel` to a constant (see
+// wl); the branch itself is uniform across a slot's invocations.
+fn dot_slot(mr: vec2<u32>, t: u32, first: u32, stride: u32) -> Sums {
+    let row_byte = mr.y * p.row_bytes;
+    let xrow = t * (p.k / 4u);
+#ifdef QKV
+    if (mr.x == 2u) {
+        wsel = 2u;
+        return dot_row(row_byte, xrow, first, stride);
+    }
+#endif
+#ifdef MULTI_W
+    if (mr.x == 1u) {
+        wsel = 1u;
+        return dot_row(row_byte, xrow, first, stride);
+    }
+    wsel = 0u;
+#endif
+    return dot_row(row_byte, xrow, first, stride);
+}
+
 @compute @workgroup_size(256)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -315,7 +298,7 @@ fn main(
     let mr = locate(g * MV_ROWS + slot, MV_ROWS);
     var acc = Sums(0.0);
     if (live(mr)) {
-        acc = dot_w(mr, mr.y, t, lane, MV_LANES)[0]; // MV_RPS is 1 here
+        acc = dot_slot(mr, t, lane, MV_LANES);
     }
     partial[li] = acc;
     workgroupBarrier();
@@ -351,6 +334,72 @@ fn main(
 // Slot r's subgroup sums at [r · spr, (r + 1) · spr): MV_ROWS · spr = MV_RPS · (subgroups),
 // and a workgroup of 256 has at most 64 subgroups (WGSL's smallest subgroup size is 4).
 var<workgroup> partial: array<Sums, 64u * MV_RPS>;
+
+// Partial sums of rows `row`, row + 1, … (MV_RPS of them, each clamped to `last`: the
+// caller drops the sums of rows past it) of the weight `wsel` selects, with x'[t] over the
+// 8-element groups first, first + stride, …: consecutive invocations read consecutive words of
+// W and x, so a warp streams each row (see dequant8 in common/dequant.wgsl for why), and each
+// group of x' is loaded once for all MV_RPS rows.
+fn dot_rows(row: u32, last: u32, xrow: u32, first: u32, stride: u32) -> array<Sums, MV_RPS> {
+    let groups = p.k / 8u;
+    var row_byte: array<u32, MV_RPS>;
+    var acc: array<vec4<f32>, MV_RPS>;
+    for (var r = 0u; r < MV_RPS; r++) {
+        row_byte[r] = min(row + r, last) * p.row_bytes;
+        acc[r] = vec4<f32>(0.0);
+    }
+    var ss = vec4<f32>(0.0);
+    var o = first;
+    // MV_UNROLL (1 or 2) groups per trip. The MV_RPS rows already give each invocation that
+    // many independent reads per trip, and on the H200 a second group's registers cost more
+    // resident warps than its reads gained (BENCHMARKS.md "session 10": 8 slots, 1 group,
+    // 2 rows per task measured best).
+    if (MV_UNROLL == 2u) {
+        for (; o + stride < groups; o += 2u * stride) {
+            let xa = x_group(xrow, o, &ss);
+            let xb = x_group(xrow, o + stride, &ss);
+            for (var r = 0u; r < MV_RPS; r++) {
+                let wa = dequant8(row_byte[r], o);
+                let wb = dequant8(row_byte[r], o + stride);
+                acc[r] = fma(wa[0], xa[0], fma(wa[1], xa[1], acc[r]));
+                acc[r] = fma(wb[0], xb[0], fma(wb[1], xb[1], acc[r]));
+            }
+        }
+    }
+    for (; o < groups; o += stride) {
+        let xa = x_group(xrow, o, &ss);
+        for (var r = 0u; r < MV_RPS; r++) {
+            let wa = dequant8(row_byte[r], o);
+            acc[r] = fma(wa[0], xa[0], fma(wa[1], xa[1], acc[r]));
+        }
+    }
+    var out: array<Sums, MV_RPS>;
+    for (var r = 0u; r < MV_RPS; r++) {
+        out[r] = sums(acc[r], ss);
+    }
+    return out;
+}
+
+// dot_rows for rows mr.y, mr.y + 1, … (clamped to `last`) of weight mr.x and token t. Each
+// branch sets `wsel` to a constant (see wl); the branch itself is uniform across the
+// invocations that share the rows.
+fn dot_w(mr: vec2<u32>, last: u32, t: u32, first: u32, stride: u32) -> array<Sums, MV_RPS> {
+    let xrow = t * (p.k / 4u);
+#ifdef QKV
+    if (mr.x == 2u) {
+        wsel = 2u;
+        return dot_rows(mr.y, last, xrow, first, stride);
+    }
+#endif
+#ifdef MULTI_W
+    if (mr.x == 1u) {
+        wsel = 1u;
+        return dot_rows(mr.y, last, xrow, first, stride);
+    }
+    wsel = 0u;
+#endif
+    return dot_rows(mr.y, last, xrow, first, stride);
+}
 
 // The sums of task slots f, f + 1, … for token t. A QKV task whose slots straddle two weights
 // (row counts that are not multiples of MV_RPS: at most two tasks per dispatch) takes one row

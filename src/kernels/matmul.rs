@@ -44,7 +44,7 @@ pub const MV_LANES: u32 = 32;
 /// range when there are more subgroups than tasks, which puts more warps on small matrices).
 pub const SG_ROWS: u32 = 8;
 /// 8-element groups each lane of the subgroup matvec reads per loop trip (1 or 2; the
-/// workgroup matvec always takes 2).
+/// workgroup matvec's one-row loop always takes 2).
 pub const MV_UNROLL: u32 = 1;
 /// Rows per task of the subgroup matvec: its invocations load each group of x' once for
 /// this many rows (BENCHMARKS.md "session 10").
@@ -341,8 +341,8 @@ impl MatmulKey {
             MatmulVariant::TiledCoop => "enable f16;\nenable wgpu_cooperative_matrix;\n",
             _ => "",
         };
-        // Groups per trip and rows per task of the shared row loop: the subgroup matvec's
-        // tuned shape; one row, two groups for the others (the tiled kernels don't use it).
+        // Groups per trip and rows per task of the subgroup matvec's row loop (its tuned
+        // shape); the other kernels don't use them.
         let (mv_unroll, mv_rps) = match self.variant {
             MatmulVariant::MatvecSubgroup => {
                 let shape = matvec_shape();
