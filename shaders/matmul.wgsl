@@ -232,10 +232,11 @@ fn store_glu(t: u32, row: u32, gate: f32, up: f32) {
 // This is the variant browsers run (wgpu's WebGPU backend never enables subgroups).
 var<workgroup> partial: array<Sums, 256>;
 
-// The subgroup matvec's dot_rows for one row, without arrays: SwiftShader (the browser's CPU fallback, which
-// runs this kernel with one lane per slot) kept the one-element arrays in memory and decoded
-// 35% slower (0.41 → 0.27 tok/s, Gemma-3-270M in headless Chromium). Two groups per trip:
-// more reads in flight per invocation measured best for this loop (BENCHMARKS.md "session 8").
+// The subgroup matvec's dot_rows for one row, without arrays: SwiftShader (the browser's CPU
+// fallback, which runs this kernel with one lane per slot) kept dot_rows' one-element arrays
+// in memory and decoded a third slower (0.41 → 0.27 tok/s, Gemma-3-270M in headless Chromium;
+// BENCHMARKS.md "session 10"). Two groups per trip: more reads in flight per invocation
+// measured best for this loop ("session 8").
 fn dot_row(row_byte: u32, xrow: u32, first: u32, stride: u32) -> Sums {
     let groups = p.k / 8u;
     var acc0 = vec4<f32>(0.0);
