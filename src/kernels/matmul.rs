@@ -356,10 +356,7 @@ impl MatmulKey {
              const TILE_N: u32 = {TILE_N}u;\nconst TILE_T: u32 = {TILE_T}u;\n\
              const B_W1: u32 = 2u;\nconst B_W2: u32 = 3u;\nconst B_X: u32 = {}u;\n\
              const B_Y: u32 = {}u;\nconst B_NORM: u32 = {}u;\nconst B_BIAS: u32 = {}u;\n",
-            l.x,
-            l.y,
-            l.norm,
-            l.bias
+            l.x, l.y, l.norm, l.bias
         );
         Ok(format!(
             "{enables}{consts}{}",
@@ -1128,14 +1125,15 @@ mod tests {
         };
         assert_eq!(MatvecShape::parse("8x2"), Some(shape(8, 2, 1)));
         assert_eq!(MatvecShape::parse("16x1x8"), Some(shape(16, 1, 8)));
-        for bad in ["8", "8x3", "8x4", "8x0", "12x2", "8x2x8", "32x2x16", "8x2x3", "8x2x4x1", "ax2", ""] {
+        for bad in [
+            "8", "8x3", "8x4", "8x0", "12x2", "8x2x8", "32x2x16", "8x2x3", "8x2x4x1", "ax2", "",
+        ] {
             assert_eq!(MatvecShape::parse(bad), None, "{bad}");
         }
-        assert!(MatvecShape::parse(&format!(
-            "{}x{}x{}",
-            SG_ROWS, MV_UNROLL, SG_ROWS_PER_TASK
-        ))
-        .is_some_and(|s| s == MatvecShape::DEFAULT));
+        assert!(
+            MatvecShape::parse(&format!("{}x{}x{}", SG_ROWS, MV_UNROLL, SG_ROWS_PER_TASK))
+                .is_some_and(|s| s == MatvecShape::DEFAULT)
+        );
     }
 
     #[test]
