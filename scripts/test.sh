@@ -30,6 +30,8 @@ say() {
   phase_start=$now
 }
 mkdir -p target/ci-logs
+# A clean build gains nothing from incremental state, and it is half a GB of disk.
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 e2e=${COCO_E2E:-1}
 fuzz=${COCO_FUZZ:-1}
 fuzz_seconds=${FUZZ_SECONDS:-45}
@@ -102,6 +104,10 @@ if [ "$e2e" = 1 ]; then
   coco_build_page
 
   say "browser tests (tests/e2e: Playwright + Chromium + SwiftShader WebGPU)"
+  # Chromium grants Cache API storage only beyond a reserve it keeps free on the profile's
+  # disk, so on a nearly full disk every cache test fails with QuotaExceededError: say how
+  # full it is (the failure messages also carry the page's status line and the quota).
+  df -Ph "${TMPDIR:-/tmp}" | awk 'NR == 2 { print "disk holding the browser profiles: " $4 " free of " $2 }'
   rm -rf target/e2e/timings.jsonl target/e2e/failures target/e2e/page-after-generation*.png
   e2e_rc=0
   node --test --test-concurrency=1 --test-reporter=spec tests/e2e/ || e2e_rc=$?

@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import {
   ARTIFACTS, DEFAULT_MODEL, GREEDY, ROOT, firstDifference, generate, guard, launch, openPage,
-  record, settleLoad, useTestServer,
+  record, settleLoad, storageReport, useTestServer,
 } from './lib/harness.mjs';
 import { nativeRun } from './lib/native.mjs';
 
@@ -101,7 +101,7 @@ describe('default model (Gemma-3-270M) in the page', { timeout: 40 * 60_000 }, (
         const cacheSeconds = await loadDefault(page);
         const browserSide = session.requests.filter(isModel);
         const serverSide = shared.server.requests.slice(before).filter(isModel);
-        assert.deepEqual(browserSide, [], 'no request for the model leaves the page on a cached load');
+        assert.deepEqual(browserSide, [], `no request for the model leaves the page on a cached load (${await storageReport(page)})`);
         assert.deepEqual(serverSide, [], 'the server sees no request for the model on a cached load');
         record('gemma cache load', { seconds: cacheSeconds, network_seconds: networkSeconds });
       });

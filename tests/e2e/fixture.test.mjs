@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import path from 'node:path';
 import {
   ARTIFACTS, GREEDY, ROOT, cachedUrls, finishedRun, firstDifference, generate, guard, loadModel,
-  openPage, record, settleLoad, state, text, useTestServer, waitState,
+  openPage, record, settleLoad, state, storageReport, text, useTestServer, waitState,
 } from './lib/harness.mjs';
 import { nativeRun } from './lib/native.mjs';
 
@@ -43,7 +43,7 @@ describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
       assert.ok(rows.length > 0, 'the capability report has rows');
       assert.deepEqual(rows.filter(([s]) => s === 'not_yet' || s === 'not-yet'), [], 'no "not yet" row for a supported model');
       const cached = await cachedUrls(page);
-      assert.ok(cached.some((u) => u.includes('llama-spm-q4_0.gguf')), `the loaded model is in the Cache API (caches hold: ${cached.join(', ') || 'nothing'})`);
+      assert.ok(cached.some((u) => u.includes('llama-spm-q4_0.gguf')), `the loaded model is in the Cache API (caches hold: ${cached.join(', ') || 'nothing'}; ${await storageReport(page)})`);
       record('fixture load', { seconds, peak_wasm_mb: (await page.evaluate(() => window.cocoPage?.peakWasm)) / 2 ** 20 });
     }));
 

@@ -4,7 +4,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  GREEDY, cachedUrls, generate, guard, loadModel, openPage, record, state, text, useTestServer,
+  GREEDY, cachedUrls, generate, guard, loadModel, openPage, record, state, storageReport, text, useTestServer,
   waitState,
 } from './lib/harness.mjs';
 import { nativeRun } from './lib/native.mjs';
@@ -107,7 +107,7 @@ describe('network faults while loading a model', { timeout: 20 * 60_000 }, () =>
       const resumed = seen.slice(seen.indexOf(dropped) + 1).find((r) => r.range && /^bytes=[1-9]\d*-/.test(r.range) && r.status === 206);
       assert.ok(resumed, `a Range request resumed after the cut (requests: ${JSON.stringify(seen)})`);
       const cached = await cachedUrls(page);
-      assert.ok(cached.some((u) => u.endsWith(url)), 'the resumed, complete file is cached');
+      assert.ok(cached.some((u) => u.endsWith(url)), `the resumed, complete file is cached (${await storageReport(page)})`);
       const run = await generate(page, { prompt: 'Once upon a time', fields: { ...GREEDY, 'max-tokens': '4' } });
       assert.deepEqual(run.ids, (await native).ids, 'the resumed bytes are right: greedy output equals native');
       record('fault: resumed download', { resumed_from: resumed.range, requests: seen.length });

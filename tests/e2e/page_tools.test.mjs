@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import {
   ARTIFACTS, GREEDY, ROOT, cachedUrls, generate, guard, loadModel, openPage, record, settleLoad,
-  text, useTestServer, waitState, withBrowser,
+  storageReport, text, useTestServer, waitState, withBrowser,
 } from './lib/harness.mjs';
 import { coco } from './lib/native.mjs';
 
@@ -135,7 +135,9 @@ describe('page: benchmark, kernel chart, cache', { timeout: 20 * 60_000 }, () =>
       await waitState(page, 'loaded');
       const absolute = new URL(FIXTURE_URL, `${shared.server.url}/`).href;
       const item = page.locator(`#cache-list li[data-url="${absolute}"]`);
-      await item.waitFor({ timeout: 10_000 });
+      await item.waitFor({ timeout: 10_000 }).catch(async (err) => {
+        throw new Error(`the cache list shows no entry for the loaded model (${await storageReport(page)})`, { cause: err });
+      });
       const bytes = fs.statSync(path.join(ROOT, FIXTURE)).size;
       // formatBytes: decimal units, one decimal from 10 MB up.
       const size = `${(bytes / 1e6).toFixed(1)} MB`;
@@ -157,7 +159,9 @@ describe('page: benchmark, kernel chart, cache', { timeout: 20 * 60_000 }, () =>
       await loadModel(page, FIXTURE_URL);
       const fetched = shared.session.requests.slice(seen).filter((r) => r.url === absolute && r.method === 'GET');
       assert.ok(fetched.length >= 1, `the model was downloaded again: ${JSON.stringify(shared.session.requests.slice(seen))}`);
-      await item.waitFor({ timeout: 10_000 });
+      await item.waitFor({ timeout: 10_000 }).catch(async (err) => {
+        throw new Error(`the cache list shows no entry for the loaded model (${await storageReport(page)})`, { cause: err });
+      });
     }));
 });
 

@@ -327,6 +327,29 @@ export async function cachedUrls(page) {
   });
 }
 
+/**
+ * Why a model may be missing from the cache, for assertion messages: the page's status line
+ * (it says "not kept in this browser (…)" when the browser refused the copy), the origin's
+ * storage quota and usage, and the free space of the disk holding the browser profile.
+ * Chromium grants Cache API storage only beyond a reserve it keeps free on that disk, so a
+ * nearly full disk refuses every copy with a QuotaExceededError.
+ */
+export async function storageReport(page) {
+  const { quota, usage, status } = await page.evaluate(async () => {
+    const estimate = (await navigator.storage?.estimate?.()) ?? {};
+    return { ...estimate, status: document.getElementById('status-text')?.textContent ?? '' };
+  });
+  const mb = (bytes) => (bytes === undefined ? '?' : `${(bytes / 1e6).toFixed(1)} MB`);
+  let disk = '';
+  try {
+    const fsStats = fs.statfsSync(os.tmpdir());
+    disk = `; ${os.tmpdir()} has ${((fsStats.bavail * fsStats.bsize) / 1e9).toFixed(1)} GB free`;
+  } catch {
+    // statfs is not on every platform; the quota already tells the story
+  }
+  return `page status ${JSON.stringify(status)}; storage quota ${mb(quota)}, used ${mb(usage)}${disk}`;
+}
+
 /** Appends one line to target/e2e/timings.jsonl and prints it: the run's measured numbers. */
 export function record(name, values) {
   fs.mkdirSync(ARTIFACTS, { recursive: true });
