@@ -80,10 +80,11 @@ export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-$(mktemp -d)}
 cargo test --release -- --test-threads=2
 
 # The subgroup matvec's shape is read once per process (COCO_MATVEC, for tuning), so the run
-# above covers only the default (8 slots, 1 group per trip, 2 rows per task). Run the kernel
-# suites once more with the two-group loop and 4-row tasks (which straddle the QKV weights).
-say "cargo test (lavapipe): kernel suites with COCO_MATVEC=8x2x4"
-COCO_MATVEC=8x2x4 cargo test --release --test kernels_matmul --test kernels_fused -- --test-threads=2
+# above covers only the default (8 slots, 1 group per trip, 2 rows per task, x' unstaged).
+# Run the kernel suites once more with the two-group loop, 4-row tasks (which straddle the
+# QKV weights) and x' staged in workgroup memory for every product whose K fits.
+say "cargo test (lavapipe): kernel suites with COCO_MATVEC=8x2x4x2"
+COCO_MATVEC=8x2x4x2 cargo test --release --test kernels_matmul --test kernels_fused -- --test-threads=2
 
 say "wasm32 build"
 cargo build --release --lib --target wasm32-unknown-unknown

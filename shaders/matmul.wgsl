@@ -26,11 +26,12 @@
 //   fusion        (none) | GLU + MULTI_W + SILU|GELU_TANH | QKV + MULTI_W
 //   NORM          binding norm_w[K]
 //   BIAS          binding bias[N] (of W, or of W_q); QKV_BIAS adds bias1, bias2 (W_k, W_v)
+//   STAGE_X       (MATVEC_SG) x'[t] staged in workgroup memory, K = 4·MV_STAGE_VEC4
 // Constants prepended by kernels/matmul.rs (one source of truth for the host's grid math and
-// binding order): MV_ROWS, MV_LANES, MV_UNROLL, MV_RPS (matvec), TILE_N, TILE_T (tiled), and the
-// binding numbers B_W1, B_W2, B_X, B_Y, B_NORM, B_BIAS: storage bindings are numbered 1.. in
-// the order the host lists them (weights, x, outputs, norm_w, biases), so the optional ones
-// shift the rest.
+// binding order): MV_ROWS, MV_LANES, MV_UNROLL, MV_RPS, MV_STAGE_VEC4 (matvec), TILE_N,
+// TILE_T (tiled), and the binding numbers B_W1, B_W2, B_X, B_Y, B_NORM, B_BIAS: storage
+// bindings are numbered 1.. in the order the host lists them (weights, x, outputs, norm_w,
+// biases), so the optional ones shift the rest.
 //
 // Workgroups are folded into 2-D (x + y·num_workgroups.x) because a large vocabulary's logits
 // can exceed the 65,535-per-dimension limit (matvec: from 524,288 rows at 8 rows per
@@ -152,6 +153,7 @@ fn finish(s: Sums) -> f32 {
     return s.x * inverseSqrt(s.y / f32(p.k) + p.eps);
 }
 
+#ifndef STAGE_X
 // Elements 8o..8o+7 of x[t] (row start `xrow`, in vec4) times norm_w; adds their squares to ss.
 fn x_group(xrow: u32, o: u32, ss: ptr<function, vec4<f32>>) -> array<vec4<f32>, 2> {
     let a = x[xrow + 2u * o];
@@ -159,6 +161,7 @@ fn x_group(xrow: u32, o: u32, ss: ptr<function, vec4<f32>>) -> array<vec4<f32>, 
     *ss = fma(a, a, fma(b, b, *ss));
     return array<vec4<f32>, 2>(a * norm_w[2u * o], b * norm_w[2u * o + 1u]);
 }
+#endif
 #else
 alias Sums = f32; // Σ w·x
 
@@ -170,9 +173,58 @@ fn finish(s: Sums) -> f32 {
     return s;
 }
 
+#ifndef STAGE_X
 // Elements 8o..8o+7 of x[t] (row start `xrow`, in vec4).
 fn x_group(xrow: u32, o: u32, ss: ptr<function, vec4<f32>>) -> array<vec4<f32>, 2> {
     return array<vec4<f32>, 2>(x[xrow + 2u * o], x[xrow + 2u * o + 1u]);
+}
+#endif
+#endif
+
+#ifdef STAGE_X
+// x'[t] staged in workgroup memory (subgroup matvec only): the workgroup reads x[t] (and
+// norm_w) from global memory once, in its prologue, instead of every task re-reading x and
+// norm_w for every group. Inside the row loop a group of x' is then two workgroup-memory
+// vec4 loads, with no norm_w load, multiply or Σx² update.
+var<workgroup> xs: array<vec4<f32>, MV_STAGE_VEC4>; // x'[t] = x[t] (⊙ norm_w with NORM)
+#ifdef NORM
+var<workgroup> xs_ss: array<f32, 64>; // Σx² per subgroup (at most 64 of them)
+var<private> staged_ss: f32;          // Σx²[t], the same in every invocation
+#endif
+
+// Elements 8o..8o+7 of the staged x'[t] (`xrow` and `ss` are the unstaged loop's).
+fn x_group(xrow: u32, o: u32, ss: ptr<function, vec4<f32>>) -> array<vec4<f32>, 2> {
+    return array<vec4<f32>, 2>(xs[2u * o], xs[2u * o + 1u]);
+}
+
+// The workgroup's prologue: fills xs (and staged_ss) for token t. Ends with a barrier.
+fn stage_x(t: u32, li: u32, sg: u32, nsg: u32, lane: u32) {
+    let n = p.k / 4u;
+    let xrow = t * n;
+    var ss = 0.0;
+    for (var i = li; i < n; i += 256u) {
+        let a = x[xrow + i];
+#ifdef NORM
+        ss = fma(a.x, a.x, fma(a.y, a.y, fma(a.z, a.z, fma(a.w, a.w, ss))));
+        xs[i] = a * norm_w[i];
+#else
+        xs[i] = a;
+#endif
+    }
+#ifdef NORM
+    let s = subgroupAdd(ss);
+    if (lane == 0u) {
+        xs_ss[sg] = s;
+    }
+#endif
+    workgroupBarrier();
+#ifdef NORM
+    var total = 0.0;
+    for (var i = 0u; i < nsg; i++) {
+        total += xs_ss[i];
+    }
+    staged_ss = total;
+#endif
 }
 #endif
 
@@ -429,6 +481,11 @@ fn slot_sum(r: u32, spr: u32) -> Sums {
     for (var i = 0u; i < spr; i++) {
         s += partial[r * spr + i];
     }
+#ifdef STAGE_X
+#ifdef NORM
+    s.y = staged_ss; // the prologue summed x² once for the whole workgroup
+#endif
+#endif
     return s;
 }
 
@@ -447,6 +504,9 @@ fn main(
         return;
     }
     let t = wid.z;
+#ifdef STAGE_X
+    stage_x(t, li, sg, nsg, lane);
+#endif
     let tasks = MV_ROWS / MV_RPS;
     let spr = max(1u, nsg / tasks); // subgroups per task
     let part = sg % spr;

@@ -49,6 +49,24 @@ pub const MV_UNROLL: u32 = 1;
 /// Rows per task of the subgroup matvec: its invocations load each group of x' once for
 /// this many rows (BENCHMARKS.md "session 10").
 pub const SG_ROWS_PER_TASK: u32 = 2;
+/// Largest K whose x'[t] the subgroup matvec stages in workgroup memory (16 KiB of f32, the
+/// least any WebGPU device offers; the device's own limit also applies).
+pub const STAGE_MAX_K: u32 = 4096;
+
+/// Which subgroup matvecs stage x'[t] in workgroup memory once per workgroup (`STAGE_X` in
+/// matmul.wgsl) instead of each task reading it from global memory group by group. It takes
+/// norm_w's loads, multiplies and the Σx² updates out of the row loop, but makes every
+/// workgroup wait for x[t] and a barrier before its first weight load. It is built and
+/// checked (lavapipe, in CI) but not yet timed on a GPU, so it stays off by default until
+/// measured; `COCO_MATVEC=8x1x2x1` (or `x2`) turns it on for an A/B run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StageX {
+    Never,
+    /// The RMSNorm-fused products (QKV, gate/up, LM head): they also drop norm_w's loads.
+    Normed,
+    /// Every product whose K fits.
+    All,
+}
 
 /// The subgroup matvec's shape: slots per workgroup, 8-element groups per loop trip, rows
 /// per task.
@@ -57,6 +75,7 @@ pub struct MatvecShape {
     pub rows: u32,
     pub unroll: u32,
     pub rows_per_task: u32,
+    pub stage_x: StageX,
 }
 
 impl MatvecShape {
@@ -64,12 +83,15 @@ impl MatvecShape {
         rows: SG_ROWS,
         unroll: MV_UNROLL,
         rows_per_task: SG_ROWS_PER_TASK,
+        stage_x: StageX::Never,
     };
 
-    /// `<rows>x<unroll>[x<rows per task>]`, e.g. `8x2x4`. Rows a power of two in 2..=64,
-    /// unroll 1 or 2, rows per task a power of two up to 8 (each row holds registers in
-    /// every invocation; 8 already measured far slower) and at most rows / 2 (a GLU task
-    /// must lie wholly in the gate or the up half of a workgroup's slots).
+    /// `<rows>x<unroll>[x<rows per task>[x<stage>]]`, e.g. `8x2x4` or `8x1x2x0`. Rows a power
+    /// of two in 2..=64, unroll 1 or 2, rows per task a power of two up to 8 (each row holds
+    /// registers in every invocation; 8 already measured far slower) and at most rows / 2 (a
+    /// GLU task must lie wholly in the gate or the up half of a workgroup's slots); stage 0
+    /// (never), 1 (normed products) or 2 (all), see [`StageX`]. Omitted fields: 1 row per
+    /// task, the default staging.
     pub fn parse(v: &str) -> Option<MatvecShape> {
         let mut fields = v.split('x').map(|f| f.parse::<u32>().ok());
         let rows = fields.next()??;
@@ -77,6 +99,13 @@ impl MatvecShape {
         let rows_per_task = match fields.next() {
             None => 1,
             Some(f) => f?,
+        };
+        let stage_x = match fields.next() {
+            None => Self::DEFAULT.stage_x,
+            Some(Some(0)) => StageX::Never,
+            Some(Some(1)) => StageX::Normed,
+            Some(Some(2)) => StageX::All,
+            Some(_) => return None,
         };
         let valid = rows.is_power_of_two()
             && (2..=64).contains(&rows)
@@ -88,6 +117,7 @@ impl MatvecShape {
             rows,
             unroll,
             rows_per_task,
+            stage_x,
         })
     }
 }
@@ -103,9 +133,9 @@ pub fn matvec_shape() -> MatvecShape {
         };
         MatvecShape::parse(&v).unwrap_or_else(|| {
             log::warn!(
-                "COCO_MATVEC={v:?} ignored: expected <rows>x<unroll>[x<rows per task>], rows \
-                 a power of two in 2..=64, unroll 1 or 2, rows per task a power of two up to \
-                 min(8, rows / 2)"
+                "COCO_MATVEC={v:?} ignored: expected <rows>x<unroll>[x<rows per task>[x<stage>]], \
+                 rows a power of two in 2..=64, unroll 1 or 2, rows per task a power of two up \
+                 to min(8, rows / 2), stage 0, 1 or 2"
             );
             MatvecShape::DEFAULT
         })
@@ -223,6 +253,9 @@ pub struct MatmulKey {
     /// x is the raw residual and RMSNorm is applied in the kernel (binding norm_w[K]).
     pub norm: bool,
     pub fusion: Fusion,
+    /// K when the subgroup matvec stages x'[t] in workgroup memory, else 0: set by the
+    /// launch from K, the device and [`MatvecShape::stage_x`] (see [`MatmulKey::staged`]).
+    pub stage_k: u32,
 }
 
 /// Storage binding numbers of a [`MatmulKey`]'s layout: the order the host lists them in.
@@ -260,6 +293,27 @@ impl MatmulKey {
             bias,
             norm: false,
             fusion: Fusion::None,
+            stage_k: 0,
+        }
+    }
+
+    /// This key for a product of K = `k`, with x'[t] staged when the kernel is the subgroup
+    /// matvec, [`MatvecShape::stage_x`] covers the product, K ≤ [`STAGE_MAX_K`] and the
+    /// workgroup memory fits the device (`workgroup_bytes`: its per-workgroup limit).
+    pub fn staged(self, k: u32, workgroup_bytes: u32) -> MatmulKey {
+        let shape = matvec_shape();
+        let wanted = match shape.stage_x {
+            StageX::Never => false,
+            StageX::Normed => self.norm,
+            StageX::All => true,
+        };
+        // The kernel's other workgroup arrays: partial sums and Σx² per subgroup.
+        let others = 64 * shape.rows_per_task * 8 + 64 * 4;
+        let fits = k <= STAGE_MAX_K && k % 8 == 0 && 4 * k + others <= workgroup_bytes;
+        let staged = self.variant == MatmulVariant::MatvecSubgroup && wanted && fits;
+        MatmulKey {
+            stage_k: if staged { k } else { 0 },
+            ..self
         }
     }
 
@@ -274,8 +328,13 @@ impl MatmulKey {
         };
         let norm = if self.norm { "_norm" } else { "" };
         let bias = if self.bias { "_bias" } else { "" };
+        let staged = if self.stage_k > 0 {
+            format!("_xs{}", self.stage_k)
+        } else {
+            String::new()
+        };
         format!(
-            "matmul_{}_{}{fusion}{norm}{bias}",
+            "matmul_{}_{}{fusion}{norm}{bias}{staged}",
             self.ty.name().to_lowercase(),
             self.variant.label()
         )
@@ -307,6 +366,9 @@ impl MatmulKey {
             if self.fusion == Fusion::Qkv {
                 defines.push("QKV_BIAS");
             }
+        }
+        if self.stage_k > 0 {
+            defines.push("STAGE_X");
         }
         Ok(defines)
     }
@@ -353,10 +415,15 @@ impl MatmulKey {
         let consts = format!(
             "const MV_ROWS: u32 = {mv_rows}u;\nconst MV_LANES: u32 = {mv_lanes}u;\n\
              const MV_UNROLL: u32 = {mv_unroll}u;\nconst MV_RPS: u32 = {mv_rps}u;\n\
+             const MV_STAGE_VEC4: u32 = {}u;\n\
              const TILE_N: u32 = {TILE_N}u;\nconst TILE_T: u32 = {TILE_T}u;\n\
              const B_W1: u32 = 2u;\nconst B_W2: u32 = 3u;\nconst B_X: u32 = {}u;\n\
              const B_Y: u32 = {}u;\nconst B_NORM: u32 = {}u;\nconst B_BIAS: u32 = {}u;\n",
-            l.x, l.y, l.norm, l.bias
+            (self.stage_k / 4).max(1),
+            l.x,
+            l.y,
+            l.norm,
+            l.bias
         );
         Ok(format!(
             "{enables}{consts}{}",
@@ -741,6 +808,7 @@ pub fn qkv_fuses(
         bias: biases,
         norm,
         fusion: Fusion::Qkv,
+        stage_k: 0,
     };
     let limit = rec.ctx().limits.max_storage_buffers_per_shader_stage;
     [wk, wv].iter().all(|w| w.ty == wq.ty)
@@ -949,6 +1017,7 @@ fn launch(
             "{t} tokens need {t_groups} workgroups along z, over the limit {max}"
         ));
     }
+    let key = &key.staged(params.k, ctx.limits.max_compute_workgroup_storage_size);
     // Defines are checked here; the source is only built on a pipeline-cache miss (this runs
     // for every dispatch of every step).
     key.defines()?;
@@ -1066,6 +1135,7 @@ mod tests {
                     bias,
                     norm,
                     fusion,
+                    stage_k: 0,
                 };
                 let source = key.source().unwrap();
                 assert!(source.contains("coopMultiplyAdd"), "{}", key.label());
@@ -1093,6 +1163,7 @@ mod tests {
             bias,
             norm,
             fusion,
+            stage_k: 0,
         };
         // w, x, y, [norm_w], [bias]
         let l = key(Fusion::None, false, true).layout();
@@ -1118,16 +1189,25 @@ mod tests {
 
     #[test]
     fn matvec_shape_parses_and_bounds_the_override() {
-        let shape = |rows, unroll, rows_per_task| MatvecShape {
+        let shape = |rows, unroll, rows_per_task, stage_x| MatvecShape {
             rows,
             unroll,
             rows_per_task,
+            stage_x,
         };
-        assert_eq!(MatvecShape::parse("8x2"), Some(shape(8, 2, 1)));
-        assert_eq!(MatvecShape::parse("16x1x8"), Some(shape(16, 1, 8)));
-        for bad in [
-            "8", "8x3", "8x4", "8x0", "12x2", "8x2x8", "32x2x16", "8x2x3", "8x2x4x1", "ax2", "",
-        ] {
+        let default = MatvecShape::DEFAULT.stage_x;
+        assert_eq!(MatvecShape::parse("8x2"), Some(shape(8, 2, 1, default)));
+        assert_eq!(MatvecShape::parse("16x1x8"), Some(shape(16, 1, 8, default)));
+        assert_eq!(
+            MatvecShape::parse("8x1x2x0"),
+            Some(shape(8, 1, 2, StageX::Never))
+        );
+        assert_eq!(
+            MatvecShape::parse("8x1x2x2"),
+            Some(shape(8, 1, 2, StageX::All))
+        );
+        let bad = "8 8x3 8x4 8x0 12x2 8x2x8 32x2x16 8x2x3 8x2x4x3 8x2x4x1x1 ax2 8x2x";
+        for bad in bad.split(' ').chain([""]) {
             assert_eq!(MatvecShape::parse(bad), None, "{bad}");
         }
         assert!(
@@ -1151,6 +1231,7 @@ mod tests {
                         bias: fusion != Fusion::Glu(Activation::Silu),
                         norm: true,
                         fusion,
+                        stage_k: 0,
                     };
                     let src = key.source().unwrap();
                     assert!(
@@ -1158,6 +1239,17 @@ mod tests {
                         "{}",
                         key.label()
                     );
+                    if variant == MatmulVariant::MatvecSubgroup {
+                        // the staged forms, with and without the norm, must compile too
+                        for norm in [true, false] {
+                            let key = MatmulKey {
+                                norm,
+                                stage_k: 2048,
+                                ..key
+                            };
+                            compile_to_spirv(&key.label(), &key.source().unwrap());
+                        }
+                    }
                 }
             }
         }
