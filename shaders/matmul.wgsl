@@ -4,6 +4,9 @@
 //          y = (x · rsqrt(mean(x²) + eps) · norm_w) · Wᵀ
 //   GLU    out = act(x'·W_gateᵀ) ⊙ (x'·W_upᵀ)          (x' = x, or its norm with NORM)
 //   QKV    q, k, v = x'·W_qᵀ, x'·W_kᵀ, x'·W_vᵀ (+ their biases), from one flat range of rows
+//   ROPE_KV  (QKV, matvec shapes) also RoPE and the KV-cache write: q rotated into y, k
+//          rotated into the K cache and v into the V cache at row pos0 + t, which saves the
+//          rope_kv_write dispatch of every layer's decode step (see store_rope_kv)
 //
 // W is read as the file's raw GGUF blocks and dequantized in registers (common/dequant.wgsl);
 // no dequantized copy of a weight ever exists in GPU memory. Without fusion one dispatch
@@ -23,13 +26,13 @@
 // Defines (kernels/matmul.rs builds them from a MatmulKey):
 //   weight type   F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q4_K Q5_K Q6_K (every weight has this type)
 //   kernel shape  MATVEC_WG | MATVEC_SG | TILED
-//   fusion        (none) | GLU + MULTI_W + SILU|GELU_TANH | QKV + MULTI_W
+//   fusion        (none) | GLU + MULTI_W + SILU|GELU_TANH | QKV + MULTI_W [+ ROPE_KV [+ ROPE_NEOX]]
 //   NORM          binding norm_w[K]
 //   BIAS          binding bias[N] (of W, or of W_q); QKV_BIAS adds bias1, bias2 (W_k, W_v)
 //   STAGE_X       (MATVEC_SG) x'[t] staged in workgroup memory, K = 4·MV_STAGE_VEC4
 // Constants prepended by kernels/matmul.rs (one source of truth for the host's grid math and
 // binding order): MV_ROWS, MV_LANES, MV_UNROLL, MV_RPS, MV_STAGE_VEC4 (matvec), TILE_N,
-// TILE_T (tiled), and the binding numbers B_W1, B_W2, B_X, B_Y, B_NORM, B_BIAS: storage
+// TILE_T (tiled), and the binding numbers B_W1, B_W2, B_X, B_Y, B_NORM, B_BIAS, B_ROPE: storage
 // bindings are numbered 1.. in the order the host lists them (weights, x, outputs, norm_w,
 // biases), so the optional ones shift the rest.
 //
@@ -41,6 +44,9 @@
 #ifdef GLU
 #include "common/activation.wgsl"
 #endif
+#ifdef ROPE_KV
+#include "common/rotary.wgsl"
+#endif
 
 struct Params {
     k: u32,          // K: elements per row of every W and of x
@@ -50,9 +56,13 @@ struct Params {
     row0: u32,       // first row of W held by this part (0 when fused)
     accumulate: u32, // 1: y += x'·Wᵀ (residual adds fused in), 0: y = x'·Wᵀ
     eps: f32,        // RMSNorm epsilon (NORM)
-    _pad: u32,
+    pos0: u32,       // position of the step's token 0 (ROPE_KV)
     rows: vec4<u32>, // rows of W, W1, W2 in this dispatch (a part's rows when split)
     n: vec4<u32>,    // row strides of y, y1, y2 (the whole weights' rows)
+    head_dim: u32,   // ROPE_KV
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -66,8 +76,8 @@ struct Params {
 @group(0) @binding(B_X) var<storage, read> x: array<vec4<f32>>;         // [T, K] f32
 @group(0) @binding(B_Y) var<storage, read_write> y: array<f32>;         // [T, n.x] f32: y | out | q
 #ifdef QKV
-@group(0) @binding(B_Y + 1u) var<storage, read_write> y1: array<f32>;   // [T, n.y] f32: k
-@group(0) @binding(B_Y + 2u) var<storage, read_write> y2: array<f32>;   // [T, n.z] f32: v
+@group(0) @binding(B_Y + 1u) var<storage, read_write> y1: array<f32>;   // [T, n.y] f32: k (ROPE_KV: K cache [ctx, n.y])
+@group(0) @binding(B_Y + 2u) var<storage, read_write> y2: array<f32>;   // [T, n.z] f32: v (ROPE_KV: V cache [ctx, n.z])
 #endif
 #ifdef NORM
 @group(0) @binding(B_NORM) var<storage, read> norm_w: array<vec4<f32>>; // [K] f32
@@ -78,6 +88,9 @@ struct Params {
 #ifdef QKV_BIAS
 @group(0) @binding(B_BIAS + 1u) var<storage, read> bias1: array<f32>;   // [n.y] f32
 @group(0) @binding(B_BIAS + 2u) var<storage, read> bias2: array<f32>;   // [n.z] f32
+#endif
+#ifdef ROPE_KV
+@group(0) @binding(B_ROPE) var<storage, read> inv_freq: array<f32>;     // [head_dim / 2] f32
 #endif
 
 // ---- which weight a load reads (MULTI_W) ----
@@ -131,6 +144,27 @@ fn locate(f: u32, per: u32) -> vec2<u32> {
         return vec2<u32>(1u, f - p.rows.x);
     }
     return vec2<u32>(0u, f);
+}
+#endif
+
+// The row of the weight `wl` reads (wsel) that slot row `s` computes: `s` itself, except
+// that ROPE_NEOX puts each rotated pair (i, i + head_dim/2) of W_q and W_k in two adjacent
+// slots, as ROPE_KV's epilogue needs both halves of a pair in one workgroup (NORMAL pairs,
+// (2i, 2i + 1), already are).
+fn slot_row(s: u32) -> u32 {
+#ifdef ROPE_NEOX
+    if (wsel < 2u) {
+        return neox_row(s);
+    }
+#endif
+    return s;
+}
+
+#ifdef ROPE_NEOX
+// Slot s = head·head_dim + 2j + half computes row head·head_dim + j + half·head_dim/2.
+fn neox_row(s: u32) -> u32 {
+    let i = s % p.head_dim;
+    return s - i + i / 2u + (i & 1u) * (p.head_dim / 2u);
 }
 #endif
 
@@ -271,6 +305,42 @@ fn store(m: u32, t: u32, row: u32, v: f32) {
     }
 }
 
+#ifdef ROPE_KV
+// Writes slot s of weight m for token t from its finished dot product `v` and that of the
+// other half of its rotated pair, slot s ^ 1 (`other`): q rotated into y, k rotated into the
+// K cache, v (unrotated) into the V cache. An even slot holds the pair's first element. The
+// angle is one f32 product, as in rope.wgsl.
+fn store_rope_kv(m: u32, t: u32, s: u32, v: f32, other: f32) {
+    let pos = p.pos0 + t;
+    if (m == 2u) {
+        y2[pos * p.n.z + s] = v + bias_of(2u, s);
+        return;
+    }
+    wsel = m;
+    let row = slot_row(s);
+    let mine = v + bias_of(m, row);
+    let theirs = other + bias_of(m, slot_row(s ^ 1u));
+    let i = row % p.head_dim;
+#ifdef ROPE_NEOX
+    let pair = i % (p.head_dim / 2u);
+#else
+    let pair = i / 2u;
+#endif
+    let sc = sin_cos(f32(pos) * inv_freq[pair]);
+    var out: f32;
+    if ((s & 1u) == 0u) {
+        out = rotate(mine, theirs, sc).x;
+    } else {
+        out = rotate(theirs, mine, sc).y;
+    }
+    if (m == 1u) {
+        y1[pos * p.n.y + row] = out;
+    } else {
+        y[t * p.n.x + row] = out;
+    }
+}
+#endif
+
 #ifdef GLU
 // out[t, row] from the finished gate and up dot products.
 fn store_glu(t: u32, row: u32, gate: f32, up: f32) {
@@ -317,22 +387,21 @@ fn dot_row(row_byte: u32, xrow: u32, first: u32, stride: u32) -> Sums {
 // dot_row for slot mr: row mr.y of weight mr.x. Each branch sets `wsel` to a constant (see
 // wl); the branch itself is uniform across a slot's invocations.
 fn dot_slot(mr: vec2<u32>, t: u32, first: u32, stride: u32) -> Sums {
-    let row_byte = mr.y * p.row_bytes;
     let xrow = t * (p.k / 4u);
 #ifdef QKV
     if (mr.x == 2u) {
         wsel = 2u;
-        return dot_row(row_byte, xrow, first, stride);
+        return dot_row(slot_row(mr.y) * p.row_bytes, xrow, first, stride);
     }
 #endif
 #ifdef MULTI_W
     if (mr.x == 1u) {
         wsel = 1u;
-        return dot_row(row_byte, xrow, first, stride);
+        return dot_row(slot_row(mr.y) * p.row_bytes, xrow, first, stride);
     }
     wsel = 0u;
 #endif
-    return dot_row(row_byte, xrow, first, stride);
+    return dot_row(slot_row(mr.y) * p.row_bytes, xrow, first, stride);
 }
 
 @compute @workgroup_size(256)
@@ -367,7 +436,11 @@ fn main(
             store_glu(t, mr.y, finish(partial[li]), finish(partial[li + MV_ROWS / 2u * MV_LANES]));
         }
 #else
+#ifdef ROPE_KV
+        store_rope_kv(mr.x, t, mr.y, finish(partial[li]), finish(partial[li ^ MV_LANES]));
+#else
         store(mr.x, t, mr.y, finish(partial[li]));
+#endif
 #endif
     }
 }
@@ -398,7 +471,7 @@ fn dot_rows(row: u32, last: u32, xrow: u32, first: u32, stride: u32) -> array<Su
     var row_byte: array<u32, MV_RPS>;
     var acc: array<vec4<f32>, MV_RPS>;
     for (var r = 0u; r < MV_RPS; r++) {
-        row_byte[r] = min(row + r, last) * p.row_bytes;
+        row_byte[r] = slot_row(min(row + r, last)) * p.row_bytes;
         acc[r] = vec4<f32>(0.0);
     }
     var ss = vec4<f32>(0.0);
@@ -535,7 +608,11 @@ fn main(
             store_glu(t, mr.y, finish(slot_sum(li, spr)), finish(slot_sum(li + MV_ROWS / 2u, spr)));
         }
 #else
+#ifdef ROPE_KV
+        store_rope_kv(mr.x, t, mr.y, finish(slot_sum(li, spr)), finish(slot_sum(li ^ 1u, spr)));
+#else
         store(mr.x, t, mr.y, finish(slot_sum(li, spr)));
+#endif
 #endif
     }
 }

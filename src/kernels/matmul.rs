@@ -34,6 +34,7 @@ use crate::gguf::GgmlType;
 use crate::gpu::{preprocess, Binding, GpuTensor, StepRecorder};
 
 use super::elementwise::Activation;
+use super::rope::RopeLayout;
 use super::KernelError;
 
 /// Matvec workgroups: MV_ROWS slots × MV_LANES lanes = 256 invocations (browsers allow no
@@ -183,7 +184,7 @@ impl MatmulVariant {
         }
     }
 
-    fn is_tiled(self) -> bool {
+    pub(crate) fn is_tiled(self) -> bool {
         matches!(self, Self::Tiled | Self::TiledCoop)
     }
 
@@ -223,6 +224,9 @@ pub enum Fusion {
     Glu(Activation),
     /// q, k, v = x·W_qᵀ, x·W_kᵀ, x·W_vᵀ (+ biases): three weights, three outputs.
     Qkv,
+    /// Qkv, then RoPE on q and k and the KV-cache write: outputs q, the K cache and the V
+    /// cache, plus an inv_freq binding (matvec shapes only; see `kernels::qkv_rope`).
+    QkvRope(RopeLayout),
 }
 
 impl Fusion {
@@ -230,13 +234,13 @@ impl Fusion {
         match self {
             Fusion::None => 1,
             Fusion::Glu(_) => 2,
-            Fusion::Qkv => 3,
+            Fusion::Qkv | Fusion::QkvRope(_) => 3,
         }
     }
 
     fn outputs(self) -> u32 {
         match self {
-            Fusion::Qkv => 3,
+            Fusion::Qkv | Fusion::QkvRope(_) => 3,
             _ => 1,
         }
     }
@@ -260,13 +264,14 @@ pub struct MatmulKey {
 
 /// Storage binding numbers of a [`MatmulKey`]'s layout: the order the host lists them in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Layout {
+pub(super) struct Layout {
     x: u32,
     y: u32,
     norm: u32,
     bias: u32,
+    rope: u32,
     /// Storage bindings in all.
-    count: u32,
+    pub(super) count: u32,
 }
 
 impl MatmulKey {
@@ -309,7 +314,7 @@ impl MatmulKey {
         };
         // The kernel's other workgroup arrays: partial sums and Σx² per subgroup.
         let others = 64 * shape.rows_per_task * 8 + 64 * 4;
-        let fits = k <= STAGE_MAX_K && k % 8 == 0 && 4 * k + others <= workgroup_bytes;
+        let fits = k <= STAGE_MAX_K && k.is_multiple_of(8) && 4 * k + others <= workgroup_bytes;
         let staged = self.variant == MatmulVariant::MatvecSubgroup && wanted && fits;
         MatmulKey {
             stage_k: if staged { k } else { 0 },
@@ -325,6 +330,8 @@ impl MatmulKey {
             Fusion::Glu(Activation::Silu) => "_glu_silu",
             Fusion::Glu(Activation::GeluTanh) => "_glu_gelu_tanh",
             Fusion::Qkv => "_qkv",
+            Fusion::QkvRope(RopeLayout::Normal) => "_qkv_rope_normal",
+            Fusion::QkvRope(RopeLayout::Neox) => "_qkv_rope_neox",
         };
         let norm = if self.norm { "_norm" } else { "" };
         let bias = if self.bias { "_bias" } else { "" };
@@ -357,13 +364,25 @@ impl MatmulKey {
                 },
             ]),
             Fusion::Qkv => defines.extend(["QKV", "MULTI_W"]),
+            Fusion::QkvRope(layout) => {
+                if self.variant.is_tiled() {
+                    return Err(KernelError::Shape {
+                        kernel: "matmul_qkv_rope_kv",
+                        why: "RoPE and the KV write are folded into the matvec shapes only".into(),
+                    });
+                }
+                defines.extend(["QKV", "MULTI_W", "ROPE_KV"]);
+                if layout == RopeLayout::Neox {
+                    defines.push("ROPE_NEOX");
+                }
+            }
         }
         if self.norm {
             defines.push("NORM");
         }
         if self.bias {
             defines.push("BIAS");
-            if self.fusion == Fusion::Qkv {
+            if self.fusion.weights() == 3 {
                 defines.push("QKV_BIAS");
             }
         }
@@ -373,18 +392,20 @@ impl MatmulKey {
         Ok(defines)
     }
 
-    /// Bindings 1.. in order: weights, x, outputs, norm_w, biases (one per output).
-    fn layout(&self) -> Layout {
+    /// Bindings 1.. in order: weights, x, outputs, norm_w, biases (one per output), inv_freq.
+    pub(super) fn layout(&self) -> Layout {
         let x = 1 + self.fusion.weights();
         let y = x + 1;
         let norm = y + self.fusion.outputs();
         let bias = norm + self.norm as u32;
-        let count = bias - 1 + if self.bias { self.fusion.outputs() } else { 0 };
+        let rope = bias + if self.bias { self.fusion.outputs() } else { 0 };
+        let count = rope - 1 + matches!(self.fusion, Fusion::QkvRope(_)) as u32;
         Layout {
             x,
             y,
             norm,
             bias,
+            rope,
             count,
         }
     }
@@ -418,12 +439,14 @@ impl MatmulKey {
              const MV_STAGE_VEC4: u32 = {}u;\n\
              const TILE_N: u32 = {TILE_N}u;\nconst TILE_T: u32 = {TILE_T}u;\n\
              const B_W1: u32 = 2u;\nconst B_W2: u32 = 3u;\nconst B_X: u32 = {}u;\n\
-             const B_Y: u32 = {}u;\nconst B_NORM: u32 = {}u;\nconst B_BIAS: u32 = {}u;\n",
+             const B_Y: u32 = {}u;\nconst B_NORM: u32 = {}u;\nconst B_BIAS: u32 = {}u;\n\
+             const B_ROPE: u32 = {}u;\n",
             (self.stage_k / 4).max(1),
             l.x,
             l.y,
             l.norm,
-            l.bias
+            l.bias,
+            l.rope
         );
         Ok(format!(
             "{enables}{consts}{}",
@@ -591,17 +614,19 @@ pub type Norm<'a> = (&'a Binding, f32);
 /// Must match `Params` in matmul.wgsl.
 #[repr(C)]
 #[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    k: u32,
-    t: u32,
-    row_bytes: u32,
-    groups: u32,
-    row0: u32,
-    accumulate: u32,
-    eps: f32,
-    _pad: u32,
-    rows: [u32; 4],
-    n: [u32; 4],
+pub(super) struct Params {
+    pub(super) k: u32,
+    pub(super) t: u32,
+    pub(super) row_bytes: u32,
+    pub(super) groups: u32,
+    pub(super) row0: u32,
+    pub(super) accumulate: u32,
+    pub(super) eps: f32,
+    pub(super) pos0: u32,
+    pub(super) rows: [u32; 4],
+    pub(super) n: [u32; 4],
+    pub(super) head_dim: u32,
+    pub(super) _pad: [u32; 3],
 }
 
 /// Records y[T, N] (+)= x[T, K] · w[N, K]ᵀ (+ bias[N]): one dispatch per part of `w`, with
@@ -962,7 +987,11 @@ fn single(
 }
 
 /// Errors unless the folded norm's weight holds K values and its eps is usable.
-fn check_norm(kernel: &'static str, norm: Option<Norm>, k: u64) -> Result<(), KernelError> {
+pub(super) fn check_norm(
+    kernel: &'static str,
+    norm: Option<Norm>,
+    k: u64,
+) -> Result<(), KernelError> {
     let Some((norm_w, eps)) = norm else {
         return Ok(());
     };
@@ -977,7 +1006,7 @@ fn check_norm(kernel: &'static str, norm: Option<Norm>, k: u64) -> Result<(), Ke
 
 /// Dispatches `key` over `slots` weight rows for `params.t` tokens (`params.groups` is filled
 /// in here), with `bindings` in the key's layout order.
-fn launch(
+pub(super) fn launch(
     rec: &mut StepRecorder,
     kernel: &'static str,
     key: &MatmulKey,

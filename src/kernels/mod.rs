@@ -15,6 +15,7 @@ pub mod matmul;
 pub mod megakernel;
 pub mod norm;
 pub mod probe;
+pub mod qkv_rope;
 pub mod rope;
 
 /// A host-side shape/argument check failed before anything was dispatched.

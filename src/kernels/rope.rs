@@ -226,7 +226,12 @@ pub fn rope_kv_write(
 }
 
 /// What both forms require: an even head_dim, positions f32 holds exactly.
-fn check_shape(kernel: &'static str, t: u32, head_dim: u32, pos0: u32) -> Result<(), KernelError> {
+pub(crate) fn check_shape(
+    kernel: &'static str,
+    t: u32,
+    head_dim: u32,
+    pos0: u32,
+) -> Result<(), KernelError> {
     if head_dim == 0 || !head_dim.is_multiple_of(2) {
         return Err(KernelError::Shape {
             kernel,

@@ -22,6 +22,7 @@ use crate::kernels::matmul::{
 };
 use crate::kernels::megakernel::{can_use_megakernel, ffn_megakernel, PostNorm};
 use crate::kernels::norm::{rms_norm, rms_norm_in_place};
+use crate::kernels::qkv_rope::{matmul_qkv_rope_kv, qkv_rope_fuses};
 use crate::kernels::rope::{
     rope, rope_kv_write, QkNorm, RopeKvShape, RopeLayout, QK_NORM_MAX_HEAD_DIM,
 };
@@ -205,19 +206,61 @@ pub(crate) fn attention_block(
     );
     let bias = |b: &Option<crate::gpu::GpuTensor>| b.as_ref().map(|b| b.vector());
     let (bq, bk, bv) = (bias(&lw.bq), bias(&lw.bk), bias(&lw.bv));
-    if step.pipeline == Pipeline::Fused {
+    let biases = match (&bq, &bk, &bv) {
+        (Some(bq), Some(bk), Some(bv)) => Some((bq, bk, bv)),
+        _ => None,
+    };
+    // gemma3's per-head Q/K norms: folded into the fused RoPE + KV write, else two dispatches.
+    let qk_norm = match (&lw.q_norm, &lw.k_norm) {
+        (Some(qn), Some(kn)) => Some((qn.vector(), kn.vector())),
+        _ => None,
+    };
+    let inv_freq = Binding::from(&s.inv_freq[l as usize]);
+    let (kc, vc) = (
+        Binding::from(&kv.k[l as usize]),
+        Binding::from(&kv.v[l as usize]),
+    );
+    let rope_shape = RopeKvShape {
+        t,
+        heads: c.n_heads,
+        kv_heads: c.n_kv_heads,
+        head_dim: c.head_dim,
+        pos0,
+        layout: rope_layout(c),
+    };
+    let fused = step.pipeline == Pipeline::Fused;
+    let norm = lw.attn_norm.vector();
+    let (wq, wk, wv) = (&lw.wq, &lw.wk, &lw.wv);
+    if fused
+        && qk_norm.is_none()
+        && qkv_rope_fuses(rec, wq, wk, wv, true, biases.is_some(), &rope_shape)
+    {
+        // A decode step: the norm, Q/K/V (+ biases), RoPE and the KV-cache write in one
+        // dispatch (kernels::qkv_rope).
+        let norm = Some((&norm, c.rms_eps));
+        matmul_qkv_rope_kv(
+            rec,
+            wq,
+            wk,
+            wv,
+            &Binding::from(&s.x),
+            norm,
+            &q,
+            &kc,
+            &vc,
+            &inv_freq,
+            biases,
+            &rope_shape,
+        )?;
+    } else if fused {
         // Norm folded in; one dispatch when Q/K/V share a type (else three normed ones).
-        let norm = lw.attn_norm.vector();
-        let biases = match (&bq, &bk, &bv) {
-            (Some(bq), Some(bk), Some(bv)) => Some((bq, bk, bv)),
-            _ => None,
-        };
+        let x = Binding::from(&s.x);
         matmul_qkv(
             rec,
-            &lw.wq,
-            &lw.wk,
-            &lw.wv,
-            &Binding::from(&s.x),
+            wq,
+            wk,
+            wv,
+            &x,
             Some((&norm, c.rms_eps)),
             &q,
             &k,
@@ -225,6 +268,20 @@ pub(crate) fn attention_block(
             t,
             biases,
         )?;
+        let fold_qk_norm = c.head_dim <= QK_NORM_MAX_HEAD_DIM;
+        if let (Some((qn, kn)), false) = (&qk_norm, fold_qk_norm) {
+            rms_norm_in_place(rec, &q, qn, t * c.n_heads, c.head_dim, c.rms_eps)?;
+            rms_norm_in_place(rec, &k, kn, t * c.n_kv_heads, c.head_dim, c.rms_eps)?;
+        }
+        let norm = qk_norm
+            .as_ref()
+            .filter(|_| fold_qk_norm)
+            .map(|(qn, kn)| QkNorm {
+                q: qn,
+                k: kn,
+                eps: c.rms_eps,
+            });
+        rope_kv_write(rec, &q, &k, &v, &kc, &vc, &inv_freq, &rope_shape, norm)?;
     } else {
         let xn = Binding::from(&s.xn);
         rms_norm(
@@ -271,41 +328,10 @@ pub(crate) fn attention_block(
                 accumulate: false,
             },
         )?;
-    }
-    // gemma3's per-head Q/K norms: folded into the fused RoPE + KV write, else two dispatches.
-    let qk_norm = match (&lw.q_norm, &lw.k_norm) {
-        (Some(qn), Some(kn)) => Some((qn.vector(), kn.vector())),
-        _ => None,
-    };
-    let fold_qk_norm = step.pipeline == Pipeline::Fused && c.head_dim <= QK_NORM_MAX_HEAD_DIM;
-    if let (Some((qn, kn)), false) = (&qk_norm, fold_qk_norm) {
-        rms_norm_in_place(rec, &q, qn, t * c.n_heads, c.head_dim, c.rms_eps)?;
-        rms_norm_in_place(rec, &k, kn, t * c.n_kv_heads, c.head_dim, c.rms_eps)?;
-    }
-    let inv_freq = Binding::from(&s.inv_freq[l as usize]);
-    let (kc, vc) = (
-        Binding::from(&kv.k[l as usize]),
-        Binding::from(&kv.v[l as usize]),
-    );
-    if step.pipeline == Pipeline::Fused {
-        let shape = RopeKvShape {
-            t,
-            heads: c.n_heads,
-            kv_heads: c.n_kv_heads,
-            head_dim: c.head_dim,
-            pos0,
-            layout: rope_layout(c),
-        };
-        let norm = qk_norm
-            .as_ref()
-            .filter(|_| fold_qk_norm)
-            .map(|(qn, kn)| QkNorm {
-                q: qn,
-                k: kn,
-                eps: c.rms_eps,
-            });
-        rope_kv_write(rec, &q, &k, &v, &kc, &vc, &inv_freq, &shape, norm)?;
-    } else {
+        if let Some((qn, kn)) = &qk_norm {
+            rms_norm_in_place(rec, &q, qn, t * c.n_heads, c.head_dim, c.rms_eps)?;
+            rms_norm_in_place(rec, &k, kn, t * c.n_kv_heads, c.head_dim, c.rms_eps)?;
+        }
         for (x, heads) in [(&q, c.n_heads), (&k, c.n_kv_heads)] {
             rope(
                 rec,

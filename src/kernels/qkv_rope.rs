@@ -1,0 +1,214 @@
+//! Q/K/V projections with RoPE and the KV-cache write folded in (`ROPE_KV` in
+//! `shaders/matmul.wgsl`): one dispatch per layer where the fused pipeline otherwise runs
+//! [`matmul_qkv`](super::matmul::matmul_qkv) and then
+//! [`rope_kv_write`](super::rope::rope_kv_write), two dependent dispatches (~5 µs each on
+//! the H200 by `coco bench --probe`).
+//!
+//! The matvec's epilogue already holds every slot's finished dot product in workgroup
+//! memory, so a slot reads the other half of its rotated pair from there and writes the
+//! rotated value: q into its buffer, k and v straight into the cache rows `pos0 + t`. Both
+//! halves of a pair must share a workgroup: llama GGUFs pair adjacent rows `(2i, 2i + 1)`
+//! already, and for NeoX pairs `(i, i + head_dim/2)` the kernel computes W_q's and W_k's
+//! rows in pair order instead of row order (`slot_row` in the shader).
+//!
+//! Only the matvec shapes have this epilogue (decode steps, at most `MATVEC_MAX_T` tokens;
+//! a prefill chunk's one extra dispatch costs nothing next to its GEMMs), and gemma3's
+//! per-head Q/K RMSNorm needs a whole head's sums, so it keeps `rope_kv_write`, which folds
+//! that norm in.
+
+use super::matmul::{
+    check_binding, check_norm, check_weight, launch, DeviceKernels, Fusion, MatmulKey,
+    MatmulVariant, Norm, Params, QkvBiases,
+};
+use super::rope::{check_shape, RopeKvShape};
+use super::KernelError;
+use crate::gpu::{Binding, GpuTensor, StepRecorder};
+
+/// The key [`matmul_qkv_rope_kv`] would run with.
+fn key(
+    rec: &StepRecorder,
+    wq: &GpuTensor,
+    t: u32,
+    norm: bool,
+    biases: bool,
+    shape: &RopeKvShape,
+    variant: Option<MatmulVariant>,
+) -> MatmulKey {
+    MatmulKey {
+        norm,
+        fusion: Fusion::QkvRope(shape.layout),
+        ..MatmulKey::choose(DeviceKernels::of(rec.ctx()), wq.ty, t, biases, variant)
+    }
+}
+
+/// Whether [`matmul_qkv_rope_kv`] runs for these weights and this step on this device: one
+/// type and one part per weight, a matvec step (`t` small enough), and its storage bindings
+/// (up to 12) within the device's per-stage limit (WebGPU's default 8 allows llama without
+/// the norm folded in only, so a browser with the default keeps two dispatches).
+#[allow(clippy::too_many_arguments)]
+pub fn qkv_rope_fuses(
+    rec: &StepRecorder,
+    wq: &GpuTensor,
+    wk: &GpuTensor,
+    wv: &GpuTensor,
+    norm: bool,
+    biases: bool,
+    shape: &RopeKvShape,
+) -> bool {
+    let key = key(rec, wq, shape.t, norm, biases, shape, None);
+    let limit = rec.ctx().limits.max_storage_buffers_per_shader_stage;
+    !key.variant.is_tiled()
+        && [wk, wv].iter().all(|w| w.ty == wq.ty)
+        && [wq, wk, wv].iter().all(|w| w.parts.len() == 1)
+        && key.layout().count <= limit
+}
+
+/// Records, in one dispatch, for the step's tokens `t` at positions `pos0 + t`:
+/// q = RoPE(x'·w_qᵀ + bq) into `q`, RoPE(x'·w_kᵀ + bk) into `k_cache` row `pos0 + t` and
+/// x'·w_vᵀ + bv into `v_cache` row `pos0 + t`, with x' = x or x's RMSNorm. The same result
+/// as `matmul_qkv` then `rope_kv_write` (without a Q/K norm). Check [`qkv_rope_fuses`] first.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_qkv_rope_kv(
+    rec: &mut StepRecorder,
+    wq: &GpuTensor,     // [heads · head_dim, K] raw GGUF blocks
+    wk: &GpuTensor,     // [kv_heads · head_dim, K] raw GGUF blocks
+    wv: &GpuTensor,     // [kv_heads · head_dim, K] raw GGUF blocks
+    x: &Binding,        // [T, K] f32 (the raw residual with `norm`)
+    norm: Option<Norm>, // (norm_w [K] f32, eps)
+    q: &Binding,        // [T, heads, head_dim] f32, written rotated
+    k_cache: &Binding,  // [ctx, kv_heads, head_dim] f32
+    v_cache: &Binding,  // [ctx, kv_heads, head_dim] f32
+    inv_freq: &Binding, // [head_dim / 2] f32
+    biases: Option<QkvBiases>,
+    shape: &RopeKvShape,
+) -> Result<(), KernelError> {
+    matmul_qkv_rope_kv_variant(
+        rec, wq, wk, wv, x, norm, q, k_cache, v_cache, inv_freq, biases, shape, None,
+    )
+}
+
+/// [`matmul_qkv_rope_kv`] with the matvec shape forced (`Some`) for tests.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_qkv_rope_kv_variant(
+    rec: &mut StepRecorder,
+    wq: &GpuTensor,
+    wk: &GpuTensor,
+    wv: &GpuTensor,
+    x: &Binding,
+    norm: Option<Norm>,
+    q: &Binding,
+    k_cache: &Binding,
+    v_cache: &Binding,
+    inv_freq: &Binding,
+    biases: Option<QkvBiases>,
+    shape: &RopeKvShape,
+    variant: Option<MatmulVariant>,
+) -> Result<(), KernelError> {
+    const KERNEL: &str = "matmul_qkv_rope_kv";
+    let err = |why: String| {
+        Err(KernelError::Shape {
+            kernel: KERNEL,
+            why,
+        })
+    };
+    let RopeKvShape {
+        t,
+        heads,
+        kv_heads,
+        head_dim,
+        pos0,
+        ..
+    } = *shape;
+    check_shape(KERNEL, t, head_dim, pos0)?;
+    let max_binding = rec.ctx().max_binding_bytes();
+    let weights = [wq, wk, wv];
+    for w in weights {
+        check_weight(KERNEL, w, max_binding)?;
+    }
+    let kdim = wq.row_len;
+    let (nq, nkv) = (
+        heads as u64 * head_dim as u64,
+        kv_heads as u64 * head_dim as u64,
+    );
+    if wq.n_rows != nq || wk.n_rows != nkv || wv.n_rows != nkv {
+        return err(format!(
+            "rows {}/{}/{} of {}/{}/{} are not {heads}/{kv_heads}/{kv_heads} heads of {head_dim}",
+            wq.n_rows, wk.n_rows, wv.n_rows, wq.name, wk.name, wv.name
+        ));
+    }
+    if weights
+        .iter()
+        .any(|w| w.row_len != kdim || w.ty != wq.ty || w.parts.len() != 1)
+    {
+        return err(format!(
+            "{}, {} and {} differ in type or row length, or are split into parts",
+            wq.name, wk.name, wv.name
+        ));
+    }
+    let key = key(rec, wq, t, norm.is_some(), biases.is_some(), shape, variant);
+    if key.variant.is_tiled() {
+        return err(format!(
+            "{t} tokens take the tiled kernel, which has no RoPE epilogue"
+        ));
+    }
+    if t == 0 {
+        return Ok(());
+    }
+    check_binding(KERNEL, "x [T, K]", x, t as u64 * kdim)?;
+    check_binding(KERNEL, "q [T, heads, head_dim]", q, t as u64 * nq)?;
+    let rows_written = (pos0 as u64 + t as u64) * nkv;
+    check_binding(
+        KERNEL,
+        "k_cache [ctx, kv_heads, head_dim]",
+        k_cache,
+        rows_written,
+    )?;
+    check_binding(
+        KERNEL,
+        "v_cache [ctx, kv_heads, head_dim]",
+        v_cache,
+        rows_written,
+    )?;
+    check_binding(
+        KERNEL,
+        "inv_freq [head_dim / 2]",
+        inv_freq,
+        head_dim as u64 / 2,
+    )?;
+    let bias = biases.map(|(bq, bk, bv)| [bq, bk, bv]);
+    if let Some(b) = &bias {
+        for (i, name) in ["bq", "bk", "bv"].into_iter().enumerate() {
+            check_binding(KERNEL, name, b[i], weights[i].n_rows)?;
+        }
+    }
+    check_norm(KERNEL, norm, kdim)?;
+    let slots = nq + 2 * nkv;
+    if slots > u32::MAX as u64 || rows_written > u32::MAX as u64 {
+        return err(format!(
+            "{slots} rows or {rows_written} cache elements exceed u32"
+        ));
+    }
+    let rows = [nq as u32, nkv as u32, nkv as u32, 0];
+    let params = Params {
+        k: kdim as u32,
+        t,
+        row_bytes: wq.row_bytes as u32,
+        eps: norm.map_or(0.0, |n| n.1),
+        pos0,
+        rows,
+        n: rows,
+        head_dim,
+        ..Params::default()
+    };
+    let mut bindings: Vec<Binding> = weights
+        .iter()
+        .map(|w| Binding::from(&w.parts[0].buffer))
+        .collect();
+    bindings.extend([x, q, k_cache, v_cache].map(Binding::clone));
+    bindings.extend(norm.map(|n| n.0.clone()));
+    if let Some(b) = bias {
+        bindings.extend(b.map(Binding::clone));
+    }
+    bindings.push(inv_freq.clone());
+    launch(rec, KERNEL, &key, params, slots as u32, &bindings)
+}

@@ -1,0 +1,345 @@
+//! `kernels::qkv_rope::matmul_qkv_rope_kv` (Q/K/V + RoPE + the KV-cache write in one
+//! dispatch) on the GPU against the CPU reference: `reference::matmul`, then
+//! `reference::ops::rope` on q and k, then the cache rows. Every matvec shape, both pair
+//! layouts, T = 1..3 at a nonzero `pos0`, with and without the folded norm and the biases.
+//!
+//! The shapes are small and awkward on purpose: 5 query heads and 3 KV heads of 6 or 8, so
+//! the q/k/v boundaries fall inside workgroups and inside the subgroup matvec's tasks, and a
+//! head of 6 has an odd number of pairs (NeoX pairs (i, i + 3)).
+//!
+//! Tolerance per output: the product's (tests/kernels_fused.rs: atol = 2e-6·Σ|w·x'|,
+//! rtol = 1e-5); a rotated value adds both halves' allowances (|cos|, |sin| ≤ 1) and 1e-6 of
+//! their magnitude for the angle (the shader's sin/cos are accurate to a few f32 ulps).
+
+mod common;
+
+use coco::gguf::GgmlType;
+use coco::gpu::{Binding, StepRecorder};
+use coco::kernels::matmul::MatmulVariant::{
+    self, MatvecRows, MatvecSubgroup, MatvecWorkgroup, Tiled,
+};
+use coco::kernels::qkv_rope::{matmul_qkv_rope_kv_variant, qkv_rope_fuses};
+use coco::kernels::rope::{RopeKvShape, RopeLayout};
+use coco::reference::{matmul as reference, ops};
+use common::{ctx, random_f32, weight};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+const RTOL: f64 = 1e-5;
+const ATOL_PER_ABS_SUM: f64 = 2e-6;
+const EPS: f32 = 1e-5;
+const HEADS: usize = 5;
+const KV_HEADS: usize = 3;
+/// Cache rows of the test: the step writes rows pos0 .. pos0 + t, the rest must keep this.
+const CONTEXT: usize = 48;
+const UNTOUCHED: f32 = 7.25;
+
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    variant: MatmulVariant,
+    t: usize,
+    pos0: usize,
+    head_dim: usize,
+    layout: RopeLayout,
+    norm: bool,
+    bias: bool,
+}
+
+fn buffer(name: &str, data: &[f32]) -> wgpu::Buffer {
+    ctx().storage_buffer_init(name, bytemuck::cast_slice(data))
+}
+
+/// Reference outputs with their tolerances: `[t, n]` of x'·wᵀ (+ bias).
+fn product(
+    w: &[f32],
+    xn: &[f32],
+    bias: Option<&[f32]>,
+    n: usize,
+    k: usize,
+    t: usize,
+) -> (Vec<f64>, Vec<f64>) {
+    let want = reference::matmul(w, xn, n, k, t);
+    let abs = reference::matmul_abs(w, xn, n, k, t);
+    let tol = want
+        .iter()
+        .zip(&abs)
+        .map(|(&r, &a)| ATOL_PER_ABS_SUM * a as f64 + 1e-6 + RTOL * (r as f64).abs())
+        .collect();
+    let want = want
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| v as f64 + bias.map_or(0.0, |b| b[i % n] as f64))
+        .collect();
+    (want, tol)
+}
+
+/// RoPE of the reference product `[t, heads, head_dim]`, with each output's tolerance: the
+/// two halves' allowances plus 1e-6 of their magnitudes.
+fn rotated(
+    (want, tol): (Vec<f64>, Vec<f64>),
+    inv_freq: &[f32],
+    c: &Case,
+    heads: usize,
+) -> (Vec<f64>, Vec<f64>) {
+    let mut values: Vec<f32> = want.iter().map(|&v| v as f32).collect();
+    ops::rope(
+        &mut values,
+        inv_freq,
+        c.t,
+        heads,
+        c.head_dim,
+        c.pos0,
+        c.layout,
+    );
+    let half = c.head_dim / 2;
+    let partner = |i: usize| {
+        let d = i % c.head_dim;
+        let other = match c.layout {
+            RopeLayout::Normal => d ^ 1,
+            RopeLayout::Neox => (d + half) % c.head_dim,
+        };
+        i - d + other
+    };
+    let tol = (0..want.len())
+        .map(|i| {
+            let j = partner(i);
+            tol[i] + tol[j] + 1e-6 * (want[i].abs() + want[j].abs())
+        })
+        .collect();
+    (values.iter().map(|&v| v as f64).collect(), tol)
+}
+
+/// The worst error as a fraction of its tolerance; panics past 1 with the first offender.
+fn check(what: &str, got: &[f32], want: &[f64], tol: &[f64]) -> f64 {
+    let mut worst = 0.0f64;
+    for (i, ((&g, &w), &t)) in got.iter().zip(want).zip(tol).enumerate() {
+        let err = (g as f64 - w).abs();
+        assert!(
+            err <= t,
+            "{what}[{i}]: got {g}, want {w} (|Δ| {err:.3e} > tol {t:.3e})"
+        );
+        worst = worst.max(err / t);
+    }
+    worst
+}
+
+fn run(ty: GgmlType, c: Case, seed: u64) -> f64 {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    // Whole blocks: 2 super-blocks for K-quants, else 5 blocks of 32 (odd, so legacy rows
+    // alternate between word-aligned and 2-mod-4 starts).
+    let k = if common::is_k_quant(ty) { 512 } else { 160 };
+    let (nq, nkv) = (HEADS * c.head_dim, KV_HEADS * c.head_dim);
+    let (wq, q_w) = weight(&mut rng, "wq", ty, nq, k, None, 2.0);
+    let (wk, k_w) = weight(&mut rng, "wk", ty, nkv, k, None, 2.0);
+    let (wv, v_w) = weight(&mut rng, "wv", ty, nkv, k, None, 2.0);
+    let x = random_f32(&mut rng, c.t * k, -3.0, 3.0);
+    let nw = random_f32(&mut rng, k, -1.5, 1.5);
+    let biases = [nq, nkv, nkv].map(|n| random_f32(&mut rng, n, -1.0, 1.0));
+    // Llama-style frequencies, base 10,000.
+    let inv_freq: Vec<f32> = (0..c.head_dim / 2)
+        .map(|i| 10000f32.powf(-((2 * i) as f32) / c.head_dim as f32))
+        .collect();
+
+    let xb = buffer("x", &x);
+    let nwb = buffer("norm_w", &nw);
+    let qb = buffer("q", &vec![f32::NAN; c.t * nq]);
+    let kcb = buffer("k_cache", &vec![UNTOUCHED; CONTEXT * nkv]);
+    let vcb = buffer("v_cache", &vec![UNTOUCHED; CONTEXT * nkv]);
+    let fb = buffer("inv_freq", &inv_freq);
+    let bb: Vec<wgpu::Buffer> = biases.iter().map(|b| buffer("bias", b)).collect();
+    let bbind: Vec<Binding> = bb.iter().map(Binding::from).collect();
+    let nwbind = Binding::from(&nwb);
+    let shape = RopeKvShape {
+        t: c.t as u32,
+        heads: HEADS as u32,
+        kv_heads: KV_HEADS as u32,
+        head_dim: c.head_dim as u32,
+        pos0: c.pos0 as u32,
+        layout: c.layout,
+    };
+    let mut rec = StepRecorder::new(ctx());
+    assert!(
+        qkv_rope_fuses(&rec, &wq, &wk, &wv, c.norm, c.bias, &shape),
+        "{c:?} should fuse"
+    );
+    matmul_qkv_rope_kv_variant(
+        &mut rec,
+        &wq,
+        &wk,
+        &wv,
+        &Binding::from(&xb),
+        c.norm.then_some((&nwbind, EPS)),
+        &Binding::from(&qb),
+        &Binding::from(&kcb),
+        &Binding::from(&vcb),
+        &Binding::from(&fb),
+        c.bias.then_some((&bbind[0], &bbind[1], &bbind[2])),
+        &shape,
+        Some(c.variant),
+    )
+    .expect("matmul_qkv_rope_kv");
+    assert_eq!(rec.dispatch_count(), 1, "{c:?}: one dispatch");
+    let label = rec.labels().first().cloned().unwrap_or_default();
+    rec.submit();
+
+    let xn = if c.norm {
+        ops::rms_norm(&x, &nw, c.t, k, EPS)
+    } else {
+        x.clone()
+    };
+    let bias = |i: usize| c.bias.then_some(&biases[i][..]);
+    let (q_want, q_tol) = rotated(
+        product(&q_w, &xn, bias(0), nq, k, c.t),
+        &inv_freq,
+        &c,
+        HEADS,
+    );
+    let (k_want, k_tol) = rotated(
+        product(&k_w, &xn, bias(1), nkv, k, c.t),
+        &inv_freq,
+        &c,
+        KV_HEADS,
+    );
+    let (v_want, v_tol) = product(&v_w, &xn, bias(2), nkv, k, c.t);
+
+    let read = |b: &wgpu::Buffer, n: usize| ctx().read_f32(b, 0, n as u64).expect("readback");
+    let what = format!("{ty} {c:?} ({label})");
+    let mut worst = check(&format!("{what} q"), &read(&qb, c.t * nq), &q_want, &q_tol);
+    let rows = c.pos0 * nkv..(c.pos0 + c.t) * nkv;
+    for (name, cache, want, tol) in [("k", &kcb, &k_want, &k_tol), ("v", &vcb, &v_want, &v_tol)] {
+        let got = read(cache, CONTEXT * nkv);
+        worst = worst.max(check(
+            &format!("{what} {name} cache rows"),
+            &got[rows.clone()],
+            want,
+            tol,
+        ));
+        let stray = got
+            .iter()
+            .enumerate()
+            .find(|&(i, &v)| !rows.contains(&i) && v != UNTOUCHED);
+        assert!(
+            stray.is_none(),
+            "{what}: {name} cache element outside the step's rows written: {stray:?}"
+        );
+    }
+    println!(
+        "{label:<48} T={} pos0={:<2} head_dim={} norm={:<5} bias={:<5} {:.0}% of tol",
+        c.t,
+        c.pos0,
+        c.head_dim,
+        c.norm,
+        c.bias,
+        100.0 * worst
+    );
+    worst
+}
+
+fn cases() -> Vec<Case> {
+    let mut variants = vec![MatvecWorkgroup, MatvecRows];
+    if ctx().has_subgroups() {
+        variants.push(MatvecSubgroup);
+    } else {
+        println!("no SUBGROUP on this adapter; subgroup matvec not tested");
+    }
+    let mut cases = Vec::new();
+    for variant in variants {
+        for layout in [RopeLayout::Normal, RopeLayout::Neox] {
+            for (t, pos0, head_dim, norm, bias) in [
+                (1, 37, 8, true, false),
+                (2, 5, 6, true, true),
+                (3, 0, 6, false, true),
+                (1, 46, 8, false, false),
+            ] {
+                cases.push(Case {
+                    variant,
+                    t,
+                    pos0,
+                    head_dim,
+                    layout,
+                    norm,
+                    bias,
+                });
+            }
+        }
+    }
+    cases
+}
+
+fn run_type(ty: GgmlType) {
+    let worst = cases()
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| run(ty, c, 7000 * ty.id() as u64 + i as u64))
+        .fold(0.0, f64::max);
+    println!("{ty}: worst {:.0}% of tolerance", 100.0 * worst);
+}
+
+#[test]
+fn qkv_rope_kv_f32() {
+    run_type(GgmlType::F32);
+}
+#[test]
+fn qkv_rope_kv_q8_0() {
+    run_type(GgmlType::Q8_0);
+}
+#[test]
+fn qkv_rope_kv_q4_0() {
+    run_type(GgmlType::Q4_0);
+}
+#[test]
+fn qkv_rope_kv_q5_0() {
+    run_type(GgmlType::Q5_0);
+}
+#[test]
+fn qkv_rope_kv_q4_k() {
+    run_type(GgmlType::Q4_K);
+}
+
+/// A prefill chunk takes the tiled kernel, which has no RoPE epilogue: the fusion says no,
+/// and forcing it is an error rather than a wrong result.
+#[test]
+fn tiled_steps_keep_the_separate_rope() {
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    let (wq, _) = weight(&mut rng, "wq", GgmlType::Q8_0, HEADS * 8, 160, None, 2.0);
+    let (wk, _) = weight(&mut rng, "wk", GgmlType::Q8_0, KV_HEADS * 8, 160, None, 2.0);
+    let (wv, _) = weight(&mut rng, "wv", GgmlType::Q8_0, KV_HEADS * 8, 160, None, 2.0);
+    let shape = |t| RopeKvShape {
+        t,
+        heads: HEADS as u32,
+        kv_heads: KV_HEADS as u32,
+        head_dim: 8,
+        pos0: 0,
+        layout: RopeLayout::Normal,
+    };
+    let mut rec = StepRecorder::new(ctx());
+    assert!(!qkv_rope_fuses(
+        &rec,
+        &wq,
+        &wk,
+        &wv,
+        false,
+        false,
+        &shape(64)
+    ));
+    let b = |n: usize| buffer("b", &vec![0.0; n]);
+    let (x, q, kc, vc, f) = (b(17 * 160), b(17 * 40), b(17 * 24), b(17 * 24), b(4));
+    let err = matmul_qkv_rope_kv_variant(
+        &mut rec,
+        &wq,
+        &wk,
+        &wv,
+        &Binding::from(&x),
+        None,
+        &Binding::from(&q),
+        &Binding::from(&kc),
+        &Binding::from(&vc),
+        &Binding::from(&f),
+        None,
+        &shape(17),
+        Some(Tiled),
+    )
+    .expect_err("the tiled kernel has no RoPE epilogue");
+    assert!(err.to_string().contains("tiled"), "{err}");
+    assert_eq!(rec.dispatch_count(), 0);
+}
