@@ -24,15 +24,11 @@ use coco::kernels::matmul::MatmulVariant::{
 use coco::kernels::matmul::{
     matmul_glu_variant, matmul_normed_variant, matmul_qkv_variant, MatmulArgs,
 };
-use coco::reference::{matmul as reference, ops};
-use common::{ctx, is_k_quant, random_f32, weight};
+use coco::reference::ops;
+use common::{ctx, is_k_quant, random_f32, reference_product, weight, RTOL};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-const RTOL: f64 = 1e-5;
-const ATOL_PER_ABS_SUM: f64 = 2e-6;
-/// The cooperative-matrix GEMM rounds W and x' to f16 (relative error ≤ 2^-11 each).
-const COOP_ATOL_PER_ABS_SUM: f64 = 2e-3;
 const EPS: f32 = 1e-5;
 
 /// K for the type: 2 super-blocks for K-quants, else 5 blocks of 32 (odd, so Q8_0/Q4_0/Q5_0
@@ -119,31 +115,6 @@ impl std::fmt::Display for Err {
             100.0 * self.ratio
         )
     }
-}
-
-/// The reference product x'·wᵀ in f64-accurate f32 and its tolerance per element for the
-/// kernel `label` (the f16 cooperative-matrix GEMM gets [`COOP_ATOL_PER_ABS_SUM`]).
-fn reference_product(
-    w: &[f32],
-    xn: &[f32],
-    n: usize,
-    k: usize,
-    t: usize,
-    label: &str,
-) -> (Vec<f64>, Vec<f64>) {
-    let want = reference::matmul(w, xn, n, k, t);
-    let abs = reference::matmul_abs(w, xn, n, k, t);
-    let atol = if label.contains("_coop") {
-        COOP_ATOL_PER_ABS_SUM
-    } else {
-        ATOL_PER_ABS_SUM
-    };
-    let tol = want
-        .iter()
-        .zip(&abs)
-        .map(|(&r, &a)| atol * a as f64 + 1e-6 + RTOL * (r as f64).abs())
-        .collect();
-    (want.iter().map(|&v| v as f64).collect(), tol)
 }
 
 /// x' as the kernels see it: the reference RMSNorm of x, or x itself.

@@ -20,15 +20,9 @@ use coco::kernels::matmul::MatmulVariant::{
 };
 use coco::kernels::matmul::{matmul_variant, MatmulArgs};
 use coco::reference::{matmul as reference, quant};
-use common::{ctx, is_k_quant};
+use common::{ctx, is_k_quant, ATOL_PER_ABS_SUM, COOP_ATOL_PER_ABS_SUM, RTOL};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-
-const RTOL: f64 = 1e-5;
-const ATOL_PER_ABS_SUM: f64 = 2e-6;
-/// The cooperative-matrix GEMM rounds W and x' to f16 (relative error ≤ 2^-11 each), so its
-/// error bound per Σ|w·x| is about 2 · 2^-11; 2e-3 leaves a little headroom.
-const COOP_ATOL_PER_ABS_SUM: f64 = 2e-3;
 
 /// K for the type: 2 super-blocks for K-quants, else 5 blocks of 32 (an odd block count, so
 /// Q8_0/Q4_0/Q5_0 rows alternate between word-aligned and 2-mod-4 starts).

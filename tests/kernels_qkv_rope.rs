@@ -20,13 +20,11 @@ use coco::kernels::matmul::MatmulVariant::{
 };
 use coco::kernels::qkv_rope::{matmul_qkv_rope_kv_variant, qkv_rope_fuses};
 use coco::kernels::rope::{RopeKvShape, RopeLayout};
-use coco::reference::{matmul as reference, ops};
-use common::{ctx, random_f32, weight};
+use coco::reference::ops;
+use common::{ctx, random_f32, reference_product, weight};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-const RTOL: f64 = 1e-5;
-const ATOL_PER_ABS_SUM: f64 = 2e-6;
 const EPS: f32 = 1e-5;
 const HEADS: usize = 5;
 const KV_HEADS: usize = 3;
@@ -49,7 +47,7 @@ fn buffer(name: &str, data: &[f32]) -> wgpu::Buffer {
     ctx().storage_buffer_init(name, bytemuck::cast_slice(data))
 }
 
-/// Reference outputs with their tolerances: `[t, n]` of x'·wᵀ (+ bias).
+/// Reference outputs `[t, n]` of x'·wᵀ (+ bias) with their tolerances.
 fn product(
     w: &[f32],
     xn: &[f32],
@@ -58,18 +56,12 @@ fn product(
     k: usize,
     t: usize,
 ) -> (Vec<f64>, Vec<f64>) {
-    let want = reference::matmul(w, xn, n, k, t);
-    let abs = reference::matmul_abs(w, xn, n, k, t);
-    let tol = want
-        .iter()
-        .zip(&abs)
-        .map(|(&r, &a)| ATOL_PER_ABS_SUM * a as f64 + 1e-6 + RTOL * (r as f64).abs())
-        .collect();
-    let want = want
-        .iter()
-        .enumerate()
-        .map(|(i, &v)| v as f64 + bias.map_or(0.0, |b| b[i % n] as f64))
-        .collect();
+    let (mut want, tol) = reference_product(w, xn, n, k, t, "matvec");
+    if let Some(b) = bias {
+        for (i, v) in want.iter_mut().enumerate() {
+            *v += b[i % n] as f64;
+        }
+    }
     (want, tol)
 }
 

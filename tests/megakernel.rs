@@ -20,12 +20,10 @@ use coco::gpu::{Binding, StepRecorder};
 use coco::kernels::elementwise::Activation;
 use coco::kernels::megakernel::{can_use_megakernel, ffn_megakernel, PostNorm};
 use coco::reference::{matmul as reference, ops};
-use common::{ctx, random_f32, weight};
+use common::{ctx, random_f32, weight, ATOL_PER_ABS_SUM, RTOL};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-const RTOL: f64 = 1e-5;
-const ATOL_PER_ABS_SUM: f64 = 2e-6;
 const EPS: f32 = 1e-6;
 
 /// Residual rows `[t, k]` of very different magnitudes (0.05 … 20): a wrong or shared

@@ -835,10 +835,14 @@ pub fn qkv_fuses(
         fusion: Fusion::Qkv,
         stage_k: 0,
     };
+    qkv_key_fits(rec, &key, [wq, wk, wv])
+}
+
+/// Whether one dispatch of `key` can read these three weights: one type, one part each, and
+/// the key's storage bindings within the device's per-stage limit.
+pub(super) fn qkv_key_fits(rec: &StepRecorder, key: &MatmulKey, w: [&GpuTensor; 3]) -> bool {
     let limit = rec.ctx().limits.max_storage_buffers_per_shader_stage;
-    [wk, wv].iter().all(|w| w.ty == wq.ty)
-        && [wq, wk, wv].iter().all(|w| w.parts.len() == 1)
-        && key.layout().count <= limit
+    w.iter().all(|w| w.ty == key.ty && w.parts.len() == 1) && key.layout().count <= limit
 }
 
 /// [`matmul_qkv`] with the kernel shape forced (`Some`) for tests and A/B runs.

@@ -17,8 +17,8 @@
 //! that norm in.
 
 use super::matmul::{
-    check_binding, check_norm, check_weight, launch, DeviceKernels, Fusion, MatmulKey,
-    MatmulVariant, Norm, Params, QkvBiases,
+    check_binding, check_norm, check_weight, launch, qkv_key_fits, DeviceKernels, Fusion,
+    MatmulKey, MatmulVariant, Norm, Params, QkvBiases,
 };
 use super::rope::{check_shape, RopeKvShape};
 use super::KernelError;
@@ -28,7 +28,6 @@ use crate::gpu::{Binding, GpuTensor, StepRecorder};
 fn key(
     rec: &StepRecorder,
     wq: &GpuTensor,
-    t: u32,
     norm: bool,
     biases: bool,
     shape: &RopeKvShape,
@@ -37,7 +36,13 @@ fn key(
     MatmulKey {
         norm,
         fusion: Fusion::QkvRope(shape.layout),
-        ..MatmulKey::choose(DeviceKernels::of(rec.ctx()), wq.ty, t, biases, variant)
+        ..MatmulKey::choose(
+            DeviceKernels::of(rec.ctx()),
+            wq.ty,
+            shape.t,
+            biases,
+            variant,
+        )
     }
 }
 
@@ -55,12 +60,8 @@ pub fn qkv_rope_fuses(
     biases: bool,
     shape: &RopeKvShape,
 ) -> bool {
-    let key = key(rec, wq, shape.t, norm, biases, shape, None);
-    let limit = rec.ctx().limits.max_storage_buffers_per_shader_stage;
-    !key.variant.is_tiled()
-        && [wk, wv].iter().all(|w| w.ty == wq.ty)
-        && [wq, wk, wv].iter().all(|w| w.parts.len() == 1)
-        && key.layout().count <= limit
+    let key = key(rec, wq, norm, biases, shape, None);
+    !key.variant.is_tiled() && qkv_key_fits(rec, &key, [wq, wk, wv])
 }
 
 /// Records, in one dispatch, for the step's tokens `t` at positions `pos0 + t`:
@@ -136,16 +137,14 @@ pub fn matmul_qkv_rope_kv_variant(
             wq.n_rows, wk.n_rows, wv.n_rows, wq.name, wk.name, wv.name
         ));
     }
-    if weights
-        .iter()
-        .any(|w| w.row_len != kdim || w.ty != wq.ty || w.parts.len() != 1)
-    {
+    let key = key(rec, wq, norm.is_some(), biases.is_some(), shape, variant);
+    if weights.iter().any(|w| w.row_len != kdim) || !qkv_key_fits(rec, &key, weights) {
         return err(format!(
-            "{}, {} and {} differ in type or row length, or are split into parts",
+            "{}, {} and {} differ in type or row length, are split into parts, or need more \
+             storage bindings than this device allows",
             wq.name, wk.name, wv.name
         ));
     }
-    let key = key(rec, wq, t, norm.is_some(), biases.is_some(), shape, variant);
     if key.variant.is_tiled() {
         return err(format!(
             "{t} tokens take the tiled kernel, which has no RoPE epilogue"

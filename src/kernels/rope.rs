@@ -111,7 +111,9 @@ pub fn rope(
 }
 
 /// [`rope`] on `q` in place and on `k` into the KV cache, with `v` copied alongside, in one
-/// dispatch (the fused pipeline's form of rope(q), rope(k) and `attention::kv_write`): cache
+/// dispatch (the fused pipeline's form of rope(q), rope(k) and `attention::kv_write` for
+/// prefill chunks and gemma3; a llama/qwen2 decode step folds all of it into the Q/K/V
+/// matvec instead, `kernels::qkv_rope`): cache
 /// row `pos0 + tok` receives token `tok`'s rotated K heads and its V heads. `k` itself is
 /// left unrotated; attention reads the cache. With `qk_norm`, each Q and K head is first
 /// RMS-normed with its weights (gemma3; the norm kernel's two dispatches folded in; head_dim

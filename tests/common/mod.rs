@@ -1,13 +1,13 @@
 //! Helpers shared by the kernel test files (`mod common;` in each): one GPU context per test
-//! binary, and seeded random weights uploaded in a GGUF type with their CPU dequantization.
-//! Each test binary uses a subset, hence the allow.
+//! binary, seeded random weights uploaded in a GGUF type with their CPU dequantization, and
+//! the matmul tolerance. Each test binary uses a subset, hence the allow.
 #![allow(dead_code)]
 
 use std::sync::OnceLock;
 
 use coco::gguf::GgmlType;
 use coco::gpu::{GpuContext, GpuTensor};
-use coco::reference::quant;
+use coco::reference::{matmul as reference, quant};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
@@ -66,4 +66,37 @@ pub fn weight(
         assert_eq!(t.parts.len(), rows.div_ceil(r), "{name} should be split");
     }
     (t, deq)
+}
+
+/// A product may differ from the f64 reference by `atol + rtol·|ref|`, with
+/// atol = ATOL_PER_ABS_SUM·Σ|w·x| (the scale of an f32 sum's rounding error) + 1e-6.
+pub const RTOL: f64 = 1e-5;
+pub const ATOL_PER_ABS_SUM: f64 = 2e-6;
+/// The cooperative-matrix GEMM rounds W and x' to f16 (relative error ≤ 2^-11 each), so its
+/// error bound per Σ|w·x| is about 2 · 2^-11; 2e-3 leaves a little headroom.
+pub const COOP_ATOL_PER_ABS_SUM: f64 = 2e-3;
+
+/// The reference product x·wᵀ `[t, n]` in f64-accurate f32 and its tolerance per element for
+/// the kernel `label` (the f16 cooperative-matrix GEMM gets [`COOP_ATOL_PER_ABS_SUM`]).
+pub fn reference_product(
+    w: &[f32],
+    x: &[f32],
+    n: usize,
+    k: usize,
+    t: usize,
+    label: &str,
+) -> (Vec<f64>, Vec<f64>) {
+    let want = reference::matmul(w, x, n, k, t);
+    let abs = reference::matmul_abs(w, x, n, k, t);
+    let atol = if label.contains("_coop") {
+        COOP_ATOL_PER_ABS_SUM
+    } else {
+        ATOL_PER_ABS_SUM
+    };
+    let tol = want
+        .iter()
+        .zip(&abs)
+        .map(|(&r, &a)| atol * a as f64 + 1e-6 + RTOL * (r as f64).abs())
+        .collect();
+    (want.iter().map(|&v| v as f64).collect(), tol)
 }
