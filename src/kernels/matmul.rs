@@ -1211,6 +1211,11 @@ mod tests {
         assert_eq!((l.x, l.y, l.norm, l.bias, l.count), (4, 5, 8, 9, 11));
         let l = key(Fusion::Qkv, false, true).layout();
         assert_eq!((l.bias, l.count), (8, 10));
+        // wq, wk, wv, x, q, k_cache, v_cache, norm_w, [bq, bk, bv], inv_freq
+        let l = key(Fusion::QkvRope(RopeLayout::Neox), true, true).layout();
+        assert_eq!((l.norm, l.bias, l.rope, l.count), (8, 9, 12, 12));
+        let l = key(Fusion::QkvRope(RopeLayout::Normal), true, false).layout();
+        assert_eq!((l.rope, l.count), (9, 9));
     }
 
     #[test]
@@ -1247,6 +1252,32 @@ mod tests {
             MatvecShape::parse(&format!("{}x{}x{}", SG_ROWS, MV_UNROLL, SG_ROWS_PER_TASK))
                 .is_some_and(|s| s == MatvecShape::DEFAULT)
         );
+    }
+
+    #[test]
+    fn qkv_rope_compiles_for_the_matvecs_and_is_refused_for_tiles() {
+        for variant in [
+            MatmulVariant::MatvecWorkgroup,
+            MatmulVariant::MatvecSubgroup,
+            MatmulVariant::MatvecRows,
+            MatmulVariant::Tiled,
+        ] {
+            for layout in [RopeLayout::Normal, RopeLayout::Neox] {
+                let key = MatmulKey {
+                    ty: GgmlType::Q4_0,
+                    variant,
+                    bias: true,
+                    norm: true,
+                    fusion: Fusion::QkvRope(layout),
+                    stage_k: 0,
+                };
+                if variant.is_tiled() {
+                    assert!(key.defines().is_err(), "{}", key.label());
+                } else {
+                    compile_to_spirv(&key.label(), &key.source().unwrap());
+                }
+            }
+        }
     }
 
     #[test]

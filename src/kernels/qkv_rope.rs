@@ -11,8 +11,9 @@
 //! already, and for NeoX pairs `(i, i + head_dim/2)` the kernel computes W_q's and W_k's
 //! rows in pair order instead of row order (`slot_row` in the shader).
 //!
-//! Only the matvec shapes have this epilogue (decode steps, at most `MATVEC_MAX_T` tokens;
-//! a prefill chunk's one extra dispatch costs nothing next to its GEMMs), and gemma3's
+//! Only the matvec shapes have this epilogue: decode steps of at most `MATVEC_MAX_T` tokens,
+//! and every step on a CPU adapter, whose prefill runs the matvec too. A GPU's prefill chunk
+//! keeps the extra dispatch, which costs nothing next to its GEMMs. gemma3's
 //! per-head Q/K RMSNorm needs a whole head's sums, so it keeps `rope_kv_write`, which folds
 //! that norm in.
 
@@ -50,7 +51,6 @@ fn key(
 /// type and one part per weight, a matvec step (`t` small enough), and its storage bindings
 /// (up to 12) within the device's per-stage limit (WebGPU's default 8 allows llama without
 /// the norm folded in only, so a browser with the default keeps two dispatches).
-#[allow(clippy::too_many_arguments)]
 pub fn qkv_rope_fuses(
     rec: &StepRecorder,
     wq: &GpuTensor,
