@@ -293,41 +293,18 @@ pub(crate) fn attention_block(
             c.dim,
             c.rms_eps,
         )?;
-        let buf = |b: &Option<crate::gpu::GpuTensor>| b.as_ref().map(|b| b.parts[0].buffer.clone());
-        let (bq, bk, bv) = (buf(&lw.bq), buf(&lw.bk), buf(&lw.bv));
-        matmul(
-            rec,
-            &lw.wq,
-            &xn,
-            &q,
-            t,
-            MatmulArgs {
-                bias: bq.as_ref(),
+        for (w, out, b) in [
+            (&lw.wq, &q, &lw.bq),
+            (&lw.wk, &k, &lw.bk),
+            (&lw.wv, &v, &lw.bv),
+        ] {
+            let bias = b.as_ref().map(|b| b.parts[0].buffer.clone());
+            let args = MatmulArgs {
+                bias: bias.as_ref(),
                 accumulate: false,
-            },
-        )?;
-        matmul(
-            rec,
-            &lw.wk,
-            &xn,
-            &k,
-            t,
-            MatmulArgs {
-                bias: bk.as_ref(),
-                accumulate: false,
-            },
-        )?;
-        matmul(
-            rec,
-            &lw.wv,
-            &xn,
-            &v,
-            t,
-            MatmulArgs {
-                bias: bv.as_ref(),
-                accumulate: false,
-            },
-        )?;
+            };
+            matmul(rec, w, &xn, out, t, args)?;
+        }
         if let Some((qn, kn)) = &qk_norm {
             rms_norm_in_place(rec, &q, qn, t * c.n_heads, c.head_dim, c.rms_eps)?;
             rms_norm_in_place(rec, &k, kn, t * c.n_kv_heads, c.head_dim, c.rms_eps)?;
