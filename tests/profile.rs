@@ -93,10 +93,22 @@ fn fused_decode_step_profile_covers_every_kernel() {
     check_consistent(&p);
     let layers = model.config.n_layers;
     assert_eq!(has(&p, "get_rows"), Some(1), "embedding lookup");
+    let qkv_rope: u32 = p
+        .kernels
+        .iter()
+        .filter(|k| {
+            k.label.starts_with("matmul_q8_0_matvec") && k.label.contains("_qkv_rope_normal_norm")
+        })
+        .map(|k| k.calls)
+        .sum();
+    assert_eq!(
+        qkv_rope, layers,
+        "the norm, Q/K/V, RoPE of Q and K and the KV-cache write: one dispatch per layer"
+    );
     assert_eq!(
         has(&p, "rope_kv_write"),
-        Some(layers),
-        "RoPE of Q and K and the KV-cache write: one dispatch per layer"
+        None,
+        "no RoPE dispatch on a decode step"
     );
     assert_eq!(has(&p, "rope_normal"), None, "no separate RoPE when fused");
     assert_eq!(
