@@ -21,10 +21,10 @@ use serde_json::{json, Value as Json};
 use crate::engine::{EngineError, LogitsFor, MegakernelCheck, Model, Session};
 use crate::gpu::{Binding, GpuContext, StepRecorder, Timing};
 use crate::kernels::probe::{probe_empty, probe_read, READ_THREADS};
-use crate::sampler::argmax;
+use crate::sampler::{argmax, SamplerConfig};
 use crate::util::Clock;
 
-/// The most tokens the megakernel side of the A/B decodes (see [`run_with_decode`]).
+/// The most tokens the megakernel side of the A/B decodes (see [`run_with`]).
 pub const MEGAKERNEL_AB_TOKENS: u32 = 16;
 
 #[derive(Clone, Debug)]
@@ -52,9 +52,15 @@ pub struct BenchResult {
     pub pp_tok_s: Vec<f64>,
     pub tg_tok_s: Vec<f64>,
     pub dispatches_per_token: u32,
-    /// Whether tg decoded on the GPU (argmax on the GPU, K steps per submit; see
-    /// engine/decode.rs) or read the logits back for a CPU argmax every token.
-    pub gpu_decode: bool,
+    /// tg tok/s per rep with the default sampler settings (`SamplerConfig::default()`:
+    /// temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, penalty 1.1 over 64 tokens), on the
+    /// same decode loop as `tg_tok_s`: what a user's default run decodes at.
+    pub tg_sampled_tok_s: Vec<f64>,
+    /// Dispatches per decoded token with the default sampler settings.
+    pub sampled_dispatches_per_token: u32,
+    /// Whether tg sampled on the GPU (K steps per submit; see engine/decode.rs) or read the
+    /// logits back for the CPU sampler every token (`cpu_sampling`).
+    pub sampler_on_gpu: bool,
     /// Most decode steps per submit in tg (1 on the CPU path).
     pub steps_per_submit: u32,
     /// Host time per decoded token spent recording, encoding and submitting (median of
@@ -113,6 +119,10 @@ impl BenchResult {
     pub fn tg(&self) -> f64 {
         median(&self.tg_tok_s)
     }
+    /// Median tg with the default sampler settings.
+    pub fn tg_sampled(&self) -> f64 {
+        median(&self.tg_sampled_tok_s)
+    }
     pub fn effective_gb_s(&self) -> f64 {
         self.weight_bytes_per_token as f64 * self.tg() / 1e9
     }
@@ -149,37 +159,18 @@ pub fn bench_prompt(model: &Model, n: u32) -> Vec<u32> {
         .collect()
 }
 
-/// Runs pp and tg `reps` times each (after one warm-up) on a fresh session per rep, on the
-/// normal FFN path, then the megakernel A/B.
-pub async fn run(
-    ctx: &Arc<GpuContext>,
-    model: &Arc<Model>,
-    cfg: &BenchConfig,
-) -> Result<BenchResult, EngineError> {
-    run_with(ctx, model, cfg, false).await
-}
-
-/// [`run`] with the headline figures measured with the FFN megakernel on (`coco bench
-/// --megakernel`; the caller has already checked it) or off. The A/B measures the other
-/// side's tg the same way.
+/// Runs pp and tg `reps` times each (after one warm-up) on a fresh session per rep, tg
+/// greedy and then with the default sampler settings, with the headline figures measured
+/// with the FFN megakernel on (`coco bench --megakernel`; the caller has already checked it)
+/// or off, then the megakernel A/B, which measures the other side's greedy tg the same way.
+/// `cpu_sampling` times the one-token path that reads logits back for the CPU sampler (the
+/// A/B baseline) instead of the GPU decode loop.
 pub async fn run_with(
     ctx: &Arc<GpuContext>,
     model: &Arc<Model>,
     cfg: &BenchConfig,
     megakernel: bool,
-) -> Result<BenchResult, EngineError> {
-    run_with_decode(ctx, model, cfg, megakernel, true).await
-}
-
-/// [`run_with`] choosing tg's decode loop: `gpu_decode` = the GPU-resident greedy loop (the
-/// default, what `generate` runs for greedy sampling), or false for the one-token path that
-/// reads logits back and takes the argmax on the CPU (the A/B baseline).
-pub async fn run_with_decode(
-    ctx: &Arc<GpuContext>,
-    model: &Arc<Model>,
-    cfg: &BenchConfig,
-    megakernel: bool,
-    gpu_decode: bool,
+    cpu_sampling: bool,
 ) -> Result<BenchResult, EngineError> {
     let prompt = bench_prompt(model, cfg.prompt_tokens);
     let context = cfg.prompt_tokens + cfg.gen_tokens + 8;
@@ -188,19 +179,30 @@ pub async fn run_with_decode(
         s.pipeline = cfg.pipeline;
         s.set_megakernel(true).await?
     };
+    let greedy = SamplerConfig::greedy();
+    let sampled = SamplerConfig::default();
+    let on = megakernel && check.passed;
     let mut pp = Vec::new();
     let mut tg = Vec::new();
     let mut last = TgRun::default();
     let mut record_ms = Vec::new();
     for rep in 0..=cfg.reps {
-        let on = megakernel && check.passed;
-        let r = pp_tg(ctx, model, cfg, &prompt, context, on, on, gpu_decode).await?;
+        let r = pp_tg(ctx, model, cfg, &prompt, context, on, on, &greedy, cpu_sampling).await?;
         if rep > 0 {
             pp.push(r.pp_tok_s);
             tg.push(r.tg_tok_s);
             record_ms.push(r.record_ms_per_token);
         }
         last = r;
+    }
+    let mut tg_sampled = Vec::new();
+    let mut sampled_dispatches = 0;
+    for rep in 0..=cfg.reps {
+        let r = pp_tg(ctx, model, cfg, &prompt, context, on, on, &sampled, cpu_sampling).await?;
+        if rep > 0 {
+            tg_sampled.push(r.tg_tok_s);
+        }
+        sampled_dispatches = r.dispatches_per_token;
     }
     // The other side of the A/B: tg only (its prefill runs the normal path either way).
     // When that side is the megakernel it decodes at most MEGAKERNEL_AB_TOKENS tokens, one
@@ -226,7 +228,8 @@ pub async fn run_with_decode(
                 context,
                 false,
                 !megakernel,
-                gpu_decode,
+                &greedy,
+                cpu_sampling,
             )
             .await?;
             if rep > 0 {
@@ -247,7 +250,9 @@ pub async fn run_with_decode(
         pp_tok_s: pp,
         tg_tok_s: tg,
         dispatches_per_token: last.dispatches_per_token,
-        gpu_decode: last.gpu_decode,
+        tg_sampled_tok_s: tg_sampled,
+        sampled_dispatches_per_token: sampled_dispatches,
+        sampler_on_gpu: last.sampler_on_gpu,
         steps_per_submit: last.steps_per_submit,
         record_ms_per_token: median(&record_ms),
         weight_bytes_per_token: weight_bytes_per_token(model),
@@ -267,14 +272,15 @@ struct TgRun {
     pp_tok_s: f64,
     tg_tok_s: f64,
     dispatches_per_token: u32,
-    gpu_decode: bool,
+    sampler_on_gpu: bool,
     steps_per_submit: u32,
     record_ms_per_token: f64,
 }
 
-/// One fresh session: prefill `prompt`, then `gen_tokens` greedy decode steps, each with the
-/// FFN megakernel on or off, on the GPU loop or the one-token CPU-argmax path. Stop tokens
-/// don't end the run (random weights emit anything).
+/// One fresh session: prefill `prompt` (timed until its logits are back), then
+/// `gen_tokens` decode steps drawing with `sampler`, with the FFN megakernel on or off, on
+/// the GPU loop or the one-token CPU-sampling path. Stop tokens don't end the run (random
+/// weights emit anything).
 #[allow(clippy::too_many_arguments)]
 async fn pp_tg(
     ctx: &Arc<GpuContext>,
@@ -284,7 +290,8 @@ async fn pp_tg(
     context: u32,
     prefill_megakernel: bool,
     decode_megakernel: bool,
-    gpu_decode: bool,
+    sampler: &SamplerConfig,
+    cpu_sampling: bool,
 ) -> Result<TgRun, EngineError> {
     let mut s = Session::new(ctx, model, context, LogitsFor::LastToken);
     s.pipeline = cfg.pipeline;
@@ -296,17 +303,19 @@ async fn pp_tg(
     let pp_rate = prompt.len() as f64 / clock.seconds();
     s.megakernel = decode_megakernel;
     let clock = Clock::start();
-    if gpu_decode {
-        // gen_tokens forwards: the loop runs one fewer than the tokens it emits.
-        let first = argmax(&logits);
-        let mut out = Vec::new();
-        s.greedy_on_gpu(first, cfg.gen_tokens + 1, &[], &mut |_| true, &mut out)
-            .await?;
-    } else {
+    if cpu_sampling {
+        let mut history = prompt.to_vec();
         for _ in 0..cfg.gen_tokens {
-            let id = argmax(&logits);
+            let id = crate::reference::sample::sample(&logits, &history, sampler);
+            history.push(id);
             logits = s.forward(&[id]).await?;
         }
+    } else {
+        // gen_tokens forwards: the loop runs one fewer than the tokens it emits, and its
+        // first draw reads the prefill's logits, still on the GPU.
+        let mut out = Vec::new();
+        s.decode_on_gpu(sampler, 0, cfg.gen_tokens + 1, &[], &mut |_| true, &mut out)
+            .await?;
     }
     let seconds = clock.seconds();
     let tokens = cfg.gen_tokens.max(1) as f64;
@@ -314,16 +323,12 @@ async fn pp_tg(
         pp_tok_s: pp_rate,
         tg_tok_s: cfg.gen_tokens as f64 / seconds,
         dispatches_per_token: s.stats.dispatches_per_token,
-        gpu_decode,
-        steps_per_submit: if gpu_decode {
-            s.stats.steps_per_submit
-        } else {
-            1
-        },
-        record_ms_per_token: if gpu_decode {
-            s.stats.record_seconds * 1000.0 / tokens
-        } else {
+        sampler_on_gpu: !cpu_sampling,
+        steps_per_submit: s.stats.steps_per_submit.max(1),
+        record_ms_per_token: if cpu_sampling {
             f64::NAN
+        } else {
+            s.stats.record_seconds * 1000.0 / tokens
         },
     })
 }
@@ -552,7 +557,11 @@ impl BenchResult {
             "tg_runs": self.tg_tok_s,
             "ms_per_token": num(1000.0 / self.tg()),
             "dispatches_per_token": self.dispatches_per_token,
-            "gpu_decode": self.gpu_decode,
+            "tg_sampled_tok_s": num(self.tg_sampled()),
+            "tg_sampled_runs": self.tg_sampled_tok_s,
+            "sampled_dispatches_per_token": self.sampled_dispatches_per_token,
+            "sampled_vs_greedy": num(self.tg_sampled() / self.tg()),
+            "sampler_on_gpu": self.sampler_on_gpu,
             "steps_per_submit": self.steps_per_submit,
             "record_ms_per_token": num(self.record_ms_per_token),
             "weight_bytes_per_token": self.weight_bytes_per_token,

@@ -22,7 +22,7 @@ use crate::engine::{summarize_types, Loader, LogitsFor, Model, Scratch, Session,
 use crate::gguf::{Header, Parser};
 use crate::gpu::{GpuContext, GpuError};
 use crate::model::{Config, Pipeline};
-use crate::sampler::{Sampler, SamplerConfig};
+use crate::sampler::SamplerConfig;
 use crate::util::Clock;
 
 #[wasm_bindgen(start)]
@@ -519,7 +519,8 @@ impl State {
         };
         // The benchmark makes its own sessions; free the chat's KV cache meanwhile.
         self.session = None;
-        let r = bench::run_with(&self.ctx, &model, &cfg, self.megakernel)
+        let cpu_sampling = opt_bool(&o, "cpu_sampling");
+        let r = bench::run_with(&self.ctx, &model, &cfg, self.megakernel, cpu_sampling)
             .await
             .map_err(js_err)?;
         let name = self.model_info["name"].as_str().unwrap_or("").to_string();
@@ -612,11 +613,12 @@ impl State {
             )));
         }
         let max_tokens = opt_u32(options, "max_tokens", 128).min(room);
-        let mut sampler = Sampler::new(sampler_config(options));
+        let sampler = sampler_config(options);
+        session.cpu_sampling = opt_bool(options, "cpu_sampling");
         let mut decoder = model.tokenizer.stream_decoder().continuing();
         let mut callback_error = None;
         let result = session
-            .generate(&ids[reused..], max_tokens, &mut sampler, &mut |id| {
+            .generate(&ids[reused..], max_tokens, &sampler, &mut |id| {
                 let piece = decoder.push(id);
                 match on_token.call2(&JsValue::NULL, &piece.into(), &id.into()) {
                     Ok(v) => v.as_bool() != Some(false),
@@ -664,8 +666,8 @@ impl State {
             "decode_tok_s": s.decode_tok_s(),
             "ms_per_token": 1000.0 / s.decode_tok_s().max(1e-9),
             "dispatches_per_token": s.dispatches_per_token,
-            // Greedy decoding runs on the GPU, K steps per submit; sampling reads logits back.
-            "gpu_greedy": s.gpu_greedy,
+            // Every setting samples on the GPU, K steps per submit, unless `cpu_sampling`.
+            "sampler_on_gpu": s.sampler_on_gpu,
             "steps_per_submit": s.steps_per_submit,
             "stop": s.stop.as_str(),
             "text": model.tokenizer.decode(&generated),
@@ -737,6 +739,10 @@ fn opt_u32(o: &Json, key: &str, default: u32) -> u32 {
         .map_or(default, |v| v.min(u32::MAX as f64) as u32)
 }
 
+fn opt_bool(o: &Json, key: &str) -> bool {
+    o.get(key).and_then(Json::as_bool).unwrap_or(false)
+}
+
 fn opt_f32(o: &Json, key: &str, default: f32) -> f32 {
     o.get(key)
         .and_then(Json::as_f64)
@@ -749,11 +755,11 @@ fn sampler_config(o: &Json) -> SamplerConfig {
     let d = SamplerConfig::default();
     SamplerConfig {
         temperature: opt_f32(o, "temperature", d.temperature).max(0.0),
-        top_k: opt_u32(o, "top_k", d.top_k as u32) as usize,
+        top_k: opt_u32(o, "top_k", d.top_k),
         top_p: opt_f32(o, "top_p", d.top_p).clamp(0.0, 1.0),
         min_p: opt_f32(o, "min_p", d.min_p).clamp(0.0, 1.0),
         repeat_penalty: opt_f32(o, "repeat_penalty", d.repeat_penalty).max(0.0),
-        repeat_last_n: d.repeat_last_n,
+        repeat_last_n: opt_u32(o, "repeat_last_n", d.repeat_last_n),
         seed: o
             .get("seed")
             .and_then(Json::as_f64)

@@ -1,6 +1,8 @@
-//! The GPU-resident greedy decode loop (engine/decode.rs) against the one-token CPU-argmax
-//! path, on lavapipe with the fixture models (scripts/fixtures.sh), and the argmax kernel
-//! (`kernels::argmax`) against `sampler::argmax` on random logits with ties, NaN and ±inf.
+//! The GPU-resident decode loop (engine/decode.rs) against the one-token CPU-sampling path,
+//! greedy and with sampling settings, on lavapipe with the fixture models
+//! (scripts/fixtures.sh); the same tokens for K = 1 and K = 16 steps per submit; and the
+//! argmax kernel (`kernels::argmax`) against `sampler::argmax` on random logits with ties,
+//! NaN and ±inf. The sampling kernel itself is tested in tests/kernels_sample.rs.
 //!
 //! `VK_ICD_FILENAMES=/usr/share/vulkan/icd.d/lvp_icd.x86_64.json WGPU_BACKEND=vulkan
 //!  cargo test --release --test decode_loop -- --test-threads=2`
@@ -13,7 +15,7 @@ use coco::gguf::{read_header, Value};
 use coco::gpu::{Binding, GpuContext, StepRecorder};
 use coco::kernels::argmax::{argmax, PARTIALS_WORDS};
 use coco::model::Pipeline;
-use coco::sampler::{self, Sampler, SamplerConfig};
+use coco::sampler::{self, SamplerConfig};
 use coco::tokenizer::Tokenizer;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -67,9 +69,17 @@ struct Run {
     generated_tokens: u32,
 }
 
-#[allow(clippy::too_many_arguments)]
 fn generate(s: &mut Session, prompt: &[u32], max_new: u32, stop_after: Option<usize>) -> Run {
-    let mut sampler = Sampler::new(SamplerConfig::greedy());
+    generate_with(s, prompt, max_new, stop_after, &SamplerConfig::greedy())
+}
+
+fn generate_with(
+    s: &mut Session,
+    prompt: &[u32],
+    max_new: u32,
+    stop_after: Option<usize>,
+    sampler: &SamplerConfig,
+) -> Run {
     let mut seen = 0;
     let mut on_token = |_id: u32| {
         seen += 1;
@@ -77,7 +87,7 @@ fn generate(s: &mut Session, prompt: &[u32], max_new: u32, stop_after: Option<us
     };
     let before = s.stats.generated_tokens;
     let ids = s
-        .generate_blocking(prompt, max_new, &mut sampler, &mut on_token)
+        .generate_blocking(prompt, max_new, sampler, &mut on_token)
         .expect("generate");
     Run {
         ids,
@@ -88,9 +98,12 @@ fn generate(s: &mut Session, prompt: &[u32], max_new: u32, stop_after: Option<us
     }
 }
 
+/// A session on the GPU loop (`gpu`) or the CPU-sampling path. The GPU loop's batch budget
+/// is unlimited, so K reaches MAX_STEPS whatever the machine's speed (no timing in tests).
 fn session(ctx: &Arc<GpuContext>, model: &Arc<Model>, context: u32, gpu: bool) -> Session {
     let mut s = Session::new(ctx, model, context, LogitsFor::LastToken);
-    s.gpu_decode = gpu;
+    s.cpu_sampling = !gpu;
+    s.batch_budget_seconds = f64::INFINITY;
     s
 }
 
@@ -112,8 +125,8 @@ fn compare(ctx: &Arc<GpuContext>, model: &Arc<Model>, pipeline: Pipeline, megake
     eprintln!("{pipeline:?} megakernel={megakernel}: {:?}", a.ids);
     assert_eq!(a, b, "40 greedy tokens: CPU path vs GPU loop");
     assert_eq!(a.stop, StopReason::MaxTokens);
-    assert!(!cpu.stats.gpu_greedy && cpu.stats.steps_per_submit == 1);
-    assert!(gpu_s.stats.gpu_greedy);
+    assert!(!cpu.stats.sampler_on_gpu && cpu.stats.steps_per_submit == 1);
+    assert!(gpu_s.stats.sampler_on_gpu);
     assert_eq!(gpu_s.stats.steps_per_submit, MAX_STEPS);
     assert_eq!(
         gpu_s.stats.dispatches_per_token,
@@ -143,6 +156,66 @@ fn compare(ctx: &Arc<GpuContext>, model: &Arc<Model>, pipeline: Pipeline, megake
     let a2 = generate(&mut cpu, &next, 20, None);
     let b2 = generate(&mut gpu_s, &next, 20, None);
     assert_eq!(a2, b2, "the generate after a stop");
+}
+
+/// Sampled settings (the defaults: penalty, top-k, top-p, min-p, temperature; and top-k off
+/// with a longer penalty window): the GPU loop with K up to 16, the GPU loop with K = 1 (a
+/// zero batch budget) and the CPU sampler draw the same tokens for the same seed, including
+/// across a second `generate` whose penalty window reaches into the first one's tokens.
+fn compare_sampled(ctx: &Arc<GpuContext>, model: &Arc<Model>) {
+    let p = prompt(model);
+    let settings = [
+        SamplerConfig::default(),
+        SamplerConfig {
+            top_k: 0,
+            top_p: 0.9,
+            min_p: 0.0,
+            temperature: 1.2,
+            repeat_penalty: 1.3,
+            repeat_last_n: 200,
+            seed: 7,
+        },
+        SamplerConfig {
+            seed: 1 << 40,
+            repeat_penalty: 1.0,
+            top_p: 1.0,
+            min_p: 0.0,
+            top_k: 1000,
+            temperature: 1.0,
+            ..Default::default()
+        },
+    ];
+    for cfg in &settings {
+        let mut cpu = session(ctx, model, 512, false);
+        let mut k16 = session(ctx, model, 512, true);
+        let mut k1 = session(ctx, model, 512, true);
+        k1.batch_budget_seconds = 0.0;
+        let runs: Vec<(Run, Run)> = [&mut cpu, &mut k16, &mut k1]
+            .into_iter()
+            .map(|s| {
+                let first = generate_with(s, &p, 40, None, cfg);
+                let next = [first.ids[first.ids.len() - 1], p[1]];
+                (first, generate_with(s, &next, 20, None, cfg))
+            })
+            .collect();
+        eprintln!("{cfg:?}: {:?}", runs[0].0.ids);
+        assert_eq!(runs[0], runs[1], "{cfg:?}: CPU sampler vs GPU loop (K ≤ 16)");
+        assert_eq!(runs[1], runs[2], "{cfg:?}: GPU loop K ≤ 16 vs K = 1");
+        assert_eq!(k16.stats.steps_per_submit, MAX_STEPS);
+        assert_eq!(k1.stats.steps_per_submit, 1);
+        assert!(k16.stats.sampler_on_gpu && !cpu.stats.sampler_on_gpu);
+        let distinct: std::collections::BTreeSet<_> = runs[0].0.ids.iter().collect();
+        assert!(distinct.len() > 3, "{cfg:?}: a sampled run repeats {distinct:?}");
+    }
+}
+
+#[test]
+fn sampled_gpu_loop_matches_cpu_sampler() {
+    let ctx = gpu();
+    for name in ["llama-spm-q4_0", "gemma3-q4_k"] {
+        let model = Arc::new(load(&ctx, name));
+        compare_sampled(&ctx, &model);
+    }
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use coco::engine::{load_path, LogitsFor, Model, Session, StopReason};
 use coco::gpu::{GpuContext, GpuError};
-use coco::sampler::{Sampler, SamplerConfig};
+use coco::sampler::SamplerConfig;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/{name}.gguf"))
@@ -79,12 +79,12 @@ fn soak_creates_no_resources_once_warm() {
     let mut rates = Vec::new();
     for i in 0..GENERATIONS {
         session.reset();
-        let mut sampler = Sampler::new(SamplerConfig {
+        let sampler = SamplerConfig {
             seed: i as u64,
             ..Default::default()
-        });
+        };
         let out = session
-            .generate_blocking(&prompt, tokens, &mut sampler, &mut |_| true)
+            .generate_blocking(&prompt, tokens, &sampler, &mut |_| true)
             .expect("generation");
         assert!(!out.is_empty());
         rates.push(session.stats.decode_tok_s());

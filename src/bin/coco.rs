@@ -11,7 +11,7 @@ use coco::bench::{ProfileError, ProfiledStep, StepProfile};
 use coco::capabilities::{self, AdapterFacts};
 use coco::engine::{load_path, LogitsFor, Model, Session};
 use coco::gpu::GpuContext;
-use coco::sampler::{Sampler, SamplerConfig};
+use coco::sampler::SamplerConfig;
 use serde_json::{json, Value as Json};
 
 #[derive(Parser)]
@@ -49,6 +49,10 @@ struct PipelineArgs {
     /// bench` reports the megakernel A/B either way; this makes it the headline run.
     #[arg(long)]
     megakernel: bool,
+    /// Sample on the CPU, reading every token's logits back, instead of on the GPU (A/B and
+    /// debugging; the same tokens).
+    #[arg(long)]
+    cpu_sampling: bool,
 }
 
 /// `coco bench`'s options.
@@ -91,17 +95,22 @@ enum Command {
         /// 0 = greedy.
         #[arg(long, default_value_t = 0.8)]
         temp: f32,
+        /// 0 = off (then the 1,024 most likely tokens are the candidates); at most 1024.
         #[arg(long, default_value_t = 40)]
-        top_k: usize,
+        top_k: u32,
         #[arg(long, default_value_t = 0.95)]
         top_p: f32,
         #[arg(long, default_value_t = 0.05)]
         min_p: f32,
+        /// 1 = off.
         #[arg(long, default_value_t = 1.1)]
         repeat_penalty: f32,
+        /// Tokens the penalty looks back over (at most 512).
+        #[arg(long, default_value_t = 64)]
+        repeat_last_n: u32,
         #[arg(long, default_value_t = 42)]
         seed: u64,
-        /// Print one JSON object instead of streaming text.
+        /// Print one JSON object (ids, text, stats) instead of streaming text.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -249,14 +258,26 @@ fn main() -> Result<()> {
             top_p,
             min_p,
             repeat_penalty,
+            repeat_last_n,
             seed,
             json,
             pipeline:
                 PipelineArgs {
                     unfused,
                     megakernel,
+                    cpu_sampling,
                 },
         } => {
+            let sampler = SamplerConfig {
+                temperature: temp,
+                top_k,
+                top_p,
+                min_p,
+                repeat_penalty,
+                repeat_last_n,
+                seed,
+            };
+            sampler.check()?;
             let ctx = open_gpu(cli.verbose)?;
             let m = load(&ctx, &model, cli.verbose)?;
             let prompt_ids = m.tokenizer.encode(&prompt, true, true);
@@ -265,21 +286,13 @@ fn main() -> Result<()> {
             }
             let mut session = Session::new(&ctx, &m, model.ctx, LogitsFor::LastToken);
             session.pipeline = pipeline(unfused);
+            session.cpu_sampling = cpu_sampling;
             if megakernel {
                 switch_on_megakernel(&mut session)?;
             }
-            let mut sampler = Sampler::new(SamplerConfig {
-                temperature: temp,
-                top_k,
-                top_p,
-                min_p,
-                repeat_penalty,
-                seed,
-                ..Default::default()
-            });
             let mut decoder = m.tokenizer.stream_decoder().continuing();
             let mut stdout = std::io::stdout();
-            let ids = session.generate_blocking(&prompt_ids, n, &mut sampler, &mut |id| {
+            let ids = session.generate_blocking(&prompt_ids, n, &sampler, &mut |id| {
                 if !json {
                     let piece = decoder.push(id);
                     let _ = stdout.write_all(piece.as_bytes());
@@ -287,26 +300,39 @@ fn main() -> Result<()> {
                 }
                 true
             })?;
+            let s = &session.stats;
             if json {
                 let text = m.tokenizer.decode(&ids);
+                let stats = json!({
+                    "prompt_tokens": s.prompt_tokens,
+                    "generated_tokens": s.generated_tokens,
+                    "prefill_tok_s": s.prefill_tok_s(),
+                    "decode_tok_s": s.decode_tok_s(),
+                    "ms_per_token": 1000.0 / s.decode_tok_s().max(1e-9),
+                    "steps_per_submit": s.steps_per_submit,
+                    "sampler_on_gpu": s.sampler_on_gpu,
+                    "dispatches_per_token": s.dispatches_per_token,
+                    "stop": s.stop.as_str(),
+                });
                 println!(
                     "{}",
-                    json!({ "prompt_ids": prompt_ids, "ids": ids, "text": text })
+                    json!({ "prompt_ids": prompt_ids, "ids": ids, "text": text, "stats": stats })
                 );
             } else {
                 let _ = stdout.write_all(decoder.flush().as_bytes());
                 println!();
             }
             if cli.verbose {
-                let s = &session.stats;
                 eprintln!(
-                    "prefill {} tok {:.1} tok/s | decode {} tok {:.2} tok/s ({:.1} ms/token) | {} dispatches/token",
+                    "prefill {} tok {:.1} tok/s | decode {} tok {:.2} tok/s ({:.1} ms/token) | {} dispatches/token | sampling on the {}, up to {} steps per submit",
                     s.prompt_tokens,
                     s.prefill_tok_s(),
                     s.generated_tokens,
                     s.decode_tok_s(),
                     1000.0 / s.decode_tok_s().max(1e-9),
-                    s.dispatches_per_token
+                    s.dispatches_per_token,
+                    if s.sampler_on_gpu { "GPU" } else { "CPU" },
+                    s.steps_per_submit,
                 );
             }
         }
@@ -462,6 +488,7 @@ fn bench(args: BenchArgs, verbose: bool) -> Result<()> {
         pipeline: PipelineArgs {
             unfused,
             megakernel,
+            cpu_sampling,
         },
         profile,
     } = args;
@@ -482,7 +509,13 @@ fn bench(args: BenchArgs, verbose: bool) -> Result<()> {
         s.pipeline = cfg.pipeline;
         switch_on_megakernel(&mut s)?;
     }
-    let mut r = pollster::block_on(coco::bench::run_with(&ctx, &m, &cfg, megakernel))?;
+    let mut r = pollster::block_on(coco::bench::run_with(
+        &ctx,
+        &m,
+        &cfg,
+        megakernel,
+        cpu_sampling,
+    ))?;
     if probe {
         r.probe = Some(pollster::block_on(coco::bench::probe(&ctx))?);
     }
@@ -531,14 +564,15 @@ fn bench(args: BenchArgs, verbose: bool) -> Result<()> {
             "-".into()
         }
     };
-    println!("| model | adapter | pp{prompt} tok/s | tg{n} tok/s | ms/token | dispatches/token | GB/s eff. | floor ms | % of floor | megakernel tg tok/s | megakernel ratio |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| model | adapter | pp{prompt} tok/s | tg{n} tok/s | tg{n} sampled tok/s | ms/token | dispatches/token | GB/s eff. | floor ms | % of floor | megakernel tg tok/s | megakernel ratio |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     println!(
-        "| {name}{} | {} | {:.1} | {:.1} | {:.3} | {} | {:.1} | {} | {} | {} | {} |",
+        "| {name}{} | {} | {:.1} | {:.1} | {:.1} | {:.3} | {} | {:.1} | {} | {} | {} | {} |",
         if mk.headline { " (megakernel)" } else { "" },
         r.adapter,
         r.pp(),
         r.tg(),
+        r.tg_sampled(),
         1000.0 / r.tg(),
         r.dispatches_per_token,
         r.effective_gb_s(),
@@ -548,6 +582,15 @@ fn bench(args: BenchArgs, verbose: bool) -> Result<()> {
             .map_or("-".into(), |f| format!("{:.0}%", f * 100.0)),
         ab(mk.tg(), 1),
         ab(mk.ratio(), 3),
+    );
+    println!(
+        "tg greedy / with the default sampler (temp 0.8, top-k 40, top-p 0.95, min-p 0.05, penalty 1.1): {:.1} / {:.1} tok/s = {:.1}%, {} / {} dispatches per token, sampling on the {}",
+        r.tg(),
+        r.tg_sampled(),
+        100.0 * r.tg_sampled() / r.tg(),
+        r.dispatches_per_token,
+        r.sampled_dispatches_per_token,
+        if r.sampler_on_gpu { "GPU" } else { "CPU (--cpu-sampling)" },
     );
     if let Some(p) = &r.probe {
         println!(

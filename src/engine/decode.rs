@@ -1,47 +1,52 @@
-//! The GPU-resident greedy decode loop (issue 5, point 2).
+//! The GPU-resident decode loop, for every sampler setting.
 //!
-//! Each decode step records the forward pass of one token and `kernels::argmax`, which writes
-//! the winning id into `scratch.ids[0]` — the slot the next step's embedding lookup reads —
-//! and into the ring `scratch.generated`. K steps are recorded into ONE compute pass (the
-//! `StepRecorder` packs every dispatch's parameters, so step i simply carries `pos0 + i`) and
-//! one submit, whose command buffer ends with a 4·K-byte copy of the ring to a mapped buffer.
-//! K is 1 for the first batch, then doubles up to [`MAX_STEPS`], capped by the steps still
-//! wanted and the context left.
+//! Each step draws a token on the GPU from the logits row the forward left — greedy with
+//! `kernels::argmax`, anything else with the sampling chain of `kernels::sample` — into
+//! `scratch.ids[0]`, the slot the next step's embedding lookup reads, and into the ring
+//! `scratch.generated`. So the token never leaves the GPU between steps. The first draw reads
+//! the prompt's last logits row, which the prefill left on the GPU (no logits readback at
+//! all). The sampler's random numbers are a function of (seed, position), so the tokens don't
+//! depend on how the steps are batched.
+//!
+//! K steps are recorded into ONE compute pass (the `StepRecorder` packs every dispatch's
+//! parameters, so step i simply carries `pos0 + i`) and one submit, whose command buffer ends
+//! with a 4·K-byte copy of the ring to a mapped buffer. K starts at 1 (the first token is
+//! back after one draw) and doubles up to [`MAX_STEPS`], capped by the tokens still wanted,
+//! the context left, and [`BATCH_BUDGET_SECONDS`] over the measured time per token, so a slow
+//! GPU still streams text steadily (SwiftShader: ~2.5 s per Gemma token, so K stays 1).
 //!
 //! While the host waits for batch B, batch B + 1 is already recorded and queued behind it
-//! (its first token is B's last argmax, on the GPU), so the host's recording and the readback
+//! (its first token is B's last draw, on the GPU), so the host's recording and the readback
 //! round trip overlap GPU work. After B's ids come back the host walks them exactly as the
 //! one-token CPU loop in `Session::generate` would — stop tokens, `on_token` returning false,
 //! `max_new`, a full context — and stops there. What ran past the stop is discarded: `pos`
 //! and `cached_tokens` only count the steps the CPU loop would have run, and the KV rows the
 //! speculative steps wrote lie past `pos`, where the next prefill or step overwrites them.
-//! The cost of a stop is at most two batches of wasted GPU work, queued ahead of the next call.
+//! The cost of a stop is at most two batches of wasted GPU work, queued ahead of the next
+//! call; a Stop button is answered within one batch.
 //!
-//! Expected gain per token (H200, Llama-3.2-1B shape Q4_0 at position 512: 2.18 ms GPU,
-//! 3.49 ms wall on the CPU-sampling path): no 513 KB (Gemma 3: 1 MB) logits copy and map, no
-//! CPU argmax over 128,256 (262,144) floats, no submit → wait round trip (~110 µs, now paid
-//! once per K tokens and hidden behind the next batch), and the host records step N + 1 while
-//! the GPU runs step N. The argmax adds 2 dependent dispatches (~7 µs). With recording hidden,
-//! the wall time per token should approach the GPU time (~2.2 ms) plus argmax, unless
-//! recording itself (`Stats::record_seconds` / tokens) exceeds the GPU time per step.
-//! Measured on lavapipe natively (2 shared cores, lavapipe's own threads competing), bind
-//! groups cached, K = 16: `model::forward` recording ~0.5 µs per dispatch, and bind groups +
-//! pass encoding + submit ~2 µs per dispatch, so ~2.5 µs per dispatch in all (K = 1: 5–10 µs,
-//! the per-submit overhead spread over fewer dispatches). A 148-dispatch step (Llama-3.2-1B
-//! shape, argmax included) therefore takes ~0.4 ms of host time: below the 2.2 ms GPU step,
-//! and hidden behind the batch in flight, so the GPU, not recording, should bound the H200.
+//! Host cost, measured on lavapipe natively (2 shared cores), bind groups cached, K = 16:
+//! `model::forward` recording ~0.5 µs per dispatch, and bind groups + pass encoding + submit
+//! ~2 µs per dispatch (K = 1: 5–10 µs). A 148-dispatch step therefore takes ~0.4 ms of host
+//! time, hidden behind the batch in flight on a GPU whose step is longer than that.
 
 use std::collections::VecDeque;
 
 use crate::gpu::{Binding, StepRecorder};
 use crate::kernels::argmax::argmax;
+use crate::kernels::sample::{sample, SampleBuffers};
 use crate::model;
+use crate::sampler::{Derived, SamplerConfig, MAX_RECENT};
 
 use super::{rows_of, EngineError, LogitsFor, Session, StopReason};
 
 /// Largest K (decode steps per submit). 16 keeps the waste after a stop small while the
 /// round trip (~110 µs on the H200) is already < 5% of 16 steps.
 pub const MAX_STEPS: u32 = 16;
+
+/// The most GPU time one batch should take, so tokens reach the screen at least this often:
+/// K ≤ this / the measured seconds per token (`Session::batch_budget_seconds`'s default).
+pub const BATCH_BUDGET_SECONDS: f64 = 0.05;
 
 /// A submitted batch whose ids are not yet read.
 struct InFlight {
@@ -51,129 +56,215 @@ struct InFlight {
     index: wgpu::SubmissionIndex,
 }
 
-impl Session {
-    /// Whether `generate` may decode on the GPU with this sampler: greedy (`temperature <= 0`,
-    /// which `Sampler::sample` turns into the plain argmax) with the repetition penalty off
-    /// (`Sampler` ignores it when greedy, but a penalty set means the caller asked for it;
-    /// the CPU path keeps that request visible), and the session's `gpu_decode` switch on.
-    pub fn can_decode_on_gpu(&self, sampler: &crate::sampler::Sampler) -> bool {
-        let c = &sampler.config;
-        self.gpu_decode && c.temperature <= 0.0 && c.repeat_penalty == 1.0
-    }
+/// How the GPU loop ended.
+pub(crate) struct GpuRun {
+    pub stop: StopReason,
+    /// Seconds from the call until the first id was back (None if it emitted nothing).
+    pub first_id_seconds: Option<f64>,
+}
 
-    /// The greedy loop after the prefill: `first` is the argmax of the prefill's last logits.
-    /// Pushes the emitted tokens onto `out` and returns why it stopped; `pos`,
-    /// `cached_tokens` and `stats.generated_tokens` end exactly where the one-token loop
-    /// leaves them. `stop_ids` are the end-of-generation ids (not passed on).
-    pub(crate) async fn greedy_on_gpu(
+impl Session {
+    /// The decode loop after a prefill that left the prompt's last logits in row
+    /// `first_row` of `scratch.logits` (not read back). Pushes the emitted tokens onto
+    /// `out`; `pos`, `cached_tokens` and `stats.generated_tokens` end exactly where the
+    /// one-token CPU loop leaves them. `stop_ids` are the end-of-generation ids (not passed
+    /// on).
+    pub(crate) async fn decode_on_gpu(
         &mut self,
-        first: u32,
+        sampler: &SamplerConfig,
+        first_row: u32,
         max_new: u32,
         stop_ids: &[u32],
         on_token: &mut dyn FnMut(u32) -> bool,
         out: &mut Vec<u32>,
-    ) -> Result<StopReason, EngineError> {
-        self.stats.gpu_greedy = true;
+    ) -> Result<GpuRun, EngineError> {
+        let clock = crate::util::Clock::start();
+        self.stats.sampler_on_gpu = true;
+        let draw = (!sampler.is_greedy()).then(|| sampler.derived());
+        if let Some(d) = &draw {
+            self.write_recent(d.recent);
+        }
         let context = self.kv.context;
-        let mut next = first;
-        // Ids the GPU computed that the loop hasn't consumed yet, in order.
+        let pos0 = self.pos;
+        // Id j needs the forward of id j - 1 at pos0 + j - 1 < context.
+        let producible = max_new.min(context.saturating_sub(pos0) + 1);
         let mut ready: VecDeque<u32> = VecDeque::new();
         let mut in_flight: VecDeque<InFlight> = VecDeque::new();
-        // The position the next batch starts at: self.pos + steps already submitted.
-        let mut planned = self.pos;
+        let mut submitted = 0;
+        let mut read = 0u32;
         let mut k_next = 1;
         let mut half = 0;
+        let mut first_id_seconds = None;
+        // (seconds, ids read) at the first read: the batches after it time the steps.
+        let mut since_first: Option<(f64, u32)> = None;
+        let mut stop = StopReason::MaxTokens;
         for step in 0..max_new {
-            let id = next;
-            if stop_ids.contains(&id) {
-                return Ok(StopReason::Eos);
-            }
-            out.push(id);
-            if !on_token(id) {
-                return Ok(StopReason::Stopped);
-            }
-            if step + 1 == max_new {
-                return Ok(StopReason::MaxTokens);
-            }
-            if self.pos >= context {
-                return Ok(StopReason::ContextFull);
-            }
-            // The forward of `id` at self.pos: already computed, or submit and wait.
             if ready.is_empty() {
-                // Forwards the one-token loop would still run from here, if nothing stops it.
-                let wanted = (max_new - 1 - step).min(context - self.pos);
-                if in_flight.is_empty() {
-                    // Nothing queued: start from `id`, written where the embedding reads it.
-                    debug_assert_eq!(planned, self.pos);
-                    self.ctx
-                        .queue
-                        .write_buffer(&self.scratch.ids, 0, bytemuck::bytes_of(&id));
-                    let k = k_next.min(wanted);
-                    in_flight.push_back(self.submit_greedy(planned, k, half)?);
-                    planned += k;
-                    half ^= 1;
-                    k_next = (k_next * 2).min(MAX_STEPS);
-                }
-                // One more batch queued behind the one we wait for, continuing from its last
-                // id on the GPU, so the GPU has work while the host reads and records.
-                let covered = planned - self.pos;
-                if in_flight.len() < 2 && wanted > covered {
-                    let k = k_next.min(wanted - covered);
-                    in_flight.push_back(self.submit_greedy(planned, k, half)?);
-                    planned += k;
+                // Keep two batches queued, so the GPU has work while the host reads one.
+                while in_flight.len() < 2 && submitted < producible {
+                    // Until a batch of forwards has been timed, at most 2 steps; a zero
+                    // budget means one step per submit.
+                    let budget = match since_first {
+                        _ if self.batch_budget_seconds <= 0.0 => 1,
+                        Some((t, n)) if read > n => {
+                            let per_token = (clock.seconds() - t) / (read - n) as f64;
+                            (self.batch_budget_seconds / per_token.max(1e-9)).min(1e6) as u32
+                        }
+                        _ => 2,
+                    };
+                    let k = k_next
+                        .min(budget.clamp(1, MAX_STEPS))
+                        .min(producible - submitted);
+                    let first = pos0 + submitted;
+                    in_flight.push_back(self.submit_batch(
+                        draw.as_ref(),
+                        first_row,
+                        first,
+                        submitted == 0,
+                        k,
+                        half,
+                    )?);
+                    submitted += k;
                     half ^= 1;
                     k_next = (k_next * 2).min(MAX_STEPS);
                 }
                 let batch = in_flight
                     .pop_front()
-                    .expect("a batch was just submitted or was in flight");
-                ready.extend(self.read_greedy(batch).await?);
+                    .expect("a batch is in flight while ids are still producible");
+                read += batch.k;
+                ready.extend(self.read_batch(batch).await?);
+                first_id_seconds.get_or_insert(clock.seconds());
+                since_first.get_or_insert((clock.seconds(), read));
             }
+            let id = ready.pop_front().expect("ready holds the next id");
+            if stop_ids.contains(&id) {
+                stop = StopReason::Eos;
+                break;
+            }
+            out.push(id);
+            if !on_token(id) {
+                stop = StopReason::Stopped;
+                break;
+            }
+            if step + 1 == max_new {
+                break;
+            }
+            if self.pos >= context {
+                stop = StopReason::ContextFull;
+                break;
+            }
+            // The forward of `id` at self.pos ran in the batch that drew the next id.
             self.pos += 1;
             self.cached_tokens.push(id);
             self.stats.generated_tokens += 1;
-            next = ready.pop_front().expect("ready holds the next id");
         }
-        Ok(StopReason::MaxTokens)
+        Ok(GpuRun {
+            stop,
+            first_id_seconds,
+        })
     }
 
-    /// Records `k` decode steps at positions `pos0..pos0 + k` (step 0 reads `ids[0]`; each
-    /// step's argmax writes the next one there and into ring slot `half · MAX_STEPS + i`) in
-    /// one pass, copies the ring half to its readback buffer, and submits.
-    fn submit_greedy(&mut self, pos0: u32, k: u32, half: usize) -> Result<InFlight, EngineError> {
+    /// The ring of recent ids the penalty reads, from `cached_tokens` (the whole sequence
+    /// so far): the last `recent` of them, each in slot `position % MAX_RECENT`. The GPU
+    /// writes the ids it draws itself.
+    fn write_recent(&self, recent: u32) {
+        if recent == 0 {
+            return;
+        }
+        let history = &self.cached_tokens;
+        let mut ring = vec![0u32; MAX_RECENT as usize];
+        let start = history.len().saturating_sub(recent as usize);
+        for (position, &id) in history.iter().enumerate().skip(start) {
+            ring[position % MAX_RECENT as usize] = id;
+        }
+        self.ctx
+            .queue
+            .write_buffer(&self.scratch.recent, 0, bytemuck::cast_slice(&ring));
+    }
+
+    /// Records `k` steps drawing the ids at positions `first..first + k` in one pass: step i
+    /// runs the forward of the previous id (in `ids[0]`) at position `first + i - 1`, except
+    /// when `from_prefill` and i = 0, whose draw reads the prefill's logits row `first_row`.
+    /// Each draw writes the next id into `ids[0]` and ring slot `half · MAX_STEPS + i`. Then
+    /// copies the ring half to its readback buffer, and submits.
+    fn submit_batch(
+        &mut self,
+        draw: Option<&Derived>,
+        first_row: u32,
+        first: u32,
+        from_prefill: bool,
+        k: u32,
+        half: usize,
+    ) -> Result<InFlight, EngineError> {
         let clock = crate::util::Clock::start();
         let readback = self.readback(half);
         let c = &self.model.config;
         let s = &self.scratch;
         let mut rec = StepRecorder::new(&self.ctx);
-        let logits = rows_of(&s.logits, 0, 1, c.vocab_size);
-        let partials = Binding::from(&s.argmax_partials);
+        let argmax_partials = Binding::from(&s.argmax_partials);
         let ids = Binding::range(&s.ids, 0, 4);
         let ring = Binding::from(&s.generated);
+        let (counts, cands, recent) = (
+            Binding::from(&s.sample_counts),
+            Binding::from(&s.sample_cands),
+            Binding::from(&s.recent),
+        );
+        let state = SampleBuffers {
+            counts: &counts,
+            cands: &cands,
+            recent: &recent,
+        };
         let base = half as u32 * MAX_STEPS;
+        let mut step_dispatches = None;
         for i in 0..k {
-            model::forward(
-                &mut rec,
-                &self.model,
-                &self.kv,
-                s,
-                1,
-                pos0 + i,
-                LogitsFor::LastToken,
-                self.pipeline,
-                self.megakernel,
-            )?;
-            argmax(
-                &mut rec,
-                &logits,
-                c.vocab_size,
-                &partials,
-                &ids,
-                &ring,
-                base + i,
-            )?;
+            let before = rec.dispatch_count();
+            let forwards = !(from_prefill && i == 0);
+            let row = if !forwards {
+                first_row
+            } else {
+                model::forward(
+                    &mut rec,
+                    &self.model,
+                    &self.kv,
+                    s,
+                    1,
+                    first + i - 1,
+                    LogitsFor::LastToken,
+                    self.pipeline,
+                    self.megakernel,
+                )?;
+                0
+            };
+            let logits = rows_of(&s.logits, row, 1, c.vocab_size);
+            match draw {
+                None => argmax(
+                    &mut rec,
+                    &logits,
+                    c.vocab_size,
+                    &argmax_partials,
+                    &ids,
+                    &ring,
+                    base + i,
+                )?,
+                Some(d) => sample(
+                    &mut rec,
+                    &logits,
+                    c.vocab_size,
+                    d,
+                    first + i,
+                    &state,
+                    &ids,
+                    &ring,
+                    base + i,
+                )?,
+            }
+            if forwards {
+                step_dispatches = Some((rec.dispatch_count() - before) as u32);
+            }
         }
-        self.stats.dispatches_per_token = (rec.dispatch_count() as u32).div_ceil(k.max(1));
+        if let Some(n) = step_dispatches {
+            self.stats.dispatches_per_token = n;
+        }
         let index = rec.submit_with(|encoder| {
             encoder.copy_buffer_to_buffer(
                 &self.scratch.generated,
@@ -189,7 +280,7 @@ impl Session {
     }
 
     /// Waits for `batch` and returns its `k` ids.
-    async fn read_greedy(&mut self, batch: InFlight) -> Result<Vec<u32>, EngineError> {
+    async fn read_batch(&mut self, batch: InFlight) -> Result<Vec<u32>, EngineError> {
         let buffer = self.readback(batch.half);
         let slice = buffer.slice(..batch.k as u64 * 4);
         let (sender, receiver) = futures_channel::oneshot::channel();

@@ -6,7 +6,7 @@ mod decode;
 mod loader;
 mod megakernel;
 
-pub use decode::MAX_STEPS;
+pub use decode::{BATCH_BUDGET_SECONDS, MAX_STEPS};
 #[cfg(not(target_arch = "wasm32"))]
 pub use loader::load_path;
 pub use loader::{summarize_types, LoadError, LoadProgress, Loader};
@@ -18,9 +18,10 @@ use crate::capabilities::Report;
 use crate::gpu::{Binding, GpuContext, GpuError, StepRecorder};
 use crate::kernels::argmax::PARTIALS_WORDS;
 use crate::kernels::attention::partials_len;
+use crate::kernels::sample::{CAND_PAIRS, COUNT_WORDS};
 use crate::kernels::KernelError;
 use crate::model::{self, Arch, Config, Weights};
-use crate::sampler::Sampler;
+use crate::sampler::{SamplerConfig, SamplerError, MAX_RECENT};
 use crate::tokenizer::Tokenizer;
 
 /// Tokens per prefill step (one compute pass each). Activation scratch scales with it
@@ -56,6 +57,8 @@ pub enum EngineError {
     ContextFull { needed: u32, context: u32 },
     #[error("token id {id} is outside the vocabulary ({vocab})")]
     BadToken { id: u32, vocab: u32 },
+    #[error(transparent)]
+    Sampler(#[from] SamplerError),
 }
 
 /// Preallocated activations for up to `rows` tokens per step. Shapes are `[rows, …]` f32.
@@ -84,6 +87,12 @@ pub struct Scratch {
     /// Ids chosen by the GPU decode loop `[2, MAX_STEPS]` u32: two halves, so one batch can
     /// be read back while the next writes (engine/decode.rs).
     pub generated: wgpu::Buffer,
+    /// The GPU sampler's histograms and counters `[COUNT_WORDS]` u32 (`kernels::sample`).
+    pub sample_counts: wgpu::Buffer,
+    /// The GPU sampler's candidates `[CAND_PAIRS]` (key, id) u32 pairs.
+    pub sample_cands: wgpu::Buffer,
+    /// The ids the repetition penalty looks back over `[MAX_RECENT]` u32, by position.
+    pub recent: wgpu::Buffer,
 }
 
 impl Scratch {
@@ -96,6 +105,7 @@ impl Scratch {
             + 4 * logit_rows as u64 * c.vocab_size as u64
             + 4 * partials
             + 4 * (PARTIALS_WORDS + 2 * MAX_STEPS as u64)
+            + 4 * (COUNT_WORDS + 2 * CAND_PAIRS + MAX_RECENT as u64)
     }
 
     /// `context`: KV-cache positions, which bound the attention partials.
@@ -132,6 +142,9 @@ impl Scratch {
             inv_freq,
             argmax_partials: ctx.storage_buffer("argmax_partials", PARTIALS_WORDS * 4),
             generated: ctx.storage_buffer("generated", 2 * MAX_STEPS as u64 * 4),
+            sample_counts: ctx.storage_buffer("sample_counts", COUNT_WORDS * 4),
+            sample_cands: ctx.storage_buffer("sample_cands", 2 * CAND_PAIRS * 4),
+            recent: ctx.storage_buffer("recent", MAX_RECENT as u64 * 4),
         }
     }
 }
@@ -158,11 +171,12 @@ pub struct Stats {
     pub prefill_seconds: f64,
     pub decode_seconds: f64,
     /// Dispatches in the last single-token decode step (on the GPU loop: the forward and
-    /// the argmax).
+    /// the draw, argmax or the sampling chain).
     pub dispatches_per_token: u32,
-    /// Whether the last generation decoded on the GPU (greedy, K steps per submit, see
-    /// engine/decode.rs) rather than reading logits back for the CPU sampler each token.
-    pub gpu_greedy: bool,
+    /// Whether the last generation sampled on the GPU (K steps per submit, the token never
+    /// leaving the GPU; engine/decode.rs) rather than reading the logits back for the CPU
+    /// sampler each token (`cpu_sampling`).
+    pub sampler_on_gpu: bool,
     /// Most decode steps recorded into one submit in this session's runs (1 on the CPU path).
     pub steps_per_submit: u32,
     /// Host time spent recording, encoding and submitting GPU-loop decode batches: with
@@ -221,9 +235,12 @@ pub struct Session {
     /// Each FFN as the one-workgroup-per-token megakernel: off by default, turned on through
     /// [`Session::set_megakernel`], which checks it first (engine/megakernel.rs).
     pub megakernel: bool,
-    /// Greedy decoding on the GPU, K steps per submit (engine/decode.rs): on by default;
-    /// off forces the one-token CPU-sampling path (tests compare the two).
-    pub gpu_decode: bool,
+    /// Sample on the CPU (`reference::sample`), reading every token's logits back, instead
+    /// of the GPU decode loop (engine/decode.rs): off by default; the switch is for A/B and
+    /// debugging (`--cpu-sampling`, the page's `cpu_sampling=1`), and tests compare the two.
+    pub cpu_sampling: bool,
+    /// GPU time one decode batch may take (K ≤ this / seconds per token; engine/decode.rs).
+    pub batch_budget_seconds: f64,
     /// Mapped copies of the two halves of `scratch.generated`, made on first use.
     readback: [Option<wgpu::Buffer>; 2],
 }
@@ -263,7 +280,8 @@ impl Session {
             stats: Stats::default(),
             pipeline: model::Pipeline::Fused,
             megakernel: false,
-            gpu_decode: true,
+            cpu_sampling: false,
+            batch_budget_seconds: decode::BATCH_BUDGET_SECONDS,
             readback: [None, None],
         }
     }
@@ -294,6 +312,14 @@ impl Session {
     /// Runs `ids` through the model at the next positions. Returns logits `[vocab]` for the
     /// last token, or `[ids.len(), vocab]` when the session keeps every row's logits.
     pub async fn forward(&mut self, ids: &[u32]) -> Result<Vec<f32>, EngineError> {
+        Ok(self.run_tokens(ids, true).await?.0)
+    }
+
+    /// Records and submits `ids` in chunks of `scratch.rows` (one pass each, queued without
+    /// waiting). With `read`, waits for the logits the session keeps (the last chunk's, or
+    /// every chunk's when it keeps all rows) and returns them; either way returns the row of
+    /// `scratch.logits` holding the last token's logits.
+    async fn run_tokens(&mut self, ids: &[u32], read: bool) -> Result<(Vec<f32>, u32), EngineError> {
         let c = &self.model.config;
         let needed = self.pos + ids.len() as u32;
         if needed > self.kv.context {
@@ -309,19 +335,20 @@ impl Session {
             });
         }
         let all = self.scratch.logit_rows > 1;
+        let logits = if all {
+            LogitsFor::AllTokens
+        } else {
+            LogitsFor::LastToken
+        };
         let vocab = c.vocab_size as u64;
         let mut out = Vec::new();
+        let mut last_row = 0;
         for chunk in ids.chunks(self.scratch.rows as usize) {
             let t = chunk.len() as u32;
             self.ctx
                 .queue
                 .write_buffer(&self.scratch.ids, 0, bytemuck::cast_slice(chunk));
             let mut rec = StepRecorder::new(&self.ctx);
-            let logits = if all {
-                LogitsFor::AllTokens
-            } else {
-                LogitsFor::LastToken
-            };
             model::forward(
                 &mut rec,
                 &self.model,
@@ -339,9 +366,10 @@ impl Session {
             rec.submit();
             self.pos += t;
             self.cached_tokens.extend_from_slice(chunk);
-            if !all && self.pos < needed {
-                // Only the last chunk's logits are wanted: queue the next chunk without a
-                // round trip (the queue runs submits in order).
+            last_row = if all { t - 1 } else { 0 };
+            if !read || (!all && self.pos < needed) {
+                // Only the last chunk's logits are wanted (or none): queue the next chunk
+                // without a round trip (the queue runs submits in order).
                 continue;
             }
             let rows = if all { t as u64 } else { 1 };
@@ -357,7 +385,7 @@ impl Session {
                 out = values.to_vec();
             }
         }
-        Ok(out)
+        Ok((out, last_row))
     }
 
     #[cfg(not(target_arch = "wasm32"))]
@@ -365,39 +393,48 @@ impl Session {
         pollster::block_on(self.forward(ids))
     }
 
-    /// Prefills `prompt`, then samples up to `max_new` tokens, calling `on_token(id)` for each
-    /// (return `false` to stop). Stops at an end-of-generation token, which is not passed on.
+    /// Prefills `prompt`, then samples up to `max_new` tokens with `sampler`, calling
+    /// `on_token(id)` for each (return `false` to stop). Stops at an end-of-generation token,
+    /// which is not passed on.
+    ///
+    /// By default every setting samples on the GPU (engine/decode.rs): the prompt's logits
+    /// never leave it, and `stats.prefill_seconds` runs until the first token is back (its
+    /// draw and one round trip included). With `cpu_sampling` each token's logits are read
+    /// back for `reference::sample`, which picks the same tokens.
     pub async fn generate(
         &mut self,
         prompt: &[u32],
         max_new: u32,
-        sampler: &mut Sampler,
+        sampler: &SamplerConfig,
         on_token: &mut dyn FnMut(u32) -> bool,
     ) -> Result<Vec<u32>, EngineError> {
-        // Repetition penalties see the whole context, including a reused cached prefix.
-        let mut history: Vec<u32> = self.cached_tokens.clone();
-        history.extend_from_slice(prompt);
+        sampler.check()?;
         let mut generated = Vec::new();
-        let clock = crate::util::Clock::start();
-        let mut logits = self.forward(prompt).await?;
-        self.stats.prompt_tokens += prompt.len() as u32;
-        self.stats.prefill_seconds += clock.seconds();
         let clock = crate::util::Clock::start();
         let eos = self.model.tokenizer.eos_ids().to_vec();
         self.stats.stop = StopReason::MaxTokens;
-        if self.can_decode_on_gpu(sampler) {
-            // Greedy: the first id from the prefill's logits, the rest without leaving the GPU.
-            let first = crate::sampler::argmax(&logits);
-            self.stats.stop = self
-                .greedy_on_gpu(first, max_new, &eos, on_token, &mut generated)
+        self.stats.prompt_tokens += prompt.len() as u32;
+        if !self.cpu_sampling {
+            let (_, last_row) = self.run_tokens(prompt, false).await?;
+            let run = self
+                .decode_on_gpu(sampler, last_row, max_new, &eos, on_token, &mut generated)
                 .await?;
-            self.stats.decode_seconds += clock.seconds();
+            self.stats.stop = run.stop;
+            let first = run.first_id_seconds.unwrap_or(clock.seconds());
+            self.stats.prefill_seconds += first;
+            self.stats.decode_seconds += clock.seconds() - first;
             return Ok(generated);
         }
-        self.stats.gpu_greedy = false;
+        // Repetition penalties see the whole context, including a reused cached prefix.
+        let mut history: Vec<u32> = self.cached_tokens.clone();
+        history.extend_from_slice(prompt);
+        let mut logits = self.forward(prompt).await?;
+        self.stats.prefill_seconds += clock.seconds();
+        let clock = crate::util::Clock::start();
+        self.stats.sampler_on_gpu = false;
         self.stats.steps_per_submit = self.stats.steps_per_submit.max(1);
         for step in 0..max_new {
-            let id = sampler.sample(&logits, &history);
+            let id = crate::reference::sample::sample(&logits, &history, sampler);
             if eos.contains(&id) {
                 self.stats.stop = StopReason::Eos;
                 break;
@@ -427,7 +464,7 @@ impl Session {
         &mut self,
         prompt: &[u32],
         max_new: u32,
-        sampler: &mut Sampler,
+        sampler: &SamplerConfig,
         on_token: &mut dyn FnMut(u32) -> bool,
     ) -> Result<Vec<u32>, EngineError> {
         pollster::block_on(self.generate(prompt, max_new, sampler, on_token))

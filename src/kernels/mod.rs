@@ -17,6 +17,7 @@ pub mod norm;
 pub mod probe;
 pub mod qkv_rope;
 pub mod rope;
+pub mod sample;
 
 /// A host-side shape/argument check failed before anything was dispatched.
 #[derive(Debug, thiserror::Error)]

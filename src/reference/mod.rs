@@ -5,3 +5,4 @@ pub mod forward;
 pub mod matmul;
 pub mod ops;
 pub mod quant;
+pub mod sample;

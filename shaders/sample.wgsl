@@ -1,0 +1,550 @@
+// Sampling on the GPU: penalties → top-k → top-p → min-p → temperature → draw, over a full
+// logits row, without sorting the vocabulary and without leaving the GPU. The definition each
+// step implements is `coco::reference::sample` (its header); `kernels::sample` records the
+// stages, one define each:
+//
+// - PENALTY (1 workgroup, only when a penalty is set): each distinct id of the last
+//   `recent` tokens (read from the ring `recent`, indexed by position) gets its logit
+//   penalized in place.
+// - HISTOGRAM, level 0, 1, 2 (`groups` workgroups each): an exact radix select of the k-th
+//   best key. Keys are the logits' order-preserving u32 bits (as in argmax.wgsl); level 0
+//   counts keys by bits 31..21, level 1 the keys in the k-th's level-0 bin by bits 20..10,
+//   level 2 the keys in its level-1 bin by bits 9..0. Every workgroup finds the bins chosen
+//   so far itself from the finished histograms (a suffix scan of 2,048 counts), so no
+//   dispatch needs another's private result.
+// - COMPACT (`groups` workgroups): keys above the k-th's key (fewer than k) go to
+//   `cands[0 ..]`; of the keys equal to it, each workgroup offers its lowest-id ones, in id
+//   order, to `cands[MAX_CANDIDATES ..]` (1,024 slots; when more are offered, FINISH finds
+//   the lowest-id ties itself by scanning the row: slow, but only for heavily tied logits).
+// - FINISH (1 workgroup): sorts the ≤ k + 1,024 candidates by (key desc, id asc) with a
+//   bitonic sort in workgroup memory, runs top-p, min-p and temperature on the best k, draws
+//   with the counter-based uniform of (seed, position), and writes the id to `ids[0]` (the
+//   next step's embedding lookup reads it), `generated[slot]` (the readback ring) and the
+//   penalty ring. It then zeroes `counts` for the next step.
+//
+// Workgroup memory only, no subgroups, 256 invocations: the browser runs the same code.
+
+struct Params {
+    n: u32,               // vocabulary: logits in the row
+    chunk: u32,           // HISTOGRAM, COMPACT: logits per workgroup
+    groups: u32,          // workgroups of HISTOGRAM and COMPACT
+    level: u32,           // HISTOGRAM: 0, 1 or 2
+    candidates: u32,      // top-k: candidates wanted, 1..=MAX_CANDIDATES
+    top_p: f32,
+    top_p_on: u32,
+    min_p_log: f32,       // ln(min_p)
+    min_p_on: u32,
+    inv_temperature: f32,
+    penalty: f32,
+    inv_penalty: f32,
+    recent: u32,          // PENALTY: ids to look back over (≤ MAX_RECENT, ≤ position)
+    position: u32,        // the drawn token's index in the sequence: RNG counter, ring slot
+    seed_lo: u32,
+    seed_hi: u32,
+    slot: u32,            // FINISH: index into `generated`
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+#ifdef PENALTY
+@group(0) @binding(1) var<storage, read_write> logits: array<f32>;      // [n]
+@group(0) @binding(2) var<storage, read> recent: array<u32>;            // [MAX_RECENT] ring
+#else
+@group(0) @binding(1) var<storage, read> logits: array<u32>;            // [n] f32 bits
+@group(0) @binding(2) var<storage, read_write> counts: array<atomic<u32>>; // [COUNT_WORDS]
+#endif
+#ifdef COMPACT
+@group(0) @binding(3) var<storage, read_write> cands: array<vec2<u32>>; // [2 · MAX_CANDIDATES] (key, id)
+#endif
+#ifdef FINISH
+@group(0) @binding(3) var<storage, read> cands: array<vec2<u32>>;       // [2 · MAX_CANDIDATES] (key, id)
+@group(0) @binding(4) var<storage, read_write> recent: array<u32>;      // [MAX_RECENT] ring
+@group(0) @binding(5) var<storage, read_write> ids: array<u32>;         // [1] next step's token
+@group(0) @binding(6) var<storage, read_write> generated: array<u32>;   // [slots] readback ring
+#endif
+
+const WG: u32 = 256u;
+const MAX_CANDIDATES: u32 = 1024u;
+const MAX_RECENT: u32 = 512u;
+// Keys of finite logits lie in [MIN_KEY, INF_KEY): NaN and -inf below, +inf at INF_KEY.
+const MIN_KEY: u32 = 0x00800000u;
+const INF_KEY: u32 = 0xff800000u;
+// `counts` layout (u32 words).
+const HIST0: u32 = 0u;       // [2048] keys by bits 31..21
+const HIST1: u32 = 2048u;    // [2048] bits 20..10 of the keys in the chosen level-0 bin
+const HIST2: u32 = 4096u;    // [1024] bits 9..0 of the keys in the chosen level-1 bin
+const N_ABOVE: u32 = 5120u;  // keys above the cut written to cands[0 ..]
+const N_TIES: u32 = 5121u;   // ties offered to cands[MAX_CANDIDATES ..]
+const OVERFLOW: u32 = 5122u; // 1 when more ties were offered than there are slots
+const COUNT_WORDS: u32 = 5124u;
+const TIE_SLOTS: u32 = 1024u;
+
+#ifdef PENALTY
+var<workgroup> recent_ids: array<u32, 512>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) li: u32) {
+    let count = p.recent;
+    for (var i = li; i < count; i += WG) {
+        recent_ids[i] = recent[(p.position - count + i) & (MAX_RECENT - 1u)];
+    }
+    workgroupBarrier();
+    for (var i = li; i < count; i += WG) {
+        let id = recent_ids[i];
+        var distinct = id < p.n;
+        for (var j = 0u; j < i && distinct; j++) {
+            distinct = recent_ids[j] != id;
+        }
+        if (distinct) {
+            let l = logits[id];
+            logits[id] = select(l * p.penalty, l * p.inv_penalty, l > 0.0);
+        }
+    }
+}
+#else
+
+fn key_of(bits: u32) -> u32 {
+    if ((bits & 0x7fffffffu) > 0x7f800000u) {
+        return 0u; // NaN
+    }
+    var b = bits;
+    if (b == 0x80000000u) {
+        b = 0u; // -0.0 ties with +0.0
+    }
+    if ((b & 0x80000000u) != 0u) {
+        return ~b;
+    }
+    return b | 0x80000000u;
+}
+
+fn finite(key: u32) -> bool {
+    return key >= MIN_KEY && key < INF_KEY;
+}
+
+var<workgroup> scan: array<u32, 256>;
+var<workgroup> found: vec2<u32>;
+var<workgroup> total: u32;
+
+// The bin of counts[base .. base + bins) holding the rank-th largest key (rank ≥ 1, clamped to
+// the keys counted; bins / WG consecutive bins per invocation), and the key's rank within
+// that bin: (bin, rank − keys in higher bins). Sets `total` to the keys counted.
+fn find_bin(li: u32, base: u32, bins: u32, want: u32) -> vec2<u32> {
+    let per = bins / WG;
+    let lo_bin = li * per;
+    var own = 0u;
+    for (var j = 0u; j < per; j++) {
+        own += atomicLoad(&counts[base + lo_bin + j]);
+    }
+    scan[li] = own;
+    workgroupBarrier();
+    // After a barrier: every invocation has read the previous call's `found`.
+    if (li == 0u) {
+        found = vec2<u32>(0u, 0u);
+    }
+    // Suffix sums from the top bin down: scan[i] = keys in bins ≥ i · per.
+    for (var off = 1u; off < WG; off <<= 1u) {
+        var v = scan[li];
+        if (li + off < WG) {
+            v += scan[li + off];
+        }
+        workgroupBarrier();
+        scan[li] = v;
+        workgroupBarrier();
+    }
+    let rank = min(want, scan[0]);
+    let upto = scan[li];
+    let higher = upto - own;
+    if (higher < rank && rank <= upto) {
+        var acc = higher;
+        for (var j = per; j > 0u; j--) {
+            let b = lo_bin + j - 1u;
+            let c = atomicLoad(&counts[base + b]);
+            if (acc + c >= rank) {
+                found = vec2<u32>(b, rank - acc);
+                break;
+            }
+            acc += c;
+        }
+    }
+    if (li == 0u) {
+        total = scan[0];
+    }
+    return workgroupUniformLoad(&found);
+}
+
+// The radix select after `levels` (1..3) finished histograms: (key bits chosen so far, the
+// k-th's rank among the keys with those bits, k = candidates wanted ∩ finite keys).
+fn cut(li: u32, levels: u32) -> vec3<u32> {
+    let b0 = find_bin(li, HIST0, 2048u, p.candidates);
+    let k = min(p.candidates, workgroupUniformLoad(&total));
+    var prefix = b0.x;
+    var rank = b0.y;
+    if (levels >= 2u) {
+        let b1 = find_bin(li, HIST1, 2048u, rank);
+        prefix = (prefix << 11u) | b1.x;
+        rank = b1.y;
+    }
+    if (levels >= 3u) {
+        let b2 = find_bin(li, HIST2, 1024u, rank);
+        prefix = (prefix << 10u) | b2.x;
+        rank = b2.y;
+    }
+    return vec3<u32>(prefix, rank, k);
+}
+
+// Inclusive prefix count of `flag` over the workgroup, in invocation order (so in id order
+// for a tile of consecutive ids): returns (this invocation's count, the tile's total).
+fn prefix_count(li: u32, flag: bool) -> vec2<u32> {
+    workgroupBarrier(); // the previous call's readers are done with `scan`
+    scan[li] = select(0u, 1u, flag);
+    workgroupBarrier();
+    for (var off = 1u; off < WG; off <<= 1u) {
+        var v = scan[li];
+        if (li >= off) {
+            v += scan[li - off];
+        }
+        workgroupBarrier();
+        scan[li] = v;
+        workgroupBarrier();
+    }
+    let mine = scan[li];
+    return vec2<u32>(mine, workgroupUniformLoad(&scan[WG - 1u]));
+}
+#endif
+
+#ifdef HISTOGRAM
+var<workgroup> local_hist: array<atomic<u32>, 2048>;
+
+@compute @workgroup_size(256)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    for (var b = li; b < 2048u; b += WG) {
+        atomicStore(&local_hist[b], 0u);
+    }
+    var prefix = 0u;
+    if (p.level > 0u) {
+        let c = cut(li, p.level);
+        if (c.z == 0u) {
+            return;
+        }
+        prefix = c.x;
+    }
+    workgroupBarrier();
+    let start = wid.x * p.chunk;
+    let end = min(start + p.chunk, p.n);
+    for (var j = start + li; j < end; j += WG) {
+        let key = key_of(logits[j]);
+        if (!finite(key)) {
+            continue;
+        }
+        if (p.level == 0u) {
+            atomicAdd(&local_hist[key >> 21u], 1u);
+        } else if (p.level == 1u) {
+            if ((key >> 21u) == prefix) {
+                atomicAdd(&local_hist[(key >> 10u) & 2047u], 1u);
+            }
+        } else if ((key >> 10u) == prefix) {
+            atomicAdd(&local_hist[key & 1023u], 1u);
+        }
+    }
+    workgroupBarrier();
+    var base = HIST0;
+    var bins = 2048u;
+    if (p.level == 1u) {
+        base = HIST1;
+    } else if (p.level == 2u) {
+        base = HIST2;
+        bins = 1024u;
+    }
+    for (var b = li; b < bins; b += WG) {
+        let c = atomicLoad(&local_hist[b]);
+        if (c > 0u) {
+            atomicAdd(&counts[base + b], c);
+        }
+    }
+}
+#endif
+
+#ifdef COMPACT
+var<workgroup> tie_any: atomic<u32>;
+var<workgroup> tile_has_tie: u32;
+
+@compute @workgroup_size(256)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    let c = cut(li, 3u);
+    if (c.z == 0u) {
+        return;
+    }
+    let cut_key = c.x;
+    let need = c.y; // ties at cut_key among the k best, lowest ids first
+    let start = wid.x * p.chunk;
+    let end = min(start + p.chunk, p.n);
+    var taken = 0u; // ties in this chunk before the current tile
+    for (var base = start; base < end; base += WG) {
+        let j = base + li;
+        var key = 0u;
+        if (j < end) {
+            key = key_of(logits[j]);
+        }
+        if (finite(key) && key > cut_key) {
+            // Fewer than k keys lie above the cut, so the slot is always in range.
+            let slot = atomicAdd(&counts[N_ABOVE], 1u);
+            if (slot < MAX_CANDIDATES) {
+                cands[slot] = vec2<u32>(key, j);
+            }
+        }
+        let tie = j < end && key == cut_key;
+        if (tie) {
+            atomicOr(&tie_any, 1u);
+        }
+        workgroupBarrier();
+        if (li == 0u) {
+            tile_has_tie = atomicExchange(&tie_any, 0u);
+        }
+        let has_tie = workgroupUniformLoad(&tile_has_tie);
+        if (has_tie != 0u && taken < need) {
+            let r = prefix_count(li, tie);
+            if (tie && taken + r.x <= need) {
+                let slot = atomicAdd(&counts[N_TIES], 1u);
+                if (slot < TIE_SLOTS) {
+                    cands[MAX_CANDIDATES + slot] = vec2<u32>(key, j);
+                } else {
+                    atomicStore(&counts[OVERFLOW], 1u);
+                }
+            }
+            taken += r.y;
+        }
+    }
+}
+#endif
+
+#ifdef FINISH
+var<workgroup> skey: array<u32, 2048>;
+var<workgroup> sid: array<u32, 2048>;
+var<workgroup> vals: array<f32, 1024>;
+var<workgroup> wts: array<f32, 1024>;
+var<workgroup> fscan: array<f32, 256>;
+var<workgroup> pick: atomic<u32>;
+var<workgroup> picked: u32;
+var<workgroup> stored: vec2<u32>;
+
+// The counter-based uniform in [0, 1) of (seed, position): `coco::sampler::uniform`.
+fn mix32(x0: u32) -> u32 {
+    var x = x0;
+    x ^= x >> 16u;
+    x *= 0x7feb352du;
+    x ^= x >> 15u;
+    x *= 0x846ca68bu;
+    x ^= x >> 16u;
+    return x;
+}
+
+fn uniform01() -> f32 {
+    let key = mix32(p.seed_lo ^ mix32(p.seed_hi ^ 0x9e3779b9u));
+    let h = mix32(mix32(p.position ^ key) + key);
+    return f32(h >> 8u) * (1.0 / 16777216.0);
+}
+
+// a before b: larger key first, then lower id.
+fn before(ka: u32, ia: u32, kb: u32, ib: u32) -> bool {
+    return ka > kb || (ka == kb && ia < ib);
+}
+
+// Bitonic sort of skey/sid[0 .. size) (size a power of two) into "before" order.
+fn sort(li: u32, size: u32) {
+    for (var width = 2u; width <= size; width <<= 1u) {
+        for (var stride = width >> 1u; stride > 0u; stride >>= 1u) {
+            for (var t = li; t < size / 2u; t += WG) {
+                let i = (t / stride) * 2u * stride + (t % stride);
+                let j = i + stride;
+                let a_first = before(skey[i], sid[i], skey[j], sid[j]);
+                if (a_first != ((i & width) == 0u)) {
+                    let k = skey[i];
+                    skey[i] = skey[j];
+                    skey[j] = k;
+                    let d = sid[i];
+                    sid[i] = sid[j];
+                    sid[j] = d;
+                }
+            }
+            workgroupBarrier();
+        }
+    }
+}
+
+// vals[0 .. count) (count ≤ 1024) → its inclusive prefix sums: 4 consecutive per invocation
+// summed in order, then a scan over the invocations. Returns the total, uniformly.
+fn prefix_sums(li: u32, count: u32) -> f32 {
+    workgroupBarrier();
+    let lo = li * 4u;
+    var run = 0.0;
+    for (var q = 0u; q < 4u; q++) {
+        if (lo + q < count) {
+            run += vals[lo + q];
+        }
+    }
+    fscan[li] = run;
+    workgroupBarrier();
+    for (var off = 1u; off < WG; off <<= 1u) {
+        var v = fscan[li];
+        if (li >= off) {
+            v += fscan[li - off];
+        }
+        workgroupBarrier();
+        fscan[li] = v;
+        workgroupBarrier();
+    }
+    var acc = 0.0;
+    if (li > 0u) {
+        acc = fscan[li - 1u];
+    }
+    for (var q = 0u; q < 4u; q++) {
+        if (lo + q < count) {
+            acc += vals[lo + q];
+            vals[lo + q] = acc;
+        }
+    }
+    return workgroupUniformLoad(&fscan[WG - 1u]);
+}
+
+// The smallest i < count flagged by `hit` (count when none): reset before, read uniformly.
+fn first_hit(li: u32, count: u32, kind: u32, goal: f32) -> u32 {
+    if (li == 0u) {
+        atomicStore(&pick, count);
+    }
+    workgroupBarrier();
+    for (var i = li; i < count; i += WG) {
+        var hit = false;
+        if (kind == 0u) {
+            hit = vals[i] >= goal; // top-p: the running mass reaches the goal
+        } else if (kind == 1u) {
+            hit = bitcast<f32>(logits[sid[i]]) < goal; // min-p: below the floor
+        } else {
+            hit = vals[i] > goal; // the draw
+        }
+        if (hit) {
+            atomicMin(&pick, i);
+        }
+    }
+    workgroupBarrier();
+    if (li == 0u) {
+        picked = atomicLoad(&pick);
+    }
+    return workgroupUniformLoad(&picked);
+}
+
+// The drawn id, for k ≥ 1 candidates whose cut is `c` (see `cut`).
+fn choose(li: u32, c: vec3<u32>) -> u32 {
+    let cut_key = c.x;
+    let need = c.y;
+    let k = c.z;
+    let above = k - need;
+    if (li == 0u) {
+        stored = vec2<u32>(min(atomicLoad(&counts[N_TIES]), TIE_SLOTS), atomicLoad(&counts[OVERFLOW]));
+    }
+    let ties = workgroupUniformLoad(&stored);
+    for (var i = li; i < above; i += WG) {
+        let e = cands[i];
+        skey[i] = e.x;
+        sid[i] = e.y;
+    }
+    var m = above + need;
+    if (ties.y == 0u) {
+        for (var i = li; i < ties.x; i += WG) {
+            let e = cands[MAX_CANDIDATES + i];
+            skey[above + i] = e.x;
+            sid[above + i] = e.y;
+        }
+        m = above + ties.x;
+    } else {
+        // Too many ties to store: the `need` lowest-id ones, by scanning the row in order.
+        var got = 0u;
+        for (var base = 0u; base < p.n; base += WG) {
+            let j = base + li;
+            let tie = j < p.n && key_of(logits[j]) == cut_key;
+            let r = prefix_count(li, tie);
+            if (tie && got + r.x <= need) {
+                skey[above + got + r.x - 1u] = cut_key;
+                sid[above + got + r.x - 1u] = j;
+            }
+            got += r.y;
+            if (got >= need) {
+                break;
+            }
+        }
+    }
+    var size = 1u;
+    while (size < m) {
+        size <<= 1u;
+    }
+    for (var i = m + li; i < size; i += WG) {
+        skey[i] = 0u;
+        sid[i] = 0xffffffffu;
+    }
+    workgroupBarrier();
+    sort(li, size);
+    // The k best are skey/sid[0 .. k), best first; their logits are the penalized ones.
+    let l0 = bitcast<f32>(logits[sid[0]]);
+    var keep = k;
+    if (p.top_p_on != 0u) {
+        for (var i = li; i < k; i += WG) {
+            vals[i] = exp(bitcast<f32>(logits[sid[i]]) - l0);
+        }
+        let mass = prefix_sums(li, k);
+        keep = min(first_hit(li, k, 0u, p.top_p * mass) + 1u, k);
+    }
+    if (p.min_p_on != 0u) {
+        keep = min(keep, first_hit(li, keep, 1u, l0 + p.min_p_log));
+    }
+    keep = max(keep, 1u);
+    for (var i = li; i < keep; i += WG) {
+        let w = exp((bitcast<f32>(logits[sid[i]]) - l0) * p.inv_temperature);
+        vals[i] = w;
+        wts[i] = w;
+    }
+    let weight = prefix_sums(li, keep);
+    var chosen = first_hit(li, keep, 2u, uniform01() * weight);
+    if (chosen == keep) {
+        // Rounding left the target at the total: the last candidate with any weight.
+        workgroupBarrier(); // every invocation has read `picked`
+        if (li == 0u) {
+            var last = 0u;
+            for (var i = 0u; i < keep; i++) {
+                if (wts[i] > 0.0) {
+                    last = i;
+                }
+            }
+            picked = last;
+        }
+        chosen = workgroupUniformLoad(&picked);
+    }
+    return sid[chosen];
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) li: u32) {
+    let c = cut(li, 3u);
+    var id = 0u; // no finite logit at all
+    if (c.z > 0u) {
+        id = choose(li, c);
+    }
+    if (li == 0u) {
+        ids[0] = id;
+        generated[p.slot] = id;
+        recent[p.position & (MAX_RECENT - 1u)] = id;
+    }
+    // Every read of `counts` above is done: zero them for the next step.
+    storageBarrier();
+    workgroupBarrier();
+    for (var w = li; w < COUNT_WORDS; w += WG) {
+        atomicStore(&counts[w], 0u);
+    }
+}
+#endif

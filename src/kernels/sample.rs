@@ -1,0 +1,203 @@
+//! `shaders/sample.wgsl`: the sampling chain on the GPU (penalty → top-k → top-p → min-p →
+//! temperature → draw), for a `[n]` logits row, the same function as
+//! [`crate::reference::sample`] (see its header for the definition and the shader's for
+//! the stages). The drawn id goes where `kernels::argmax` puts the greedy one: `ids[0]` for
+//! the next step's embedding lookup and `generated[slot]` for the readback ring; it also
+//! goes into the penalty's ring of recent ids at `position`.
+//!
+//! Dispatches per draw: the penalty (1 workgroup, only when a penalty is set), three
+//! histogram levels and the compaction (up to [`MAX_GROUPS`] workgroups each) and the finish
+//! (1 workgroup): 5 or 6, against greedy's 2. The histograms are counts in global memory that
+//! the finish zeroes, so the buffers must start zeroed (`GpuContext::storage_buffer` does).
+
+use bytemuck::{Pod, Zeroable};
+
+use super::elementwise::check_len;
+use super::KernelError;
+use crate::gpu::{preprocess, Binding, StepRecorder};
+use crate::sampler::{Derived, MAX_CANDIDATES, MAX_RECENT};
+
+/// Workgroups of the histogram and compaction stages at most.
+pub const MAX_GROUPS: u32 = 256;
+/// Logits per invocation before another workgroup is added (262,144 logits: 256 groups).
+const PER_INVOCATION: u32 = 4;
+const WG: u32 = 256;
+
+/// u32 words of the `counts` buffer: three histogram levels (2,048 + 2,048 + 1,024 bins)
+/// and four counters (sample.wgsl's `COUNT_WORDS`).
+pub const COUNT_WORDS: u64 = 5124;
+/// (key, id) pairs of the `cands` buffer: the keys above the cut, then the offered ties.
+pub const CAND_PAIRS: u64 = 2 * MAX_CANDIDATES as u64;
+
+/// The stages of sample.wgsl, one define each (their bindings differ).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum SampleStage {
+    Penalty,
+    Histogram,
+    Compact,
+    Finish,
+}
+
+impl SampleStage {
+    /// `sample_penalty`, `sample_histogram`, `sample_compact`, `sample_finish`.
+    pub fn label(self) -> &'static str {
+        match self {
+            SampleStage::Penalty => "sample_penalty",
+            SampleStage::Histogram => "sample_histogram",
+            SampleStage::Compact => "sample_compact",
+            SampleStage::Finish => "sample_finish",
+        }
+    }
+    fn define(self) -> &'static str {
+        match self {
+            SampleStage::Penalty => "PENALTY",
+            SampleStage::Histogram => "HISTOGRAM",
+            SampleStage::Compact => "COMPACT",
+            SampleStage::Finish => "FINISH",
+        }
+    }
+}
+
+/// Mirrors `Params` in sample.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct Params {
+    n: u32,
+    chunk: u32,
+    groups: u32,
+    level: u32,
+    candidates: u32,
+    top_p: f32,
+    top_p_on: u32,
+    min_p_log: f32,
+    min_p_on: u32,
+    inv_temperature: f32,
+    penalty: f32,
+    inv_penalty: f32,
+    recent: u32,
+    position: u32,
+    seed_lo: u32,
+    seed_hi: u32,
+    slot: u32,
+    pad: [u32; 3],
+}
+
+/// The sampler's own GPU state, allocated once per session.
+pub struct SampleBuffers<'a> {
+    /// `[COUNT_WORDS]` u32, zero between draws.
+    pub counts: &'a Binding,
+    /// `[CAND_PAIRS]` (key, id).
+    pub cands: &'a Binding,
+    /// `[MAX_RECENT]` u32: the id at position `p` lives in slot `p % MAX_RECENT`.
+    pub recent: &'a Binding,
+}
+
+/// Workgroups of the wide stages and the logits each reads, for a row of `n`.
+pub fn split(n: u32) -> (u32, u32) {
+    let groups = n.div_ceil(WG * PER_INVOCATION).clamp(1, MAX_GROUPS);
+    (groups, n.div_ceil(groups).max(1))
+}
+
+/// Records the draw of the token at `position` from `logits` (penalized in place when a
+/// penalty is set); writes `ids[0]`, `generated[slot]` and the recent-ids ring.
+///
+/// - `logits`: `[n]` f32, the model's last-position row
+/// - `ids`: `[≥ 1]` u32; `generated`: `[> slot]` u32
+#[allow(clippy::too_many_arguments)]
+pub fn sample(
+    rec: &mut StepRecorder,
+    logits: &Binding,
+    n: u32,
+    settings: &Derived,
+    position: u32,
+    state: &SampleBuffers,
+    ids: &Binding,
+    generated: &Binding,
+    slot: u32,
+) -> Result<(), KernelError> {
+    const KERNEL: &str = "sample";
+    let shape = |why: String| KernelError::Shape {
+        kernel: KERNEL,
+        why,
+    };
+    if n == 0 {
+        return Err(shape("an empty logits row has nothing to draw".into()));
+    }
+    if settings.candidates == 0 || settings.candidates > MAX_CANDIDATES {
+        return Err(shape(format!(
+            "{} candidates: 1..={MAX_CANDIDATES} are supported",
+            settings.candidates
+        )));
+    }
+    let recent = settings.recent.min(position);
+    if recent > MAX_RECENT {
+        return Err(shape(format!(
+            "the penalty looks back over {recent} ids; the ring holds {MAX_RECENT}"
+        )));
+    }
+    check_len(KERNEL, "logits", logits, n as u64)?;
+    check_len(KERNEL, "counts", state.counts, COUNT_WORDS)?;
+    check_len(KERNEL, "cands", state.cands, 2 * CAND_PAIRS)?;
+    check_len(KERNEL, "recent", state.recent, MAX_RECENT as u64)?;
+    check_len(KERNEL, "ids", ids, 1)?;
+    check_len(KERNEL, "generated", generated, slot as u64 + 1)?;
+    let (groups, chunk) = split(n);
+    let mut params = Params {
+        n,
+        chunk,
+        groups,
+        level: 0,
+        candidates: settings.candidates,
+        top_p: settings.top_p.unwrap_or(1.0),
+        top_p_on: settings.top_p.is_some() as u32,
+        min_p_log: settings.min_p_log.unwrap_or(0.0),
+        min_p_on: settings.min_p_log.is_some() as u32,
+        inv_temperature: settings.inv_temperature,
+        penalty: settings.penalty,
+        inv_penalty: settings.inv_penalty,
+        recent,
+        position,
+        seed_lo: settings.seed as u32,
+        seed_hi: (settings.seed >> 32) as u32,
+        slot,
+        pad: [0; 3],
+    };
+    let mut stage = |stage: SampleStage,
+                     params: &Params,
+                     bindings: &[Binding],
+                     workgroups: u32|
+     -> Result<(), KernelError> {
+        let label = stage.label();
+        let pipeline = rec
+            .ctx()
+            .pipeline(label, || preprocess("sample.wgsl", &[stage.define()]));
+        rec.dispatch(
+            label,
+            &pipeline,
+            bytemuck::bytes_of(params),
+            bindings,
+            [workgroups, 1, 1],
+        )?;
+        Ok(())
+    };
+    if recent > 0 {
+        let bindings = [logits.clone(), state.recent.clone()];
+        stage(SampleStage::Penalty, &params, &bindings, 1)?;
+    }
+    let wide = [logits.clone(), state.counts.clone()];
+    for level in 0..3 {
+        params.level = level;
+        stage(SampleStage::Histogram, &params, &wide, groups)?;
+    }
+    let bindings = [logits.clone(), state.counts.clone(), state.cands.clone()];
+    stage(SampleStage::Compact, &params, &bindings, groups)?;
+    let bindings = [
+        logits.clone(),
+        state.counts.clone(),
+        state.cands.clone(),
+        state.recent.clone(),
+        ids.clone(),
+        generated.clone(),
+    ];
+    stage(SampleStage::Finish, &params, &bindings, 1)
+}
