@@ -131,6 +131,7 @@ function restoreLink(link) {
     renderChatLog();
   }
   if (link.megakernel !== undefined) $("megakernel").checked = link.megakernel;
+  if (link.cpuSampling !== undefined) page.cpuSampling = link.cpuSampling;
 }
 
 /** The wasm bindings: Trunk's module sets window.wasmBindings, then fires an event. */
@@ -450,6 +451,7 @@ function readOptions() {
     repeat_penalty: Math.max(0, num("repeat-penalty", 1.1)),
     seed: Math.max(0, Math.min(4294967295, Math.round(num("seed", 42)))),
     max_tokens: Math.max(1, Math.round(num("max-tokens", 128))),
+    cpu_sampling: page.cpuSampling,
   };
 }
 
@@ -500,6 +502,7 @@ function renderStats(stats) {
   setStat("decode", `${formatRate(stats.decode_tok_s, "tok/s")} (${stats.generated_tokens} tokens)`);
   setStat("ms", Number.isFinite(stats.ms_per_token) ? `${stats.ms_per_token.toFixed(2)} ms` : "–");
   setStat("dispatches", String(stats.dispatches_per_token ?? "–"));
+  setStat("sampling", `${stats.sampler_on_gpu ? "GPU" : "CPU (cpu_sampling=1)"}, up to ${stats.steps_per_submit} steps per submit`);
   setStat("tokens", `${stats.prompt_tokens} (${stats.reused_tokens || 0} reused)`);
   const why = { eos: "end of text", max_tokens: "max tokens", stopped: "stopped by you", context_full: "context full" };
   setStat("stop", why[stats.stop] || String(stats.stop ?? "–"));
@@ -538,7 +541,7 @@ async function send({ replay = false } = {}) {
   page.busy = "generate";
   setState("generating");
   status("Generating… (Esc stops)");
-  for (const name of ["prefill", "decode", "ms", "dispatches", "tokens", "stop"]) setStat(name, "…");
+  for (const name of ["prefill", "decode", "ms", "dispatches", "sampling", "tokens", "stop"]) setStat(name, "…");
   let target;
   if (chatMode) {
     const item = chatItem("assistant", "");
@@ -646,7 +649,7 @@ function currentShareState() {
   // The conversation without its last answer: that answer is what the link reproduces.
   const chat = [...page.chat];
   if (chat.length && chat[chat.length - 1].role === "assistant") chat.pop();
-  return { model: $("model-url").value.trim(), mode, prompt: $("prompt").value, chat, fields, megakernel: $("megakernel").checked };
+  return { model: $("model-url").value.trim(), mode, prompt: $("prompt").value, chat, fields, megakernel: $("megakernel").checked, cpuSampling: page.cpuSampling };
 }
 
 async function copyLink() {

@@ -121,7 +121,7 @@ export async function runBench() {
   await exclusive("bench", async () => {
     status("Benchmarking…");
     try {
-      const result = await page.engine.bench(sizes);
+      const result = await page.engine.bench({ ...sizes, cpu_sampling: page.cpuSampling });
       // The engine names the adapter "<name> (<backend>, <type>)", and in the browser wgpu
       // leaves <name> empty; the browser's own name (as in the GPU panel) goes there, so an
       // exported result says which GPU it measured.
@@ -130,7 +130,8 @@ export async function runBench() {
       }
       page.benchResult = result;
       $("bench-result").textContent = JSON.stringify(result, null, 2);
-      status(`Benchmark: prefill ${formatRate(result.pp_tok_s, "tok/s")}, decode ${formatRate(result.tg_tok_s, "tok/s")}.`);
+      status(`Benchmark: prefill ${formatRate(result.pp_tok_s, "tok/s")}, decode ${formatRate(result.tg_tok_s, "tok/s")} greedy, `
+        + `${formatRate(result.tg_sampled_tok_s, "tok/s")} with the default sampler (sampling on the ${result.sampler_on_gpu ? "GPU" : "CPU"}).`);
     } catch (err) {
       $("bench-result").textContent = `Benchmark failed: ${errorMessage(err)}`;
       status("Benchmark failed.");

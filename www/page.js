@@ -21,6 +21,7 @@ export const page = {
   stopRequested: false,
   busy: null, // label of the engine call in flight (the engine runs one call at a time)
   benchResult: null,
+  cpuSampling: false, // a link's cpu_sampling=1: sample on the CPU (A/B, debugging)
   adapterName: "", // the browser's name for the GPU (wgpu's browser backend reports none)
 };
 window.cocoPage = page;

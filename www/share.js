@@ -109,6 +109,8 @@ export function readShareParams(search = location.search) {
     }
   }
   if (params.has("mk")) out.megakernel = params.get("mk") === "1";
+  // The A/B switch: sample on the CPU, reading every token's logits back (same tokens).
+  if (params.has("cpu_sampling")) out.cpuSampling = params.get("cpu_sampling") === "1";
   out.bench = params.get("bench") === "1";
   out.any = [...params.keys()].length > 0;
   return out;
@@ -116,7 +118,7 @@ export function readShareParams(search = location.search) {
 
 /**
  * Builds the share link for the current state.
- * state: {model, mode, prompt, chat (messages), fields: {id: value}, megakernel}
+ * state: {model, mode, prompt, chat (messages), fields: {id: value}, megakernel, cpuSampling}
  */
 export function buildShareUrl(state, base = location.href) {
   const url = new URL(base);
@@ -133,6 +135,7 @@ export function buildShareUrl(state, base = location.href) {
     if (value !== undefined && value !== "") params.set(name, value);
   }
   params.set("mk", state.megakernel ? "1" : "0");
+  if (state.cpuSampling) params.set("cpu_sampling", "1");
   url.search = params.toString();
   return url.href;
 }

@@ -9,7 +9,7 @@ import {
   ARTIFACTS, GREEDY, ROOT, cachedUrls, finishedRun, firstDifference, generate, guard, loadModel,
   openPage, record, settleLoad, state, storageReport, text, useTestServer, waitState,
 } from './lib/harness.mjs';
-import { nativeRun } from './lib/native.mjs';
+import { coco, nativeRun } from './lib/native.mjs';
 
 const FIXTURE = 'tests/fixtures/llama-spm-q4_0.gguf';
 const FIXTURE_URL = 'fixtures/llama-spm-q4_0.gguf'; // relative to the page, as a user would type it
@@ -61,6 +61,31 @@ describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
 
       await page.screenshot({ path: SCREENSHOT, fullPage: true });
       console.log(`# screenshot of the page after generating with the fixture: ${path.relative(ROOT, SCREENSHOT)}`);
+    }));
+
+  it('default sampler settings: sampled on the GPU, the same tokens as native `coco run` with the same seed', { timeout: 5 * 60_000 }, (t) =>
+    guard(t, shared.session, async () => {
+      const { page } = shared.session;
+      // The page's and the CLI's defaults: temperature 0.8, top-k 40, top-p 0.95, min-p 0.05,
+      // penalty 1.1 over 64 tokens, seed 42.
+      const defaults = { temperature: '0.8', 'top-k': '40', 'top-p': '0.95', 'min-p': '0.05', 'repeat-penalty': '1.1', seed: '42' };
+      const want = await coco(['run', '-m', FIXTURE, '-p', PROMPT, '-n', String(N), '--json']);
+      assert.equal(want.stats.sampler_on_gpu, true, 'native samples on the GPU by default');
+      const run = await generate(page, { prompt: PROMPT, fields: { ...defaults, 'max-tokens': N } });
+      const at = firstDifference(run.ids, want.ids);
+      assert.equal(at, -1, `sampled: page and native differ at token ${at}:\n  page   ${JSON.stringify(run.ids)}\n  native ${JSON.stringify(want.ids)}`);
+      assert.equal(run.sampler_on_gpu, true, 'the page sampled on the GPU');
+      const shown = await text(page, '#stats [data-stat=sampling]');
+      assert.ok(shown.startsWith('GPU'), `the Numbers panel says where sampling ran: "${shown}"`);
+      const greedy = await generate(page, { prompt: PROMPT, fields: { ...GREEDY, 'max-tokens': N } });
+      record('fixture default sampler vs greedy', {
+        sampled_decode_tok_s: run.decode_tok_s,
+        greedy_decode_tok_s: greedy.decode_tok_s,
+        ratio: run.decode_tok_s / greedy.decode_tok_s,
+        sampled_dispatches_per_token: run.dispatches_per_token,
+        greedy_dispatches_per_token: greedy.dispatches_per_token,
+        steps_per_submit: run.steps_per_submit,
+      });
     }));
 
   it('megakernel switch: shows its check result, and greedy output stays identical', { timeout: 5 * 60_000 }, (t) =>
