@@ -270,8 +270,8 @@ fn main(
 #endif
 
 #ifdef COMPACT
-var<workgroup> tie_any: atomic<u32>;
-var<workgroup> tile_has_tie: u32;
+var<workgroup> chunk_ties: atomic<u32>;
+var<workgroup> chunk_has_tie: u32;
 
 @compute @workgroup_size(256)
 fn main(
@@ -286,41 +286,44 @@ fn main(
     let need = c.y; // ties at cut_key among the k best, lowest ids first
     let start = wid.x * p.chunk;
     let end = min(start + p.chunk, p.n);
-    var taken = 0u; // ties in this chunk before the current tile
-    for (var base = start; base < end; base += WG) {
-        let j = base + li;
-        var key = 0u;
-        if (j < end) {
-            key = key_of(logits[j]);
-        }
+    // Keys above the cut, in any order (fewer than k of them, so every slot is in range);
+    // and whether this chunk holds a tie at all (usually only the k-th's chunk does).
+    var ties = 0u;
+    for (var j = start + li; j < end; j += WG) {
+        let key = key_of(logits[j]);
         if (finite(key) && key > cut_key) {
-            // Fewer than k keys lie above the cut, so the slot is always in range.
             let slot = atomicAdd(&counts[N_ABOVE], 1u);
             if (slot < MAX_CANDIDATES) {
                 cands[slot] = vec2<u32>(key, j);
             }
         }
-        let tie = j < end && key == cut_key;
-        if (tie) {
-            atomicOr(&tie_any, 1u);
-        }
-        workgroupBarrier();
-        if (li == 0u) {
-            tile_has_tie = atomicExchange(&tie_any, 0u);
-        }
-        let has_tie = workgroupUniformLoad(&tile_has_tie);
-        if (has_tie != 0u && taken < need) {
-            let r = prefix_count(li, tie);
-            if (tie && taken + r.x <= need) {
-                let slot = atomicAdd(&counts[N_TIES], 1u);
-                if (slot < TIE_SLOTS) {
-                    cands[MAX_CANDIDATES + slot] = vec2<u32>(key, j);
-                } else {
-                    atomicStore(&counts[OVERFLOW], 1u);
-                }
+        ties += select(0u, 1u, key == cut_key);
+    }
+    if (ties > 0u) {
+        atomicAdd(&chunk_ties, ties);
+    }
+    workgroupBarrier();
+    if (li == 0u) {
+        chunk_has_tie = atomicLoad(&chunk_ties);
+    }
+    if (workgroupUniformLoad(&chunk_has_tie) == 0u) {
+        return;
+    }
+    // Offer this chunk's lowest-id ties, in id order, tile by tile.
+    var taken = 0u; // ties in this chunk before the current tile
+    for (var base = start; base < end && taken < need; base += WG) {
+        let j = base + li;
+        let tie = j < end && key_of(logits[j]) == cut_key;
+        let r = prefix_count(li, tie);
+        if (tie && taken + r.x <= need) {
+            let slot = atomicAdd(&counts[N_TIES], 1u);
+            if (slot < TIE_SLOTS) {
+                cands[MAX_CANDIDATES + slot] = vec2<u32>(cut_key, j);
+            } else {
+                atomicStore(&counts[OVERFLOW], 1u);
             }
-            taken += r.y;
         }
+        taken += r.y;
     }
 }
 #endif

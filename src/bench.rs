@@ -58,6 +58,9 @@ pub struct BenchResult {
     pub tg_sampled_tok_s: Vec<f64>,
     /// Dispatches per decoded token with the default sampler settings.
     pub sampled_dispatches_per_token: u32,
+    /// ms the CPU sampler (`reference::sample`, what `--cpu-sampling` runs) takes for one
+    /// token with the default settings on the prompt's real logits (median of 21 calls).
+    pub cpu_sampler_ms: f64,
     /// Whether tg sampled on the GPU (K steps per submit; see engine/decode.rs) or read the
     /// logits back for the CPU sampler every token (`cpu_sampling`).
     pub sampler_on_gpu: bool,
@@ -187,7 +190,18 @@ pub async fn run_with(
     let mut last = TgRun::default();
     let mut record_ms = Vec::new();
     for rep in 0..=cfg.reps {
-        let r = pp_tg(ctx, model, cfg, &prompt, context, on, on, &greedy, cpu_sampling).await?;
+        let r = pp_tg(
+            ctx,
+            model,
+            cfg,
+            &prompt,
+            context,
+            on,
+            on,
+            &greedy,
+            cpu_sampling,
+        )
+        .await?;
         if rep > 0 {
             pp.push(r.pp_tok_s);
             tg.push(r.tg_tok_s);
@@ -195,10 +209,34 @@ pub async fn run_with(
         }
         last = r;
     }
+    let cpu_sampler_ms = {
+        let mut s = Session::new(ctx, model, context, LogitsFor::LastToken);
+        s.pipeline = cfg.pipeline;
+        let logits = s.forward(&prompt).await?;
+        let times: Vec<f64> = (0..21)
+            .map(|_| {
+                let clock = Clock::start();
+                std::hint::black_box(crate::reference::sample::sample(&logits, &prompt, &sampled));
+                clock.seconds() * 1e3
+            })
+            .collect();
+        median(&times)
+    };
     let mut tg_sampled = Vec::new();
     let mut sampled_dispatches = 0;
     for rep in 0..=cfg.reps {
-        let r = pp_tg(ctx, model, cfg, &prompt, context, on, on, &sampled, cpu_sampling).await?;
+        let r = pp_tg(
+            ctx,
+            model,
+            cfg,
+            &prompt,
+            context,
+            on,
+            on,
+            &sampled,
+            cpu_sampling,
+        )
+        .await?;
         if rep > 0 {
             tg_sampled.push(r.tg_tok_s);
         }
@@ -252,6 +290,7 @@ pub async fn run_with(
         dispatches_per_token: last.dispatches_per_token,
         tg_sampled_tok_s: tg_sampled,
         sampled_dispatches_per_token: sampled_dispatches,
+        cpu_sampler_ms,
         sampler_on_gpu: last.sampler_on_gpu,
         steps_per_submit: last.steps_per_submit,
         record_ms_per_token: median(&record_ms),
@@ -561,6 +600,7 @@ impl BenchResult {
             "tg_sampled_runs": self.tg_sampled_tok_s,
             "sampled_dispatches_per_token": self.sampled_dispatches_per_token,
             "sampled_vs_greedy": num(self.tg_sampled() / self.tg()),
+            "cpu_sampler_ms": num(self.cpu_sampler_ms),
             "sampler_on_gpu": self.sampler_on_gpu,
             "steps_per_submit": self.steps_per_submit,
             "record_ms_per_token": num(self.record_ms_per_token),

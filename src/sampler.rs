@@ -84,7 +84,11 @@ impl SamplerConfig {
             })
         };
         if !self.temperature.is_finite() {
-            return bad("temperature", self.temperature.to_string(), "must be finite");
+            return bad(
+                "temperature",
+                self.temperature.to_string(),
+                "must be finite",
+            );
         }
         if self.top_k > MAX_CANDIDATES {
             return bad(
@@ -219,14 +223,21 @@ mod tests {
         assert_eq!(uniform(7, 100), uniform(7, 100));
         assert_ne!(uniform(7, 100), uniform(7, 101));
         assert_ne!(uniform(7, 100), uniform(8, 100));
-        assert_ne!(uniform(7, 100), uniform(7 | (1 << 40), 100), "the seed's high word counts");
+        assert_ne!(
+            uniform(7, 100),
+            uniform(7 | (1 << 40), 100),
+            "the seed's high word counts"
+        );
         // Mean and spread of 100k draws: a broken mix would show here.
         let n = 100_000;
         let draws: Vec<f64> = (0..n).map(|p| uniform(42, p) as f64).collect();
         let mean = draws.iter().sum::<f64>() / n as f64;
         let below_tenth = draws.iter().filter(|&&u| u < 0.1).count() as f64 / n as f64;
         assert!((mean - 0.5).abs() < 0.005, "mean {mean}");
-        assert!((below_tenth - 0.1).abs() < 0.005, "P(u < 0.1) = {below_tenth}");
+        assert!(
+            (below_tenth - 0.1).abs() < 0.005,
+            "P(u < 0.1) = {below_tenth}"
+        );
         assert!(draws.iter().all(|&u| (0.0..1.0).contains(&u)));
     }
 

@@ -199,13 +199,19 @@ fn compare_sampled(ctx: &Arc<GpuContext>, model: &Arc<Model>) {
             })
             .collect();
         eprintln!("{cfg:?}: {:?}", runs[0].0.ids);
-        assert_eq!(runs[0], runs[1], "{cfg:?}: CPU sampler vs GPU loop (K ≤ 16)");
+        assert_eq!(
+            runs[0], runs[1],
+            "{cfg:?}: CPU sampler vs GPU loop (K ≤ 16)"
+        );
         assert_eq!(runs[1], runs[2], "{cfg:?}: GPU loop K ≤ 16 vs K = 1");
         assert_eq!(k16.stats.steps_per_submit, MAX_STEPS);
         assert_eq!(k1.stats.steps_per_submit, 1);
         assert!(k16.stats.sampler_on_gpu && !cpu.stats.sampler_on_gpu);
         let distinct: std::collections::BTreeSet<_> = runs[0].0.ids.iter().collect();
-        assert!(distinct.len() > 3, "{cfg:?}: a sampled run repeats {distinct:?}");
+        assert!(
+            distinct.len() > 3,
+            "{cfg:?}: a sampled run repeats {distinct:?}"
+        );
     }
 }
 

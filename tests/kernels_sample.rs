@@ -46,14 +46,24 @@ impl Gpu {
     /// Draws at `positions` (one submit, at most `slots`), each from a fresh copy of
     /// `logits`, with the ring holding `history`'s tail (so the penalty sees `history`
     /// whatever the position: the test's positions are only RNG counters).
-    fn draw(&self, logits: &[f32], cfg: &SamplerConfig, history: &[u32], positions: &[u32]) -> Vec<u32> {
+    fn draw(
+        &self,
+        logits: &[f32],
+        cfg: &SamplerConfig,
+        history: &[u32],
+        positions: &[u32],
+    ) -> Vec<u32> {
         assert!(positions.len() as u32 <= self.slots);
         let c = ctx();
         let d = cfg.derived();
         let mut out = Vec::new();
         // With a penalty, each draw penalizes the logits in place and writes its id into the
         // ring: one submit per draw, logits and ring written fresh each time.
-        let per_submit = if d.recent > 0 { 1 } else { positions.len().max(1) };
+        let per_submit = if d.recent > 0 {
+            1
+        } else {
+            positions.len().max(1)
+        };
         let buf = c.storage_buffer("logits", logits.len() as u64 * 4);
         for batch in positions.chunks(per_submit) {
             c.queue.write_buffer(&buf, 0, bytemuck::cast_slice(logits));
@@ -75,7 +85,8 @@ impl Gpu {
                     let p = position as usize - window + i;
                     ring[p % MAX_RECENT as usize] = id;
                 }
-                c.queue.write_buffer(&self.recent, 0, bytemuck::cast_slice(&ring));
+                c.queue
+                    .write_buffer(&self.recent, 0, bytemuck::cast_slice(&ring));
                 let mut d = d;
                 d.recent = window as u32;
                 sample(
@@ -98,7 +109,9 @@ impl Gpu {
             out.extend_from_slice(bytemuck::cast_slice::<u8, u32>(&bytes[..batch.len() * 4]));
         }
         // The counts are zero again after every draw (the next step relies on it).
-        let counts = c.read_buffer(&self.counts, 0, COUNT_WORDS * 4).expect("read counts");
+        let counts = c
+            .read_buffer(&self.counts, 0, COUNT_WORDS * 4)
+            .expect("read counts");
         assert!(counts.iter().all(|&b| b == 0), "counts not reset");
         out
     }
@@ -114,7 +127,11 @@ fn margin(logits: &[f32], history: &[u32], cfg: &SamplerConfig, position: u32) -
     for (i, &id) in window.iter().enumerate() {
         if (id as usize) < l.len() && !window[..i].contains(&id) {
             let v = &mut l[id as usize];
-            *v = if *v > 0.0 { *v * d.inv_penalty } else { *v * d.penalty };
+            *v = if *v > 0.0 {
+                *v * d.inv_penalty
+            } else {
+                *v * d.penalty
+            };
         }
     }
     let mut order: Vec<(u32, u32)> = l
@@ -149,12 +166,22 @@ fn margin(logits: &[f32], history: &[u32], cfg: &SamplerConfig, position: u32) -
     if let Some(top_p) = d.top_p {
         let s = prefix(lv.iter().map(|x| (x - lv[0]).exp()).collect());
         closest = closest.min(gap(&s, top_p as f64 * s.last().unwrap()));
-        keep = s.iter().position(|&x| x >= top_p as f64 * s.last().unwrap()).unwrap() + 1;
+        keep = s
+            .iter()
+            .position(|&x| x >= top_p as f64 * s.last().unwrap())
+            .unwrap()
+            + 1;
     }
     if let Some(m) = d.min_p_log {
         let floor = lv[0] + m as f64;
-        closest = closest.min(lv.iter().map(|x| (x - floor).abs()).fold(f64::INFINITY, f64::min));
-        keep = keep.min(lv.iter().take_while(|&&x| x >= floor).count()).max(1);
+        closest = closest.min(
+            lv.iter()
+                .map(|x| (x - floor).abs())
+                .fold(f64::INFINITY, f64::min),
+        );
+        keep = keep
+            .min(lv.iter().take_while(|&&x| x >= floor).count())
+            .max(1);
     }
     let s = prefix(
         lv[..keep]
@@ -168,7 +195,14 @@ fn margin(logits: &[f32], history: &[u32], cfg: &SamplerConfig, position: u32) -
 
 /// GPU draws at `positions` against the CPU sampler; returns how many differed (each one
 /// checked to be a rounding-boundary case).
-fn check(name: &str, gpu: &Gpu, logits: &[f32], history: &[u32], cfg: &SamplerConfig, positions: &[u32]) -> usize {
+fn check(
+    name: &str,
+    gpu: &Gpu,
+    logits: &[f32],
+    history: &[u32],
+    cfg: &SamplerConfig,
+    positions: &[u32],
+) -> usize {
     let got = gpu.draw(logits, cfg, history, positions);
     let d = cfg.derived();
     let window = &history[history.len() - history.len().min(d.recent as usize)..];
@@ -243,7 +277,14 @@ fn gpu_sampler_draws_what_the_cpu_sampler_draws() {
                 (600..632).collect()
             };
             draws += positions.len();
-            differ += check(&format!("n={n} {name}"), &gpu, &logits, &history, cfg, &positions);
+            differ += check(
+                &format!("n={n} {name}"),
+                &gpu,
+                &logits,
+                &history,
+                cfg,
+                &positions,
+            );
         }
     }
     eprintln!("{differ} of {draws} draws differed, each at a rounding boundary");
@@ -270,7 +311,12 @@ fn ties_nan_and_infinities() {
         // Eight values: the cut falls among thousands of ties spread over every workgroup.
         ("8 values", (0..100_000).map(|i| (i % 8) as f32).collect()),
         // A handful of ties at the cut: they fit the tie slots.
-        ("few ties", (0..50_000).map(|_| rng.gen_range(0..2000) as f32 * 0.01).collect()),
+        (
+            "few ties",
+            (0..50_000)
+                .map(|_| rng.gen_range(0..2000) as f32 * 0.01)
+                .collect(),
+        ),
     ];
     let mut v = normal_logits(&mut rng, 70_000, 2.0);
     for i in (0..70_000).step_by(7) {
@@ -286,11 +332,21 @@ fn ties_nan_and_infinities() {
     cases.push(("one finite", one));
     for (name, logits) in &cases {
         let differ = check(name, &gpu, logits, &[], &cfg, &positions);
-        assert_eq!(differ, 0, "{name}: equal logits leave no rounding to differ on");
+        assert_eq!(
+            differ, 0,
+            "{name}: equal logits leave no rounding to differ on"
+        );
     }
     let flat = gpu.draw(&cases[0].1, &cfg, &[], &positions);
-    assert!(flat.iter().all(|&id| id < 500), "flat logits: top-k 500 keeps ids 0..500: {flat:?}");
-    assert_eq!(gpu.draw(&cases[4].1, &cfg, &[], &[0]), vec![0], "nothing finite: id 0");
+    assert!(
+        flat.iter().all(|&id| id < 500),
+        "flat logits: top-k 500 keeps ids 0..500: {flat:?}"
+    );
+    assert_eq!(
+        gpu.draw(&cases[4].1, &cfg, &[], &[0]),
+        vec![0],
+        "nothing finite: id 0"
+    );
     assert_eq!(gpu.draw(&cases[5].1, &cfg, &[], &[9]), vec![4321]);
 }
 
@@ -318,10 +374,16 @@ fn top_k_one_and_min_p_one_are_greedy_and_top_p_keeps_the_smallest_set() {
         },
     ] {
         let got = gpu.draw(&logits, &cfg, &[], &positions);
-        assert!(got.iter().all(|&id| id == best), "{cfg:?}: {got:?}, argmax {best}");
+        assert!(
+            got.iter().all(|&id| id == best),
+            "{cfg:?}: {got:?}, argmax {best}"
+        );
     }
     // p ∝ 8, 4, 2, 1, 1: top-p 0.75 keeps exactly {0, 1}; 0.76 adds 2.
-    let logits: Vec<f32> = [8.0f32, 4.0, 2.0, 1.0, 1.0].iter().map(|p| p.ln()).collect();
+    let logits: Vec<f32> = [8.0f32, 4.0, 2.0, 1.0, 1.0]
+        .iter()
+        .map(|p| p.ln())
+        .collect();
     let positions: Vec<u32> = (0..256).collect();
     for (top_p, want) in [(0.75, vec![0, 1]), (0.76, vec![0, 1, 2]), (0.5, vec![0])] {
         let cfg = SamplerConfig {
@@ -336,7 +398,11 @@ fn top_k_one_and_min_p_one_are_greedy_and_top_p_keeps_the_smallest_set() {
         for chunk in positions.chunks(64) {
             seen.extend(gpu.draw(&logits, &cfg, &[], chunk));
         }
-        assert_eq!(seen.into_iter().collect::<Vec<u32>>(), want, "top-p {top_p}");
+        assert_eq!(
+            seen.into_iter().collect::<Vec<u32>>(),
+            want,
+            "top-p {top_p}"
+        );
     }
 }
 
@@ -349,7 +415,9 @@ fn gpu_draws_follow_softmax() {
     const DRAWS: u32 = 16_384;
     const BOUND: f64 = 92.6;
     let gpu = Gpu::new(1024);
-    let logits: Vec<f32> = (0..40).map(|i| ((i * 17 % 40) as f32 - 20.0) * 0.12).collect();
+    let logits: Vec<f32> = (0..40)
+        .map(|i| ((i * 17 % 40) as f32 - 20.0) * 0.12)
+        .collect();
     let cfg = SamplerConfig {
         temperature: 1.0,
         top_k: 0,
@@ -367,7 +435,10 @@ fn gpu_draws_follow_softmax() {
         }
     }
     let chi2 = |temperature: f64| {
-        let w: Vec<f64> = logits.iter().map(|&l| (l as f64 / temperature).exp()).collect();
+        let w: Vec<f64> = logits
+            .iter()
+            .map(|&l| (l as f64 / temperature).exp())
+            .collect();
         let total: f64 = w.iter().sum();
         w.iter()
             .zip(&counts)
@@ -379,7 +450,15 @@ fn gpu_draws_follow_softmax() {
     };
     let right = chi2(1.0);
     let wrong = chi2(1.1);
-    eprintln!("χ² = {right:.1} against softmax(l), {wrong:.1} against softmax(l / 1.1); bound {BOUND}");
-    assert!(right < BOUND, "the GPU draw does not follow softmax: χ² = {right:.1}");
-    assert!(wrong > BOUND, "the test can't tell temperature 1.1 from 1: χ² = {wrong:.1}");
+    eprintln!(
+        "χ² = {right:.1} against softmax(l), {wrong:.1} against softmax(l / 1.1); bound {BOUND}"
+    );
+    assert!(
+        right < BOUND,
+        "the GPU draw does not follow softmax: χ² = {right:.1}"
+    );
+    assert!(
+        wrong > BOUND,
+        "the test can't tell temperature 1.1 from 1: χ² = {wrong:.1}"
+    );
 }

@@ -319,7 +319,11 @@ impl Session {
     /// waiting). With `read`, waits for the logits the session keeps (the last chunk's, or
     /// every chunk's when it keeps all rows) and returns them; either way returns the row of
     /// `scratch.logits` holding the last token's logits.
-    async fn run_tokens(&mut self, ids: &[u32], read: bool) -> Result<(Vec<f32>, u32), EngineError> {
+    async fn run_tokens(
+        &mut self,
+        ids: &[u32],
+        read: bool,
+    ) -> Result<(Vec<f32>, u32), EngineError> {
         let c = &self.model.config;
         let needed = self.pos + ids.len() as u32;
         if needed > self.kv.context {

@@ -62,7 +62,11 @@ pub fn sample_derived(logits: &[f32], recent: &[u32], d: &Derived, position: u32
     for (i, &id) in recent.iter().enumerate() {
         if (id as usize) < l.len() && !recent[..i].contains(&id) {
             let v = &mut l[id as usize];
-            *v = if *v > 0.0 { *v * d.inv_penalty } else { *v * d.penalty };
+            *v = if *v > 0.0 {
+                *v * d.inv_penalty
+            } else {
+                *v * d.penalty
+            };
         }
     }
     let cands = top_candidates(&l, d.candidates);
@@ -178,9 +182,20 @@ mod tests {
 
     #[test]
     fn order_key_orders_floats_and_sinks_nan() {
-        let xs = [f32::NEG_INFINITY, -3.5, -0.0, 0.0, 1e-30, 2.0, f32::INFINITY];
+        let xs = [
+            f32::NEG_INFINITY,
+            -3.5,
+            -0.0,
+            0.0,
+            1e-30,
+            2.0,
+            f32::INFINITY,
+        ];
         for w in xs.windows(2) {
-            assert!(order_key(w[0].to_bits()) <= order_key(w[1].to_bits()), "{w:?}");
+            assert!(
+                order_key(w[0].to_bits()) <= order_key(w[1].to_bits()),
+                "{w:?}"
+            );
         }
         assert_eq!(order_key((-0.0f32).to_bits()), order_key(0.0f32.to_bits()));
         assert_eq!(order_key(f32::NAN.to_bits()), 0);
@@ -244,7 +259,10 @@ mod tests {
     fn top_p_keeps_the_smallest_set_reaching_p() {
         // Probabilities ∝ 8, 4, 2, 1, 1 (sum 16): top-p 0.75 needs {0, 1} (12/16 = 0.75),
         // top-p 0.76 also needs 2.
-        let logits: Vec<f32> = [8.0f32, 4.0, 2.0, 1.0, 1.0].iter().map(|p| p.ln()).collect();
+        let logits: Vec<f32> = [8.0f32, 4.0, 2.0, 1.0, 1.0]
+            .iter()
+            .map(|p| p.ln())
+            .collect();
         let seen = |top_p: f32| {
             let mut s = std::collections::BTreeSet::new();
             for pos in 0..2000 {
