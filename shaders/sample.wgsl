@@ -9,9 +9,9 @@
 // - HISTOGRAM, level 0, 1, 2 (`groups` workgroups each): an exact radix select of the k-th
 //   best key. Keys are the logits' order-preserving u32 bits (as in argmax.wgsl); level 0
 //   counts keys by bits 31..21, level 1 the keys in the k-th's level-0 bin by bits 20..10,
-//   level 2 the keys in its level-1 bin by bits 9..0. Every workgroup finds the bins chosen
-//   so far itself from the finished histograms (a suffix scan of 2,048 counts), so no
-//   dispatch needs another's private result.
+//   level 2 the keys in its level-1 bin by bits 9..0. Each stage finds the bin the previous
+//   level chose from that finished histogram (a suffix scan of its counts) and publishes it
+//   in `counts` for the later stages (every workgroup stores the same values).
 // - COMPACT (`groups` workgroups): keys above the k-th's key (fewer than k) go to
 //   `cands[0 ..]`; of the keys equal to it, each workgroup offers its lowest-id ones, in id
 //   order, to `cands[MAX_CANDIDATES ..]` (1,024 slots; when more are offered, FINISH finds
@@ -78,7 +78,10 @@ const HIST2: u32 = 4096u;    // [1024] bits 9..0 of the keys in the chosen level
 const N_ABOVE: u32 = 5120u;  // keys above the cut written to cands[0 ..]
 const N_TIES: u32 = 5121u;   // ties offered to cands[MAX_CANDIDATES ..]
 const OVERFLOW: u32 = 5122u; // 1 when more ties were offered than there are slots
-const COUNT_WORDS: u32 = 5124u;
+// The radix select's choices, published by the stage that makes each (every workgroup
+// stores the same values), so later stages read them instead of re-scanning histograms:
+const CUT: u32 = 5124u;      // [bin0, rank0, k, bin1, rank1, bin2, rank2, unused]
+const COUNT_WORDS: u32 = 5132u;
 const TIE_SLOTS: u32 = 1024u;
 
 #ifdef PENALTY
@@ -174,24 +177,39 @@ fn find_bin(li: u32, base: u32, bins: u32, want: u32) -> vec2<u32> {
     return workgroupUniformLoad(&found);
 }
 
-// The radix select after `levels` (1..3) finished histograms: (key bits chosen so far, the
-// k-th's rank among the keys with those bits, k = candidates wanted ∩ finite keys).
-fn cut(li: u32, levels: u32) -> vec3<u32> {
-    let b0 = find_bin(li, HIST0, 2048u, p.candidates);
-    let k = min(p.candidates, workgroupUniformLoad(&total));
-    var prefix = b0.x;
-    var rank = b0.y;
-    if (levels >= 2u) {
-        let b1 = find_bin(li, HIST1, 2048u, rank);
-        prefix = (prefix << 11u) | b1.x;
-        rank = b1.y;
+// The choices so far (see CUT): `k` = candidates wanted ∩ finite keys; level L's bin of the
+// k-th key and its rank among the keys in that bin.
+struct Cut {
+    bin0: u32,
+    rank0: u32,
+    k: u32,
+    bin1: u32,
+    rank1: u32,
+    bin2: u32,
+    rank2: u32,
+    unused: u32,
+}
+
+var<workgroup> cut_words: Cut;
+
+// The published choices, read once per workgroup and made uniform.
+fn load_cut(li: u32) -> Cut {
+    if (li == 0u) {
+        cut_words = Cut(
+            atomicLoad(&counts[CUT]), atomicLoad(&counts[CUT + 1u]), atomicLoad(&counts[CUT + 2u]),
+            atomicLoad(&counts[CUT + 3u]), atomicLoad(&counts[CUT + 4u]), atomicLoad(&counts[CUT + 5u]),
+            atomicLoad(&counts[CUT + 6u]), 0u,
+        );
     }
-    if (levels >= 3u) {
-        let b2 = find_bin(li, HIST2, 1024u, rank);
-        prefix = (prefix << 10u) | b2.x;
-        rank = b2.y;
+    return workgroupUniformLoad(&cut_words);
+}
+
+// Publishes a (bin, rank) choice at counts[at ..].
+fn publish(li: u32, at: u32, choice: vec2<u32>) {
+    if (li == 0u) {
+        atomicStore(&counts[at], choice.x);
+        atomicStore(&counts[at + 1u], choice.y);
     }
-    return vec3<u32>(prefix, rank, k);
 }
 
 // Inclusive prefix count of `flag` over the workgroup, in invocation order (so in id order
@@ -225,13 +243,28 @@ fn main(
     for (var b = li; b < 2048u; b += WG) {
         atomicStore(&local_hist[b], 0u);
     }
+    // The key bits chosen so far: level 1 chooses the level-0 bin from the finished level-0
+    // histogram (and publishes it), level 2 the level-1 bin.
     var prefix = 0u;
-    if (p.level > 0u) {
-        let c = cut(li, p.level);
-        if (c.z == 0u) {
+    if (p.level == 1u) {
+        let b0 = find_bin(li, HIST0, 2048u, p.candidates);
+        let k = min(p.candidates, workgroupUniformLoad(&total));
+        publish(li, CUT, b0);
+        if (li == 0u) {
+            atomicStore(&counts[CUT + 2u], k);
+        }
+        if (k == 0u) {
             return;
         }
-        prefix = c.x;
+        prefix = b0.x;
+    } else if (p.level == 2u) {
+        let c = load_cut(li);
+        if (c.k == 0u) {
+            return;
+        }
+        let b1 = find_bin(li, HIST1, 2048u, c.rank0);
+        publish(li, CUT + 3u, b1);
+        prefix = (c.bin0 << 11u) | b1.x;
     }
     workgroupBarrier();
     let start = wid.x * p.chunk;
@@ -278,12 +311,14 @@ fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(local_invocation_index) li: u32,
 ) {
-    let c = cut(li, 3u);
-    if (c.z == 0u) {
+    let c = load_cut(li);
+    if (c.k == 0u) {
         return;
     }
-    let cut_key = c.x;
-    let need = c.y; // ties at cut_key among the k best, lowest ids first
+    let b2 = find_bin(li, HIST2, 1024u, c.rank1);
+    publish(li, CUT + 5u, b2);
+    let cut_key = (c.bin0 << 21u) | (c.bin1 << 10u) | b2.x;
+    let need = b2.y; // ties at cut_key among the k best, lowest ids first
     let start = wid.x * p.chunk;
     let end = min(start + p.chunk, p.n);
     // Keys above the cut, in any order (fewer than k of them, so every slot is in range);
@@ -443,11 +478,11 @@ fn first_hit(li: u32, count: u32, kind: u32, goal: f32) -> u32 {
     return workgroupUniformLoad(&picked);
 }
 
-// The drawn id, for k ≥ 1 candidates whose cut is `c` (see `cut`).
-fn choose(li: u32, c: vec3<u32>) -> u32 {
-    let cut_key = c.x;
-    let need = c.y;
-    let k = c.z;
+// The drawn id, for k ≥ 1 candidates whose cut is `c`.
+fn choose(li: u32, c: Cut) -> u32 {
+    let cut_key = (c.bin0 << 21u) | (c.bin1 << 10u) | c.bin2;
+    let need = c.rank2;
+    let k = c.k;
     let above = k - need;
     if (li == 0u) {
         stored = vec2<u32>(min(atomicLoad(&counts[N_TIES]), TIE_SLOTS), atomicLoad(&counts[OVERFLOW]));
@@ -533,9 +568,9 @@ fn choose(li: u32, c: vec3<u32>) -> u32 {
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) li: u32) {
-    let c = cut(li, 3u);
+    let c = load_cut(li);
     var id = 0u; // no finite logit at all
-    if (c.z > 0u) {
+    if (c.k > 0u) {
         id = choose(li, c);
     }
     if (li == 0u) {

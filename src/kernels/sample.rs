@@ -29,9 +29,9 @@ const PER_INVOCATION_GPU: u32 = 4;
 const PER_INVOCATION_CPU: u32 = 32;
 const WG: u32 = 256;
 
-/// u32 words of the `counts` buffer: three histogram levels (2,048 + 2,048 + 1,024 bins)
-/// and four counters (sample.wgsl's `COUNT_WORDS`).
-pub const COUNT_WORDS: u64 = 5124;
+/// u32 words of the `counts` buffer: three histogram levels (2,048 + 2,048 + 1,024 bins),
+/// four counters and the published cut (sample.wgsl's `COUNT_WORDS`).
+pub const COUNT_WORDS: u64 = 5132;
 /// (key, id) pairs of the `cands` buffer: the keys above the cut, then the offered ties.
 pub const CAND_PAIRS: u64 = 2 * MAX_CANDIDATES as u64;
 
