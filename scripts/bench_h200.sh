@@ -35,7 +35,7 @@ done
 # The opt-in f16 tensor-core GEMM for plain prefill products, for the A/B with the default.
 echo "== llama1b-q4_0 COCO_COOPMAT=1"
 COCO_COOPMAT=1 "$B/coco" bench -m "$M/llama1b-q4_0.gguf" -p 512 -n 128 --reps 3 --json | tee -a "$OUT/bench.jsonl"
-# Soak (issue "Robustness"): 50 generations of 500 tokens in one session; no GPU resource
+# Soak: 50 generations of 500 tokens in one session; no GPU resource
 # may be created once warm; first vs last decode speed is printed.
 if [ -x "$B/gpu_faults" ]; then
   echo "== soak"

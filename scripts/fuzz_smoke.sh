@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Bounded libFuzzer run of every cargo-fuzz target in fuzz/ (issue "Robustness and security").
+# Bounded libFuzzer run of every cargo-fuzz target in fuzz/ (hostile files and text must never crash the parser or tokenizers).
 # Exits non-zero on a crash, a panic, a timeout or an allocation over the limit; the input that
 # did it is saved under fuzz/artifacts/<target>/ (replay: `cargo fuzz run <target> <file>`).
 #

@@ -10,6 +10,8 @@ pub enum Status {
     /// Works, with a caveat worth showing (e.g. no shader-f16).
     Note,
     NotYet,
+    /// The file itself is broken (contradictory or missing metadata): no GPU would run it.
+    Invalid,
 }
 
 #[derive(Clone, Debug)]
@@ -32,20 +34,6 @@ pub struct AdapterFacts {
     pub storage_offset_alignment: u32,
 }
 
-impl AdapterFacts {
-    pub fn from_context(ctx: &crate::gpu::GpuContext) -> AdapterFacts {
-        AdapterFacts {
-            description: ctx.describe(),
-            max_binding_bytes: ctx.max_binding_bytes(),
-            max_buffer_bytes: ctx.limits.max_buffer_size,
-            max_invocations_per_workgroup: ctx.limits.max_compute_invocations_per_workgroup,
-            shader_f16: ctx.has_f16(),
-            subgroups: ctx.has_subgroups(),
-            storage_offset_alignment: ctx.limits.min_storage_buffer_offset_alignment,
-        }
-    }
-}
-
 #[derive(Clone, Debug)]
 pub struct Report {
     pub rows: Vec<Row>,
@@ -55,7 +43,20 @@ pub struct Report {
 
 impl Report {
     pub fn is_ok(&self) -> bool {
-        self.rows.iter().all(|r| r.status != Status::NotYet)
+        self.rows
+            .iter()
+            .all(|r| !matches!(r.status, Status::NotYet | Status::Invalid))
+    }
+
+    /// The "invalid file" rows joined into one message, if the file is broken.
+    pub fn invalid(&self) -> Option<String> {
+        let rows: Vec<String> = self
+            .rows
+            .iter()
+            .filter(|r| r.status == Status::Invalid)
+            .map(|r| format!("{}: {}", r.name, r.detail))
+            .collect();
+        (!rows.is_empty()).then(|| rows.join("; "))
     }
 
     /// The "not yet" rows joined into one message.
@@ -75,6 +76,7 @@ impl Report {
                 Status::Ok => "ok     ",
                 Status::Note => "note   ",
                 Status::NotYet => "NOT YET",
+                Status::Invalid => "INVALID",
             };
             s.push_str(&format!("  [{mark}] {:<22} {}\n", r.name, r.detail));
         }
@@ -142,10 +144,16 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
             } else {
                 "model metadata"
             };
+            // A broken file is not a limitation of this GPU or of coco: say which it is.
+            let (status, detail) = if e.is_not_yet() {
+                (Status::NotYet, e.to_string())
+            } else {
+                (Status::Invalid, format!("invalid model file: {e}"))
+            };
             rows.push(Row {
                 name,
-                status: Status::NotYet,
-                detail: e.to_string(),
+                status,
+                detail,
             });
             None
         }
@@ -239,7 +247,7 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
                 ),
             });
         }
-        let kv_layer = c.kv_cache_bytes(context) / c.n_layers.max(1) as u64 / 2;
+        let kv_layer = c.kv_layer_bytes(context);
         let kv = c.kv_cache_bytes(context);
         rows.push(Row {
             name: "KV cache",
@@ -258,7 +266,7 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
         });
         gpu_bytes += kv;
         // The larger of a generation session's scratch and a `coco logits` session's.
-        use crate::engine::{Scratch, LOGITS_ROWS, PREFILL_CHUNK};
+        use crate::model::{Scratch, LOGITS_ROWS, PREFILL_CHUNK};
         gpu_bytes += Scratch::bytes_for(c, PREFILL_CHUNK, 1).max(Scratch::bytes_for(
             c,
             LOGITS_ROWS,

@@ -16,7 +16,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
 use crate::bench::{self, BenchConfig};
-use crate::capabilities::{self, AdapterFacts, Report, Status};
+use crate::capabilities::{self, Report, Status};
 use crate::chat::Message;
 use crate::engine::{summarize_types, Loader, LogitsFor, Model, Scratch, Session, PREFILL_CHUNK};
 use crate::gguf::{Header, Parser};
@@ -333,9 +333,17 @@ impl State {
             let need = (end * 2).max(1 << 20);
             return to_js(json!({ "status": "need_more", "need": need }));
         };
-        let report = capabilities::check(header, &AdapterFacts::from_context(&self.ctx), context);
+        let report = capabilities::check(header, &self.ctx.adapter_facts(), context);
+        let status = if report.invalid().is_some() {
+            "invalid"
+        } else if report.is_ok() {
+            "ok"
+        } else {
+            "not_yet"
+        };
         let out = json!({
-            "status": if report.is_ok() { "ok" } else { "not_yet" },
+            "status": status,
+            "error": report.invalid(),
             "report": report_json(&report),
             "model": model_json(header),
         });
@@ -406,8 +414,8 @@ impl State {
             .take()
             .ok_or_else(|| JsError::new("no load in progress"))?;
         let header_json = pending.loader.header().map(model_json);
-        let model = pending.loader.finish().map_err(js_err)?;
-        let report = model.report.as_ref().map(report_json);
+        let (model, report) = pending.loader.finish().map_err(js_err)?;
+        let report = report_json(&report);
         let sha256: String = pending
             .sha256
             .finalize()
@@ -576,12 +584,7 @@ impl State {
         let Some(model) = &self.model else { return 0 };
         let c = &model.config;
         let session = self.session.as_ref().map_or(0, |s| {
-            let kv = 2
-                * c.n_layers as u64
-                * s.kv.context as u64
-                * (c.n_kv_heads * c.head_dim) as u64
-                * 4;
-            kv + Scratch::bytes_for(c, PREFILL_CHUNK, 1)
+            c.kv_cache_bytes(s.kv.context) + Scratch::bytes_for(c, PREFILL_CHUNK, 1)
         });
         model.weight_bytes + session
     }
@@ -779,6 +782,7 @@ fn report_json(report: &Report) -> Json {
                     Status::Ok => "ok",
                     Status::Note => "note",
                     Status::NotYet => "not_yet",
+                    Status::Invalid => "invalid",
                 },
                 "detail": r.detail,
             })

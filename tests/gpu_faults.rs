@@ -1,4 +1,4 @@
-//! GPU faults and long runs (issue "Robustness and security", points 4 and 6), natively on
+//! GPU faults and long runs (the robustness rules: out-of-memory and device loss, soak), natively on
 //! lavapipe: a failed allocation and a lost device come back as typed errors, never a panic;
 //! a long series of generations creates no new GPU resources once warm.
 
@@ -36,6 +36,47 @@ fn failed_allocation_is_a_typed_error() {
     // Reported once, then the device is healthy again.
     ctx.check_health()
         .expect("the error is cleared after it was returned");
+}
+
+/// Dropping one session forgets only the bind groups that hold its buffers (it used to clear
+/// the whole cache, the live session's included), and the decode loop's two readback buffers
+/// are made through `gpu/`, so `buffers_created` counts them (they used to bypass it).
+#[test]
+fn dropping_a_session_keeps_the_other_sessions_bind_groups() {
+    let ctx = gpu();
+    let model = load(&ctx, "llama-spm-q4_0");
+    let prompt = model.tokenizer.encode("Once upon a time", true, true);
+    let greedy = SamplerConfig::greedy();
+    let mut a = Session::new(&ctx, &model, 64, LogitsFor::LastToken);
+    let made = ctx.resource_counts().buffers_created;
+    a.generate_blocking(&prompt, 6, &greedy, &mut |_| true)
+        .expect("generate");
+    let readbacks = ctx.resource_counts().buffers_created - made;
+    assert!(
+        readbacks >= 2,
+        "the decode loop's readback buffers are not counted: {readbacks}"
+    );
+    let a_groups = ctx.cached_bind_groups();
+    assert!(a_groups > 0);
+    {
+        let mut b = Session::new(&ctx, &model, 64, LogitsFor::LastToken);
+        b.generate_blocking(&prompt, 6, &greedy, &mut |_| true)
+            .expect("generate");
+        assert!(
+            ctx.cached_bind_groups() > a_groups,
+            "b has bind groups of its own"
+        );
+    }
+    assert_eq!(
+        ctx.cached_bind_groups(),
+        a_groups,
+        "dropping b must forget exactly b's bind groups"
+    );
+    // a goes on without making any again.
+    a.reset();
+    a.generate_blocking(&prompt, 6, &greedy, &mut |_| true)
+        .expect("generate");
+    assert_eq!(ctx.cached_bind_groups(), a_groups);
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! Malformed and hostile GGUF files (issue "Robustness and security"): every one must end in a
+//! Malformed and hostile GGUF files: every one must end in a
 //! typed error that names the field, never a panic, a hang or a large allocation.
 //!
 //! * Real fixtures truncated at every byte of their header and at sampled offsets in the data.
@@ -972,6 +972,64 @@ fn shapes_that_contradict_the_architecture_are_named() {
             msg.contains(&format!("tensor `{name}`")),
             "`{name}` not named in: {msg}"
         );
+    }
+}
+
+/// A broken file is not a GPU limitation: the capability report marks broken metadata
+/// "invalid model file" (and the page and the loader say so), and keeps "not yet" for valid
+/// files asking for what coco can't run. A head size that isn't a multiple of 4 is one of
+/// those, refused up front rather than at the first forward (the attention kernels read
+/// heads as vec4).
+#[test]
+fn broken_files_are_invalid_and_unsupported_ones_not_yet() {
+    let facts = AdapterFacts {
+        description: "malformed.rs".into(),
+        max_binding_bytes: 128 << 20,
+        max_buffer_bytes: 256 << 20,
+        max_invocations_per_workgroup: 256,
+        shader_f16: false,
+        subgroups: false,
+        storage_offset_alignment: 256,
+    };
+    let broken = [
+        TinyModel::new("llama").set("llama.attention.head_count", Value::U32(0)),
+        TinyModel::new("llama").set("llama.block_count", Value::String("1".into())),
+        TinyModel::new("llama").without_tensor("blk.0.ffn_up.weight"),
+        TinyModel::new("llama").set("llama.attention.head_count_kv", Value::U32(3)),
+    ];
+    for model in &broken {
+        let report = check(&model.header(), &facts, 64);
+        let why = report.invalid().expect("a broken file is reported invalid");
+        assert!(why.contains("invalid model file"), "{why}");
+        assert!(
+            !why.contains("not yet"),
+            "a broken file called a limitation: {why}"
+        );
+        assert!(!report.is_ok());
+    }
+    let unsupported = [
+        (TinyModel::new("mamba"), "architecture `mamba`"),
+        (
+            TinyModel::new("llama")
+                .set("llama.attention.key_length", Value::U32(6))
+                .set("llama.attention.value_length", Value::U32(6)),
+            "head size 6 (supported: multiples of 4",
+        ),
+        (
+            TinyModel::new("llama").set("llama.rope.dimension_count", Value::U32(2)),
+            "partial RoPE",
+        ),
+    ];
+    for (model, needle) in &unsupported {
+        let report = check(&model.header(), &facts, 64);
+        assert_eq!(
+            report.invalid(),
+            None,
+            "{needle}: a valid file called broken"
+        );
+        assert!(!report.is_ok());
+        let text = report.blockers();
+        assert!(text.contains("not yet") && text.contains(needle), "{text}");
     }
 }
 

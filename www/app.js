@@ -248,6 +248,8 @@ function showInspection(result) {
   if (result.status === "not_yet") {
     const blockers = (result.report?.rows || []).filter((r) => r.status === "not_yet");
     summary.textContent = `Not yet on this GPU: ${blockers.map((r) => `${r.name}: ${r.detail}`).join("; ")}. Nothing more was downloaded.`;
+  } else if (result.status === "invalid" && result.report) {
+    summary.textContent = `This file is broken, not unsupported: ${result.error}. Nothing more was downloaded.`;
   } else if (result.status === "ok") {
     const gpu = result.report?.gpu_bytes ? ` It needs about ${formatBytes(result.report.gpu_bytes)} of GPU memory.` : "";
     summary.textContent = `This GPU can run this model.${gpu}`;

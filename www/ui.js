@@ -88,7 +88,7 @@ export function renderReport(report) {
   const body = $("report").tBodies[0];
   body.replaceChildren();
   if (!report) return;
-  const label = { ok: "ok", note: "note", not_yet: "not yet" };
+  const label = { ok: "ok", note: "note", not_yet: "not yet", invalid: "invalid file" };
   for (const row of report.rows || []) {
     body.append(
       el("tr", { "data-status": row.status },

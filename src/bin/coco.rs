@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use coco::bench::{ProfileError, ProfiledStep, StepProfile};
-use coco::capabilities::{self, AdapterFacts};
+use coco::capabilities;
 use coco::engine::{load_path, LogitsFor, Model, Session};
 use coco::gpu::GpuContext;
 use coco::sampler::SamplerConfig;
@@ -468,7 +468,7 @@ fn info(path: &Path, ctx_len: u32, verbose: bool) -> Result<()> {
         }
     }
     let ctx = open_gpu(verbose)?;
-    let report = capabilities::check(&header, &AdapterFacts::from_context(&ctx), ctx_len);
+    let report = capabilities::check(&header, &ctx.adapter_facts(), ctx_len);
     println!("capability check on {}:", ctx.describe());
     print!("{}", report.to_text());
     if !report.is_ok() {

@@ -35,14 +35,11 @@ use std::collections::VecDeque;
 use crate::gpu::{Binding, StepRecorder};
 use crate::kernels::argmax::argmax;
 use crate::kernels::sample::{sample, SampleBuffers};
-use crate::model;
+use crate::model::{self, MAX_STEPS};
 use crate::sampler::{Derived, SamplerConfig, MAX_RECENT};
 
-use super::{rows_of, EngineError, LogitsFor, Session, StopReason};
-
-/// Largest K (decode steps per submit). 16 keeps the waste after a stop small while the
-/// round trip (~110 µs on the H200) is already < 5% of 16 steps.
-pub const MAX_STEPS: u32 = 16;
+use super::{EngineError, Session, StopReason};
+use crate::model::{rows_of, LogitsFor};
 
 /// The most GPU time one batch should take, so tokens reach the screen at least this often:
 /// K ≤ this / the measured seconds per token (`Session::batch_budget_seconds`'s default).
@@ -321,17 +318,9 @@ impl Session {
     /// Readback buffer `half` (`[MAX_STEPS]` u32), made on first use.
     fn readback(&mut self, half: usize) -> wgpu::Buffer {
         let ctx = &self.ctx;
+        // Two per session, made once, so a steady decode loop creates no buffers.
         self.readback[half]
-            .get_or_insert_with(|| {
-                // Straight from the device: GpuContext has no public MAP_READ constructor.
-                // Two per session, made once, so a steady decode loop creates no buffers.
-                ctx.device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("generated_readback"),
-                    size: MAX_STEPS as u64 * 4,
-                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                    mapped_at_creation: false,
-                })
-            })
+            .get_or_insert_with(|| ctx.readback_buffer("generated_readback", MAX_STEPS as u64 * 4))
             .clone()
     }
 }

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::capabilities::{self, AdapterFacts, Report};
+use crate::capabilities::{self, Report};
 use crate::chat::ChatTemplate;
 use crate::gguf::{Event, GgmlType, GgufError, Header, Parser};
 use crate::gpu::{GpuContext, GpuTensor};
@@ -27,6 +27,9 @@ pub enum LoadError {
     Tokenizer(#[from] TokenizerError),
     #[error("not yet on this GPU: {0}")]
     NotSupported(String),
+    /// The file is broken (the capability report's "invalid" rows): not a GPU limitation.
+    #[error("{0}")]
+    Invalid(String),
     #[error("load incomplete: {0}")]
     Incomplete(String),
     #[error("while uploading the weights: {0}")]
@@ -153,8 +156,11 @@ impl Loader {
     /// Header complete: refuse what can't run (before any weight bytes are used), then
     /// allocate every tensor's buffers.
     fn on_header(&mut self, header: &Header) -> Result<(), LoadError> {
-        let report =
-            capabilities::check(header, &AdapterFacts::from_context(&self.ctx), self.context);
+        let report = capabilities::check(header, &self.ctx.adapter_facts(), self.context);
+        if let Some(why) = report.invalid() {
+            self.report = Some(report);
+            return Err(LoadError::Invalid(why));
+        }
         if !report.is_ok() {
             let blockers = report.blockers();
             self.report = Some(report);
@@ -229,8 +235,9 @@ impl Loader {
         }
     }
 
-    /// Ends the stream: every tensor must be complete.
-    pub fn finish(mut self) -> Result<Model, LoadError> {
+    /// Ends the stream: every tensor must be complete. Returns the model and the capability
+    /// report its header passed.
+    pub fn finish(mut self) -> Result<(Model, Report), LoadError> {
         if let Some(e) = self.error.take() {
             return Err(e);
         }
@@ -265,15 +272,19 @@ impl Loader {
         let chat_template = ChatTemplate::from_gguf(&header.metadata, &tokenizer).transpose();
         let weight_bytes = header.total_tensor_bytes();
         let type_summary = summarize_types(header);
-        Ok(Model {
+        let report = self
+            .report
+            .take()
+            .ok_or_else(|| LoadError::Incomplete("no capability report".into()))?;
+        let model = Model {
             config,
             tokenizer,
             weights,
             weight_bytes,
             type_summary,
-            report: self.report.take(),
             chat_template,
-        })
+        };
+        Ok((model, report))
     }
 }
 
@@ -310,5 +321,5 @@ pub fn load_path(
         }
         loader.push(&chunk[..n])?;
     }
-    loader.finish()
+    Ok(loader.finish()?.0)
 }

@@ -148,11 +148,21 @@ struct ArrayFrame {
 enum Stage {
     Preamble,
     KvKey,
-    KvType { key: String },
-    KvValue { key: String, value_type: u32 },
-    KvArray { key: String, stack: Vec<ArrayFrame> },
+    KvType {
+        key: String,
+    },
+    KvValue {
+        key: String,
+        value_type: u32,
+    },
+    KvArray {
+        key: String,
+        stack: Vec<ArrayFrame>,
+    },
     TensorInfos,
-    Padding,
+    /// Every tensor info read: `finish_header` checks them and moves on to `Data` (a failed
+    /// check leaves the parser here, so it never routes bytes without a header).
+    InfosRead,
     Data,
 }
 
@@ -402,9 +412,6 @@ impl Parser {
             return Ok(());
         }
         self.parse_header(on_event)?;
-        if matches!(self.stage, Stage::Padding) {
-            self.skip_padding();
-        }
         if matches!(self.stage, Stage::Data) {
             let rest = std::mem::take(&mut self.buf);
             let start = self.start;
@@ -616,7 +623,7 @@ impl Parser {
             }
             Stage::TensorInfos => {
                 if self.tensors.len() as u64 == self.tensor_count {
-                    self.stage = Stage::Padding;
+                    self.stage = Stage::InfosRead;
                     return Ok(Step::Done(true));
                 }
                 match self.read_tensor_info(c)? {
@@ -630,7 +637,7 @@ impl Parser {
                     }
                 }
             }
-            stage @ (Stage::Padding | Stage::Data) => {
+            stage @ (Stage::InfosRead | Stage::Data) => {
                 self.stage = stage;
                 return Ok(Step::Done(true));
             }
@@ -897,12 +904,8 @@ impl Parser {
         self.pos = infos_end;
         on_event(Event::Header(&header));
         self.header = Some(header);
-        self.stage = Stage::Padding;
-        Ok(())
-    }
-
-    fn skip_padding(&mut self) {
         self.stage = Stage::Data;
+        Ok(())
     }
 
     /// Routes data-phase bytes (starting at absolute offset `self.pos`) to their tensors.

@@ -318,6 +318,19 @@ impl GpuContext {
         limit.min(self.limits.max_buffer_size) & !3
     }
 
+    /// What the capability check needs to know of this adapter.
+    pub fn adapter_facts(&self) -> crate::capabilities::AdapterFacts {
+        crate::capabilities::AdapterFacts {
+            description: self.describe(),
+            max_binding_bytes: self.max_binding_bytes(),
+            max_buffer_bytes: self.limits.max_buffer_size,
+            max_invocations_per_workgroup: self.limits.max_compute_invocations_per_workgroup,
+            shader_f16: self.has_f16(),
+            subgroups: self.has_subgroups(),
+            storage_offset_alignment: self.limits.min_storage_buffer_offset_alignment,
+        }
+    }
+
     /// A one-line description: "NVIDIA H200 (Vulkan, DiscreteGpu)".
     pub fn describe(&self) -> String {
         format!(
@@ -386,6 +399,17 @@ impl GpuContext {
 
     pub fn pipeline_count(&self) -> usize {
         self.pipelines.lock().map(|c| c.len()).unwrap_or(0)
+    }
+
+    /// A buffer the host maps to read `size` bytes copied into it (counted like every
+    /// buffer coco creates).
+    pub fn readback_buffer(&self, label: &str, size: u64) -> wgpu::Buffer {
+        self.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: (size.max(4) + 3) & !3,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
     }
 
     /// A zeroed storage buffer; `size` is rounded up to 4 bytes (wgpu's copy alignment).
@@ -465,8 +489,21 @@ impl GpuContext {
         bg
     }
 
-    /// Drops cached bind groups (and with them the references they hold to buffers), e.g.
-    /// when a session ends.
+    /// Drops the cached bind groups that bind any of `buffers` (and with them their
+    /// references to those buffers): what a session that ends calls with its own buffers, so
+    /// the bind groups of the sessions still alive stay cached.
+    pub fn forget_bind_groups_using(&self, buffers: &[&wgpu::Buffer]) {
+        self.bind_groups
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|key, _| {
+                !key.storage
+                    .iter()
+                    .any(|(b, _, _)| buffers.contains(&b))
+            });
+    }
+
+    /// Drops every cached bind group (and with them the references they hold to buffers).
     pub fn clear_bind_groups(&self) {
         self.bind_groups
             .lock()

@@ -1,8 +1,11 @@
-//! The WGSL sources in `shaders/`, embedded at compile time, and a one-level preprocessor:
-//! `#include "common/x.wgsl"` and `#ifdef NAME` / `#else` / `#endif` blocks.
+//! The WGSL sources in `shaders/`, embedded at compile time, and a small preprocessor:
+//! `#include "common/x.wgsl"` (recursive, each file once per shader) and `#ifdef NAME` /
+//! `#ifndef NAME` / `#else` / `#endif` blocks, which nest.
 //!
-//! Defines only switch dtypes or binding layouts (STYLE.md); scalars are WGSL `override`s
-//! or uniforms.
+//! Defines pick a kernel's variant: a weight type's dequantizer, a binding layout, a stage of
+//! a multi-stage kernel, a fused prologue or epilogue. Scalars (sizes, positions, settings)
+//! reach every kernel through its uniform `Params` at `@binding(0)`, packed per dispatch by
+//! the `StepRecorder`; no kernel uses WGSL `override`s.
 
 // `SHADER_FILES`: every file under `shaders/`, by relative path (written by build.rs).
 include!(concat!(env!("OUT_DIR"), "/shaders.rs"));
@@ -65,4 +68,28 @@ fn expand(name: &str, defines: &[&str], out: &mut String, included: &mut Vec<Str
         }
     }
     assert!(active.is_empty(), "{name}: unterminated #ifdef");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the header promises: nested blocks, `#ifndef`, `#else`, and includes expanded once.
+    #[test]
+    fn nested_blocks_and_includes_once() {
+        // sample.wgsl nests its stage blocks inside `#ifdef PENALTY … #else`; the FINISH
+        // stage's bindings appear only under FINISH, the penalty's only under PENALTY.
+        let finish = preprocess("sample.wgsl", &["FINISH"]);
+        assert!(finish.contains("var<storage, read> cands"));
+        assert!(!finish.contains("var<workgroup> recent_ids"));
+        let penalty = preprocess("sample.wgsl", &["PENALTY"]);
+        assert!(penalty.contains("var<workgroup> recent_ids"));
+        assert!(!penalty.contains("fn find_bin"));
+        // A file included twice along two paths appears once.
+        let mut included = Vec::new();
+        let first = preprocess_with("common/dequant_k_scales.wgsl", &[], &mut included);
+        let again = preprocess_with("common/dequant_k_scales.wgsl", &[], &mut included);
+        assert!(!first.is_empty() && again.is_empty());
+        assert!(!shader_source("sample.wgsl").unwrap().contains("override "));
+    }
 }

@@ -58,16 +58,38 @@ pub enum Activation {
     GeluTanh,
 }
 
+/// Why a file's config is refused: either a valid file asking for something coco can't run
+/// yet ([`ConfigError::is_not_yet`]), or a broken file, which no GPU would change.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("not yet: architecture `{0}`; supported: {SUPPORTED_ARCHS}")]
     UnsupportedArch(String),
+    /// A valid value outside what coco supports (a head size, partial RoPE, …).
+    #[error("not yet: {0}")]
+    NotYet(String),
+    /// A valid tensor in a form coco can't read yet.
+    #[error("tensor `{name}`: not yet: {why}")]
+    TensorNotYet { name: String, why: String },
     #[error(transparent)]
     Metadata(#[from] MetadataError),
+    /// A tensor the architecture needs is missing or has the wrong shape.
     #[error("tensor `{name}`: {why}")]
     Tensor { name: String, why: String },
+    /// Values that contradict each other or any real model.
     #[error("{0}")]
     Invalid(String),
+}
+
+impl ConfigError {
+    /// A supported-later feature, as opposed to a broken file.
+    pub fn is_not_yet(&self) -> bool {
+        matches!(
+            self,
+            ConfigError::UnsupportedArch(_)
+                | ConfigError::NotYet(_)
+                | ConfigError::TensorNotYet { .. }
+        )
+    }
 }
 
 /// Hyperparameters, one dimension order everywhere: `[tokens, heads, head_dim]`.
@@ -151,19 +173,21 @@ impl Config {
             .opt_u32(&key("attention.value_length"))?
             .unwrap_or(head_dim);
         if v_dim != head_dim {
-            return Err(ConfigError::Invalid(format!(
-                "not yet: value head size {v_dim} ≠ key head size {head_dim}"
+            return Err(ConfigError::NotYet(format!(
+                "value head size {v_dim} ≠ key head size {head_dim}"
             )));
         }
-        if head_dim == 0 || head_dim % 2 != 0 || head_dim > 256 {
-            return Err(ConfigError::Invalid(format!(
-                "not yet: head size {head_dim} (supported: even, ≤ 256)"
+        // The attention kernels read heads as vec4 (kernels::attention); refusing other sizes
+        // here puts them in the capability report instead of failing the first forward.
+        if head_dim == 0 || head_dim % 4 != 0 || head_dim > 256 {
+            return Err(ConfigError::NotYet(format!(
+                "head size {head_dim} (supported: multiples of 4, ≤ 256)"
             )));
         }
         if let Some(rope_dims) = md.opt_u32(&key("rope.dimension_count"))? {
             if rope_dims != head_dim {
-                return Err(ConfigError::Invalid(format!(
-                    "not yet: partial RoPE ({rope_dims} of {head_dim} dimensions rotated)"
+                return Err(ConfigError::NotYet(format!(
+                    "partial RoPE ({rope_dims} of {head_dim} dimensions rotated)"
                 )));
             }
         }
@@ -294,13 +318,15 @@ impl Config {
             .collect()
     }
 
+    /// Bytes of one layer's K (or V) cache for `context` positions: `[context, kv_heads,
+    /// head_dim]` f32.
+    pub fn kv_layer_bytes(&self, context: u32) -> u64 {
+        context as u64 * self.n_kv_heads as u64 * self.head_dim as u64 * 4
+    }
+
     /// KV cache bytes for `context` positions (f32 K and V for every layer).
     pub fn kv_cache_bytes(&self, context: u32) -> u64 {
-        2 * self.n_layers as u64
-            * context as u64
-            * self.n_kv_heads as u64
-            * self.head_dim as u64
-            * 4
+        2 * self.n_layers as u64 * self.kv_layer_bytes(context)
     }
 
     /// Checks every tensor the forward pass reads: present, and shaped as the config says.
@@ -360,10 +386,10 @@ impl Config {
         for t in &header.tensors {
             let vector = t.dims.len() == 1;
             if vector && t.ty != GgmlType::F32 {
-                return Err(ConfigError::Tensor {
+                return Err(ConfigError::TensorNotYet {
                     name: t.name.clone(),
                     why: format!(
-                        "not yet: 1-D tensors of type {} (coco reads norms and biases as F32)",
+                        "1-D tensors of type {} (coco reads norms and biases as F32)",
                         t.ty
                     ),
                 });
@@ -394,8 +420,8 @@ fn read_rope_scaling(header: &Header, arch: &str) -> Result<RopeScaling, ConfigE
             original_context: md.opt_u32(&key("original_context_length"))?.unwrap_or(8192),
         },
         (Some(other), _) => {
-            return Err(ConfigError::Invalid(format!(
-                "not yet: RoPE scaling `{other}` (supported: none, linear, llama3)"
+            return Err(ConfigError::NotYet(format!(
+                "RoPE scaling `{other}` (supported: none, linear, llama3)"
             )))
         }
     })

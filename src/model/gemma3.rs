@@ -10,7 +10,7 @@
 //! - GGUF norm weights already hold HF's `(1 + w)` (llama.cpp's converter adds the 1), so
 //!   the plain RMSNorm kernel applies.
 
-use crate::engine::LogitsFor;
+use super::LogitsFor;
 use crate::gpu::{Binding, StepRecorder};
 use crate::kernels::get_rows::get_rows;
 use crate::kernels::matmul::{matmul, MatmulArgs};

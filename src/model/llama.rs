@@ -9,8 +9,8 @@ use crate::kernels::get_rows::get_rows;
 use crate::kernels::matmul::{matmul, MatmulArgs};
 use crate::kernels::KernelError;
 
+use super::LogitsFor;
 use super::{attention_block, gated_ffn, lm_head, megakernel_ffn, Step};
-use crate::engine::LogitsFor;
 
 pub(crate) fn forward(
     rec: &mut StepRecorder,

@@ -6,14 +6,12 @@
 pub mod config;
 mod gemma3;
 mod llama;
+pub mod state;
 pub mod weights;
 
 pub use config::{Activation, Arch, Config, ConfigError, RopeScaling, RopeStyle};
 pub use weights::{LayerWeights, Weights};
 
-pub use crate::engine::Model;
-
-use crate::engine::{rows_of, KvCache, LogitsFor, Scratch};
 use crate::gpu::{Binding, StepRecorder};
 use crate::kernels::attention::{attention, kv_write, AttentionShape};
 use crate::kernels::elementwise;
@@ -27,6 +25,9 @@ use crate::kernels::rope::{
     rope, rope_kv_write, QkNorm, RopeKvShape, RopeLayout, QK_NORM_MAX_HEAD_DIM,
 };
 use crate::kernels::KernelError;
+pub use state::{
+    rows_of, KvCache, LogitsFor, Model, Scratch, LOGITS_ROWS, MAX_STEPS, PREFILL_CHUNK,
+};
 
 /// How a step is cut into dispatches. Both compute the same thing; tests check they agree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -159,7 +159,7 @@ describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
           return generate(second, {});
         });
         assert.deepEqual(run.ids, first.ids, `the link reproduces the output:\n  first ${JSON.stringify(first.text)}\n  link  ${JSON.stringify(run.text)}`);
-        assert.ok(autoRan, 'opening the link did not start the run by itself after loading (issue 3, point 6)');
+        assert.ok(autoRan, 'opening the link did not start the run by itself after loading (a share link reproduces its run)');
       },
       second,
     );

@@ -1,4 +1,4 @@
-// GPU limits in the page (issue "Robustness and security", point 4), on SwiftShader:
+// GPU limits in the page (a model past the adapter's limits or its memory), on SwiftShader:
 //  - a model with a tensor row larger than the adapter's storage binding limit is refused from
 //    its header, with the numbers, before the bulk download;
 //  - a model whose buffers pass WebGPU's limits but which the GPU can't allocate fails with a

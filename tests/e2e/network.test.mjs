@@ -1,4 +1,4 @@
-// Broken downloads (issue 4, point 3). The test server injects each fault on a path of its
+// Broken downloads (dropped, stalled, refused, mis-sized). The test server injects each fault on a path of its
 // own (/fault/<kind>/<param>/…, see scripts/serve.mjs); the page must end in a clear error
 // that names the cause, keep nothing partial in the Cache API, and resume where Range works.
 import { describe, it } from 'node:test';

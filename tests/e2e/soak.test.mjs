@@ -1,11 +1,11 @@
-// Browser soak, scaled to SwiftShader (issue "Robustness and security", point 6): many
+// Browser soak, scaled to SwiftShader (long runs must not grow memory or GPU resources): many
 // sequential generations in one page must not leak. After each generation it records the wasm
 // heap (linear memory only grows, so any growth is permanent), the GPU buffers coco has created
 // (GpuContext counts every buffer it makes; a warm decode loop makes none), the cached bind
 // groups and pipelines, and decode tok/s. Greedy decoding of the same prompt must give the same
 // ids every time.
 //
-// The issue asks for 50 × 500 tokens; SwiftShader decodes the fixture at a few tok/s, so that
+// The native soak runs 50 × 500 tokens; SwiftShader decodes the fixture at a few tok/s, so that
 // is ~2 h. CI runs 50 × COCO_E2E_SOAK_TOKENS (default 4) instead; the native soak in
 // tests/gpu_faults.rs covers the long generations (COCO_SOAK_TOKENS). For the full browser soak:
 //   COCO_E2E_SOAK_TOKENS=500 node --test tests/e2e/soak.test.mjs

@@ -1,4 +1,4 @@
-// Share links from strangers (issue 4, point 5): fields are text, never HTML; model URLs are
+// Share links from strangers: fields are text, never HTML; model URLs are
 // http(s) or relative; a cross-origin model asks first, showing host and size, and nothing
 // big downloads before that click.
 import { describe, it } from 'node:test';
