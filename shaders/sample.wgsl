@@ -22,7 +22,10 @@
 //   next step's embedding lookup reads it), `generated[slot]` (the readback ring) and the
 //   penalty ring. It then zeroes `counts` for the next step.
 //
-// Workgroup memory only, no subgroups, 256 invocations: the browser runs the same code.
+// Workgroup memory only, no subgroups, 256 invocations: the browser runs the same code. The
+// scans over the 256 invocations are Hillis–Steele trees (8 steps, 16 barriers) on a GPU;
+// with SERIAL_SCAN (CPU adapters, where every barrier switches all 256 invocations' fibers)
+// invocation 0 runs them as a 256-step loop between two barriers.
 
 struct Params {
     n: u32,               // vocabulary: logits in the row
@@ -147,6 +150,16 @@ fn find_bin(li: u32, base: u32, bins: u32, want: u32) -> vec2<u32> {
         found = vec2<u32>(0u, 0u);
     }
     // Suffix sums from the top bin down: scan[i] = keys in bins ≥ i · per.
+#ifdef SERIAL_SCAN
+    if (li == 0u) {
+        var acc = 0u;
+        for (var t = WG; t > 0u; t--) {
+            acc += scan[t - 1u];
+            scan[t - 1u] = acc;
+        }
+    }
+    workgroupBarrier();
+#else
     for (var off = 1u; off < WG; off <<= 1u) {
         var v = scan[li];
         if (li + off < WG) {
@@ -156,6 +169,7 @@ fn find_bin(li: u32, base: u32, bins: u32, want: u32) -> vec2<u32> {
         scan[li] = v;
         workgroupBarrier();
     }
+#endif
     let rank = min(want, scan[0]);
     let upto = scan[li];
     let higher = upto - own;
@@ -213,11 +227,23 @@ fn publish(li: u32, at: u32, choice: vec2<u32>) {
 }
 
 // Inclusive prefix count of `flag` over the workgroup, in invocation order (so in id order
-// for a tile of consecutive ids): returns (this invocation's count, the tile's total).
-fn prefix_count(li: u32, flag: bool) -> vec2<u32> {
+// for a tile of consecutive ids): returns this invocation's count; the tile's total is then
+// `workgroupUniformLoad(&scan[WG - 1u])` (read by the caller, so that it stays uniform: a
+// vector mixing it with the non-uniform count would not be).
+fn prefix_count(li: u32, flag: bool) -> u32 {
     workgroupBarrier(); // the previous call's readers are done with `scan`
     scan[li] = select(0u, 1u, flag);
     workgroupBarrier();
+#ifdef SERIAL_SCAN
+    if (li == 0u) {
+        var acc = 0u;
+        for (var t = 0u; t < WG; t++) {
+            acc += scan[t];
+            scan[t] = acc;
+        }
+    }
+    workgroupBarrier();
+#else
     for (var off = 1u; off < WG; off <<= 1u) {
         var v = scan[li];
         if (li >= off) {
@@ -227,8 +253,8 @@ fn prefix_count(li: u32, flag: bool) -> vec2<u32> {
         scan[li] = v;
         workgroupBarrier();
     }
-    let mine = scan[li];
-    return vec2<u32>(mine, workgroupUniformLoad(&scan[WG - 1u]));
+#endif
+    return scan[li];
 }
 #endif
 
@@ -349,8 +375,9 @@ fn main(
     for (var base = start; base < end && taken < need; base += WG) {
         let j = base + li;
         let tie = j < end && key_of(logits[j]) == cut_key;
-        let r = prefix_count(li, tie);
-        if (tie && taken + r.x <= need) {
+        let rank = prefix_count(li, tie);
+        let tile_ties = workgroupUniformLoad(&scan[WG - 1u]);
+        if (tie && taken + rank <= need) {
             let slot = atomicAdd(&counts[N_TIES], 1u);
             if (slot < TIE_SLOTS) {
                 cands[MAX_CANDIDATES + slot] = vec2<u32>(cut_key, j);
@@ -358,7 +385,7 @@ fn main(
                 atomicStore(&counts[OVERFLOW], 1u);
             }
         }
-        taken += r.y;
+        taken += tile_ties;
     }
 }
 #endif
@@ -430,6 +457,16 @@ fn prefix_sums(li: u32, count: u32) -> f32 {
     }
     fscan[li] = run;
     workgroupBarrier();
+#ifdef SERIAL_SCAN
+    if (li == 0u) {
+        var acc = 0.0;
+        for (var t = 0u; t < WG; t++) {
+            acc += fscan[t];
+            fscan[t] = acc;
+        }
+    }
+    workgroupBarrier();
+#else
     for (var off = 1u; off < WG; off <<= 1u) {
         var v = fscan[li];
         if (li >= off) {
@@ -439,6 +476,7 @@ fn prefix_sums(li: u32, count: u32) -> f32 {
         fscan[li] = v;
         workgroupBarrier();
     }
+#endif
     var acc = 0.0;
     if (li > 0u) {
         acc = fscan[li - 1u];
@@ -507,12 +545,13 @@ fn choose(li: u32, c: Cut) -> u32 {
         for (var base = 0u; base < p.n; base += WG) {
             let j = base + li;
             let tie = j < p.n && key_of(logits[j]) == cut_key;
-            let r = prefix_count(li, tie);
-            if (tie && got + r.x <= need) {
-                skey[above + got + r.x - 1u] = cut_key;
-                sid[above + got + r.x - 1u] = j;
+            let rank = prefix_count(li, tie);
+            let tile_ties = workgroupUniformLoad(&scan[WG - 1u]);
+            if (tie && got + rank <= need) {
+                skey[above + got + rank - 1u] = cut_key;
+                sid[above + got + rank - 1u] = j;
             }
-            got += r.y;
+            got += tile_ties;
             if (got >= need) {
                 break;
             }

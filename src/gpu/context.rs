@@ -496,11 +496,7 @@ impl GpuContext {
         self.bind_groups
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .retain(|key, _| {
-                !key.storage
-                    .iter()
-                    .any(|(b, _, _)| buffers.contains(&b))
-            });
+            .retain(|key, _| !key.storage.iter().any(|(b, _, _)| buffers.contains(&b)));
     }
 
     /// Drops every cached bind group (and with them the references they hold to buffers).

@@ -45,13 +45,17 @@ pub enum SampleStage {
 }
 
 impl SampleStage {
-    /// `sample_penalty`, `sample_histogram`, `sample_compact`, `sample_finish`.
-    pub fn label(self) -> &'static str {
-        match self {
-            SampleStage::Penalty => "sample_penalty",
-            SampleStage::Histogram => "sample_histogram",
-            SampleStage::Compact => "sample_compact",
-            SampleStage::Finish => "sample_finish",
+    /// `sample_penalty`, `sample_histogram`, `sample_compact`, `sample_finish`; with
+    /// `_serial` for the CPU adapters' serial scans (SERIAL_SCAN).
+    pub fn label(self, serial: bool) -> &'static str {
+        match (self, serial) {
+            (SampleStage::Penalty, _) => "sample_penalty",
+            (SampleStage::Histogram, false) => "sample_histogram",
+            (SampleStage::Histogram, true) => "sample_histogram_serial",
+            (SampleStage::Compact, false) => "sample_compact",
+            (SampleStage::Compact, true) => "sample_compact_serial",
+            (SampleStage::Finish, false) => "sample_finish",
+            (SampleStage::Finish, true) => "sample_finish_serial",
         }
     }
     fn define(self) -> &'static str {
@@ -153,7 +157,8 @@ pub fn sample(
     check_len(KERNEL, "recent", state.recent, MAX_RECENT as u64)?;
     check_len(KERNEL, "ids", ids, 1)?;
     check_len(KERNEL, "generated", generated, slot as u64 + 1)?;
-    let (groups, chunk) = split(n, rec.ctx().info.device_type == wgpu::DeviceType::Cpu);
+    let cpu = rec.ctx().info.device_type == wgpu::DeviceType::Cpu;
+    let (groups, chunk) = split(n, cpu);
     let mut params = Params {
         n,
         chunk,
@@ -179,10 +184,11 @@ pub fn sample(
                      bindings: &[Binding],
                      workgroups: u32|
      -> Result<(), KernelError> {
-        let label = stage.label();
-        let pipeline = rec
-            .ctx()
-            .pipeline(label, || preprocess("sample.wgsl", &[stage.define()]));
+        let label = stage.label(cpu);
+        let pipeline = rec.ctx().pipeline(label, || {
+            let serial = if cpu { "SERIAL_SCAN" } else { "" };
+            preprocess("sample.wgsl", &[stage.define(), serial])
+        });
         rec.dispatch(
             label,
             &pipeline,

@@ -79,7 +79,7 @@ describe('page: benchmark, kernel chart, cache', { timeout: 20 * 60_000 }, () =>
       assert.deepEqual(keyPaths(exported), keyPaths(native), 'the same fields as native `coco bench --json`');
       assert.match(exported.adapter, /swiftshader.*\(BrowserWebGpu, Cpu\)/i, 'the export names the GPU it measured, as the browser calls it');
       checkBench(native, BENCH, 'native');
-      record('page bench', { pp_tok_s: shown.pp_tok_s, tg_tok_s: shown.tg_tok_s, native_pp_tok_s: native.pp_tok_s, native_tg_tok_s: native.tg_tok_s, adapter: shown.adapter });
+      record('page bench', { pp_tok_s: shown.pp_tok_s, tg_tok_s: shown.tg_tok_s, tg_sampled_tok_s: shown.tg_sampled_tok_s, sampled_vs_greedy: shown.sampled_vs_greedy, native_pp_tok_s: native.pp_tok_s, native_tg_tok_s: native.tg_tok_s, adapter: shown.adapter });
     }));
 
   it('?bench=1 runs the benchmark right after the link loads its model, with the link\'s sizes', { timeout: 5 * 60_000 }, async (t) => {
