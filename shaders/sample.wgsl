@@ -3,15 +3,15 @@
 // step implements is `coco::reference::sample` (its header); `kernels::sample` records the
 // stages, one define each:
 //
-// - PENALTY (1 workgroup, only when a penalty is set): each distinct id of the last
-//   `recent` tokens (read from the ring `recent`, indexed by position) gets its logit
-//   penalized in place.
 // - HISTOGRAM, level 0, 1, 2 (`groups` workgroups each): an exact radix select of the k-th
 //   best key. Keys are the logits' order-preserving u32 bits (as in argmax.wgsl); level 0
 //   counts keys by bits 31..21, level 1 the keys in the k-th's level-0 bin by bits 20..10,
 //   level 2 the keys in its level-1 bin by bits 9..0. Each stage finds the bin the previous
 //   level chose from that finished histogram (a suffix scan of its counts) and publishes it
-//   in `counts` for the later stages (every workgroup stores the same values).
+//   in `counts` for the later stages (every workgroup stores the same values). With
+//   PENALIZE (level 0, when a penalty is set) each workgroup first applies the repetition
+//   penalty to the ids of the last `recent` tokens (the ring `recent`, indexed by position)
+//   that fall in its chunk, in place.
 // - COMPACT (`groups` workgroups): keys above the k-th's key (fewer than k) go to
 //   `cands[0 ..]`; of the keys equal to it, each workgroup offers its lowest-id ones, in id
 //   order, to `cands[MAX_CANDIDATES ..]` (1,024 slots; when more are offered, FINISH finds
@@ -40,7 +40,7 @@ struct Params {
     inv_temperature: f32,
     penalty: f32,
     inv_penalty: f32,
-    recent: u32,          // PENALTY: ids to look back over (≤ MAX_RECENT, ≤ position)
+    recent: u32,          // PENALIZE: ids to look back over (≤ MAX_RECENT, ≤ position)
     position: u32,        // the drawn token's index in the sequence: RNG counter, ring slot
     seed_lo: u32,
     seed_hi: u32,
@@ -51,9 +51,10 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-#ifdef PENALTY
-@group(0) @binding(1) var<storage, read_write> logits: array<f32>;      // [n]
-@group(0) @binding(2) var<storage, read> recent: array<u32>;            // [MAX_RECENT] ring
+#ifdef PENALIZE
+@group(0) @binding(1) var<storage, read_write> logits: array<u32>;      // [n] f32 bits
+@group(0) @binding(2) var<storage, read_write> counts: array<atomic<u32>>; // [COUNT_WORDS]
+@group(0) @binding(3) var<storage, read> recent: array<u32>;            // [MAX_RECENT] ring
 #else
 @group(0) @binding(1) var<storage, read> logits: array<u32>;            // [n] f32 bits
 @group(0) @binding(2) var<storage, read_write> counts: array<atomic<u32>>; // [COUNT_WORDS]
@@ -87,29 +88,6 @@ const CUT: u32 = 5124u;      // [bin0, rank0, k, bin1, rank1, bin2, rank2, unuse
 const COUNT_WORDS: u32 = 5132u;
 const TIE_SLOTS: u32 = 1024u;
 
-#ifdef PENALTY
-var<workgroup> recent_ids: array<u32, 512>;
-
-@compute @workgroup_size(256)
-fn main(@builtin(local_invocation_index) li: u32) {
-    let count = p.recent;
-    for (var i = li; i < count; i += WG) {
-        recent_ids[i] = recent[(p.position - count + i) & (MAX_RECENT - 1u)];
-    }
-    workgroupBarrier();
-    for (var i = li; i < count; i += WG) {
-        let id = recent_ids[i];
-        var distinct = id < p.n;
-        for (var j = 0u; j < i && distinct; j++) {
-            distinct = recent_ids[j] != id;
-        }
-        if (distinct) {
-            let l = logits[id];
-            logits[id] = select(l * p.penalty, l * p.inv_penalty, l > 0.0);
-        }
-    }
-}
-#else
 
 fn key_of(bits: u32) -> u32 {
     if ((bits & 0x7fffffffu) > 0x7f800000u) {
@@ -256,6 +234,34 @@ fn prefix_count(li: u32, flag: bool) -> u32 {
 #endif
     return scan[li];
 }
+
+#ifdef PENALIZE
+var<workgroup> recent_ids: array<u32, 512>;
+
+// The repetition penalty, folded into the level-0 histogram: each distinct id of the last
+// `recent` tokens that falls in this workgroup's chunk [start, end) gets its logit penalized
+// in place. The chunks are disjoint, so no other workgroup touches those logits, and the
+// later stages (separate dispatches) read them penalized.
+fn penalize(li: u32, start: u32, end: u32) {
+    let count = p.recent;
+    for (var i = li; i < count; i += WG) {
+        recent_ids[i] = recent[(p.position - count + i) & (MAX_RECENT - 1u)];
+    }
+    workgroupBarrier();
+    for (var i = li; i < count; i += WG) {
+        let id = recent_ids[i];
+        var distinct = id >= start && id < end;
+        for (var j = 0u; j < i && distinct; j++) {
+            distinct = recent_ids[j] != id;
+        }
+        if (distinct) {
+            let l = bitcast<f32>(logits[id]);
+            logits[id] = bitcast<u32>(select(l * p.penalty, l * p.inv_penalty, l > 0.0));
+        }
+    }
+    // The histogram below reads what other invocations of this workgroup just wrote.
+    storageBarrier();
+}
 #endif
 
 #ifdef HISTOGRAM
@@ -292,9 +298,12 @@ fn main(
         publish(li, CUT + 3u, b1);
         prefix = (c.bin0 << 11u) | b1.x;
     }
-    workgroupBarrier();
     let start = wid.x * p.chunk;
     let end = min(start + p.chunk, p.n);
+#ifdef PENALIZE
+    penalize(li, start, end);
+#endif
+    workgroupBarrier();
     for (var j = start + li; j < end; j += WG) {
         let key = key_of(logits[j]);
         if (!finite(key)) {

@@ -5,9 +5,9 @@
 //! the next step's embedding lookup and `generated[slot]` for the readback ring; it also
 //! goes into the penalty's ring of recent ids at `position`.
 //!
-//! Dispatches per draw: the penalty (1 workgroup, only when a penalty is set), three
-//! histogram levels and the compaction (up to [`MAX_GROUPS`] workgroups each) and the finish
-//! (1 workgroup): 5 or 6, against greedy's 2. The histograms are counts in global memory that
+//! Dispatches per draw: three histogram levels (the first also applies the repetition
+//! penalty when one is set) and the compaction (up to [`MAX_GROUPS`] workgroups each), and
+//! the finish (1 workgroup): 5, against greedy's 2. The histograms are counts in global memory that
 //! the finish zeroes, so the buffers must start zeroed (`GpuContext::storage_buffer` does).
 
 use bytemuck::{Pod, Zeroable};
@@ -38,19 +38,21 @@ pub const CAND_PAIRS: u64 = 2 * MAX_CANDIDATES as u64;
 /// The stages of sample.wgsl, one define each (their bindings differ).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum SampleStage {
-    Penalty,
     Histogram,
+    /// Level 0 of the histogram with the repetition penalty applied first.
+    PenalizeHistogram,
     Compact,
     Finish,
 }
 
 impl SampleStage {
-    /// `sample_penalty`, `sample_histogram`, `sample_compact`, `sample_finish`; with
-    /// `_serial` for the CPU adapters' serial scans (SERIAL_SCAN).
+    /// `sample_histogram`, `sample_histogram_penalize`, `sample_compact`, `sample_finish`;
+    /// with `_serial` for the CPU adapters' serial scans (SERIAL_SCAN).
     pub fn label(self, serial: bool) -> &'static str {
         match (self, serial) {
-            (SampleStage::Penalty, _) => "sample_penalty",
             (SampleStage::Histogram, false) => "sample_histogram",
+            (SampleStage::PenalizeHistogram, false) => "sample_histogram_penalize",
+            (SampleStage::PenalizeHistogram, true) => "sample_histogram_penalize_serial",
             (SampleStage::Histogram, true) => "sample_histogram_serial",
             (SampleStage::Compact, false) => "sample_compact",
             (SampleStage::Compact, true) => "sample_compact_serial",
@@ -58,12 +60,12 @@ impl SampleStage {
             (SampleStage::Finish, true) => "sample_finish_serial",
         }
     }
-    fn define(self) -> &'static str {
+    fn defines(self) -> &'static [&'static str] {
         match self {
-            SampleStage::Penalty => "PENALTY",
-            SampleStage::Histogram => "HISTOGRAM",
-            SampleStage::Compact => "COMPACT",
-            SampleStage::Finish => "FINISH",
+            SampleStage::Histogram => &["HISTOGRAM"],
+            SampleStage::PenalizeHistogram => &["HISTOGRAM", "PENALIZE"],
+            SampleStage::Compact => &["COMPACT"],
+            SampleStage::Finish => &["FINISH"],
         }
     }
 }
@@ -186,8 +188,11 @@ pub fn sample(
      -> Result<(), KernelError> {
         let label = stage.label(cpu);
         let pipeline = rec.ctx().pipeline(label, || {
-            let serial = if cpu { "SERIAL_SCAN" } else { "" };
-            preprocess("sample.wgsl", &[stage.define(), serial])
+            let mut defines = stage.defines().to_vec();
+            if cpu {
+                defines.push("SERIAL_SCAN");
+            }
+            preprocess("sample.wgsl", &defines)
         });
         rec.dispatch(
             label,
@@ -198,12 +203,14 @@ pub fn sample(
         )?;
         Ok(())
     };
-    if recent > 0 {
-        let bindings = [logits.clone(), state.recent.clone()];
-        stage(SampleStage::Penalty, &params, &bindings, 1)?;
-    }
     let wide = [logits.clone(), state.counts.clone()];
-    for level in 0..3 {
+    if recent > 0 {
+        let bindings = [logits.clone(), state.counts.clone(), state.recent.clone()];
+        stage(SampleStage::PenalizeHistogram, &params, &bindings, groups)?;
+    } else {
+        stage(SampleStage::Histogram, &params, &wide, groups)?;
+    }
+    for level in 1..3 {
         params.level = level;
         stage(SampleStage::Histogram, &params, &wide, groups)?;
     }
