@@ -38,23 +38,7 @@ const NONE: u32 = 0xffffffffu; // index of "no candidate" (key 0)
 var<workgroup> keys: array<u32, 256>;
 var<workgroup> idxs: array<u32, 256>;
 
-fn is_nan(bits: u32) -> bool {
-    return (bits & 0x7fffffffu) > 0x7f800000u;
-}
-
-fn key_of(bits: u32) -> u32 {
-    if (is_nan(bits)) {
-        return 0u;
-    }
-    var b = bits;
-    if (b == 0x80000000u) {
-        b = 0u; // -0.0 ties with +0.0
-    }
-    if ((b & 0x80000000u) != 0u) {
-        return ~b;
-    }
-    return b | 0x80000000u;
-}
+#include "common/order_key.wgsl"
 
 // Tree reduction of (keys, idxs) over the workgroup: larger key wins, then lower index.
 fn reduce(li: u32) {

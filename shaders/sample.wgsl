@@ -89,19 +89,7 @@ const COUNT_WORDS: u32 = 5132u;
 const TIE_SLOTS: u32 = 1024u;
 
 
-fn key_of(bits: u32) -> u32 {
-    if ((bits & 0x7fffffffu) > 0x7f800000u) {
-        return 0u; // NaN
-    }
-    var b = bits;
-    if (b == 0x80000000u) {
-        b = 0u; // -0.0 ties with +0.0
-    }
-    if ((b & 0x80000000u) != 0u) {
-        return ~b;
-    }
-    return b | 0x80000000u;
-}
+#include "common/order_key.wgsl"
 
 fn finite(key: u32) -> bool {
     return key >= MIN_KEY && key < INF_KEY;

@@ -185,30 +185,18 @@ pub async fn run_with(
     let greedy = SamplerConfig::greedy();
     let sampled = SamplerConfig::default();
     let on = megakernel && check.passed;
-    let mut pp = Vec::new();
-    let mut tg = Vec::new();
-    let mut last = TgRun::default();
-    let mut record_ms = Vec::new();
-    for rep in 0..=cfg.reps {
-        let r = pp_tg(
-            ctx,
-            model,
-            cfg,
-            &prompt,
-            context,
-            on,
-            on,
-            &greedy,
-            cpu_sampling,
-        )
-        .await?;
-        if rep > 0 {
-            pp.push(r.pp_tok_s);
-            tg.push(r.tg_tok_s);
-            record_ms.push(r.record_ms_per_token);
-        }
-        last = r;
-    }
+    let plan = |cfg: &'_ BenchConfig, prefill_megakernel, decode_megakernel, sampler| TgPlan {
+        cfg: cfg.clone(),
+        prompt: &prompt,
+        context,
+        prefill_megakernel,
+        decode_megakernel,
+        sampler,
+        cpu_sampling,
+    };
+    let runs = reps(ctx, model, &plan(cfg, on, on, &greedy)).await?;
+    let last = runs.last().cloned().unwrap_or_default();
+    let tg: Vec<f64> = runs.iter().map(|r| r.tg_tok_s).collect();
     let cpu_sampler_ms = {
         let mut s = Session::new(ctx, model, context, LogitsFor::LastToken);
         s.pipeline = cfg.pipeline;
@@ -222,26 +210,7 @@ pub async fn run_with(
             .collect();
         median(&times)
     };
-    let mut tg_sampled = Vec::new();
-    let mut sampled_dispatches = 0;
-    for rep in 0..=cfg.reps {
-        let r = pp_tg(
-            ctx,
-            model,
-            cfg,
-            &prompt,
-            context,
-            on,
-            on,
-            &sampled,
-            cpu_sampling,
-        )
-        .await?;
-        if rep > 0 {
-            tg_sampled.push(r.tg_tok_s);
-        }
-        sampled_dispatches = r.dispatches_per_token;
-    }
+    let sampled_runs = reps(ctx, model, &plan(cfg, on, on, &sampled)).await?;
     // The other side of the A/B: tg only (its prefill runs the normal path either way).
     // When that side is the megakernel it decodes at most MEGAKERNEL_AB_TOKENS tokens, one
     // rep after the warm-up: it runs 10–100× slower, and 128 tokens × 4 runs of it took
@@ -255,26 +224,15 @@ pub async fn run_with(
             ..cfg.clone()
         }
     };
-    let mut other = Vec::new();
-    if check.passed {
-        for rep in 0..=other_cfg.reps {
-            let r = pp_tg(
-                ctx,
-                model,
-                &other_cfg,
-                &prompt,
-                context,
-                false,
-                !megakernel,
-                &greedy,
-                cpu_sampling,
-            )
-            .await?;
-            if rep > 0 {
-                other.push(r.tg_tok_s);
-            }
-        }
-    }
+    let other: Vec<f64> = if check.passed {
+        reps(ctx, model, &plan(&other_cfg, false, !megakernel, &greedy))
+            .await?
+            .iter()
+            .map(|r| r.tg_tok_s)
+            .collect()
+    } else {
+        Vec::new()
+    };
     let (tg_on, tg_off) = if megakernel {
         (tg.clone(), other)
     } else {
@@ -285,15 +243,20 @@ pub async fn run_with(
         prompt_tokens: cfg.prompt_tokens,
         gen_tokens: cfg.gen_tokens,
         reps: cfg.reps,
-        pp_tok_s: pp,
+        pp_tok_s: runs.iter().map(|r| r.pp_tok_s).collect(),
         tg_tok_s: tg,
         dispatches_per_token: last.dispatches_per_token,
-        tg_sampled_tok_s: tg_sampled,
-        sampled_dispatches_per_token: sampled_dispatches,
+        tg_sampled_tok_s: sampled_runs.iter().map(|r| r.tg_tok_s).collect(),
+        sampled_dispatches_per_token: sampled_runs.last().map_or(0, |r| r.dispatches_per_token),
         cpu_sampler_ms,
         sampler_on_gpu: last.sampler_on_gpu,
         steps_per_submit: last.steps_per_submit,
-        record_ms_per_token: median(&record_ms),
+        record_ms_per_token: median(
+            &runs
+                .iter()
+                .map(|r| r.record_ms_per_token)
+                .collect::<Vec<_>>(),
+        ),
         weight_bytes_per_token: weight_bytes_per_token(model),
         probe: None,
         megakernel: MegakernelAb {
@@ -316,31 +279,61 @@ struct TgRun {
     record_ms_per_token: f64,
 }
 
-/// One fresh session: prefill `prompt` (timed until its logits are back), then
-/// `gen_tokens` decode steps drawing with `sampler`, with the FFN megakernel on or off, on
-/// the GPU loop or the one-token CPU-sampling path. Stop tokens don't end the run (random
-/// weights emit anything).
-#[allow(clippy::too_many_arguments)]
-async fn pp_tg(
-    ctx: &Arc<GpuContext>,
-    model: &Arc<Model>,
-    cfg: &BenchConfig,
-    prompt: &[u32],
+/// What [`pp_tg`] runs: `cfg`'s sizes on `prompt`, each side of the FFN megakernel switch,
+/// the decode drawing with `sampler`, on the GPU loop or the CPU-sampling path.
+struct TgPlan<'a> {
+    cfg: BenchConfig,
+    prompt: &'a [u32],
     context: u32,
     prefill_megakernel: bool,
     decode_megakernel: bool,
-    sampler: &SamplerConfig,
+    sampler: &'a SamplerConfig,
     cpu_sampling: bool,
+}
+
+/// `plan.cfg.reps` runs of [`pp_tg`] after one warm-up (not returned).
+async fn reps(
+    ctx: &Arc<GpuContext>,
+    model: &Arc<Model>,
+    plan: &TgPlan<'_>,
+) -> Result<Vec<TgRun>, EngineError> {
+    let mut runs = Vec::new();
+    for rep in 0..=plan.cfg.reps {
+        let r = pp_tg(ctx, model, plan).await?;
+        if rep > 0 {
+            runs.push(r);
+        }
+    }
+    Ok(runs)
+}
+
+/// One fresh session: prefill the prompt (timed until its logits are back), then
+/// `gen_tokens` decode steps as `plan` says. Stop tokens don't end the run (random weights
+/// emit anything).
+async fn pp_tg(
+    ctx: &Arc<GpuContext>,
+    model: &Arc<Model>,
+    plan: &TgPlan<'_>,
 ) -> Result<TgRun, EngineError> {
+    let TgPlan {
+        cfg,
+        prompt,
+        context,
+        prefill_megakernel,
+        decode_megakernel,
+        sampler,
+        cpu_sampling,
+    } = plan;
+    let (context, cpu_sampling) = (*context, *cpu_sampling);
     let mut s = Session::new(ctx, model, context, LogitsFor::LastToken);
     s.pipeline = cfg.pipeline;
     // The switch was checked once per run (in run_with) for this model and device; sessions
     // differ only in their buffers, so it is set directly here.
-    s.megakernel = prefill_megakernel;
+    s.megakernel = *prefill_megakernel;
     let clock = Clock::start();
     let mut logits = s.forward(prompt).await?;
     let pp_rate = prompt.len() as f64 / clock.seconds();
-    s.megakernel = decode_megakernel;
+    s.megakernel = *decode_megakernel;
     let clock = Clock::start();
     if cpu_sampling {
         let mut history = prompt.to_vec();

@@ -162,7 +162,7 @@ fn compare(ctx: &Arc<GpuContext>, model: &Arc<Model>, pipeline: Pipeline, megake
 /// with a longer penalty window): the GPU loop with K up to 16, the GPU loop with K = 1 (a
 /// zero batch budget) and the CPU sampler draw the same tokens for the same seed, including
 /// across a second `generate` whose penalty window reaches into the first one's tokens.
-fn compare_sampled(ctx: &Arc<GpuContext>, model: &Arc<Model>) {
+fn compare_sampled(ctx: &Arc<GpuContext>, model: &Arc<Model>, how_many: usize) {
     let p = prompt(model);
     let settings = [
         SamplerConfig::default(),
@@ -185,7 +185,7 @@ fn compare_sampled(ctx: &Arc<GpuContext>, model: &Arc<Model>) {
             ..Default::default()
         },
     ];
-    for cfg in &settings {
+    for cfg in &settings[..how_many] {
         let mut cpu = session(ctx, model, 512, false);
         let mut k16 = session(ctx, model, 512, true);
         let mut k1 = session(ctx, model, 512, true);
@@ -195,7 +195,7 @@ fn compare_sampled(ctx: &Arc<GpuContext>, model: &Arc<Model>) {
             .map(|s| {
                 let first = generate_with(s, &p, 40, None, cfg);
                 let next = [first.ids[first.ids.len() - 1], p[1]];
-                (first, generate_with(s, &next, 20, None, cfg))
+                (first, generate_with(s, &next, 12, None, cfg))
             })
             .collect();
         eprintln!("{cfg:?}: {:?}", runs[0].0.ids);
@@ -218,10 +218,10 @@ fn compare_sampled(ctx: &Arc<GpuContext>, model: &Arc<Model>) {
 #[test]
 fn sampled_gpu_loop_matches_cpu_sampler() {
     let ctx = gpu();
-    for name in ["llama-spm-q4_0", "gemma3-q4_k"] {
-        let model = Arc::new(load(&ctx, name));
-        compare_sampled(&ctx, &model);
-    }
+    // Every setting on llama; the defaults on gemma3 (6 layers: slower on lavapipe), whose
+    // forward (sandwich norms, per-head Q/K norms, sliding windows) is the other family.
+    compare_sampled(&ctx, &Arc::new(load(&ctx, "llama-spm-q4_0")), 3);
+    compare_sampled(&ctx, &Arc::new(load(&ctx, "gemma3-q4_k")), 1);
 }
 
 #[test]

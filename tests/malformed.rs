@@ -975,14 +975,9 @@ fn shapes_that_contradict_the_architecture_are_named() {
     }
 }
 
-/// A broken file is not a GPU limitation: the capability report marks broken metadata
-/// "invalid model file" (and the page and the loader say so), and keeps "not yet" for valid
-/// files asking for what coco can't run. A head size that isn't a multiple of 4 is one of
-/// those, refused up front rather than at the first forward (the attention kernels read
-/// heads as vec4).
-#[test]
-fn broken_files_are_invalid_and_unsupported_ones_not_yet() {
-    let facts = AdapterFacts {
+/// An adapter with lavapipe's limits, for capability checks that need no GPU.
+fn lavapipe_like_facts() -> AdapterFacts {
+    AdapterFacts {
         description: "malformed.rs".into(),
         max_binding_bytes: 128 << 20,
         max_buffer_bytes: 256 << 20,
@@ -990,7 +985,17 @@ fn broken_files_are_invalid_and_unsupported_ones_not_yet() {
         shader_f16: false,
         subgroups: false,
         storage_offset_alignment: 256,
-    };
+    }
+}
+
+/// A broken file is not a GPU limitation: the capability report marks broken metadata
+/// "invalid model file" (and the page and the loader say so), and keeps "not yet" for valid
+/// files asking for what coco can't run. A head size that isn't a multiple of 4 is one of
+/// those, refused up front rather than at the first forward (the attention kernels read
+/// heads as vec4).
+#[test]
+fn broken_files_are_invalid_and_unsupported_ones_not_yet() {
+    let facts = lavapipe_like_facts();
     let broken = [
         TinyModel::new("llama").set("llama.attention.head_count", Value::U32(0)),
         TinyModel::new("llama").set("llama.block_count", Value::String("1".into())),
@@ -1201,15 +1206,7 @@ fn mutate(rng: &mut ChaCha8Rng, seed: &[u8]) -> Vec<u8> {
 /// Everything the loader does with an untrusted header before any weight arrives. Returns
 /// whether the config and the tokenizer were accepted.
 fn use_header(h: &Header) -> (bool, bool) {
-    let facts = AdapterFacts {
-        description: "malformed.rs".into(),
-        max_binding_bytes: 128 << 20,
-        max_buffer_bytes: 256 << 20,
-        max_invocations_per_workgroup: 256,
-        shader_f16: false,
-        subgroups: false,
-        storage_offset_alignment: 256,
-    };
+    let facts = lavapipe_like_facts();
     let _ = check(h, &facts, 2048);
     let config = Config::from_gguf(h).is_ok();
     let tokenizer = Tokenizer::from_gguf(&h.metadata).map(|tok| {

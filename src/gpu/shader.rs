@@ -77,14 +77,17 @@ mod tests {
     /// What the header promises: nested blocks, `#ifndef`, `#else`, and includes expanded once.
     #[test]
     fn nested_blocks_and_includes_once() {
-        // sample.wgsl nests its stage blocks inside `#ifdef PENALTY … #else`; the FINISH
-        // stage's bindings appear only under FINISH, the penalty's only under PENALTY.
+        // sample.wgsl's stages are blocks, PENALIZE nests inside HISTOGRAM's main, and its
+        // common include (order keys) comes in once.
         let finish = preprocess("sample.wgsl", &["FINISH"]);
         assert!(finish.contains("var<storage, read> cands"));
         assert!(!finish.contains("var<workgroup> recent_ids"));
-        let penalty = preprocess("sample.wgsl", &["PENALTY"]);
-        assert!(penalty.contains("var<workgroup> recent_ids"));
-        assert!(!penalty.contains("fn find_bin"));
+        assert_eq!(finish.matches("fn key_of").count(), 1);
+        let plain = preprocess("sample.wgsl", &["HISTOGRAM"]);
+        assert!(!plain.contains("penalize(li"));
+        let penalized = preprocess("sample.wgsl", &["HISTOGRAM", "PENALIZE"]);
+        assert!(penalized.contains("penalize(li") && penalized.contains("recent_ids"));
+        assert!(!penalized.contains("fn choose"));
         // A file included twice along two paths appears once.
         let mut included = Vec::new();
         let first = preprocess_with("common/dequant_k_scales.wgsl", &[], &mut included);
