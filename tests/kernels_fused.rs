@@ -25,7 +25,7 @@ use coco::kernels::matmul::{
     matmul_glu_variant, matmul_normed_variant, matmul_qkv_variant, MatmulArgs,
 };
 use coco::reference::ops;
-use common::{ctx, is_k_quant, random_f32, reference_product, weight, RTOL};
+use common::{ctx, is_k_quant, random_f32, reference_product, weight, Worst as Err, RTOL};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -68,53 +68,9 @@ fn buffer(name: &str, data: &[f32]) -> wgpu::Buffer {
     ctx().storage_buffer_init(name, bytemuck::cast_slice(data))
 }
 
-/// Compares `got` with `want` element by element (`[rows, n]`, `tol` per element), panicking
-/// at the first mismatch with both values; returns the max |error| and the max |error|/tol.
+/// Compares `got` with `want` (`[rows, n]`, `tol` per element); see `common::assert_close`.
 fn compare(what: &str, got: &[f32], want: &[f64], tol: &[f64], n: usize) -> Err {
-    let mut max = Err::default();
-    for i in 0..want.len() {
-        let (g, r) = (got[i] as f64, want[i]);
-        let err = (g - r).abs();
-        assert!(
-            err <= tol[i],
-            "{what}: first mismatch at [t={}, n={}]: gpu {g} vs reference {r} (|err| {err:.3e} > tol {:.3e})",
-            i / n,
-            i % n,
-            tol[i]
-        );
-        max = max.max(Err {
-            abs: err,
-            ratio: err / tol[i],
-        });
-    }
-    max
-}
-
-/// The worst error of some outputs: absolute, and as a fraction of its tolerance.
-#[derive(Clone, Copy, Debug, Default)]
-struct Err {
-    abs: f64,
-    ratio: f64,
-}
-
-impl Err {
-    fn max(self, o: Err) -> Err {
-        Err {
-            abs: self.abs.max(o.abs),
-            ratio: self.ratio.max(o.ratio),
-        }
-    }
-}
-
-impl std::fmt::Display for Err {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        write!(
-            f,
-            "max|err| {:.2e} ({:.0}% of tol)",
-            self.abs,
-            100.0 * self.ratio
-        )
-    }
+    common::assert_close(what, got, want, |i, _| tol[i], n)
 }
 
 /// x' as the kernels see it: the reference RMSNorm of x, or x itself.

@@ -172,20 +172,15 @@ fn run_matmul(case: Case, seed: u64) -> f64 {
     } else {
         ATOL_PER_ABS_SUM
     };
-    let mut max_err = 0f64;
-    for i in 0..t * n {
-        let (g, r) = (got[i] as f64, want[i] as f64);
-        let err = (g - r).abs();
-        let tol = atol_per_abs * abs[i] as f64 + 1e-6 + RTOL * r.abs();
-        assert!(
-            err <= tol,
-            "{case:?} ({}): first mismatch at y[t={}, n={}]: gpu {g} vs reference {r} (|err| {err:.3e} > tol {tol:.3e})",
-            labels[0],
-            i / n,
-            i % n
-        );
-        max_err = max_err.max(err);
-    }
+    let want: Vec<f64> = want[..t * n].iter().map(|&w| w as f64).collect();
+    let max_err = common::assert_close(
+        &format!("{case:?} ({})", labels[0]),
+        &got[..t * n],
+        &want,
+        |i, r| atol_per_abs * abs[i] as f64 + 1e-6 + RTOL * r.abs(),
+        n,
+    )
+    .abs;
     println!(
         "{:<34} T={:<3} N={:<4} K={:<4} bias={:<5} acc={:<5} parts={:<2} max|err| {max_err:.2e}",
         labels[0],

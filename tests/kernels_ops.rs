@@ -30,40 +30,12 @@ fn read(buffer: &wgpu::Buffer, count: usize) -> Vec<f32> {
     ctx().read_f32(buffer, 0, count as u64).expect("readback")
 }
 
-/// Asserts `|got - want| <= atol + rtol·|want|` everywhere. Prints the max error and the
-/// worst error as a fraction of its tolerance either way, and the first mismatch on failure.
+/// Asserts `|got - want| <= atol + rtol·|want|` everywhere and prints the worst error.
 fn assert_close(what: &str, got: &[f32], want: &[f32], atol: f32, rtol: f32) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    let mut max_abs = 0.0f32;
-    let mut worst = 0.0f32;
-    let mut first_bad = None;
-    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        let err = (g - w).abs();
-        let tol = atol + rtol * w.abs();
-        if (err.is_nan() || err > tol) && first_bad.is_none() {
-            first_bad = Some(i);
-        }
-        max_abs = max_abs.max(err);
-        worst = worst.max(if tol > 0.0 {
-            err / tol
-        } else if err > 0.0 {
-            f32::INFINITY
-        } else {
-            0.0
-        });
-    }
-    println!(
-        "{what}: max |Δ| {max_abs:.2e}, worst {worst:.2} of tolerance, {} values",
-        got.len()
-    );
-    if let Some(i) = first_bad {
-        panic!(
-            "{what}: first mismatch at {i}: gpu {} vs ref {} (|Δ| {:.3e})",
-            got[i],
-            want[i],
-            (got[i] - want[i]).abs()
-        );
-    }
+    let want: Vec<f64> = want.iter().map(|&w| w as f64).collect();
+    let (atol, rtol) = (atol as f64, rtol as f64);
+    let worst = common::assert_close(what, got, &want, |_, w| atol + rtol * w.abs(), 0);
+    println!("{what}: {worst}, {} values", got.len());
 }
 
 fn submit(rec: StepRecorder) {

@@ -103,16 +103,7 @@ fn rotated(
 
 /// The worst error as a fraction of its tolerance; panics past 1 with the first offender.
 fn check(what: &str, got: &[f32], want: &[f64], tol: &[f64]) -> f64 {
-    let mut worst = 0.0f64;
-    for (i, ((&g, &w), &t)) in got.iter().zip(want).zip(tol).enumerate() {
-        let err = (g as f64 - w).abs();
-        assert!(
-            err <= t,
-            "{what}[{i}]: got {g}, want {w} (|Δ| {err:.3e} > tol {t:.3e})"
-        );
-        worst = worst.max(err / t);
-    }
-    worst
+    common::assert_close(what, got, want, |i, _| tol[i], 0).ratio
 }
 
 fn run(ty: GgmlType, c: Case, seed: u64) -> f64 {

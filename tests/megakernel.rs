@@ -165,20 +165,8 @@ fn run(c: Case, seed: u64) -> (f64, f64) {
         *t_ += w.abs() * f32::EPSILON as f64;
     }
 
-    let (mut max_err, mut max_ratio) = (0f64, 0f64);
-    for i in 0..want.len() {
-        let (gv, rv) = (got[i] as f64, want[i]);
-        let err = (gv - rv).abs();
-        assert!(
-            err <= tol[i],
-            "{c:?} ({label}): first mismatch at [t={}, n={}]: gpu {gv} vs reference {rv} (|err| {err:.3e} > tol {:.3e})",
-            i / dim,
-            i % dim,
-            tol[i]
-        );
-        max_err = max_err.max(err);
-        max_ratio = max_ratio.max(err / tol[i]);
-    }
+    let worst = common::assert_close(&format!("{c:?} ({label})"), &got, &want, |i, _| tol[i], dim);
+    let (max_err, max_ratio) = (worst.abs, worst.ratio);
     println!(
         "{label:<54} T={t} dim={dim:<4} ffn={ffn:<4} max|err| {max_err:.2e} ({:.0}% of tol)",
         100.0 * max_ratio

@@ -100,3 +100,68 @@ pub fn reference_product(
         .collect();
     (want.iter().map(|&v| v as f64).collect(), tol)
 }
+
+/// The worst error of a comparison: absolute, and as a fraction of its tolerance.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Worst {
+    pub abs: f64,
+    pub ratio: f64,
+}
+
+impl Worst {
+    pub fn max(self, o: Worst) -> Worst {
+        Worst {
+            abs: self.abs.max(o.abs),
+            ratio: self.ratio.max(o.ratio),
+        }
+    }
+}
+
+impl std::fmt::Display for Worst {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(
+            f,
+            "max|err| {:.2e} ({:.0}% of tol)",
+            self.abs,
+            100.0 * self.ratio
+        )
+    }
+}
+
+/// The one comparison every kernel test makes: `got` (the GPU's) against `want` (the
+/// reference, in f64) element by element, `tol(i, want[i])` the tolerance of element `i`.
+/// Panics at the first mismatch (a NaN is one) with both values and its position — `[t, n]`
+/// for rows of width `row`, or the flat index when `row` is 0 — and returns the worst error.
+pub fn assert_close(
+    what: &str,
+    got: &[f32],
+    want: &[f64],
+    tol: impl Fn(usize, f64) -> f64,
+    row: usize,
+) -> Worst {
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "{what}: {} values, want {}",
+        got.len(),
+        want.len()
+    );
+    let mut worst = Worst::default();
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let (g, t) = (g as f64, tol(i, w));
+        let err = (g - w).abs();
+        if !(err <= t) {
+            let at = if row > 0 {
+                format!("[t={}, n={}]", i / row, i % row)
+            } else {
+                format!("[{i}]")
+            };
+            panic!("{what}: first mismatch at {at}: gpu {g} vs reference {w} (|err| {err:.3e} > tol {t:.3e})");
+        }
+        worst = worst.max(Worst {
+            abs: err,
+            ratio: if t > 0.0 { err / t } else { 0.0 },
+        });
+    }
+    worst
+}
