@@ -308,18 +308,10 @@ pub fn load_path(
     path: &std::path::Path,
     context: u32,
 ) -> Result<Model, LoadError> {
-    use std::io::Read;
-    let io = |e: std::io::Error| LoadError::Gguf(GgufError::Io(format!("{}: {e}", path.display())));
-    let mut file = std::fs::File::open(path).map_err(io)?;
-    let len = file.metadata().map_err(io)?.len();
-    let mut loader = Loader::new(ctx, context, Some(len));
-    let mut chunk = vec![0u8; 4 << 20];
-    loop {
-        let n = file.read(&mut chunk).map_err(io)?;
-        if n == 0 {
-            break;
-        }
-        loader.push(&chunk[..n])?;
+    let mut file = crate::gguf::FileChunks::open(path, 4 << 20)?;
+    let mut loader = Loader::new(ctx, context, Some(file.len));
+    while let Some(chunk) = file.next_chunk()? {
+        loader.push(chunk)?;
     }
     Ok(loader.finish()?.0)
 }

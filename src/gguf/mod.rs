@@ -2,14 +2,16 @@
 //!
 //! Spec: <https://github.com/ggml-org/ggml/blob/master/docs/gguf.md>.
 
+#[cfg(not(target_arch = "wasm32"))]
+mod file;
 mod metadata;
 mod parser;
 mod types;
 mod writer;
 
-pub use metadata::{Metadata, MetadataError, Value};
 #[cfg(not(target_arch = "wasm32"))]
-pub use parser::{read_header, read_path};
+pub use file::{read_header, read_path, FileChunks};
+pub use metadata::{Metadata, MetadataError, Value};
 pub use parser::{Event, GgufError, Header, Parser, TensorInfo};
 pub use types::GgmlType;
 pub use writer::Writer;

@@ -376,6 +376,11 @@ impl Parser {
         self
     }
 
+    /// The parsed header, when the parser is done with.
+    pub fn into_header(self) -> Option<Header> {
+        self.header
+    }
+
     pub fn header(&self) -> Option<&Header> {
         self.header.as_ref()
     }
@@ -978,61 +983,4 @@ fn new_array_frame(key: &str, at: u64, elem_type: u32, len: u64) -> Result<Array
         remaining: len,
         items: Vec::with_capacity(len.min(4096) as usize),
     })
-}
-
-/// Reads a whole file in chunks, calling `on_event` as the parser does.
-#[cfg(not(target_arch = "wasm32"))]
-pub fn read_path(
-    path: &std::path::Path,
-    on_event: &mut dyn FnMut(Event<'_>),
-) -> Result<Header, GgufError> {
-    use std::io::Read;
-    let mut file =
-        std::fs::File::open(path).map_err(|e| GgufError::Io(format!("{}: {e}", path.display())))?;
-    let len = file
-        .metadata()
-        .map_err(|e| GgufError::Io(e.to_string()))?
-        .len();
-    let mut parser = Parser::new().with_expected_len(len);
-    let mut chunk = vec![0u8; 4 << 20];
-    loop {
-        let n = file
-            .read(&mut chunk)
-            .map_err(|e| GgufError::Io(format!("{}: {e}", path.display())))?;
-        if n == 0 {
-            break;
-        }
-        parser.push(&chunk[..n], on_event)?;
-    }
-    parser.finish()?;
-    parser
-        .header
-        .ok_or_else(|| GgufError::Io("header missing after a complete parse".into()))
-}
-
-/// Reads only the header (metadata + tensor infos) of a file.
-#[cfg(not(target_arch = "wasm32"))]
-pub fn read_header(path: &std::path::Path) -> Result<Header, GgufError> {
-    use std::io::Read;
-    let mut file =
-        std::fs::File::open(path).map_err(|e| GgufError::Io(format!("{}: {e}", path.display())))?;
-    let len = file
-        .metadata()
-        .map_err(|e| GgufError::Io(e.to_string()))?
-        .len();
-    let mut parser = Parser::new().with_expected_len(len);
-    let mut chunk = vec![0u8; 1 << 20];
-    while parser.header().is_none() {
-        let n = file
-            .read(&mut chunk)
-            .map_err(|e| GgufError::Io(format!("{}: {e}", path.display())))?;
-        if n == 0 {
-            parser.finish()?;
-            break;
-        }
-        parser.push(&chunk[..n], &mut |_| {})?;
-    }
-    parser
-        .header
-        .ok_or_else(|| GgufError::Io("header missing".into()))
 }
