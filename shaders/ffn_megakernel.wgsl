@@ -30,8 +30,8 @@
 //     post-norm runs inside this kernel (a second reduction over d), so gemma3's FFN is one
 //     dispatch too rather than the megakernel plus a separate norm-add.
 //
-// Weights are read in place as raw GGUF blocks (common/dequant.wgsl, MULTI_W: wl() below
-// picks the weight). W_gate and W_up share one type (that type's dequantizer); W_down may
+// Weights are dequantized in registers (common/dequant.wgsl, MULTI_W: wv()/wl() below pick
+// the weight). W_gate and W_up share one type (that type's dequantizer); W_down may
 // have another (Q4_K_M files mix Q6_K and Q4_K downs with Q5_0 gate/ups): the host then
 // appends that type's dequantizer with its functions renamed `dequant8_down` /
 // `dequant32_down` (kernels/megakernel.rs); with one type, DOWN_SAME_TYPE forwards them.
@@ -47,18 +47,18 @@ const LANES: u32 = 32u; // invocations per row
 struct Params {
     dim: u32,            // model dim: K of W_gate/W_up, rows of W_down
     ffn: u32,            // FFN dim: rows of W_gate/W_up, K of W_down
-    gu_row_bytes: u32,   // bytes per row of W_gate and of W_up
-    down_row_bytes: u32, // bytes per row of W_down
     t: u32,              // T: token rows (= workgroups)
     eps: f32,            // RMSNorm epsilon (both norms)
     _pad0: u32,
     _pad1: u32,
+    _pad2: u32,
+    _pad3: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> w_gate: array<u32>;     // [ffn, gu_row_bytes] raw blocks
-@group(0) @binding(2) var<storage, read> w_up: array<u32>;       // [ffn, gu_row_bytes] raw blocks
-@group(0) @binding(3) var<storage, read> w_down: array<u32>;     // [dim, down_row_bytes] raw blocks
+@group(0) @binding(1) var<storage, read> w_gate: array<vec4<u32>>; // [ffn, dim] (src/gpu/layout.rs)
+@group(0) @binding(2) var<storage, read> w_up: array<vec4<u32>>;   // [ffn, dim]
+@group(0) @binding(3) var<storage, read> w_down: array<vec4<u32>>; // [dim, ffn]
 @group(0) @binding(4) var<storage, read_write> x: array<f32>;    // [T, dim] residual stream
 @group(0) @binding(5) var<storage, read> norm_w: array<f32>;     // [dim] ffn_norm
 @group(0) @binding(6) var<storage, read_write> hid: array<f32>;  // [T, ffn] scratch: h
@@ -72,7 +72,7 @@ struct Params {
 // Set to a constant right before each dequant call, as matmul.wgsl does: 0 gate, 1 up, 2 down.
 var<private> wsel: u32;
 
-fn wl(i: u32) -> u32 {
+fn wv(i: u32) -> vec4<u32> {
     if (wsel == 2u) {
         return w_down[i];
     }
@@ -82,9 +82,19 @@ fn wl(i: u32) -> u32 {
     return w_gate[i];
 }
 
+fn wl(i: u32) -> u32 {
+    if (wsel == 2u) {
+        return w_down[i >> 2u][i & 3u];
+    }
+    if (wsel == 1u) {
+        return w_up[i >> 2u][i & 3u];
+    }
+    return w_gate[i >> 2u][i & 3u];
+}
+
 #ifdef DOWN_SAME_TYPE
-fn dequant8_down(row_byte: u32, o: u32) -> array<vec4<f32>, 2> {
-    return dequant8(row_byte, o);
+fn dequant8_down(r: WRow, o: u32) -> array<vec4<f32>, 2> {
+    return dequant8(r, o);
 }
 #endif
 
@@ -129,7 +139,7 @@ fn hsum(v: vec4<f32>) -> f32 {
 // (Σ gate·x', Σ up·x') of FFN row `row` over this lane's groups, with x' = x ⊙ norm_w: the
 // norm's per-row rsqrt is a scalar, so the caller applies it to the finished sums.
 fn dot_gate_up(row: u32, xrow: u32, lane: u32) -> vec2<f32> {
-    let rb = row * p.gu_row_bytes;
+    let rb = w_row(row, p.dim, p.ffn);
     var g = vec4<f32>(0.0);
     var u = vec4<f32>(0.0);
     for (var o = lane; o < p.dim / 8u; o += LANES) {
@@ -148,7 +158,7 @@ fn dot_gate_up(row: u32, xrow: u32, lane: u32) -> vec2<f32> {
 
 // Σ down·h of model row `row` over this lane's groups (h row starts at `hrow`).
 fn dot_down(row: u32, hrow: u32, lane: u32) -> f32 {
-    let rb = row * p.down_row_bytes;
+    let rb = w_row(row, p.ffn, p.dim);
     var acc = vec4<f32>(0.0);
     for (var o = lane; o < p.ffn / 8u; o += LANES) {
         let e = hrow + 8u * o;

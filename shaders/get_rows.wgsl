@@ -1,5 +1,5 @@
 // out[T, dim] = scale · dequant(table[ids[t], :]): the token-embedding lookup, for any weight
-// type, reading the table's raw GGUF blocks in place (common/dequant.wgsl).
+// type, dequantizing the table's rows in registers (common/dequant.wgsl).
 //
 // A table larger than the binding limit is split by rows into parts (Gemma's 262,144 × 640
 // Q8_0 table is 178 MB); the host dispatches once per part and each invocation writes only if
@@ -16,14 +16,14 @@ struct Params {
     t: u32,            // T: tokens
     row0: u32,         // first table row held by this part
     rows: u32,         // rows in this part
-    row_bytes: u32,    // bytes per table row
     n_rows: u32,       // rows of the whole table
     zero_missing: u32, // 1: this dispatch also zeroes rows for ids >= n_rows
     scale: f32,        // multiplier (Gemma scales embeddings by sqrt(dim))
+    _pad: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> w: array<u32>;               // [rows, row_bytes] raw GGUF blocks
+@group(0) @binding(1) var<storage, read> w: array<vec4<u32>>;         // [rows, dim] (src/gpu/layout.rs)
 @group(0) @binding(2) var<storage, read> ids: array<u32>;             // [T] token ids
 @group(0) @binding(3) var<storage, read_write> out: array<vec4<f32>>; // [T, dim] f32
 
@@ -45,7 +45,7 @@ fn main(
     let id = ids[tok];
     let o = tok * (p.dim / 4u) + 8u * c;
     if (id >= p.row0 && id - p.row0 < p.rows) {
-        let v = dequant32((id - p.row0) * p.row_bytes, c);
+        let v = dequant32(w_row(id - p.row0, p.dim, p.rows), c);
         for (var j = 0u; j < 8u; j++) {
             out[o + j] = p.scale * v[j];
         }

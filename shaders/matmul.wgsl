@@ -51,12 +51,12 @@
 struct Params {
     k: u32,          // K: elements per row of every W and of x
     t: u32,          // T: tokens
-    row_bytes: u32,  // bytes per row of every W (one type, one K)
     groups: u32,     // workgroups that do work (the folded x·y grid may hold more)
     row0: u32,       // first row of W held by this part (0 when fused)
     accumulate: u32, // 1: y += x'·Wᵀ (residual adds fused in), 0: y = x'·Wᵀ
     eps: f32,        // RMSNorm epsilon (NORM)
     pos0: u32,       // position of the step's token 0 (ROPE_KV)
+    _pad3: u32,
     rows: vec4<u32>, // rows of W, W1, W2 in this dispatch (a part's rows when split)
     n: vec4<u32>,    // row strides of y, y1, y2 (the whole weights' rows)
     head_dim: u32,   // ROPE_KV
@@ -66,12 +66,12 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> w: array<u32>;                 // [rows.x, row_bytes] W | W_gate | W_q
+@group(0) @binding(1) var<storage, read> w: array<vec4<u32>>;           // [rows.x, K] W | W_gate | W_q (src/gpu/layout.rs)
 #ifdef MULTI_W
-@group(0) @binding(B_W1) var<storage, read> w1: array<u32>;             // [rows.y, row_bytes] W_up | W_k
+@group(0) @binding(B_W1) var<storage, read> w1: array<vec4<u32>>;       // [rows.y, K] W_up | W_k
 #endif
 #ifdef QKV
-@group(0) @binding(B_W2) var<storage, read> w2: array<u32>;             // [rows.z, row_bytes] W_v
+@group(0) @binding(B_W2) var<storage, read> w2: array<vec4<u32>>;       // [rows.z, K] W_v
 #endif
 @group(0) @binding(B_X) var<storage, read> x: array<vec4<f32>>;         // [T, K] f32
 @group(0) @binding(B_Y) var<storage, read_write> y: array<f32>;         // [T, n.x] f32: y | out | q
@@ -102,15 +102,22 @@ struct Params {
 var<private> wsel: u32;
 #endif
 #ifdef GLU
-fn wl(i: u32) -> u32 {
+fn wv(i: u32) -> vec4<u32> {
     if (wsel == 1u) {
         return w1[i];
     }
     return w[i];
 }
+
+fn wl(i: u32) -> u32 {
+    if (wsel == 1u) {
+        return w1[i >> 2u][i & 3u];
+    }
+    return w[i >> 2u][i & 3u];
+}
 #endif
 #ifdef QKV
-fn wl(i: u32) -> u32 {
+fn wv(i: u32) -> vec4<u32> {
     if (wsel == 2u) {
         return w2[i];
     }
@@ -119,7 +126,23 @@ fn wl(i: u32) -> u32 {
     }
     return w[i];
 }
+
+fn wl(i: u32) -> u32 {
+    if (wsel == 2u) {
+        return w2[i >> 2u][i & 3u];
+    }
+    if (wsel == 1u) {
+        return w1[i >> 2u][i & 3u];
+    }
+    return w[i >> 2u][i & 3u];
+}
 #endif
+
+// Row `row` of weight `m` (0: W, 1: W1, 2: W2) as dequant.wgsl names rows: each weight's
+// buffer holds its `p.rows[m]` rows.
+fn row_of(m: u32, row: u32) -> WRow {
+    return w_row(row, p.k, p.rows[m]);
+}
 
 // ---- slots: (weight, row) ----
 
@@ -359,15 +382,15 @@ var<workgroup> partial: array<Sums, 256>;
 // in memory and decoded a third slower (0.41 → 0.27 tok/s, Gemma-3-270M in headless Chromium;
 // BENCHMARKS.md "session 10"). Two groups per trip: more reads in flight per invocation
 // measured best for this loop ("session 8").
-fn dot_row(row_byte: u32, xrow: u32, first: u32, stride: u32) -> Sums {
+fn dot_row(wr: WRow, xrow: u32, first: u32, stride: u32) -> Sums {
     let groups = p.k / 8u;
     var acc0 = vec4<f32>(0.0);
     var acc1 = vec4<f32>(0.0);
     var ss = vec4<f32>(0.0);
     var o = first;
     for (; o + stride < groups; o += 2u * stride) {
-        let wa = dequant8(row_byte, o);
-        let wb = dequant8(row_byte, o + stride);
+        let wa = dequant8(wr, o);
+        let wb = dequant8(wr, o + stride);
         let xa = x_group(xrow, o, &ss);
         let xb = x_group(xrow, o + stride, &ss);
         acc0 = fma(wa[0], xa[0], acc0);
@@ -376,7 +399,7 @@ fn dot_row(row_byte: u32, xrow: u32, first: u32, stride: u32) -> Sums {
         acc1 = fma(wb[1], xb[1], acc1);
     }
     if (o < groups) {
-        let wa = dequant8(row_byte, o);
+        let wa = dequant8(wr, o);
         let xa = x_group(xrow, o, &ss);
         acc0 = fma(wa[0], xa[0], acc0);
         acc1 = fma(wa[1], xa[1], acc1);
@@ -391,17 +414,17 @@ fn dot_slot(mr: vec2<u32>, t: u32, first: u32, stride: u32) -> Sums {
 #ifdef QKV
     if (mr.x == 2u) {
         wsel = 2u;
-        return dot_row(slot_row(mr.y) * p.row_bytes, xrow, first, stride);
+        return dot_row(row_of(2u, slot_row(mr.y)), xrow, first, stride);
     }
 #endif
 #ifdef MULTI_W
     if (mr.x == 1u) {
         wsel = 1u;
-        return dot_row(slot_row(mr.y) * p.row_bytes, xrow, first, stride);
+        return dot_row(row_of(1u, slot_row(mr.y)), xrow, first, stride);
     }
     wsel = 0u;
 #endif
-    return dot_row(slot_row(mr.y) * p.row_bytes, xrow, first, stride);
+    return dot_row(row_of(0u, slot_row(mr.y)), xrow, first, stride);
 }
 
 @compute @workgroup_size(256)
@@ -466,12 +489,12 @@ var<workgroup> partial: array<Sums, 64u * MV_RPS>;
 // 8-element groups first, first + stride, …: consecutive invocations read consecutive words of
 // W and x, so a warp streams each row (see dequant8 in common/dequant.wgsl for why), and each
 // group of x' is loaded once for all MV_RPS rows.
-fn dot_rows(row: u32, last: u32, xrow: u32, first: u32, stride: u32) -> array<Sums, MV_RPS> {
+fn dot_rows(m: u32, row: u32, last: u32, xrow: u32, first: u32, stride: u32) -> array<Sums, MV_RPS> {
     let groups = p.k / 8u;
-    var row_byte: array<u32, MV_RPS>;
+    var wr: array<WRow, MV_RPS>;
     var acc: array<vec4<f32>, MV_RPS>;
     for (var r = 0u; r < MV_RPS; r++) {
-        row_byte[r] = slot_row(min(row + r, last)) * p.row_bytes;
+        wr[r] = row_of(m, slot_row(min(row + r, last)));
         acc[r] = vec4<f32>(0.0);
     }
     var ss = vec4<f32>(0.0);
@@ -485,8 +508,8 @@ fn dot_rows(row: u32, last: u32, xrow: u32, first: u32, stride: u32) -> array<Su
             let xa = x_group(xrow, o, &ss);
             let xb = x_group(xrow, o + stride, &ss);
             for (var r = 0u; r < MV_RPS; r++) {
-                let wa = dequant8(row_byte[r], o);
-                let wb = dequant8(row_byte[r], o + stride);
+                let wa = dequant8(wr[r], o);
+                let wb = dequant8(wr[r], o + stride);
                 acc[r] = fma(wa[0], xa[0], fma(wa[1], xa[1], acc[r]));
                 acc[r] = fma(wb[0], xb[0], fma(wb[1], xb[1], acc[r]));
             }
@@ -495,7 +518,7 @@ fn dot_rows(row: u32, last: u32, xrow: u32, first: u32, stride: u32) -> array<Su
     for (; o < groups; o += stride) {
         let xa = x_group(xrow, o, &ss);
         for (var r = 0u; r < MV_RPS; r++) {
-            let wa = dequant8(row_byte[r], o);
+            let wa = dequant8(wr[r], o);
             acc[r] = fma(wa[0], xa[0], fma(wa[1], xa[1], acc[r]));
         }
     }
@@ -514,17 +537,17 @@ fn dot_w(mr: vec2<u32>, last: u32, t: u32, first: u32, stride: u32) -> array<Sum
 #ifdef QKV
     if (mr.x == 2u) {
         wsel = 2u;
-        return dot_rows(mr.y, last, xrow, first, stride);
+        return dot_rows(2u, mr.y, last, xrow, first, stride);
     }
 #endif
 #ifdef MULTI_W
     if (mr.x == 1u) {
         wsel = 1u;
-        return dot_rows(mr.y, last, xrow, first, stride);
+        return dot_rows(1u, mr.y, last, xrow, first, stride);
     }
     wsel = 0u;
 #endif
-    return dot_rows(mr.y, last, xrow, first, stride);
+    return dot_rows(0u, mr.y, last, xrow, first, stride);
 }
 
 // The sums of task slots f, f + 1, … for token t. A QKV task whose slots straddle two weights
@@ -629,21 +652,21 @@ fn main(
 
 // Elements 8o .. 8o + 7 of row mr.y of weight mr.x (wsel as in dot_w).
 fn dequant_w8(mr: vec2<u32>, o: u32) -> array<vec4<f32>, 2> {
-    let row_byte = mr.y * p.row_bytes;
+    let wr = row_of(mr.x, mr.y);
 #ifdef QKV
     if (mr.x == 2u) {
         wsel = 2u;
-        return dequant8(row_byte, o);
+        return dequant8(wr, o);
     }
 #endif
 #ifdef MULTI_W
     if (mr.x == 1u) {
         wsel = 1u;
-        return dequant8(row_byte, o);
+        return dequant8(wr, o);
     }
     wsel = 0u;
 #endif
-    return dequant8(row_byte, o);
+    return dequant8(wr, o);
 }
 
 // Elements 8q .. 8q + 7 of 32-wide chunk c of x'[t] (zeros past the step's tokens); with NORM

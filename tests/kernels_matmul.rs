@@ -125,7 +125,9 @@ fn run_matmul(case: Case, seed: u64) -> f64 {
     };
 
     let row_bytes = ty.bytes_for(k as u64).unwrap();
-    let max_part = case.part_rows.map_or(u64::MAX, |r| r as u64 * row_bytes);
+    let max_part = case
+        .part_rows
+        .map_or(u64::MAX, |r| (r as u64 * row_bytes).div_ceil(16) * 16);
     let wt = GpuTensor::from_bytes(ctx, "w", ty, k as u64, n as u64, &bytes, max_part);
     if let Some(rows) = case.part_rows {
         assert_eq!(
@@ -329,7 +331,7 @@ fn run_get_rows(ty: GgmlType, part_rows: Option<usize>, seed: u64) {
     let scale = 1.7f32;
 
     let row_bytes = ty.bytes_for(dim as u64).unwrap();
-    let max_part = part_rows.map_or(u64::MAX, |r| r as u64 * row_bytes);
+    let max_part = part_rows.map_or(u64::MAX, |r| (r as u64 * row_bytes).div_ceil(16) * 16);
     let tt = GpuTensor::from_bytes(ctx, "table", ty, dim as u64, rows as u64, &bytes, max_part);
     let idb = ctx.storage_buffer_init("ids", bytemuck::cast_slice(&ids));
     let nan = vec![f32::NAN; t * dim];

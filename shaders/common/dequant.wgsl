@@ -1,96 +1,59 @@
-// Dequantization of raw GGUF blocks in registers, shared by matmul.wgsl and get_rows.wgsl.
+// Dequantization of weight rows in registers, shared by matmul.wgsl, get_rows.wgsl and
+// ffn_megakernel.wgsl.
 //
 // Contract with the including shader:
-//   - it declares `var<storage, read> w: array<u32>;` holding one tensor part's raw blocks
-//     (the file's bytes, uploaded unchanged; rows start at row * row_bytes);
+//   - it declares `var<storage, read> w: array<vec4<u32>>;` holding one tensor part in the
+//     layout src/gpu/layout.rs gives its type: the file's blocks in place (F32 F16 BF16 Q4_K
+//     Q5_K) or the same bytes split into 16-byte-aligned planes (Q4_0 Q5_0 Q8_0 Q6_K);
 //   - it defines exactly one weight type: F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q4_K Q5_K Q6_K;
-//   - with MULTI_W it binds several weights of that type and defines `fn wl(i: u32) -> u32`
-//     itself (word i of the weight it is reading now; see matmul.wgsl). Every weight word
-//     below is read through wl() for that reason: WGSL cannot pass a storage buffer to a
-//     function (naga lacks unrestricted_pointer_parameters), so this is how one dequantizer
-//     serves several bindings.
-// This file then provides, for that type, two views of the row starting at byte `row_byte`:
-//   fn dequant32(row_byte: u32, chunk: u32) -> array<vec4<f32>, 8>
+//   - with MULTI_W it binds several weights of that type and defines `fn wv(i: u32) ->
+//     vec4<u32>` and `fn wl(i: u32) -> u32` itself (16-byte unit i, word i of the weight it is
+//     reading now; see matmul.wgsl). Every weight load below goes through them for that
+//     reason: WGSL cannot pass a storage buffer to a function (naga lacks
+//     unrestricted_pointer_parameters), so this is how one dequantizer serves several bindings.
+// A row is named by a WRow (`w_row`): its first 32-element block and the blocks the whole
+// buffer holds (planes follow one another, so that count locates them). For that type this
+// file provides two views of a row:
+//   fn dequant32(r: WRow, chunk: u32) -> array<vec4<f32>, 8>
 //     elements 32·chunk .. 32·chunk+31 in order (vec4 j holds elements 4j..4j+3): one
-//     invocation decodes a whole chunk (tiled matmul, get_rows), scales decoded once.
-//   fn dequant8(row_byte: u32, o: u32) -> array<vec4<f32>, 2>
-//     elements 8o .. 8o+7: the matvec's view, so that consecutive invocations read
-//     consecutive words. (With a chunk per invocation, each load instruction of a warp touched
-//     32 cache lines and every type was capped near 0.5 ms for a 32768×8192 matvec on the
-//     H200, whatever its bytes.) Scales are re-decoded per 8 elements; their loads hit the
-//     same addresses across neighbouring invocations.
+//     invocation decodes a whole chunk (tiled matmul, get_rows, the subgroup matvec), with
+//     16-byte loads of the re-laid types' quants.
+//   fn dequant8(r: WRow, o: u32) -> array<vec4<f32>, 2>
+//     elements 8o .. 8o+7: the view of kernels whose consecutive invocations read
+//     consecutive words (the workgroup matvec, the megakernel, the tiled GEMM's staging).
 // Every type's blocks hold whole 32-element chunks (K-quant super-blocks are 8 chunks), so K
 // must be a multiple of 32.
 //
-// Byte addressing (DESIGN.md "Read compressed"): blocks are loaded IN PLACE, not re-packed at
-// upload. Q8_0 (34 B), Q4_0 (18 B), Q5_0 (22 B) and Q6_K (210 B) blocks start 2 bytes past
-// a word boundary for every other block, so their fields are read as u32 words at byte offsets
-// with shifts: `load_u32` / `load_words*` fetch the aligned words covering the bytes and funnel
-// neighbours together. All ggml block sizes are even, so every offset here is 0 or 2 mod 4.
-// F32/F16/BF16 rows (K·4 or K·2 bytes, K % 32 == 0) and Q4_K/Q5_K blocks (144, 176 B) are
-// always word-aligned and use plain word loads. A load may touch the word after the last
-// block of a buffer; WGSL's robust buffer access makes that harmless and its bytes unused.
-//
-// f16 values are decoded with unpack2x16float (core WGSL: no shader-f16 needed); bf16 by
-// shifting its 16 bits into the top of an f32.
+// Every load is aligned: that is what the re-layout is for (DESIGN.md "Read compressed"; in
+// place, 2-byte-offset blocks took funnelled word pairs and left the matvecs bound by load
+// instructions). f16 values are decoded with unpack2x16float (core WGSL: no shader-f16
+// needed); bf16 by shifting its 16 bits into the top of an f32.
+
+struct WRow {
+    block: u32,  // the row's first 32-element block, counted from the buffer's start
+    blocks: u32, // 32-element blocks in the whole buffer (rows · K / 32)
+}
+
+// Row `row` of a buffer holding `rows` rows of `k` elements.
+fn w_row(row: u32, k: u32, rows: u32) -> WRow {
+    return WRow(row * (k / 32u), rows * (k / 32u));
+}
 
 #ifndef MULTI_W
-// Word i of the weight (the one-weight shaders: matmul without fusion, get_rows).
-fn wl(i: u32) -> u32 {
+// 16-byte unit i and word i of the weight (the one-weight shaders).
+fn wv(i: u32) -> vec4<u32> {
     return w[i];
+}
+
+fn wl(i: u32) -> u32 {
+    return w[i >> 2u][i & 3u];
 }
 #endif
 
-// The u32 made of the 4 bytes at `byte` (any alignment).
-fn load_u32(byte: u32) -> u32 {
-    let i = byte >> 2u;
-    let s = (byte & 3u) * 8u;
-    // WGSL takes shift counts mod 32, so s == 0 must not use the funnel (it would OR in the next word).
-    return select((wl(i) >> s) | (wl(i + 1u) << (32u - s)), wl(i), s == 0u);
-}
-
-// The f16 at an even `byte`, as f32.
-fn load_f16(byte: u32) -> f32 {
-    let h = unpack2x16float(wl(byte >> 2u));
-    return select(h.x, h.y, (byte & 2u) != 0u);
-}
-
-// 2 consecutive u32 at `byte`, each aligned word loaded once.
-fn load_words2(byte: u32) -> vec2<u32> {
-    let i = byte >> 2u;
-    let s = (byte & 3u) * 8u;
-    let a = wl(i);
-    let b = wl(i + 1u);
-    let c = wl(i + 2u);
-    return select(vec2<u32>((a >> s) | (b << (32u - s)), (b >> s) | (c << (32u - s))), vec2<u32>(a, b), s == 0u);
-}
-
-// 4 consecutive u32 at `byte`, each aligned word loaded once.
-fn load_words4(byte: u32) -> array<u32, 4> {
-    let i = byte >> 2u;
-    let s = (byte & 3u) * 8u;
-    var out: array<u32, 4>;
-    var lo = wl(i);
-    for (var j = 0u; j < 4u; j++) {
-        let hi = wl(i + j + 1u);
-        out[j] = select((lo >> s) | (hi << (32u - s)), lo, s == 0u);
-        lo = hi;
-    }
-    return out;
-}
-
-// 8 consecutive u32 at `byte`, each aligned word loaded once.
-fn load_words8(byte: u32) -> array<u32, 8> {
-    let i = byte >> 2u;
-    let s = (byte & 3u) * 8u;
-    var out: array<u32, 8>;
-    var lo = wl(i);
-    for (var j = 0u; j < 8u; j++) {
-        let hi = wl(i + j + 1u);
-        out[j] = select((lo >> s) | (hi << (32u - s)), lo, s == 0u);
-        lo = hi;
-    }
-    return out;
+// The f16 number `n` of a plane of f16 values starting at word `first`, as f32.
+fn plane_f16(first: u32, n: u32) -> f32 {
+    let h = unpack2x16float(wl(first + (n >> 1u)));
+    return select(h.x, h.y, (n & 1u) != 0u);
 }
 
 // The four 4-bit fields at bit `shift` of each byte of `u` (shift 0: low nibbles, 4: high).

@@ -1,24 +1,27 @@
 // BF16 weights: two per word, low half first; a bf16 is the top half of an f32.
 // Included by common/dequant.wgsl.
 
-fn bf16x2(u: u32) -> vec2<f32> {
-    return bitcast<vec2<f32>>(vec2<u32>(u << 16u, u & 0xffff0000u));
+fn bf16x8(u: vec4<u32>) -> array<vec4<f32>, 2> {
+    let lo = u << vec4<u32>(16u);
+    let hi = u & vec4<u32>(0xffff0000u);
+    return array<vec4<f32>, 2>(
+        bitcast<vec4<f32>>(vec4<u32>(lo.x, hi.x, lo.y, hi.y)),
+        bitcast<vec4<f32>>(vec4<u32>(lo.z, hi.z, lo.w, hi.w)),
+    );
 }
 
-fn dequant32(row_byte: u32, chunk: u32) -> array<vec4<f32>, 8> {
-    let i = (row_byte + chunk * 64u) >> 2u;
+fn dequant32(r: WRow, chunk: u32) -> array<vec4<f32>, 8> {
+    let i = 4u * (r.block + chunk);
     var v: array<vec4<f32>, 8>;
-    for (var j = 0u; j < 8u; j++) {
-        v[j] = vec4<f32>(bf16x2(wl(i + 2u * j)), bf16x2(wl(i + 2u * j + 1u)));
+    for (var j = 0u; j < 4u; j++) {
+        let h = bf16x8(wv(i + j));
+        v[2u * j] = h[0];
+        v[2u * j + 1u] = h[1];
     }
     return v;
 }
 
-// Elements 8o..8o+7 of the row (matvec: consecutive invocations read consecutive words).
-fn dequant8(row_byte: u32, o: u32) -> array<vec4<f32>, 2> {
-    let i = (row_byte >> 2u) + 4u * o;
-    return array<vec4<f32>, 2>(
-        vec4<f32>(bf16x2(wl(i)), bf16x2(wl(i + 1u))),
-        vec4<f32>(bf16x2(wl(i + 2u)), bf16x2(wl(i + 3u))),
-    );
+// Elements 8o..8o+7 of the row (consecutive invocations read consecutive units).
+fn dequant8(r: WRow, o: u32) -> array<vec4<f32>, 2> {
+    return bf16x8(wv(4u * r.block + o));
 }

@@ -1,41 +1,46 @@
 // Q5_K: block_q5_K { d, dmin: f16, scales: [u8; 12], qh: [u8; 32], qs: [u8; 128] } = 176
 // bytes per 256 elements. Like Q4_K with q in 0..31: bit 4 of sub-block sb's element l is
-// bit sb of qh[l]. 176 is a multiple of 4: word-aligned. Included by common/dequant.wgsl.
+// bit sb of qh[l]. 176 is 11 16-byte units: blocks stay in place (src/gpu/layout.rs).
+// Included by common/dequant.wgsl.
 
 #include "common/dequant_k_scales.wgsl"
 
-fn dequant32(row_byte: u32, chunk: u32) -> array<vec4<f32>, 8> {
+// Super-block `s`'s (d·scale, dmin·min) of sub-block `sb`.
+fn q5_k_scale(s: u32, sb: u32) -> vec2<f32> {
+    let head = wv(11u * s);
+    let dm = unpack2x16float(head.x);
+    return dm * scale_min_k4(sb, head.y, head.z, head.w);
+}
+
+fn dequant32(r: WRow, chunk: u32) -> array<vec4<f32>, 8> {
+    let s = (r.block + chunk) >> 3u;
     let sb = chunk & 7u;
-    let i = (row_byte + (chunk >> 3u) * 176u) >> 2u;
-    let dm = unpack2x16float(wl(i));
-    let sm = scale_min_k4(sb, wl(i + 1u), wl(i + 2u), wl(i + 3u));
-    let dl = dm.x * sm.x;
-    let ml = dm.y * sm.y;
-    let qh = i + 4u;
-    let qs = i + 12u + 8u * (sb >> 1u);
+    let dm = q5_k_scale(s, sb);
+    let qs = 11u * s + 3u + 2u * (sb >> 1u);
     let shift = 4u * (sb & 1u);
     var v: array<vec4<f32>, 8>;
-    for (var j = 0u; j < 8u; j++) {
-        let q = nibbles(wl(qs + j), shift) + 16.0 * vec4<f32>(byte_bits(wl(qh + j), sb));
-        v[j] = dl * q - ml;
+    for (var half = 0u; half < 2u; half++) {
+        let q = wv(qs + half);
+        let qh = wv(11u * s + 1u + half);
+        for (var j = 0u; j < 4u; j++) {
+            let e = nibbles(q[j], shift) + 16.0 * vec4<f32>(byte_bits(qh[j], sb));
+            v[4u * half + j] = dm.x * e - dm.y;
+        }
     }
     return v;
 }
 
-// Elements 8o..8o+7 of the row: words 2(o % 4), +1 of sub-block (o / 4) % 8 of super-block
-// o / 32, with the matching qh words.
-fn dequant8(row_byte: u32, o: u32) -> array<vec4<f32>, 2> {
+// Elements 8o..8o+7 of the row: words 2(o % 4), +1 of sub-block (o / 4) % 8 of its
+// super-block, with the matching qh words.
+fn dequant8(r: WRow, o: u32) -> array<vec4<f32>, 2> {
+    let s = (r.block + (o >> 2u)) >> 3u;
     let sb = (o >> 2u) & 7u;
-    let i = (row_byte + (o >> 5u) * 176u) >> 2u;
-    let dm = unpack2x16float(wl(i));
-    let sm = scale_min_k4(sb, wl(i + 1u), wl(i + 2u), wl(i + 3u));
-    let dl = dm.x * sm.x;
-    let ml = dm.y * sm.y;
+    let dm = q5_k_scale(s, sb);
     let jw = 2u * (o & 3u);
-    let qs = i + 12u + 8u * (sb >> 1u) + jw;
-    let qh = i + 4u + jw;
+    let qs = 44u * s + 12u + 8u * (sb >> 1u) + jw;
+    let qh = 44u * s + 4u + jw;
     let shift = 4u * (sb & 1u);
     let v0 = nibbles(wl(qs), shift) + 16.0 * vec4<f32>(byte_bits(wl(qh), sb));
     let v1 = nibbles(wl(qs + 1u), shift) + 16.0 * vec4<f32>(byte_bits(wl(qh + 1u), sb));
-    return array<vec4<f32>, 2>(dl * v0 - ml, dl * v1 - ml);
+    return array<vec4<f32>, 2>(dm.x * v0 - dm.y, dm.x * v1 - dm.y);
 }

@@ -1,44 +1,46 @@
 // Q6_K: block_q6_K { ql: [u8; 128], qh: [u8; 64], scales: [i8; 16], d: f16 } = 210 bytes
 // per 256 elements; w = d·scale·(q − 32) with q in 0..63 and one int8 scale per 16 elements.
-// Each half h of 128 elements is four rows s of 32 (chunk = 4h + s): element l's low 4 bits
-// are nibble s>>1 of ql[64h + 32(s&1) + l], its top 2 bits are bits 2s..2s+1 of qh[32h + l],
-// its scale is scales[8h + 2s + l/16]. Odd blocks start at 2 mod 4 (210 B), so fields are
-// read with funnelled word loads. Included by common/dequant.wgsl.
+// Re-laid out (src/gpu/layout.rs): a body plane of 208 bytes (13 16-byte units) per
+// super-block, then a plane of its f16 scales. In the body, 32-element chunk c has its low
+// 4 bits at unit c (element order as Q4_0's quants), its top 2 bits at words 32 + 2c, +1
+// (element 4g + i: byte i of word g / 4, bits 2(g % 4)), and sub-scales 2c, 2c+1 in the
+// bytes of words 48..51. Included by common/dequant.wgsl.
 
-fn dequant32(row_byte: u32, chunk: u32) -> array<vec4<f32>, 8> {
-    let b = row_byte + (chunk >> 3u) * 210u;
-    let h = (chunk >> 2u) & 1u;
-    let s = chunk & 3u;
-    let ql = load_words8(b + 64u * h + 32u * (s & 1u));
-    let qh = load_words8(b + 128u + 32u * h);
-    let sc = load_u32(b + 192u + 8u * h + 2u * s); // bytes 0, 1: the two scales of this chunk
-    let d = load_f16(b + 208u);
-    let lo_shift = 4u * (s >> 1u);
-    let hi_shift = 2u * s;
-    let scales = d * i8x4(sc).xy;
+// The two sub-scales of chunk c of super-block s, times its d.
+fn q6_k_scales(s: u32, c: u32, blocks: u32) -> vec2<f32> {
+    let sc = i8x4(wl(52u * s + 48u + (c >> 1u)));
+    return plane_f16(52u * (blocks >> 3u), s) * select(sc.xy, sc.zw, (c & 1u) != 0u);
+}
+
+// Elements 4g..4g+3 (g = 2j + h) of a chunk from low-bits word j and its high-bits word.
+fn q6_group(ql: u32, qh: u32, g: u32) -> vec4<f32> {
+    let hs = vec4<u32>(2u * (g & 3u)) + vec4<u32>(0u, 8u, 16u, 24u);
+    return nibbles(ql, 4u * (g & 1u)) + 16.0 * vec4<f32>((vec4<u32>(qh) >> hs) & vec4<u32>(3u)) - 32.0;
+}
+
+fn dequant32(r: WRow, chunk: u32) -> array<vec4<f32>, 8> {
+    let s = (r.block + chunk) >> 3u;
+    let c = chunk & 7u;
+    let sc = q6_k_scales(s, c, r.blocks);
+    let ql = wv(13u * s + c);
+    let qhv = wv(13u * s + 8u + (c >> 1u));
+    let qh = select(qhv.xy, qhv.zw, (c & 1u) != 0u);
     var v: array<vec4<f32>, 8>;
-    for (var j = 0u; j < 8u; j++) {
-        let hi = (vec4<u32>(qh[j]) >> vec4<u32>(hi_shift, hi_shift + 8u, hi_shift + 16u, hi_shift + 24u)) & vec4<u32>(3u);
-        let q = nibbles(ql[j], lo_shift) + 16.0 * vec4<f32>(hi);
-        v[j] = select(scales.y, scales.x, j < 4u) * (q - 32.0);
+    for (var g = 0u; g < 8u; g++) {
+        v[g] = select(sc.y, sc.x, g < 4u) * q6_group(ql[g >> 1u], qh[g >> 2u], g);
     }
     return v;
 }
 
-// Elements 8o..8o+7 of the row: words jw, jw+1 (jw = 2(o % 4)) of chunk (o / 4) % 8 of
-// super-block o / 32; both use scales[8h + 2s + jw / 4].
-fn dequant8(row_byte: u32, o: u32) -> array<vec4<f32>, 2> {
-    let b = row_byte + (o >> 5u) * 210u;
-    let chunk = (o >> 2u) & 7u;
-    let h = chunk >> 2u;
-    let s = chunk & 3u;
-    let jw = 2u * (o & 3u);
-    let ql = load_words2(b + 64u * h + 32u * (s & 1u) + 4u * jw);
-    let qh = load_words2(b + 128u + 32u * h + 4u * jw);
-    let sc = load_f16(b + 208u) * i8x4(load_u32(b + 192u + 8u * h + 2u * s + (jw >> 2u))).x;
-    let ls = 4u * (s >> 1u);
-    let hs = vec4<u32>(2u * s) + vec4<u32>(0u, 8u, 16u, 24u);
-    let v0 = nibbles(ql.x, ls) + 16.0 * vec4<f32>((vec4<u32>(qh.x) >> hs) & vec4<u32>(3u));
-    let v1 = nibbles(ql.y, ls) + 16.0 * vec4<f32>((vec4<u32>(qh.y) >> hs) & vec4<u32>(3u));
-    return array<vec4<f32>, 2>(sc * (v0 - 32.0), sc * (v1 - 32.0));
+// Elements 8o..8o+7 of the row: groups 2m, 2m+1 (m = o % 4) of chunk (o / 4) % 8 of its
+// super-block; both use sub-scale 2c + m / 2.
+fn dequant8(r: WRow, o: u32) -> array<vec4<f32>, 2> {
+    let s = (r.block + (o >> 2u)) >> 3u;
+    let c = (o >> 2u) & 7u;
+    let m = o & 3u;
+    let sc = q6_k_scales(s, c, r.blocks);
+    let ql = wl(52u * s + 4u * c + m);
+    let qh = wl(52u * s + 32u + 2u * c + (m >> 1u));
+    let scale = select(sc.x, sc.y, m >= 2u);
+    return array<vec4<f32>, 2>(scale * q6_group(ql, qh, 2u * m), scale * q6_group(ql, qh, 2u * m + 1u));
 }

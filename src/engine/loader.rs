@@ -48,7 +48,7 @@ pub struct LoadProgress {
 
 struct Staging {
     index: usize,
-    /// Tensor byte offset where `bytes` starts (a multiple of 4).
+    /// Tensor byte offset where `bytes` starts (a multiple of the tensor's write unit).
     offset: u64,
     bytes: Vec<u8>,
 }
@@ -198,7 +198,7 @@ impl Loader {
         Ok(())
     }
 
-    /// Buffers tensor bytes so every `write_buffer` is 4-byte aligned and reasonably large.
+    /// Buffers tensor bytes so every write is whole units (see `flush_staging`) and large.
     fn stage(&mut self, index: usize, offset: u64, bytes: &[u8]) {
         if self.staging.as_ref().is_some_and(|s| s.index != index) {
             self.flush_staging(true);
@@ -215,17 +215,17 @@ impl Loader {
         }
     }
 
-    /// Writes the staged bytes; keeps a sub-4-byte tail unless `all` (end of tensor).
+    /// Writes the staged bytes; keeps a tail shorter than the tensor's write unit (4 bytes,
+    /// or two blocks of a re-laid type: `gpu::layout`) unless `all` (end of tensor).
     fn flush_staging(&mut self, all: bool) {
         let Some(mut staging) = self.staging.take() else {
             return;
         };
-        let n = if all {
-            staging.bytes.len()
-        } else {
-            staging.bytes.len() & !3
-        };
-        if let Some(Some(tensor)) = self.tensors.get(staging.index) {
+        let tensor = self.tensors.get(staging.index).and_then(|t| t.as_ref());
+        let unit = tensor.map_or(4, |t| t.write_unit());
+        let len = staging.bytes.len();
+        let n = if all { len } else { len - len % unit };
+        if let Some(tensor) = tensor {
             tensor.write_at(&self.ctx, staging.offset, &staging.bytes[..n]);
         }
         if !all {

@@ -4,6 +4,7 @@
 //! Boundary: only this module calls `create_*` on the device.
 
 mod context;
+pub mod layout;
 mod recorder;
 mod shader;
 mod weights;

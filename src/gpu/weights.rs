@@ -1,11 +1,12 @@
-//! Weight tensors on the GPU, stored as the file's raw blocks (never dequantized).
+//! Weight tensors on the GPU, stored at the file's bits per weight (never dequantized): the
+//! raw blocks, or for some types the same bytes re-laid out into aligned planes (`layout`).
 //!
 //! A tensor larger than the device's storage-binding limit is split by rows into parts, each
 //! its own buffer (Gemma's 178 MB `token_embd` exceeds lavapipe's and default WebGPU's 128 MiB).
 
 use crate::gguf::GgmlType;
 
-use super::GpuContext;
+use super::{layout, GpuContext};
 
 /// A contiguous run of rows of one tensor, in one buffer.
 #[derive(Clone, Debug)]
@@ -15,7 +16,8 @@ pub struct TensorPart {
     pub n_rows: u64,
 }
 
-/// A 2-D (or 1-D) weight: `n_rows` rows of `row_len` elements of type `ty`, raw GGUF blocks.
+/// A 2-D (or 1-D) weight: `n_rows` rows of `row_len` elements of type `ty`, each part in
+/// the layout `super::layout` gives the type.
 #[derive(Clone, Debug)]
 pub struct GpuTensor {
     pub name: String,
@@ -29,10 +31,11 @@ pub struct GpuTensor {
 }
 
 impl GpuTensor {
-    /// Rows per part so that each part fits `max_part_bytes`. A multiple of 4 rows, so part
-    /// boundaries stay 4-byte aligned for `write_buffer` whatever the row size.
+    /// Rows per part so that each part's buffer (its bytes rounded up to 16) fits
+    /// `max_part_bytes`. A multiple of 4 rows, so part boundaries stay 4-byte aligned for
+    /// `write_buffer` whatever the row size.
     pub fn rows_per_part(row_bytes: u64, n_rows: u64, max_part_bytes: u64) -> u64 {
-        let fit = (max_part_bytes / row_bytes.max(1)).max(1);
+        let fit = ((max_part_bytes & !15) / row_bytes.max(1)).max(1);
         if fit >= n_rows {
             n_rows
         } else {
@@ -61,7 +64,8 @@ impl GpuTensor {
                 format!("{name}#{}", parts.len())
             };
             parts.push(TensorPart {
-                buffer: ctx.storage_buffer(&label, rows * row_bytes),
+                // Rounded up to 16 bytes: the shaders bind weights as array<vec4<u32>>.
+                buffer: ctx.storage_buffer(&label, (rows * row_bytes).div_ceil(16) * 16),
                 first_row,
                 n_rows: rows,
             });
@@ -93,12 +97,15 @@ impl GpuTensor {
         t
     }
 
-    /// Writes `bytes` at byte `offset` of the tensor, splitting across parts.
-    /// `offset` must be a multiple of 4; a short tail is zero-padded (callers stream in
-    /// 4-byte-aligned pieces, see `engine::loader`).
+    /// Writes the file's `bytes` at byte `offset` of the tensor (file order), splitting across
+    /// parts and re-laying them out for the type (`layout::relay_blocks`). `offset` and each
+    /// piece's length must be multiples of [`GpuTensor::write_unit`] except at a part's or
+    /// the tensor's end; a short tail is zero-padded (callers stream in such pieces, see
+    /// `engine::loader`).
     pub fn write_at(&self, ctx: &GpuContext, offset: u64, bytes: &[u8]) {
         let mut offset = offset;
         let mut bytes = bytes;
+        let block_bytes = self.ty.block_geometry().map_or(4, |(_, b)| b as u64);
         for part in &self.parts {
             let start = part.first_row * self.row_bytes;
             let end = start + part.n_rows * self.row_bytes;
@@ -109,10 +116,24 @@ impl GpuTensor {
                 continue;
             }
             let n = ((end - offset) as usize).min(bytes.len());
-            ctx.write_padded(&part.buffer, offset - start, &bytes[..n]);
+            let part_blocks = part.n_rows * self.row_bytes / block_bytes;
+            let first_block = (offset - start) / block_bytes;
+            match layout::relay_blocks(self.ty, part_blocks, first_block, &bytes[..n]) {
+                Some(writes) => {
+                    for w in writes {
+                        ctx.write_padded(&part.buffer, w.offset, &w.bytes);
+                    }
+                }
+                None => ctx.write_padded(&part.buffer, offset - start, &bytes[..n]),
+            }
             bytes = &bytes[n..];
             offset += n as u64;
         }
+    }
+
+    /// See [`GpuTensor::write_at`].
+    pub fn write_unit(&self) -> usize {
+        layout::write_unit(self.ty)
     }
 
     /// The binding of a single-part tensor (norm weights, biases: small f32 vectors).

@@ -33,10 +33,10 @@ struct Params {
     t: u32,
     row0: u32,
     rows: u32,
-    row_bytes: u32,
     n_rows: u32,
     zero_missing: u32,
     scale: f32,
+    _pad: u32,
 }
 
 /// Records out[t, :] = scale · table[ids[t], :] for t < T. An id ≥ the table's rows yields a
@@ -78,10 +78,10 @@ pub fn get_rows(
             t,
             row0: part.first_row as u32,
             rows: part.n_rows as u32,
-            row_bytes: table.row_bytes as u32,
             n_rows: table.n_rows as u32,
             zero_missing: (i == 0) as u32,
             scale,
+            _pad: 0,
         };
         let bindings = [Binding::from(&part.buffer), ids.clone(), out.clone()];
         rec.dispatch(

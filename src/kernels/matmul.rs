@@ -547,10 +547,10 @@ pub(crate) fn check_weight(
                 part.buffer.size()
             ));
         }
-        // +8: the funnelled loads may touch the word after a block.
-        if part.n_rows * w.row_bytes + 8 > u32::MAX as u64 {
+        // The shaders index a part's words and 32-element blocks in u32.
+        if part.buffer.size() / 4 > u32::MAX as u64 {
             return err(format!(
-                "{}: a part of {} rows exceeds u32 byte offsets",
+                "{}: a part of {} rows exceeds u32 word offsets",
                 w.name, part.n_rows
             ));
         }
@@ -617,12 +617,12 @@ pub type Norm<'a> = (&'a Binding, f32);
 pub(super) struct Params {
     pub(super) k: u32,
     pub(super) t: u32,
-    pub(super) row_bytes: u32,
     pub(super) groups: u32,
     pub(super) row0: u32,
     pub(super) accumulate: u32,
     pub(super) eps: f32,
     pub(super) pos0: u32,
+    pub(super) _pad3: u32,
     pub(super) rows: [u32; 4],
     pub(super) n: [u32; 4],
     pub(super) head_dim: u32,
@@ -774,7 +774,6 @@ pub fn matmul_glu_variant(
         let params = Params {
             k: k as u32,
             t,
-            row_bytes: w_gate.row_bytes as u32,
             row0: pg.first_row as u32,
             eps: norm.map_or(0.0, |n| n.1),
             rows: [rows, rows, 0, 0],
@@ -915,7 +914,6 @@ pub fn matmul_qkv_variant(
     let params = Params {
         k: kdim as u32,
         t,
-        row_bytes: wq.row_bytes as u32,
         eps: norm.map_or(0.0, |n| n.1),
         rows,
         n: rows,
@@ -974,7 +972,6 @@ fn single(
         let params = Params {
             k: k as u32,
             t,
-            row_bytes: w.row_bytes as u32,
             row0: part.first_row as u32,
             accumulate: accumulate as u32,
             eps: norm.map_or(0.0, |n| n.1),

@@ -130,11 +130,9 @@ fn definitions(src: &str, prefix: &str) -> usize {
 struct Params {
     dim: u32,
     ffn: u32,
-    gu_row_bytes: u32,
-    down_row_bytes: u32,
     t: u32,
     eps: f32,
-    _pad: [u32; 2],
+    _pad: [u32; 4],
 }
 
 /// Whether the megakernel can run this FFN on this device; `Err` says why not, with the
@@ -272,11 +270,9 @@ pub fn ffn_megakernel(
     let params = Params {
         dim: dim as u32,
         ffn: ffn as u32,
-        gu_row_bytes: w_gate.row_bytes as u32,
-        down_row_bytes: w_down.row_bytes as u32,
         t,
         eps,
-        _pad: [0; 2],
+        _pad: [0; 4],
     };
     let mut bindings = vec![
         Binding::from(&w_gate.parts[0].buffer),

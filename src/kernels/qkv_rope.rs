@@ -191,7 +191,6 @@ pub fn matmul_qkv_rope_kv_variant(
     let params = Params {
         k: kdim as u32,
         t,
-        row_bytes: wq.row_bytes as u32,
         eps: norm.map_or(0.0, |n| n.1),
         pos0,
         rows,

@@ -60,7 +60,7 @@ pub fn weight(
     let bytes = quant::quantize(ty, &values).expect("quantize");
     let deq = quant::dequantize(ty, &bytes, values.len()).expect("dequantize");
     let row_bytes = ty.bytes_for(k as u64).unwrap();
-    let max_part = part_rows.map_or(u64::MAX, |r| r as u64 * row_bytes);
+    let max_part = part_rows.map_or(u64::MAX, |r| (r as u64 * row_bytes).div_ceil(16) * 16);
     let t = GpuTensor::from_bytes(ctx(), name, ty, k as u64, rows as u64, &bytes, max_part);
     if let Some(r) = part_rows {
         assert_eq!(t.parts.len(), rows.div_ceil(r), "{name} should be split");

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Decode A/B on the device machine (../shared/DEVICE.md): the issue's five shapes, each build
+# in turn per model so both see the same GPU state. Run through the device tool with carry
+# [".bench", ".gl"]:
+#
+#   BINS="coco-base coco" bash scripts/bench_decode_h200.sh
+#
+# .bench/ holds release builds (each name in BINS, and shape_model); .gl/ the Debian
+# libvulkan1 package (the device has the NVIDIA driver but no loader). MODELS picks shapes
+# (default: all five). Writes JSON lines to $OUT/decode.jsonl and prints a table last: tg128
+# and the decode step's matvec µs with their read bandwidth.
+set -uo pipefail
+B=.bench
+M=/tmp/models
+OUT=${OUT:-/tmp/out}
+BINS=${BINS:-coco}
+MODELS=${MODELS:-"llama-1b:q4_0 llama-1b:q8_0 gemma-270m:q5_0 qwen-0.5b:q8_0 llama-8b:q4_0"}
+mkdir -p "$M" "$OUT"
+for f in .gl/*.deb; do dpkg -x "$f" /; done
+ldconfig
+export XDG_RUNTIME_DIR=$(mktemp -d) WGPU_BACKEND=vulkan
+# Headless, the image's GLX ICD gives no vkCreateInstance; its EGL build of the driver does.
+printf '{"file_format_version":"1.0.1","ICD":{"library_path":"libEGL_nvidia.so.0","api_version":"1.4.312"}}\n' > /tmp/nvidia_egl_icd.json
+export VK_DRIVER_FILES=/tmp/nvidia_egl_icd.json VK_ICD_FILENAMES=/tmp/nvidia_egl_icd.json
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+for spec in $MODELS; do
+  "$B/shape_model" "${spec%%:*}" "${spec##*:}" "$M/${spec%%:*}-${spec##*:}.gguf" > /dev/null &
+done
+wait
+first=${MODELS%% *}
+first_bin=${BINS%% *}
+if ! "$B/$first_bin" -v info -m "$M/${first%%:*}-${first##*:}.gguf" 2>&1 | tee -a "$OUT/gpu.txt" | grep -q "^adapter.*H200"; then
+  echo "no H200 adapter through Vulkan: see $OUT/gpu.txt" >&2
+  exit 1
+fi
+for spec in $MODELS; do
+  m="${spec%%:*}-${spec##*:}"
+  for bin in $BINS; do
+    echo "== $m $bin"
+    "$B/$bin" bench -m "$M/$m.gguf" -p 512 -n 128 --reps 3 --profile --json 2>>"$OUT/err.txt" \
+      | python3 -c "import json,sys; r=json.load(sys.stdin); r['build']='$bin'; r['shape']='$m'; print(json.dumps(r))" \
+      | tee -a "$OUT/decode.jsonl" | cut -c1-300
+  done
+done
+python3 - "$OUT" <<'PY'
+import json, sys
+out = sys.argv[1]
+print("\n| shape | build | tg128 tok/s | pp512 tok/s | dispatches/token | decode step µs (one pass) | matvec µs | kernels (µs) |")
+print("|---|---|---|---|---|---|---|---|")
+for line in open(f"{out}/decode.jsonl"):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    p = r.get("profile") or {}
+    ks = p.get("kernels", []) if isinstance(p, dict) else []
+    mv = sum(k["total_us"] for k in ks if "matmul" in k["label"])
+    top = ", ".join(f"{k['label']} {k['total_us']:.0f}" for k in ks[:6])
+    print(f"| {r['shape']} | {r['build']} | {r['tg_tok_s']:.1f} | {r['pp_tok_s']:.0f} | {r['dispatches_per_token']} | "
+          f"{p.get('one_pass_us', 0):.0f} | {mv:.0f} | {top} |")
+PY

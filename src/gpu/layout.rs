@@ -1,0 +1,209 @@
+//! How each weight type's blocks lie in GPU memory: the file's bytes, re-laid out as they
+//! stream in so that every kernel reads them with aligned loads (DESIGN.md "Read compressed").
+//!
+//! GGUF blocks of Q4_0 (18 B), Q5_0 (22 B), Q8_0 (34 B) and Q6_K (210 B) start 2 bytes off a
+//! word boundary every other block, so reading them in place took funnelled unaligned loads
+//! (3–4 loads and shifts per 8 weights) and never a 16-byte load. These types are split
+//! into *planes*, one after another in each part buffer of a tensor (`nb` = blocks in the
+//! part, every plane's start 16-byte aligned):
+//!
+//! | type | planes, in order | bytes per block (file) |
+//! |---|---|---|
+//! | Q4_0 | quants 16·nb · scales 2·nb | 18 (18) |
+//! | Q5_0 | quants 16·nb · high bits 4·nb · scales 2·nb | 22 (22) |
+//! | Q8_0 | quants 32·nb · scales 2·nb | 34 (34) |
+//! | Q6_K | body 208·nb (low bits 128, high bits 64, sub-scales 16) · scales 2·nb | 210 (210) |
+//!
+//! The GPU keeps exactly the file's bits per weight (0% growth; a part buffer is rounded up
+//! to 16 bytes). 4-bit quants are also re-ordered within their block so that one word holds
+//! 8 consecutive elements: word j's low nibbles are elements 8j..8j+3, its high nibbles
+//! 8j+4..8j+7 (the file keeps elements j and j+16 in one byte). Q6_K's low bits follow the
+//! same order per 32-element chunk (16 bytes each); its high 2-bit fields are two words per
+//! chunk, element 4g+i in byte i of word g/4 at bits 2(g%4). Q5_0's high bits and every
+//! 8-bit quant are already in element order. The shaders' side is `shaders/common/dequant_*.wgsl`.
+//!
+//! F32, F16, BF16, Q4_K (144 B) and Q5_K (176 B) blocks are word-aligned and stay in place.
+
+use crate::gguf::GgmlType;
+
+/// How one block of a re-laid type is split.
+struct Split {
+    /// File bytes per block.
+    block_bytes: usize,
+    /// Bytes each plane takes per block, in plane order.
+    plane_bytes: &'static [usize],
+    /// Writes one file block into its plane slices (one per plane, `plane_bytes` long each).
+    relay: fn(&[u8], &mut [&mut [u8]]),
+}
+
+fn split_of(ty: GgmlType) -> Option<Split> {
+    Some(match ty {
+        GgmlType::Q4_0 => Split {
+            block_bytes: 18,
+            plane_bytes: &[16, 2],
+            relay: |b, p| {
+                order_nibbles(&b[2..18], p[0]);
+                p[1].copy_from_slice(&b[0..2]);
+            },
+        },
+        GgmlType::Q5_0 => Split {
+            block_bytes: 22,
+            plane_bytes: &[16, 4, 2],
+            relay: |b, p| {
+                order_nibbles(&b[6..22], p[0]);
+                p[1].copy_from_slice(&b[2..6]);
+                p[2].copy_from_slice(&b[0..2]);
+            },
+        },
+        GgmlType::Q8_0 => Split {
+            block_bytes: 34,
+            plane_bytes: &[32, 2],
+            relay: |b, p| {
+                p[0].copy_from_slice(&b[2..34]);
+                p[1].copy_from_slice(&b[0..2]);
+            },
+        },
+        GgmlType::Q6_K => Split {
+            block_bytes: 210,
+            plane_bytes: &[208, 2],
+            relay: |b, p| {
+                relay_q6_k(b, p[0]);
+                p[1].copy_from_slice(&b[208..210]);
+            },
+        },
+        _ => return None,
+    })
+}
+
+/// The file's 16 quant bytes of a 32-element 4-bit block (element e < 16: low nibble of byte
+/// e, e ≥ 16: high nibble of byte e − 16) in element order: element 8j + 4h + i in byte
+/// 4j + i, nibble h.
+fn order_nibbles(file: &[u8], out: &mut [u8]) {
+    let element = |e: usize| (file[e % 16] >> (4 * (e / 16))) & 15;
+    for (byte, o) in out.iter_mut().enumerate() {
+        let (j, i) = (byte / 4, byte % 4);
+        *o = element(8 * j + i) | (element(8 * j + 4 + i) << 4);
+    }
+}
+
+/// A Q6_K super-block's first 208 bytes (ql 128, qh 64, scales 16) in chunk order: for each
+/// 32-element chunk c, 16 bytes of low nibbles at 16c (element order, as `order_nibbles`),
+/// then at 128 + 8c two words of high 2-bit fields (element 4g + i: byte i of word g / 4,
+/// bits 2(g % 4)), then the 16 sub-scales unchanged at 192.
+fn relay_q6_k(file: &[u8], out: &mut [u8]) {
+    let (ql, qh) = (&file[0..128], &file[128..192]);
+    // ggml: half h = e / 128 of the super-block, l = e % 32, s = (e % 128) / 32; the low 4
+    // bits are nibble s / 2 of ql[64h + 32(s % 2) + l], the top 2 bits are bits 2s.. of
+    // qh[32h + l].
+    let low = |e: usize| {
+        let (h, s, l) = (e / 128, (e % 128) / 32, e % 32);
+        (ql[64 * h + 32 * (s % 2) + l] >> (4 * (s / 2))) & 15
+    };
+    let high = |e: usize| {
+        let (h, s, l) = (e / 128, (e % 128) / 32, e % 32);
+        (qh[32 * h + l] >> (2 * s)) & 3
+    };
+    for c in 0..8 {
+        let base = 32 * c;
+        for byte in 0..16 {
+            let (j, i) = (byte / 4, byte % 4);
+            out[16 * c + byte] = low(base + 8 * j + i) | (low(base + 8 * j + 4 + i) << 4);
+        }
+        for byte in 0..8 {
+            let (w, i) = (byte / 4, byte % 4);
+            let mut v = 0;
+            for g4 in 0..4 {
+                v |= high(base + 4 * (4 * w + g4) + i) << (2 * g4);
+            }
+            out[128 + 8 * c + byte] = v;
+        }
+    }
+    out[192..208].copy_from_slice(&file[192..208]);
+}
+
+/// Bytes that a streamed write of a tensor of type `ty` must come in multiples of (the last
+/// piece of a part may be shorter): two blocks for re-laid types, so that every 2-byte
+/// scale plane write starts on a word, and 4 bytes otherwise.
+pub fn write_unit(ty: GgmlType) -> usize {
+    split_of(ty).map_or(4, |s| 2 * s.block_bytes)
+}
+
+/// Whether `ty` is stored re-laid out (planes) rather than in place.
+pub fn is_relaid(ty: GgmlType) -> bool {
+    split_of(ty).is_some()
+}
+
+/// One contiguous GPU write: `bytes` at byte `offset` of a part buffer.
+pub struct PlaneWrite {
+    pub offset: u64,
+    pub bytes: Vec<u8>,
+}
+
+/// The writes that place file bytes `bytes` — whole blocks starting at block `first_block`
+/// of a part holding `part_blocks` blocks — into that part's planes. `None` for in-place
+/// types (write the bytes as they are).
+pub fn relay_blocks(
+    ty: GgmlType,
+    part_blocks: u64,
+    first_block: u64,
+    bytes: &[u8],
+) -> Option<Vec<PlaneWrite>> {
+    let split = split_of(ty)?;
+    debug_assert_eq!(bytes.len() % split.block_bytes, 0);
+    let n = bytes.len() / split.block_bytes;
+    let mut planes: Vec<Vec<u8>> = split.plane_bytes.iter().map(|&b| vec![0; b * n]).collect();
+    for (k, block) in bytes.chunks_exact(split.block_bytes).enumerate() {
+        let mut slices: Vec<&mut [u8]> = planes
+            .iter_mut()
+            .zip(split.plane_bytes)
+            .map(|(plane, &b)| &mut plane[b * k..b * (k + 1)])
+            .collect();
+        (split.relay)(block, &mut slices);
+    }
+    let mut plane_start = 0u64;
+    let mut writes = Vec::with_capacity(planes.len());
+    for (plane, &b) in planes.into_iter().zip(split.plane_bytes) {
+        writes.push(PlaneWrite {
+            offset: plane_start + first_block * b as u64,
+            bytes: plane,
+        });
+        plane_start += part_blocks * b as u64;
+    }
+    Some(writes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nibbles_land_in_element_order() {
+        let file: Vec<u8> = (0..16u8).map(|i| i | ((15 - i) << 4)).collect();
+        let mut out = [0u8; 16];
+        order_nibbles(&file, &mut out);
+        let element = |e: usize| if e < 16 { e as u8 } else { 31 - e as u8 };
+        for j in 0..4 {
+            for i in 0..4 {
+                let b = out[4 * j + i];
+                assert_eq!(b & 15, element(8 * j + i));
+                assert_eq!(b >> 4, element(8 * j + 4 + i));
+            }
+        }
+    }
+
+    #[test]
+    fn planes_follow_one_another_per_part() {
+        // Two Q4_0 blocks starting at block 4 of a part of 10: quants at 16·4, scales after
+        // the part's whole quant plane (16·10) at 2·4.
+        let mut bytes = vec![0u8; 36];
+        bytes[0] = 0x11;
+        bytes[18] = 0x22;
+        let w = relay_blocks(GgmlType::Q4_0, 10, 4, &bytes).unwrap();
+        assert_eq!((w[0].offset, w[0].bytes.len()), (64, 32));
+        assert_eq!(
+            (w[1].offset, &w[1].bytes[..]),
+            (168, &[0x11, 0, 0x22, 0][..])
+        );
+        assert!(relay_blocks(GgmlType::Q4_K, 10, 0, &[0; 144]).is_none());
+    }
+}
