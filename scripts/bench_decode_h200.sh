@@ -3,9 +3,10 @@
 # in turn per model so both see the same GPU state. Run through the device tool with carry
 # [".bench", ".gl"]:
 #
-#   BINS="coco-base coco" bash scripts/bench_decode_h200.sh
+#   BINS="coco-base coco coco@16x1x2x0x1" bash scripts/bench_decode_h200.sh
 #
-# .bench/ holds release builds (each name in BINS, and shape_model); .gl/ the Debian
+# .bench/ holds release builds (each name in BINS, and shape_model); `name@shape` runs that
+# build with COCO_MATVEC=shape; .gl/ the Debian
 # libvulkan1 package (the device has the NVIDIA driver but no loader). MODELS picks shapes
 # (default: all five). Writes JSON lines to $OUT/decode.jsonl and prints a table last: tg128
 # and the decode step's matvec µs with their read bandwidth.
@@ -29,16 +30,20 @@ done
 wait
 first=${MODELS%% *}
 first_bin=${BINS%% *}
+first_bin=${first_bin%%@*}
 if ! "$B/$first_bin" -v info -m "$M/${first%%:*}-${first##*:}.gguf" 2>&1 | tee -a "$OUT/gpu.txt" | grep -q "^adapter.*H200"; then
   echo "no H200 adapter through Vulkan: see $OUT/gpu.txt" >&2
   exit 1
 fi
 for spec in $MODELS; do
   m="${spec%%:*}-${spec##*:}"
-  for bin in $BINS; do
-    echo "== $m $bin"
-    "$B/$bin" bench -m "$M/$m.gguf" -p 512 -n 128 --reps 3 --profile --json 2>>"$OUT/err.txt" \
-      | python3 -c "import json,sys; r=json.load(sys.stdin); r['build']='$bin'; r['shape']='$m'; print(json.dumps(r))" \
+  for spec_bin in $BINS; do
+    bin=${spec_bin%%@*}
+    shape=""
+    [ "$bin" != "$spec_bin" ] && shape=${spec_bin#*@}
+    echo "== $m $spec_bin"
+    env ${shape:+COCO_MATVEC=$shape} "$B/$bin" bench -m "$M/$m.gguf" -p 512 -n 128 --reps 3 --profile --json 2>>"$OUT/err.txt" \
+      | python3 -c "import json,sys; r=json.load(sys.stdin); r['build']='$spec_bin'; r['shape']='$m'; print(json.dumps(r))" \
       | tee -a "$OUT/decode.jsonl" | cut -c1-300
   done
 done

@@ -33,8 +33,8 @@
 // Weights are dequantized in registers (common/dequant.wgsl, MULTI_W: wv()/wl() below pick
 // the weight). W_gate and W_up share one type (that type's dequantizer); W_down may
 // have another (Q4_K_M files mix Q6_K and Q4_K downs with Q5_0 gate/ups): the host then
-// appends that type's dequantizer with its functions renamed `dequant8_down` /
-// `dequant32_down` (kernels/megakernel.rs); with one type, DOWN_SAME_TYPE forwards them.
+// appends that type's dequantizer with its names suffixed `_down` (`dequant8_down`, …;
+// kernels/megakernel.rs); with one type, DOWN_SAME_TYPE forwards dequant8_down.
 // Each weight is one buffer: a weight split into parts is refused on the host.
 
 #include "common/dequant.wgsl"

@@ -25,7 +25,7 @@
 //
 // Defines (kernels/matmul.rs builds them from a MatmulKey):
 //   weight type   F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q4_K Q5_K Q6_K (every weight has this type)
-//   kernel shape  MATVEC_WG | MATVEC_SG | TILED
+//   kernel shape  MATVEC_WG | MATVEC_SG | MATVEC_CHUNK | TILED
 //   fusion        (none) | GLU + MULTI_W + SILU|GELU_TANH | QKV + MULTI_W [+ ROPE_KV [+ ROPE_NEOX]]
 //   NORM          binding norm_w[K]
 //   BIAS          binding bias[N] (of W, or of W_q); QKV_BIAS adds bias1, bias2 (W_k, W_v)
@@ -639,6 +639,10 @@ fn main(
 #endif
     }
 }
+#endif
+
+#ifdef MATVEC_CHUNK
+#include "matmul/matvec_chunk.wgsl"
 #endif
 
 #ifdef TILES

@@ -19,7 +19,7 @@ use coco::gguf::GgmlType;
 use coco::gpu::{Binding, GpuTensor, StepRecorder};
 use coco::kernels::elementwise::Activation;
 use coco::kernels::matmul::MatmulVariant::{
-    self, MatvecRows, MatvecSubgroup, MatvecWorkgroup, Tiled, TiledCoop,
+    self, MatvecChunk, MatvecRows, MatvecSubgroup, MatvecWorkgroup, Tiled, TiledCoop,
 };
 use coco::kernels::matmul::{
     matmul_glu_variant, matmul_normed_variant, matmul_qkv_variant, MatmulArgs,
@@ -167,6 +167,9 @@ fn variants_cases(base: impl Fn(Case) -> Case) -> Vec<Case> {
             base(case(1, Some(MatvecSubgroup))),
             base(case(2, Some(MatvecSubgroup))).long(),
             base(case(3, Some(MatvecSubgroup))).no_norm(),
+            base(case(1, Some(MatvecChunk))),
+            base(case(2, Some(MatvecChunk))).long(),
+            base(case(3, Some(MatvecChunk))).no_norm(),
         ]);
     } else {
         println!("no SUBGROUP on this adapter; subgroup matvec not tested");
@@ -274,6 +277,7 @@ fn normed_type(ty: GgmlType) -> Err {
     ]);
     if ctx().has_subgroups() {
         cases.push(case(1, Some(MatvecSubgroup)).bias().split(12));
+        cases.push(case(1, Some(MatvecChunk)).bias().split(12));
     }
     let mut worst = Err::default();
     for (i, c) in cases.into_iter().enumerate() {
@@ -360,6 +364,7 @@ fn glu_type(ty: GgmlType) -> Err {
     ]);
     if ctx().has_subgroups() {
         cases.push(case(3, Some(MatvecSubgroup)).split(12).gelu());
+        cases.push(case(3, Some(MatvecChunk)).split(12).gelu());
     }
     let mut worst = Err::default();
     for (i, c) in cases.into_iter().enumerate() {
@@ -461,6 +466,7 @@ fn qkv_type(ty: GgmlType) -> Err {
     ]);
     if ctx().has_subgroups() {
         cases.push(case(1, Some(MatvecSubgroup)).bias());
+        cases.push(case(1, Some(MatvecChunk)).bias());
     }
     let mut worst = Err::default();
     for (i, c) in cases.into_iter().enumerate() {
@@ -610,7 +616,7 @@ fn bench_fused() {
     println!("{}", ctx.describe());
     let mut variants = vec![MatvecWorkgroup];
     if ctx.has_subgroups() {
-        variants.push(MatvecSubgroup);
+        variants.extend([MatvecSubgroup, MatvecChunk]);
     }
     println!("shared weights: {shared}; zero weights: {zero}");
     for ty in GgmlType::SUPPORTED {

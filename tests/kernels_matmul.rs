@@ -16,7 +16,7 @@ use coco::gguf::GgmlType;
 use coco::gpu::{Binding, GpuTensor, StepRecorder};
 use coco::kernels::get_rows::get_rows;
 use coco::kernels::matmul::MatmulVariant::{
-    self, MatvecRows, MatvecSubgroup, MatvecWorkgroup, Tiled, TiledCoop,
+    self, MatvecChunk, MatvecRows, MatvecSubgroup, MatvecWorkgroup, Tiled, TiledCoop,
 };
 use coco::kernels::matmul::{matmul_variant, MatmulArgs};
 use coco::reference::{matmul as reference, quant};
@@ -100,6 +100,10 @@ impl Case {
             k: self.k * 5 / 2 + if is_k_quant(self.ty) { 0 } else { 400 },
             ..self
         }
+    }
+    /// K past the chunk matvec's largest staged tile (4,096), so it runs several tiles.
+    fn wide(self) -> Case {
+        Case { k: 4352, ..self }
     }
     fn split(self, rows: usize) -> Case {
         Case {
@@ -234,6 +238,14 @@ fn matmul_type(ty: GgmlType) {
                 .bias()
                 .accumulate()
                 .split(12),
+            Case::new(ty, 67, 1, Some(MatvecChunk)),
+            Case::new(ty, 67, 2, Some(MatvecChunk)).long(),
+            Case::new(ty, 67, 3, Some(MatvecChunk)).bias().accumulate(),
+            Case::new(ty, 67, 1, Some(MatvecChunk))
+                .bias()
+                .accumulate()
+                .split(12),
+            Case::new(ty, 19, 1, Some(MatvecChunk)).wide(),
         ]);
     } else {
         println!("{ty}: no SUBGROUP on this adapter; subgroup matvec not tested");

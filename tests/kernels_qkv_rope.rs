@@ -16,7 +16,7 @@ mod common;
 use coco::gguf::GgmlType;
 use coco::gpu::{Binding, StepRecorder};
 use coco::kernels::matmul::MatmulVariant::{
-    self, MatvecRows, MatvecSubgroup, MatvecWorkgroup, Tiled,
+    self, MatvecChunk, MatvecRows, MatvecSubgroup, MatvecWorkgroup, Tiled,
 };
 use coco::kernels::qkv_rope::{matmul_qkv_rope_kv_variant, qkv_rope_fuses};
 use coco::kernels::rope::{RopeKvShape, RopeLayout};
@@ -221,7 +221,7 @@ fn run(ty: GgmlType, c: Case, seed: u64) -> f64 {
 fn cases() -> Vec<Case> {
     let mut variants = vec![MatvecWorkgroup, MatvecRows];
     if ctx().has_subgroups() {
-        variants.push(MatvecSubgroup);
+        variants.extend([MatvecSubgroup, MatvecChunk]);
     } else {
         println!("no SUBGROUP on this adapter; subgroup matvec not tested");
     }

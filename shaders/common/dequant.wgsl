@@ -13,11 +13,15 @@
 //     unrestricted_pointer_parameters), so this is how one dequantizer serves several bindings.
 // A row is named by a WRow (`w_row`): its first 32-element block and the blocks the whole
 // buffer holds (planes follow one another, so that count locates them). For that type this
-// file provides two views of a row:
-//   fn dequant32(r: WRow, chunk: u32) -> array<vec4<f32>, 8>
+// type file provides these views of a row:
+//   fn raw32(r: WRow, chunk: u32) -> Raw32  and  fn decode8(c: Raw32, j: u32) -> array<vec4<f32>, 2>
+//     a 32-element chunk's bits as loaded (16-byte loads of the re-laid types' quants; a few
+//     registers), then its elements 8j .. 8j+7 decoded: the chunk matvec loads a chunk of
+//     each of its rows first and decodes word by word, so the loads are in flight together
+//     and no row's 32 decoded values occupy registers at once;
+//   fn dequant32(r: WRow, chunk: u32) -> array<vec4<f32>, 8>  (below, from the two above)
 //     elements 32·chunk .. 32·chunk+31 in order (vec4 j holds elements 4j..4j+3): one
-//     invocation decodes a whole chunk (tiled matmul, get_rows, the subgroup matvec), with
-//     16-byte loads of the re-laid types' quants.
+//     invocation decodes a whole chunk (get_rows);
 //   fn dequant8(r: WRow, o: u32) -> array<vec4<f32>, 2>
 //     elements 8o .. 8o+7: the view of kernels whose consecutive invocations read
 //     consecutive words (the workgroup matvec, the megakernel, the tiled GEMM's staging).
@@ -100,3 +104,15 @@ fn i8x4(u: u32) -> vec4<f32> {
 #ifdef Q6_K
 #include "common/dequant_q6_k.wgsl"
 #endif
+
+// Elements 32·chunk .. 32·chunk+31 of the row, in order.
+fn dequant32(r: WRow, chunk: u32) -> array<vec4<f32>, 8> {
+    let c = raw32(r, chunk);
+    var v: array<vec4<f32>, 8>;
+    for (var j = 0u; j < 4u; j++) {
+        let e = decode8(c, j);
+        v[2u * j] = e[0];
+        v[2u * j + 1u] = e[1];
+    }
+    return v;
+}

@@ -8,15 +8,15 @@ fn f16x8(u: vec4<u32>) -> array<vec4<f32>, 2> {
     );
 }
 
-fn dequant32(r: WRow, chunk: u32) -> array<vec4<f32>, 8> {
+alias Raw32 = array<vec4<u32>, 4>;
+
+fn raw32(r: WRow, chunk: u32) -> Raw32 {
     let i = 4u * (r.block + chunk);
-    var v: array<vec4<f32>, 8>;
-    for (var j = 0u; j < 4u; j++) {
-        let h = f16x8(wv(i + j));
-        v[2u * j] = h[0];
-        v[2u * j + 1u] = h[1];
-    }
-    return v;
+    return Raw32(wv(i), wv(i + 1u), wv(i + 2u), wv(i + 3u));
+}
+
+fn decode8(q: Raw32, j: u32) -> array<vec4<f32>, 2> {
+    return f16x8(q[j]);
 }
 
 // Elements 8o..8o+7 of the row (consecutive invocations read consecutive units).

@@ -13,20 +13,23 @@ fn q4_k_scale(s: u32, sb: u32) -> vec2<f32> {
     return dm * scale_min_k4(sb, head.y, head.z, head.w);
 }
 
-fn dequant32(r: WRow, chunk: u32) -> array<vec4<f32>, 8> {
+struct Raw32 {
+    q: array<vec4<u32>, 2>, // the 8 qs words this sub-block shares with its neighbour
+    shift: u32,             // 0: low nibbles, 4: high
+    dm: vec2<f32>,          // (d·scale, dmin·min)
+}
+
+fn raw32(r: WRow, chunk: u32) -> Raw32 {
     let s = (r.block + chunk) >> 3u;
     let sb = chunk & 7u;
-    let dm = q4_k_scale(s, sb);
     let qs = 9u * s + 1u + 2u * (sb >> 1u);
-    let shift = 4u * (sb & 1u);
-    let q0 = wv(qs);
-    let q1 = wv(qs + 1u);
-    var v: array<vec4<f32>, 8>;
-    for (var j = 0u; j < 4u; j++) {
-        v[j] = dm.x * nibbles(q0[j], shift) - dm.y;
-        v[j + 4u] = dm.x * nibbles(q1[j], shift) - dm.y;
-    }
-    return v;
+    return Raw32(array<vec4<u32>, 2>(wv(qs), wv(qs + 1u)), 4u * (sb & 1u), q4_k_scale(s, sb));
+}
+
+fn decode8(c: Raw32, j: u32) -> array<vec4<f32>, 2> {
+    let u = c.q[j >> 1u];
+    let q = select(u.xy, u.zw, (j & 1u) != 0u);
+    return array<vec4<f32>, 2>(c.dm.x * nibbles(q.x, c.shift) - c.dm.y, c.dm.x * nibbles(q.y, c.shift) - c.dm.y);
 }
 
 // Elements 8o..8o+7 of the row: words 2(o % 4), +1 of sub-block (o / 4) % 8 of its

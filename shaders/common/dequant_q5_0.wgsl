@@ -16,18 +16,19 @@ fn q5_group(q: u32, qh: u32, j: u32, d: f32) -> array<vec4<f32>, 2> {
     return array<vec4<f32>, 2>(d * (vec4<f32>(lo) - 16.0), d * (vec4<f32>(hi) - 16.0));
 }
 
-fn dequant32(r: WRow, chunk: u32) -> array<vec4<f32>, 8> {
+struct Raw32 {
+    q: vec4<u32>,
+    qh: u32,
+    d: f32,
+}
+
+fn raw32(r: WRow, chunk: u32) -> Raw32 {
     let b = r.block + chunk;
-    let d = plane_f16(5u * r.blocks, b);
-    let qh = wl(4u * r.blocks + b);
-    let q = wv(b);
-    var v: array<vec4<f32>, 8>;
-    for (var j = 0u; j < 4u; j++) {
-        let g = q5_group(q[j], qh, j, d);
-        v[2u * j] = g[0];
-        v[2u * j + 1u] = g[1];
-    }
-    return v;
+    return Raw32(wv(b), wl(4u * r.blocks + b), plane_f16(5u * r.blocks, b));
+}
+
+fn decode8(c: Raw32, j: u32) -> array<vec4<f32>, 2> {
+    return q5_group(c.q[j], c.qh, j, c.d);
 }
 
 // Elements 8o..8o+7 of the row: word j = o % 4 of block o / 4's quants, with bits

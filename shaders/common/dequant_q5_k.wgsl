@@ -12,22 +12,35 @@ fn q5_k_scale(s: u32, sb: u32) -> vec2<f32> {
     return dm * scale_min_k4(sb, head.y, head.z, head.w);
 }
 
-fn dequant32(r: WRow, chunk: u32) -> array<vec4<f32>, 8> {
+struct Raw32 {
+    q: array<vec4<u32>, 2>,  // the 8 qs words this sub-block shares with its neighbour
+    qh: array<vec4<u32>, 2>, // the super-block's 8 qh words
+    sb: u32,                 // sub-block: nibble half and qh bit
+    dm: vec2<f32>,           // (d·scale, dmin·min)
+}
+
+fn raw32(r: WRow, chunk: u32) -> Raw32 {
     let s = (r.block + chunk) >> 3u;
     let sb = chunk & 7u;
-    let dm = q5_k_scale(s, sb);
     let qs = 11u * s + 3u + 2u * (sb >> 1u);
-    let shift = 4u * (sb & 1u);
-    var v: array<vec4<f32>, 8>;
-    for (var half = 0u; half < 2u; half++) {
-        let q = wv(qs + half);
-        let qh = wv(11u * s + 1u + half);
-        for (var j = 0u; j < 4u; j++) {
-            let e = nibbles(q[j], shift) + 16.0 * vec4<f32>(byte_bits(qh[j], sb));
-            v[4u * half + j] = dm.x * e - dm.y;
-        }
-    }
-    return v;
+    return Raw32(
+        array<vec4<u32>, 2>(wv(qs), wv(qs + 1u)),
+        array<vec4<u32>, 2>(wv(11u * s + 1u), wv(11u * s + 2u)),
+        sb,
+        q5_k_scale(s, sb),
+    );
+}
+
+fn decode8(c: Raw32, j: u32) -> array<vec4<f32>, 2> {
+    let u = c.q[j >> 1u];
+    let h = c.qh[j >> 1u];
+    let odd = (j & 1u) != 0u;
+    let q = select(u.xy, u.zw, odd);
+    let qh = select(h.xy, h.zw, odd);
+    let shift = 4u * (c.sb & 1u);
+    let v0 = nibbles(q.x, shift) + 16.0 * vec4<f32>(byte_bits(qh.x, c.sb));
+    let v1 = nibbles(q.y, shift) + 16.0 * vec4<f32>(byte_bits(qh.y, c.sb));
+    return array<vec4<f32>, 2>(c.dm.x * v0 - c.dm.y, c.dm.x * v1 - c.dm.y);
 }
 
 // Elements 8o..8o+7 of the row: words 2(o % 4), +1 of sub-block (o / 4) % 8 of its

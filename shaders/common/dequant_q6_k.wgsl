@@ -18,18 +18,24 @@ fn q6_group(ql: u32, qh: u32, g: u32) -> vec4<f32> {
     return nibbles(ql, 4u * (g & 1u)) + 16.0 * vec4<f32>((vec4<u32>(qh) >> hs) & vec4<u32>(3u)) - 32.0;
 }
 
-fn dequant32(r: WRow, chunk: u32) -> array<vec4<f32>, 8> {
+struct Raw32 {
+    ql: vec4<u32>, // low 4 bits, element order
+    qh: vec2<u32>, // top 2 bits
+    sc: vec2<f32>, // d · the two sub-scales
+}
+
+fn raw32(r: WRow, chunk: u32) -> Raw32 {
     let s = (r.block + chunk) >> 3u;
     let c = chunk & 7u;
-    let sc = q6_k_scales(s, c, r.blocks);
-    let ql = wv(13u * s + c);
     let qhv = wv(13u * s + 8u + (c >> 1u));
-    let qh = select(qhv.xy, qhv.zw, (c & 1u) != 0u);
-    var v: array<vec4<f32>, 8>;
-    for (var g = 0u; g < 8u; g++) {
-        v[g] = select(sc.y, sc.x, g < 4u) * q6_group(ql[g >> 1u], qh[g >> 2u], g);
-    }
-    return v;
+    return Raw32(wv(13u * s + c), select(qhv.xy, qhv.zw, (c & 1u) != 0u), q6_k_scales(s, c, r.blocks));
+}
+
+// Elements 8j..8j+7 of the chunk: groups 2j, 2j+1, both of sub-scale j / 2.
+fn decode8(c: Raw32, j: u32) -> array<vec4<f32>, 2> {
+    let scale = select(c.sc.x, c.sc.y, j >= 2u);
+    let qh = c.qh[j >> 1u];
+    return array<vec4<f32>, 2>(scale * q6_group(c.ql[j], qh, 2u * j), scale * q6_group(c.ql[j], qh, 2u * j + 1u));
 }
 
 // Elements 8o..8o+7 of the row: groups 2m, 2m+1 (m = o % 4) of chunk (o / 4) % 8 of its

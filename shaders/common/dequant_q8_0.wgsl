@@ -2,15 +2,20 @@
 // Re-laid out (src/gpu/layout.rs): quants plane (32 B per block, two 16-byte units), then
 // the scales plane (one f16 per block). Included by common/dequant.wgsl.
 
-fn dequant32(r: WRow, chunk: u32) -> array<vec4<f32>, 8> {
+struct Raw32 {
+    q: array<vec4<u32>, 2>,
+    d: f32,
+}
+
+fn raw32(r: WRow, chunk: u32) -> Raw32 {
     let b = r.block + chunk;
-    let d = plane_f16(8u * r.blocks, b);
-    let q0 = wv(2u * b);
-    let q1 = wv(2u * b + 1u);
-    return array<vec4<f32>, 8>(
-        d * i8x4(q0.x), d * i8x4(q0.y), d * i8x4(q0.z), d * i8x4(q0.w),
-        d * i8x4(q1.x), d * i8x4(q1.y), d * i8x4(q1.z), d * i8x4(q1.w),
-    );
+    return Raw32(array<vec4<u32>, 2>(wv(2u * b), wv(2u * b + 1u)), plane_f16(8u * r.blocks, b));
+}
+
+fn decode8(c: Raw32, j: u32) -> array<vec4<f32>, 2> {
+    let u = c.q[j >> 1u];
+    let q = select(u.xy, u.zw, (j & 1u) != 0u);
+    return array<vec4<f32>, 2>(c.d * i8x4(q.x), c.d * i8x4(q.y));
 }
 
 // Elements 8o..8o+7 of the row: words 2j, 2j+1 of block o / 4's quants (j = o % 4).

@@ -50,9 +50,22 @@ pub const MV_UNROLL: u32 = 1;
 /// Rows per task of the subgroup matvec: its invocations load each group of x' once for
 /// this many rows (BENCHMARKS.md "session 10").
 pub const SG_ROWS_PER_TASK: u32 = 2;
+/// The chunk matvec's slots per workgroup and rows per task: 16 × 4 measured best of
+/// 8 × 2, 16 × 2, 16 × 4, 32 × 2 and 32 × 4 on the H200 (BENCHMARKS.md "session 13"); its
+/// x' staging is repaid over more rows than the lane-per-8 matvec's 8.
+pub const CHUNK_ROWS: u32 = 16;
+pub const CHUNK_ROWS_PER_TASK: u32 = 4;
+/// The chunk matvec runs a product when it has at least this many slots and this K; smaller
+/// products keep the lane-per-8 matvec, which measured faster on them (few workgroups, or
+/// too few chunks per row to occupy a task's lanes; BENCHMARKS.md "session 13").
+pub const CHUNK_MIN_SLOTS: u64 = 8192;
+pub const CHUNK_MIN_K: u64 = 2048;
 /// Largest K whose x'[t] the subgroup matvec stages in workgroup memory (16 KiB of f32, the
 /// least any WebGPU device offers; the device's own limit also applies).
 pub const STAGE_MAX_K: u32 = 4096;
+/// Largest x' tile (elements) the chunk matvec stages: 16 KiB of f32, the least any WebGPU
+/// device offers; a longer K runs in tiles.
+pub const CHUNK_TILE_MAX_K: u32 = 4096;
 
 /// Which subgroup matvecs stage x'[t] in workgroup memory once per workgroup (`STAGE_X` in
 /// matmul.wgsl) instead of each task reading it from global memory group by group. It takes
@@ -70,13 +83,14 @@ pub enum StageX {
 }
 
 /// The subgroup matvec's shape: slots per workgroup, 8-element groups per loop trip, rows
-/// per task.
+/// per task, and whether lanes take 32-element chunks ([`MatmulVariant::MatvecChunk`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MatvecShape {
     pub rows: u32,
     pub unroll: u32,
     pub rows_per_task: u32,
     pub stage_x: StageX,
+    pub chunk: bool,
 }
 
 impl MatvecShape {
@@ -85,9 +99,11 @@ impl MatvecShape {
         unroll: MV_UNROLL,
         rows_per_task: SG_ROWS_PER_TASK,
         stage_x: StageX::Never,
+        chunk: true,
     };
 
-    /// `<rows>x<unroll>[x<rows per task>[x<stage>]]`, e.g. `8x2x4` or `8x1x2x0`. Rows a power
+    /// `<rows>x<unroll>[x<rows per task>[x<stage>[x<chunk>]]]`, e.g. `8x2x4`, `8x1x2x0` or
+    /// `16x1x2x0x1` (chunk 1: the chunk matvec, which always stages x'). Rows a power
     /// of two in 2..=64, unroll 1 or 2, rows per task a power of two up to 8 (each row holds
     /// registers in every invocation; 8 already measured far slower) and at most rows / 2 (a
     /// GLU task must lie wholly in the gate or the up half of a workgroup's slots); stage 0
@@ -108,6 +124,11 @@ impl MatvecShape {
             Some(Some(2)) => StageX::All,
             Some(_) => return None,
         };
+        let chunk = match fields.next() {
+            None => Self::DEFAULT.chunk,
+            Some(Some(c @ (0 | 1))) => c == 1,
+            Some(_) => return None,
+        };
         let valid = rows.is_power_of_two()
             && (2..=64).contains(&rows)
             && matches!(unroll, 1 | 2)
@@ -119,6 +140,7 @@ impl MatvecShape {
             unroll,
             rows_per_task,
             stage_x,
+            chunk,
         })
     }
 }
@@ -134,9 +156,9 @@ pub fn matvec_shape() -> MatvecShape {
         };
         MatvecShape::parse(&v).unwrap_or_else(|| {
             log::warn!(
-                "COCO_MATVEC={v:?} ignored: expected <rows>x<unroll>[x<rows per task>[x<stage>]], \
+                "COCO_MATVEC={v:?} ignored: expected <rows>x<unroll>[x<rows per task>[x<stage>[x<chunk>]]], \
                  rows a power of two in 2..=64, unroll 1 or 2, rows per task a power of two up \
-                 to min(8, rows / 2), stage 0, 1 or 2"
+                 to min(8, rows / 2), stage 0, 1 or 2, chunk 0 or 1"
             );
             MatvecShape::DEFAULT
         })
@@ -159,6 +181,9 @@ pub enum MatmulVariant {
     MatvecWorkgroup,
     /// Matrix–vector, subgroup reduction (devices with `Features::SUBGROUP`).
     MatvecSubgroup,
+    /// The subgroup matvec with a lane per 32-element chunk (16-byte weight loads) and x' in
+    /// workgroup-memory tiles (`shaders/matmul/matvec_chunk.wgsl`).
+    MatvecChunk,
     /// Matrix–vector, one invocation per row and no reduction: for CPU adapters without
     /// subgroups (SwiftShader, the browser's fallback adapter). There a workgroup barrier
     /// costs a switch of every invocation's fiber, and the shared-memory reduction made the
@@ -177,6 +202,7 @@ impl MatmulVariant {
         match self {
             Self::MatvecWorkgroup => "MATVEC_WG",
             Self::MatvecSubgroup => "MATVEC_SG",
+            Self::MatvecChunk => "MATVEC_CHUNK",
             // The workgroup kernel with one lane per slot: its reduction loop is empty.
             Self::MatvecRows => "MATVEC_WG",
             Self::Tiled => "TILED",
@@ -192,6 +218,7 @@ impl MatmulVariant {
         match self {
             Self::MatvecWorkgroup => format!("matvec_wg{}", MV_ROWS * MV_LANES),
             Self::MatvecSubgroup => format!("matvec_sg{}", MV_ROWS * MV_LANES),
+            Self::MatvecChunk => format!("matvec_chunk{}", MV_ROWS * MV_LANES),
             Self::MatvecRows => format!("matvec_rows{}", MV_ROWS * MV_LANES),
             Self::Tiled => format!("tiled{TILE_N}x{TILE_T}"),
             Self::TiledCoop => format!("coop{TILE_N}x{TILE_T}"),
@@ -211,6 +238,7 @@ impl MatmulVariant {
             Self::MatvecWorkgroup => (MV_ROWS, MV_LANES),
             // The shader deals lanes by subgroup size; MV_LANES is unused there.
             Self::MatvecSubgroup => (matvec_shape().rows, MV_LANES),
+            Self::MatvecChunk => (CHUNK_ROWS, MV_LANES),
         }
     }
 }
@@ -257,8 +285,9 @@ pub struct MatmulKey {
     /// x is the raw residual and RMSNorm is applied in the kernel (binding norm_w[K]).
     pub norm: bool,
     pub fusion: Fusion,
-    /// K when the subgroup matvec stages x'[t] in workgroup memory, else 0: set by the
-    /// launch from K, the device and [`MatvecShape::stage_x`] (see [`MatmulKey::staged`]).
+    /// K when the subgroup matvec stages x'[t] in workgroup memory (the chunk matvec: the
+    /// elements per staged tile), else 0: set by the launch from K, the device and
+    /// [`MatvecShape::stage_x`] (see [`MatmulKey::staged`]).
     pub stage_k: u32,
 }
 
@@ -302,6 +331,20 @@ impl MatmulKey {
         }
     }
 
+    /// This key for a product of `slots` rows in all and K = `k` when its variant was chosen,
+    /// not forced: the chunk matvec only where it pays ([`CHUNK_MIN_SLOTS`], [`CHUNK_MIN_K`]).
+    pub fn sized(self, slots: u64, k: u64, forced: bool) -> MatmulKey {
+        let small = slots < CHUNK_MIN_SLOTS || k < CHUNK_MIN_K;
+        if self.variant == MatmulVariant::MatvecChunk && small && !forced {
+            MatmulKey {
+                variant: MatmulVariant::MatvecSubgroup,
+                ..self
+            }
+        } else {
+            self
+        }
+    }
+
     /// This key for a product of K = `k`, with x'[t] staged when the kernel is the subgroup
     /// matvec, [`MatvecShape::stage_x`] covers the product, K ≤ [`STAGE_MAX_K`] and the
     /// workgroup memory fits the device (`workgroup_bytes`: its per-workgroup limit).
@@ -314,6 +357,14 @@ impl MatmulKey {
         };
         // The kernel's other workgroup arrays: partial sums and Σx² per subgroup.
         let others = 64 * shape.rows_per_task * 8 + 64 * 4;
+        if self.variant == MatmulVariant::MatvecChunk {
+            // Tiles of whole 32-element chunks, as many as the device's workgroup memory holds.
+            let fit = workgroup_bytes.saturating_sub(others) / 128 * 32;
+            return MatmulKey {
+                stage_k: k.min(fit.clamp(32, CHUNK_TILE_MAX_K)),
+                ..self
+            };
+        }
         let fits = k <= STAGE_MAX_K && k.is_multiple_of(8) && 4 * k + others <= workgroup_bytes;
         let staged = self.variant == MatmulVariant::MatvecSubgroup && wanted && fits;
         MatmulKey {
@@ -386,7 +437,7 @@ impl MatmulKey {
                 defines.push("QKV_BIAS");
             }
         }
-        if self.stage_k > 0 {
+        if self.stage_k > 0 && self.variant == MatmulVariant::MatvecSubgroup {
             defines.push("STAGE_X");
         }
         Ok(defines)
@@ -431,6 +482,7 @@ impl MatmulKey {
                 let shape = matvec_shape();
                 (shape.unroll, shape.rows_per_task)
             }
+            MatmulVariant::MatvecChunk => (1, CHUNK_ROWS_PER_TASK),
             _ => (2, 1),
         };
         let consts = format!(
@@ -474,7 +526,11 @@ impl DeviceKernels {
     /// tensor cores where coco's cooperative-matrix GEMM can run, portable otherwise.
     pub fn of(ctx: &crate::gpu::GpuContext) -> DeviceKernels {
         let matvec = if ctx.has_subgroups() {
-            MatmulVariant::MatvecSubgroup
+            if matvec_shape().chunk {
+                MatmulVariant::MatvecChunk
+            } else {
+                MatmulVariant::MatvecSubgroup
+            }
         } else if ctx.info.device_type == wgpu::DeviceType::Cpu {
             MatmulVariant::MatvecRows
         } else {
@@ -768,7 +824,8 @@ pub fn matmul_glu_variant(
         norm: norm.is_some(),
         fusion: Fusion::Glu(act),
         ..MatmulKey::choose(DeviceKernels::of(ctx), w_gate.ty, t, false, variant)
-    };
+    }
+    .sized(2 * ffn, k, variant.is_some());
     for (pg, pu) in w_gate.parts.iter().zip(&w_up.parts) {
         let rows = pg.n_rows as u32;
         let params = Params {
@@ -909,7 +966,8 @@ pub fn matmul_qkv_variant(
         norm: norm.is_some(),
         fusion: Fusion::Qkv,
         ..MatmulKey::choose(DeviceKernels::of(ctx), wq.ty, t, bias.is_some(), variant)
-    };
+    }
+    .sized(slots, kdim, variant.is_some());
     let rows = [wq.n_rows as u32, wk.n_rows as u32, wv.n_rows as u32, 0];
     let params = Params {
         k: kdim as u32,
@@ -966,7 +1024,8 @@ fn single(
             bias.is_some(),
             variant,
         )
-    };
+    }
+    .sized(n, k, variant.is_some());
     for part in &w.parts {
         let rows = part.n_rows as u32;
         let params = Params {
@@ -1017,7 +1076,11 @@ pub(super) fn launch(
 ) -> Result<(), KernelError> {
     let err = |why: String| Err(KernelError::Shape { kernel, why });
     let ctx = rec.ctx();
-    if key.variant == MatmulVariant::MatvecSubgroup && !ctx.has_subgroups() {
+    if matches!(
+        key.variant,
+        MatmulVariant::MatvecSubgroup | MatmulVariant::MatvecChunk
+    ) && !ctx.has_subgroups()
+    {
         return err("the subgroup matvec needs Features::SUBGROUP, which this device lacks".into());
     }
     if key.variant == MatmulVariant::TiledCoop && !ctx.has_coop_gemm() {
@@ -1229,6 +1292,7 @@ mod tests {
             unroll,
             rows_per_task,
             stage_x,
+            chunk: MatvecShape::DEFAULT.chunk,
         };
         let default = MatvecShape::DEFAULT.stage_x;
         assert_eq!(MatvecShape::parse("8x2"), Some(shape(8, 2, 1, default)));
@@ -1241,7 +1305,14 @@ mod tests {
             MatvecShape::parse("8x1x2x2"),
             Some(shape(8, 1, 2, StageX::All))
         );
-        let bad = "8 8x3 8x4 8x0 12x2 8x2x8 32x2x16 8x2x3 8x2x4x3 8x2x4x1x1 ax2 8x2x";
+        assert_eq!(
+            MatvecShape::parse("16x1x2x0x1"),
+            Some(MatvecShape {
+                chunk: true,
+                ..shape(16, 1, 2, StageX::Never)
+            })
+        );
+        let bad = "8 8x3 8x4 8x0 12x2 8x2x8 32x2x16 8x2x3 8x2x4x3 8x2x4x1x2 8x2x4x1x1x1 ax2 8x2x";
         for bad in bad.split(' ').chain([""]) {
             assert_eq!(MatvecShape::parse(bad), None, "{bad}");
         }

@@ -85,10 +85,10 @@ impl MegakernelKey {
 
     /// The preprocessed WGSL. With a W_down type other than W_gate's, that type's
     /// dequantizer file (`common/dequant_<type>.wgsl`) is expanded after the shader, sharing
-    /// its include list (so the K-quant scale helpers appear once), and its two entry points
-    /// are renamed `dequant8_down` / `dequant32_down`. The rename touches only those two
-    /// `fn` names, which every dequantizer file defines exactly once (checked here); the
-    /// word loaders it calls are type-independent and come from common/dequant.wgsl.
+    /// its include list (so the K-quant scale helpers appear once), and the names every
+    /// dequantizer file defines ([`PER_TYPE_NAMES`]) get a `_down` suffix there; its other
+    /// helpers are named after their type, and the word loaders it calls are
+    /// type-independent and come from common/dequant.wgsl.
     pub fn source(&self) -> Result<String, KernelError> {
         let defines = self.defines()?;
         let mut included = Vec::new();
@@ -98,24 +98,41 @@ impl MegakernelKey {
                 "common/dequant_{}.wgsl",
                 weight_define(self.down)?.to_lowercase()
             );
-            let down = preprocess_with(&file, &[], &mut included);
-            for f in ["fn dequant8(", "fn dequant32("] {
-                assert_eq!(definitions(&down, f), 1, "{file}: `{f}` once");
+            let mut down = preprocess_with(&file, &[], &mut included);
+            assert_eq!(
+                definitions(&down, "fn dequant8("),
+                1,
+                "{file}: `dequant8` once"
+            );
+            for name in PER_TYPE_NAMES {
+                down = rename_word(&down, name, &format!("{name}_down"));
             }
-            for line in down.lines() {
-                let renamed = if let Some(rest) = line.strip_prefix("fn dequant8(") {
-                    format!("fn dequant8_down({rest}")
-                } else if let Some(rest) = line.strip_prefix("fn dequant32(") {
-                    format!("fn dequant32_down({rest}")
-                } else {
-                    line.to_string()
-                };
-                src += &renamed;
-                src.push('\n');
-            }
+            src += &down;
         }
         Ok(src)
     }
+}
+
+/// The names each `common/dequant_<type>.wgsl` defines for its type.
+const PER_TYPE_NAMES: [&str; 4] = ["dequant8", "raw32", "decode8", "Raw32"];
+
+/// `src` with every whole-word `name` replaced by `to`.
+fn rename_word(src: &str, name: &str, to: &str) -> String {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = String::with_capacity(src.len());
+    let mut rest = src;
+    while let Some(i) = rest.find(name) {
+        let before = rest[..i].chars().next_back();
+        let after = rest[i + name.len()..].chars().next();
+        out += &rest[..i];
+        if before.is_some_and(ident) || after.is_some_and(ident) {
+            out += name;
+        } else {
+            out += to;
+        }
+        rest = &rest[i + name.len()..];
+    }
+    out + rest
 }
 
 /// Lines of `src` that define a function starting with `prefix` (`"fn dequant8("`); comments

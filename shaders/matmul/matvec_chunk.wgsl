@@ -1,0 +1,205 @@
+// Matrix–vector, one 32-element chunk per lane (native: subgroup sums). Included by
+// matmul.wgsl for MATVEC_CHUNK, which provides the bindings, slots and epilogue.
+//
+// Why this shape: with a lane per 8 elements each lane's weight load is one 4-byte word, and
+// the H200 read ~1 TB/s of its 4.1 whatever the layout (BENCHMARKS.md "session 13"): too few
+// bytes in flight per warp. Here a lane takes a whole chunk of each of its rows (raw32, all
+// loads issued before any decoding): Q4_0's quants are one 16-byte load, so a warp has 512
+// bytes of weights in flight per load instruction and row. It then decodes word by word
+// (decode8), so only 8 decoded weights and 8 elements of x' are live at once: with whole
+// decoded chunks the H200 kept too few warps resident (BENCHMARKS.md "session 13").
+//
+// x' then has to come from workgroup memory: a lane needs 8 vec4s of x' per chunk, 128 bytes
+// apart across lanes, which from global memory touch 32 cache lines per load instruction.
+// The workgroup stages x' in tiles of MV_STAGE_VEC4 vec4s (all 256 invocations, RMSNorm's
+// norm_w applied and Σx² taken on the way), and stores vec4 v of a tile at swz(v): the 8
+// vec4s of a chunk rotate by the chunk's index, so 8 lanes reading "vec4 j of their chunk"
+// hit 8 different bank groups instead of one.
+//
+// Work split as in the subgroup matvec (MATVEC_SG): MV_ROWS slots as tasks of MV_RPS rows,
+// `spr` subgroups per task; after each tile a task's sums are added into `dots`, so K of
+// any length runs in tiles with two barriers each.
+
+var<workgroup> xs: array<vec4<f32>, MV_STAGE_VEC4>; // a tile of x'[t] (⊙ norm_w with NORM)
+var<workgroup> dots: array<f32, 64u * MV_RPS>;     // Σ w·x' per (slot, subgroup part)
+#ifdef NORM
+var<workgroup> xs_ss: array<f32, 64>;              // Σx² per subgroup (at most 64 of them)
+#endif
+
+fn swz(v: u32) -> u32 {
+    return v ^ ((v >> 3u) & 7u);
+}
+
+// Stages x'[t] vec4s v0 .. v0 + n4 into xs; returns this invocation's Σx² of them.
+fn stage_tile(xrow: u32, v0: u32, n4: u32, li: u32) -> f32 {
+    var ss = 0.0;
+    for (var i = li; i < n4; i += 256u) {
+        let a = x[xrow + v0 + i];
+#ifdef NORM
+        ss += dot(a, a);
+        xs[swz(i)] = a * norm_w[v0 + i];
+#else
+        xs[swz(i)] = a;
+#endif
+    }
+    return ss;
+}
+
+// Σ w·x' of rows `row`, row + 1, … (MV_RPS, each clamped to `last`) of weight m over the
+// staged tile's chunks first, first + stride, … < chunks (the tile starts at chunk c0).
+fn dot_chunks(m: u32, row: u32, last: u32, c0: u32, chunks: u32, first: u32, stride: u32) -> array<f32, MV_RPS> {
+    var wr: array<WRow, MV_RPS>;
+    var acc: array<vec4<f32>, MV_RPS>;
+    for (var r = 0u; r < MV_RPS; r++) {
+        wr[r] = row_of(m, slot_row(min(row + r, last)));
+        acc[r] = vec4<f32>(0.0);
+    }
+    for (var c = first; c < chunks; c += stride) {
+        var raw: array<Raw32, MV_RPS>;
+        for (var r = 0u; r < MV_RPS; r++) {
+            raw[r] = raw32(wr[r], c0 + c);
+        }
+        for (var j = 0u; j < 4u; j++) {
+            let xa = xs[swz(8u * c + 2u * j)];
+            let xb = xs[swz(8u * c + 2u * j + 1u)];
+            for (var r = 0u; r < MV_RPS; r++) {
+                let w = decode8(raw[r], j);
+                acc[r] = fma(w[0], xa, fma(w[1], xb, acc[r]));
+            }
+        }
+    }
+    var out: array<f32, MV_RPS>;
+    for (var r = 0u; r < MV_RPS; r++) {
+        out[r] = (acc[r].x + acc[r].y) + (acc[r].z + acc[r].w);
+    }
+    return out;
+}
+
+// dot_chunks for rows mr.y, … of weight mr.x; each branch sets `wsel` to a constant.
+fn dot_chunks_w(mr: vec2<u32>, last: u32, c0: u32, chunks: u32, first: u32, stride: u32) -> array<f32, MV_RPS> {
+#ifdef QKV
+    if (mr.x == 2u) {
+        wsel = 2u;
+        return dot_chunks(2u, mr.y, last, c0, chunks, first, stride);
+    }
+#endif
+#ifdef MULTI_W
+    if (mr.x == 1u) {
+        wsel = 1u;
+        return dot_chunks(1u, mr.y, last, c0, chunks, first, stride);
+    }
+    wsel = 0u;
+#endif
+    return dot_chunks(0u, mr.y, last, c0, chunks, first, stride);
+}
+
+// The sums of task slots f, f + 1, … over the tile; a QKV task straddling two weights takes
+// one row at a time (as dot_task in MATVEC_SG).
+fn dot_chunk_task(f: u32, c0: u32, chunks: u32, first: u32, stride: u32) -> array<f32, MV_RPS> {
+    let mr = locate(f, MV_ROWS);
+#ifdef QKV
+    if (locate(f + MV_RPS - 1u, MV_ROWS).x != mr.x) {
+        var out: array<f32, MV_RPS>;
+        for (var r = 0u; r < MV_RPS; r++) {
+            let mr_r = locate(f + r, MV_ROWS);
+            out[r] = 0.0;
+            if (live(mr_r)) {
+                out[r] = dot_chunks_w(mr_r, mr_r.y, c0, chunks, first, stride)[0];
+            }
+        }
+        return out;
+    }
+#endif
+    return dot_chunks_w(mr, p.rows[mr.x] - 1u, c0, chunks, first, stride);
+}
+
+@compute @workgroup_size(256)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+    @builtin(subgroup_id) sg: u32,
+    @builtin(num_subgroups) nsg: u32,
+    @builtin(subgroup_invocation_id) lane: u32,
+    @builtin(subgroup_size) sg_size: u32,
+) {
+    let g = wid.x + wid.y * nwg.x;
+    if (g >= p.groups) {
+        return;
+    }
+    let t = wid.z;
+    let xrow = t * (p.k / 4u);
+    for (var i = li; i < 64u * MV_RPS; i += 256u) {
+        dots[i] = 0.0;
+    }
+    let tasks = MV_ROWS / MV_RPS;
+    let spr = max(1u, nsg / tasks); // subgroups per task
+    let part = sg % spr;
+    let task_step = max(1u, nsg / spr); // tasks are dealt to subgroups round-robin
+    let k4 = p.k / 4u;
+    var ss = 0.0;
+    for (var v0 = 0u; v0 < k4; v0 += MV_STAGE_VEC4) {
+        let n4 = min(MV_STAGE_VEC4, k4 - v0);
+        workgroupBarrier(); // the previous tile's readers are done (and dots is zeroed)
+        ss += stage_tile(xrow, v0, n4, li);
+        workgroupBarrier();
+        for (var k = sg / spr; k < tasks; k += task_step) {
+            let f = g * MV_ROWS + k * MV_RPS;
+            var acc: array<f32, MV_RPS>;
+            for (var r = 0u; r < MV_RPS; r++) {
+                acc[r] = 0.0;
+            }
+            if (live(locate(f, MV_ROWS))) {
+                acc = dot_chunk_task(f, v0 / 8u, n4 / 8u, part * sg_size + lane, spr * sg_size);
+            }
+            for (var r = 0u; r < MV_RPS; r++) {
+                let sum = subgroupAdd(acc[r]);
+                if (lane == 0u) {
+                    dots[(k * MV_RPS + r) * spr + part] += sum;
+                }
+            }
+        }
+    }
+#ifdef NORM
+    let s = subgroupAdd(ss);
+    if (lane == 0u) {
+        xs_ss[sg] = s;
+    }
+#endif
+    workgroupBarrier();
+#ifdef NORM
+    var x2 = 0.0;
+    for (var i = 0u; i < nsg; i++) {
+        x2 += xs_ss[i];
+    }
+#else
+    let x2 = 0.0;
+#endif
+    let mr = locate(g * MV_ROWS + li, MV_ROWS);
+    if (li < MV_ROWS && live(mr)) {
+#ifdef GLU
+        if (mr.x == 0u) {
+            store_glu(t, mr.y, finish(chunk_sums(li, spr, x2)), finish(chunk_sums(li + MV_ROWS / 2u, spr, x2)));
+        }
+#else
+#ifdef ROPE_KV
+        store_rope_kv(mr.x, t, mr.y, finish(chunk_sums(li, spr, x2)), finish(chunk_sums(li ^ 1u, spr, x2)));
+#else
+        store(mr.x, t, mr.y, finish(chunk_sums(li, spr, x2)));
+#endif
+#endif
+    }
+}
+
+// Slot r's Sums from its `spr` parts (and Σx²[t] with NORM).
+fn chunk_sums(r: u32, spr: u32, x2: f32) -> Sums {
+    var s = 0.0;
+    for (var i = 0u; i < spr; i++) {
+        s += dots[r * spr + i];
+    }
+#ifdef NORM
+    return Sums(s, x2);
+#else
+    return s;
+#endif
+}
