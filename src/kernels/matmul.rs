@@ -55,10 +55,9 @@ pub const SG_ROWS_PER_TASK: u32 = 2;
 /// x' staging is repaid over more rows than the lane-per-8 matvec's 8.
 pub const CHUNK_ROWS: u32 = 16;
 pub const CHUNK_ROWS_PER_TASK: u32 = 4;
-/// The chunk matvec runs a product when it has at least this many slots and this K; smaller
-/// products keep the lane-per-8 matvec, which measured faster on them (few workgroups, or
-/// too few chunks per row to occupy a task's lanes; BENCHMARKS.md "session 13").
-pub const CHUNK_MIN_SLOTS: u64 = 8192;
+/// The chunk matvec runs the products with at least this K; shorter rows keep the lane-per-8
+/// matvec, which measured faster on them (too few chunks per row to occupy a task's lanes;
+/// BENCHMARKS.md "session 13").
 pub const CHUNK_MIN_K: u64 = 2048;
 /// Largest K whose x'[t] the subgroup matvec stages in workgroup memory (16 KiB of f32, the
 /// least any WebGPU device offers; the device's own limit also applies).
@@ -331,11 +330,10 @@ impl MatmulKey {
         }
     }
 
-    /// This key for a product of `slots` rows in all and K = `k` when its variant was chosen,
-    /// not forced: the chunk matvec only where it pays ([`CHUNK_MIN_SLOTS`], [`CHUNK_MIN_K`]).
-    pub fn sized(self, slots: u64, k: u64, forced: bool) -> MatmulKey {
-        let small = slots < CHUNK_MIN_SLOTS || k < CHUNK_MIN_K;
-        if self.variant == MatmulVariant::MatvecChunk && small && !forced {
+    /// This key for a product of K = `k` when its variant was chosen, not forced: the chunk
+    /// matvec only where it pays ([`CHUNK_MIN_K`]).
+    pub fn sized(self, k: u64, forced: bool) -> MatmulKey {
+        if self.variant == MatmulVariant::MatvecChunk && k < CHUNK_MIN_K && !forced {
             MatmulKey {
                 variant: MatmulVariant::MatvecSubgroup,
                 ..self
@@ -825,7 +823,7 @@ pub fn matmul_glu_variant(
         fusion: Fusion::Glu(act),
         ..MatmulKey::choose(DeviceKernels::of(ctx), w_gate.ty, t, false, variant)
     }
-    .sized(2 * ffn, k, variant.is_some());
+    .sized(k, variant.is_some());
     for (pg, pu) in w_gate.parts.iter().zip(&w_up.parts) {
         let rows = pg.n_rows as u32;
         let params = Params {
@@ -967,7 +965,7 @@ pub fn matmul_qkv_variant(
         fusion: Fusion::Qkv,
         ..MatmulKey::choose(DeviceKernels::of(ctx), wq.ty, t, bias.is_some(), variant)
     }
-    .sized(slots, kdim, variant.is_some());
+    .sized(kdim, variant.is_some());
     let rows = [wq.n_rows as u32, wk.n_rows as u32, wv.n_rows as u32, 0];
     let params = Params {
         k: kdim as u32,
@@ -1025,7 +1023,7 @@ fn single(
             variant,
         )
     }
-    .sized(n, k, variant.is_some());
+    .sized(k, variant.is_some());
     for part in &w.parts {
         let rows = part.n_rows as u32;
         let params = Params {

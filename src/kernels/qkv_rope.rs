@@ -45,6 +45,7 @@ fn key(
             variant,
         )
     }
+    .sized(wq.row_len, variant.is_some())
 }
 
 /// Whether [`matmul_qkv_rope_kv`] runs for these weights and this step on this device: one
