@@ -223,10 +223,7 @@ impl ModelInfo {
         let config = Config::from_gguf(header).ok();
         let c = config.as_ref();
         ModelInfo {
-            arch: meta
-                .str("general.architecture")
-                .unwrap_or("?")
-                .to_string(),
+            arch: meta.str("general.architecture").unwrap_or("?").to_string(),
             name: meta.str("general.name").ok().map(str::to_string),
             layers: c.map(|c| c.n_layers),
             dim: c.map(|c| c.dim),
@@ -335,7 +332,7 @@ impl GenerationStats {
 
 /// The `options` of `generate` and `chat`; anything missing keeps the engine's default
 /// (`SamplerConfig::default`, 128 tokens).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct GenerateOptions {
     pub temperature: Option<f64>,
@@ -350,14 +347,14 @@ pub struct GenerateOptions {
 }
 
 /// One message of `chat` / `render_chat`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ChatMessage {
     pub role: String,
     pub content: String,
 }
 
 /// The `options` of `bench`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct BenchOptions {
     pub pp: Option<f64>,

@@ -18,8 +18,8 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
 use super::api::{
-    self, Adapter, BenchOptions, ChatMessage, GenerateOptions, GenerationStats, Inspection,
-    Loaded, Megakernel, MegakernelCheck, Memory, ModelInfo,
+    self, Adapter, BenchOptions, ChatMessage, GenerateOptions, GenerationStats, Inspection, Loaded,
+    Megakernel, MegakernelCheck, Memory, ModelInfo,
 };
 use super::error::{gpu_load_error, PageError};
 use crate::bench::{self, BenchConfig};
@@ -46,9 +46,12 @@ fn serializer() -> serde_wasm_bindgen::Serializer {
 }
 
 fn to_js(value: &impl Serialize) -> PageResult<JsValue> {
-    value
-        .serialize(&serializer())
-        .map_err(|e| throw(PageError::new(super::error::ErrorKind::Internal, e.to_string())))
+    value.serialize(&serializer()).map_err(|e| {
+        throw(PageError::new(
+            super::error::ErrorKind::Internal,
+            e.to_string(),
+        ))
+    })
 }
 
 /// An option object from the page; undefined or null gives the defaults.
@@ -82,7 +85,10 @@ fn global() -> Option<Global> {
     let g = js_sys::global();
     match g.dyn_into::<web_sys::Window>() {
         Ok(w) => Some(Global::Window(w)),
-        Err(g) => g.dyn_into::<web_sys::WorkerGlobalScope>().ok().map(Global::Worker),
+        Err(g) => g
+            .dyn_into::<web_sys::WorkerGlobalScope>()
+            .ok()
+            .map(Global::Worker),
     }
 }
 
@@ -661,20 +667,19 @@ impl State {
 
 fn render_chat(model: &Model, messages: &[ChatMessage]) -> Result<String, PageError> {
     let not_yet = |m: String| PageError::new(super::error::ErrorKind::NotYet, m);
-    let template = match &model.chat_template {
-        None => {
-            return Err(not_yet(
+    let template =
+        match &model.chat_template {
+            None => return Err(not_yet(
                 "not yet: this GGUF has no chat template (it is a base model); use completion mode"
                     .into(),
-            ))
-        }
-        Some(Err(e)) => {
-            return Err(not_yet(format!(
-                "not yet: this GGUF's chat template does not compile here: {e}"
-            )))
-        }
-        Some(Ok(t)) => t,
-    };
+            )),
+            Some(Err(e)) => {
+                return Err(not_yet(format!(
+                    "not yet: this GGUF's chat template does not compile here: {e}"
+                )))
+            }
+            Some(Ok(t)) => t,
+        };
     let messages: Vec<Message> = messages
         .iter()
         .map(|m| Message::new(m.role.clone(), m.content.clone()))

@@ -167,11 +167,9 @@ impl From<EngineError> for PageError {
         match e {
             EngineError::Kernel(k) => k.into(),
             EngineError::Gpu(g) => g.into(),
-            EngineError::ContextFull { needed, context } => {
-                PageError::invalid_request(message(&e))
-                    .with("needed", needed)
-                    .with("context", context)
-            }
+            EngineError::ContextFull { needed, context } => PageError::invalid_request(message(&e))
+                .with("needed", needed)
+                .with("context", context),
             EngineError::BadToken { id, vocab } => PageError::invalid_request(message(&e))
                 .with("id", id)
                 .with("vocab", vocab),
