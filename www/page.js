@@ -82,8 +82,9 @@ export function updateControls() {
 /**
  * The one guard every engine call goes through (loads, generation, benchmarks, the chat
  * template, …): one at a time, so the engine never answers "busy"; a second click while one
- * runs does nothing. Only memory(), lost() and destroy_device() bypass it: they must work
- * while a generation runs (src/web/bindings.rs).
+ * runs does nothing. Only the reads that never take the engine's state bypass it: adapter(),
+ * memory(), lost() and the destroy_device() test hook, which must work while a generation
+ * runs (src/web/bindings.rs).
  */
 export async function exclusive(label, fn) {
   if (page.busy || !page.engine) return undefined;
