@@ -15,5 +15,6 @@ pub mod reference;
 pub mod sampler;
 pub mod tokenizer;
 mod util;
-#[cfg(target_arch = "wasm32")]
+/// The page's boundary: its serde types build everywhere (a native test checks `www/API.md`
+/// against them); the wasm-bindgen API itself only for wasm32.
 pub mod web;

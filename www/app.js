@@ -1,4 +1,4 @@
-// The coco page: opens the engine (src/web.rs, through Trunk's wasm bindings), loads a
+// The coco page: opens the engine (src/web/, through Trunk's wasm bindings), loads a
 // model (www/download.js), generates, shows the numbers, and shares runs (www/share.js).
 //
 // The contract with the engine and with the tests is www/API.md. The page's states are
@@ -15,8 +15,8 @@ import {
   renderGpuPanel, renderModelFacts, renderReport, setStat,
 } from "./ui.js";
 import {
-  checkLost, clearError, engineHas, errorMessage, page, safeCall, setState, showError,
-  status, updateControls,
+  checkLost, clearError, engineHas, errorKind, errorMessage, exclusive, page, safeCall, setState,
+  showError, status, updateControls,
 } from "./page.js";
 import {
   BENCH, PROFILE_TOKENS, describeOptionalParts, exportBench, megakernelAB, runBench, runProfile,
@@ -192,7 +192,8 @@ async function openEngine() {
     page.engine = await page.bindings.Coco.open();
   } catch (err) {
     const message = errorMessage(err);
-    if (/no WebGPU/i.test(message)) {
+    // Coco.open throws kind "not_yet" when there is no adapter or device (www/API.md).
+    if (errorKind(err) === "not_yet") {
       $("webgpu-missing-reason").textContent = message;
       status("Not yet: this browser offers WebGPU but no usable GPU adapter.");
       setState("no-webgpu");
@@ -264,8 +265,9 @@ function updateProgress(p) {
 }
 
 /**
- * Loads `rawUrl` into the engine: the cached copy when there is a complete one (no
- * network), else the header over the network, the report, then the bulk download.
+ * Loads `rawUrl` into the engine, as one engine call (`exclusive`): the probe (the cached
+ * copy when there is a complete one, else the header over the network and its report),
+ * the stream of every byte into GPU buffers, then the integrity check and the cache entry.
  * The cache never keeps a partial file: every failure path deletes it.
  */
 async function loadModel(rawUrl) {
@@ -274,162 +276,186 @@ async function loadModel(rawUrl) {
     showError(check.reason);
     return;
   }
-  const url = check.url;
-  const engine = page.engine;
-  const context = readContext();
-  clearError();
-  renderReport(null);
-  $("report-summary").textContent = "Reading the header…";
-  page.abort = new AbortController();
-  const signal = page.abort.signal;
-  let plan = null;
-  let writer = null;
-  let began = false;
-  page.busy = "load";
-  setState("inspecting");
-  try {
-    const cached = await readCached(url);
-    if (cached) {
-      // No download to protect, so no separate header probe: load_push runs the same
-      // check first (and refuses with its report), and the wasm heap is spared a second
-      // parse of the header (the probe's copy of the prefix and its vocabulary).
-      status(`Reading ${displayName(url)} from this browser's storage (no network)…`);
-      $("report-summary").textContent = "Checked as the kept copy loads…";
-      plan = {
-        result: { status: "ok", report: null, model: null }, buffered: [], reader: cached.response.body.getReader(),
-        done: false, total: cached.meta.bytes, cached: true, meta: cached.meta, rangeSupported: false,
-      };
-    } else {
-      status(`Reading the header of ${displayName(url)}…`);
-      plan = await readHeader(url, engine, context, signal);
-    }
-    if (!plan.cached) showInspection(plan.result);
-    if (plan.result.status === "invalid") {
-      throw new LoadError(`This is not a GGUF file coco can read: ${plan.result.error}`);
-    }
-    if (plan.result.status === "not_yet") {
-      plan.reader?.cancel?.().catch(() => {});
-      status("Not yet: this model can't run on this GPU; see the report. Nothing more was downloaded.");
-      page.busy = null;
-      setState("not-yet");
-      return;
-    }
-
-    setState("downloading");
-    status(plan.cached ? "Loading from this browser's storage (no network)…" : `Downloading ${displayName(url)} into the GPU…`);
-    engine.load_begin(context, plan.total ?? undefined);
-    began = true;
-    page.hasModel = false;
-    if (!plan.cached) writer = await CacheWriter.open(url, plan.total).catch(() => null);
-    const meter = new ProgressMeter(plan.total);
-    let received = 0;
-    let lastUi = 0;
-    const onResume = (e) => {
-      status(`The connection dropped at ${formatBytes(e.at)}; resuming (attempt ${e.resume} of 3)…`);
+  await exclusive("load", async () => {
+    clearError();
+    renderReport(null);
+    $("report-summary").textContent = "Reading the header…";
+    page.abort = new AbortController();
+    // What the three steps share; `began` and `writer` tell the failure path what to undo.
+    const load = {
+      url: check.url, engine: page.engine, context: readContext(), signal: page.abort.signal,
+      plan: null, writer: null, began: false,
     };
-    for await (const chunk of byteSource(url, plan, signal, onResume)) {
-      if (signal.aborted) throw new LoadError("cancelled", "cancelled");
-      // wasm-bindgen copies each chunk into the wasm heap; slices bound that copy (the
-      // header reads hand over up to 8 MiB at once, fast networks a few MiB).
-      for (let at = 0; at < chunk.length; at += MAX_PUSH_BYTES) {
-        engine.load_push(chunk.subarray(at, at + MAX_PUSH_BYTES));
-      }
-      writer?.write(chunk);
-      received += chunk.length;
-      const now = performance.now();
-      if (now - lastUi > UI_UPDATE_MS) {
-        lastUi = now;
-        updateProgress(meter.update(received));
-        pollMemory();
-      }
+    setState("inspecting");
+    try {
+      if (!(await probeModel(load))) return;
+      const { done, received } = await streamModel(load);
+      await verifyAndKeep(load, done, received);
+    } catch (err) {
+      await loadFailed(load, err);
+    } finally {
+      page.abort = null;
+      refreshCacheList();
     }
-    const final = meter.update(received);
-    updateProgress(final);
-    $("progress-text").textContent = `${formatBytes(received)} in ${formatSeconds(final.elapsed)}`
-      + (final.elapsed > 0 ? ` (${formatBytes(received / final.elapsed)}/s)` : "");
-    pollMemory();
-    const done = engine.load_finish();
-    began = false;
-    pollMemory();
+  });
+}
 
-    // Integrity: the engine hashed every byte it received.
-    const preset = presetFor(url);
-    const sameHash = (a, b) => String(a).toLowerCase() === String(b).toLowerCase();
-    if (plan.cached && !sameHash(done.sha256, plan.meta.sha256)) {
-      await deleteCached(url);
-      throw new LoadError(`The kept copy failed its integrity check (sha256 ${done.sha256.slice(0, 16)}… instead of ${plan.meta.sha256.slice(0, 16)}…) and was deleted. Load again to download it.`, "integrity");
-    }
-    if (preset && preset.sha256 && !sameHash(done.sha256, preset.sha256)) {
-      throw new LoadError(`The downloaded file is not the expected one (sha256 ${done.sha256.slice(0, 16)}…, expected ${preset.sha256.slice(0, 16)}…); it was not kept.`, "integrity");
-    }
-    let keptNote = plan.cached ? " from this browser's storage" : "";
-    if (writer) {
-      const stored = await writer.commit();
-      if (stored) {
-        await writeCacheMeta(url, {
-          bytes: received, sha256: done.sha256, etag: plan.validators?.etag || null,
-          last_modified: plan.validators?.lastModified || null, date: new Date().toISOString(),
-        });
-        keptNote = "; kept in this browser for next time";
-      } else {
-        keptNote = `; not kept in this browser (${errorMessage(writer.failed)})`;
-      }
-      writer = null;
-    } else if (!plan.cached) {
-      keptNote = cacheAvailable() ? "; not kept (the browser's storage could not be opened)" : "; not kept (no Cache API: the page is not on https or localhost)";
-    }
+/**
+ * Step 1: where the bytes come from and whether this GPU can run them. Returns false (the
+ * page in state `not-yet`) when the report says no, before the bulk download.
+ */
+async function probeModel(load) {
+  const { url, engine, context, signal } = load;
+  const cached = await readCached(url);
+  if (cached) {
+    // No download to protect, so no separate header probe: load_push runs the same
+    // check first (and refuses with its report), and the wasm heap is spared a second
+    // parse of the header (the probe's copy of the prefix and its vocabulary).
+    status(`Reading ${displayName(url)} from this browser's storage (no network)…`);
+    $("report-summary").textContent = "Checked as the kept copy loads…";
+    load.plan = {
+      result: { status: "ok", report: null, model: null }, buffered: [], reader: cached.response.body.getReader(),
+      done: false, total: cached.meta.bytes, cached: true, meta: cached.meta, rangeSupported: false,
+    };
+    return true;
+  }
+  status(`Reading the header of ${displayName(url)}…`);
+  load.plan = await readHeader(url, engine, context, signal);
+  const { result } = load.plan;
+  showInspection(result);
+  if (result.status === "invalid") {
+    throw new LoadError(`This is not a GGUF file coco can read: ${result.error}`, "invalid_file");
+  }
+  if (result.status === "not_yet") {
+    load.plan.reader?.cancel?.().catch(() => {});
+    status("Not yet: this model can't run on this GPU; see the report. Nothing more was downloaded.");
+    setState("not-yet");
+    return false;
+  }
+  return true;
+}
 
-    page.hasModel = true;
-    page.loadedUrl = url;
-    page.loadSeconds = done.load_seconds;
-    if (done.report) showInspection({ status: "ok", report: done.report, model: done.model });
-    else page.model = done.model;
-    setStat("load", `${formatSeconds(done.load_seconds)}${plan.cached ? " (from storage)" : " (network)"}`);
-    $("progress").value = 1;
-    status(`Loaded ${displayName(url)} in ${formatSeconds(done.load_seconds)}${keptNote}.`);
-    page.busy = null;
-    setState("loaded");
-    // The megakernel is off on a fresh model; the checkbox follows.
-    $("megakernel").checked = false;
-    if (engineHas("set_megakernel")) {
-      $("megakernel-result").textContent = "";
-      $("megakernel-result").removeAttribute("data-passed");
+/** Step 2: every byte into the engine (and into the cache writer); → load_finish's result. */
+async function streamModel(load) {
+  const { url, engine, context, signal, plan } = load;
+  setState("downloading");
+  status(plan.cached ? "Loading from this browser's storage (no network)…" : `Downloading ${displayName(url)} into the GPU…`);
+  engine.load_begin(context, plan.total ?? undefined);
+  load.began = true;
+  page.hasModel = false;
+  if (!plan.cached) load.writer = await CacheWriter.open(url, plan.total).catch(() => null);
+  const meter = new ProgressMeter(plan.total);
+  let received = 0;
+  let lastUi = 0;
+  const onResume = (e) => {
+    status(`The connection dropped at ${formatBytes(e.at)}; resuming (attempt ${e.resume} of 3)…`);
+  };
+  for await (const chunk of byteSource(url, plan, signal, onResume)) {
+    if (signal.aborted) throw new LoadError("cancelled", "cancelled");
+    // wasm-bindgen copies each chunk into the wasm heap; slices bound that copy (the
+    // header reads hand over up to 8 MiB at once, fast networks a few MiB).
+    for (let at = 0; at < chunk.length; at += MAX_PUSH_BYTES) {
+      engine.load_push(chunk.subarray(at, at + MAX_PUSH_BYTES));
     }
-  } catch (err) {
-    const e = err instanceof LoadError ? err : new LoadError(errorMessage(err), /^not yet/i.test(errorMessage(err)) ? "not_yet" : "error");
-    if (began) {
-      try {
-        engine.load_cancel();
-      } catch {
-        // the loader may already be gone; nothing more to free
-      }
-      page.hasModel = false;
+    load.writer?.write(chunk);
+    received += chunk.length;
+    const now = performance.now();
+    if (now - lastUi > UI_UPDATE_MS) {
+      lastUi = now;
+      updateProgress(meter.update(received));
+      pollMemory();
     }
-    plan?.reader?.cancel?.().catch(() => {});
-    if (writer) await writer.abort(e).catch(() => {});
-    else if (!plan?.cached) await deleteCached(url).catch(() => {});
-    page.busy = null;
-    if (checkLost()) return;
-    if (e.kind === "cancelled") {
-      status(page.hasModel ? "Cancelled; the model loaded before is still there." : "Cancelled; nothing was kept.");
-      $("progress-text").textContent = "Cancelled.";
-      setState(page.hasModel ? "loaded" : "ready");
-    } else if (e.kind === "not_yet") {
-      // Without Range the header check ran inside load_push; its report is kept for us.
-      const refused = engineHas("load_report") ? safeCall(() => engine.load_report()) : null;
-      if (refused) renderReport(refused);
-      $("report-summary").textContent = e.message;
-      status(e.message);
-      setState("not-yet");
+  }
+  const final = meter.update(received);
+  updateProgress(final);
+  $("progress-text").textContent = `${formatBytes(received)} in ${formatSeconds(final.elapsed)}`
+    + (final.elapsed > 0 ? ` (${formatBytes(received / final.elapsed)}/s)` : "");
+  pollMemory();
+  const done = engine.load_finish();
+  load.began = false;
+  pollMemory();
+  return { done, received };
+}
+
+/** Step 3: the sha256 the engine computed against the kept copy and the preset; then the cache entry. */
+async function verifyAndKeep(load, done, received) {
+  const { url, plan } = load;
+  const preset = presetFor(url);
+  const sameHash = (a, b) => String(a).toLowerCase() === String(b).toLowerCase();
+  if (plan.cached && !sameHash(done.sha256, plan.meta.sha256)) {
+    await deleteCached(url);
+    throw new LoadError(`The kept copy failed its integrity check (sha256 ${done.sha256.slice(0, 16)}… instead of ${plan.meta.sha256.slice(0, 16)}…) and was deleted. Load again to download it.`, "integrity");
+  }
+  if (preset && preset.sha256 && !sameHash(done.sha256, preset.sha256)) {
+    throw new LoadError(`The downloaded file is not the expected one (sha256 ${done.sha256.slice(0, 16)}…, expected ${preset.sha256.slice(0, 16)}…); it was not kept.`, "integrity");
+  }
+  let keptNote = plan.cached ? " from this browser's storage" : "";
+  if (load.writer) {
+    const stored = await load.writer.commit();
+    if (stored) {
+      await writeCacheMeta(url, {
+        bytes: received, sha256: done.sha256, etag: plan.validators?.etag || null,
+        last_modified: plan.validators?.lastModified || null, date: new Date().toISOString(),
+      });
+      keptNote = "; kept in this browser for next time";
     } else {
-      if (!$("report").tBodies[0].rows.length) $("report-summary").textContent = "No report: the file's header could not be read.";
-      showError(e.message);
-      status("The model did not load.");
-      setState("error");
+      keptNote = `; not kept in this browser (${errorMessage(load.writer.failed)})`;
     }
-  } finally {
-    page.abort = null;
-    refreshCacheList();
+    load.writer = null;
+  } else if (!plan.cached) {
+    keptNote = cacheAvailable() ? "; not kept (the browser's storage could not be opened)" : "; not kept (no Cache API: the page is not on https or localhost)";
+  }
+
+  page.hasModel = true;
+  page.loadedUrl = url;
+  page.loadSeconds = done.load_seconds;
+  if (done.report) showInspection({ status: "ok", report: done.report, model: done.model });
+  else page.model = done.model;
+  setStat("load", `${formatSeconds(done.load_seconds)}${plan.cached ? " (from storage)" : " (network)"}`);
+  $("progress").value = 1;
+  status(`Loaded ${displayName(url)} in ${formatSeconds(done.load_seconds)}${keptNote}.`);
+  setState("loaded");
+  // The megakernel is off on a fresh model; the checkbox follows.
+  $("megakernel").checked = false;
+  if (engineHas("set_megakernel")) {
+    $("megakernel-result").textContent = "";
+    $("megakernel-result").removeAttribute("data-passed");
+  }
+}
+
+/** Undoes what a failed load left (engine load, cache entry, stream) and says why, by kind. */
+async function loadFailed(load, err) {
+  const { url, engine, plan } = load;
+  // An engine error is a PageError (www/API.md); anything else without a kind is a bug here.
+  const e = err instanceof LoadError ? err : new LoadError(errorMessage(err), errorKind(err) ?? "internal");
+  if (load.began) {
+    try {
+      engine.load_cancel();
+    } catch {
+      // the loader may already be gone; nothing more to free
+    }
+    page.hasModel = false;
+  }
+  plan?.reader?.cancel?.().catch(() => {});
+  if (load.writer) await load.writer.abort(e).catch(() => {});
+  else if (!plan?.cached) await deleteCached(url).catch(() => {});
+  if (checkLost()) return;
+  if (e.kind === "cancelled") {
+    status(page.hasModel ? "Cancelled; the model loaded before is still there." : "Cancelled; nothing was kept.");
+    $("progress-text").textContent = "Cancelled.";
+    setState(page.hasModel ? "loaded" : "ready");
+  } else if (e.kind === "not_yet") {
+    // Without Range the header check ran inside load_push; its report is kept for us.
+    const refused = engineHas("load_report") ? safeCall(() => engine.load_report()) : null;
+    if (refused) renderReport(refused);
+    $("report-summary").textContent = e.message;
+    status(e.message);
+    setState("not-yet");
+  } else {
+    if (!$("report").tBodies[0].rows.length) $("report-summary").textContent = "No report: the file's header could not be read.";
+    showError(e.message);
+    status("The model did not load.");
+    setState("error");
   }
 }
 
@@ -540,49 +566,47 @@ async function send({ replay = false } = {}) {
   const options = readOptions();
   clearError();
   page.stopRequested = false;
-  page.busy = "generate";
-  setState("generating");
-  status("Generating… (Esc stops)");
-  for (const name of ["prefill", "decode", "ms", "dispatches", "sampling", "tokens", "stop"]) setStat(name, "…");
-  let target;
-  if (chatMode) {
-    const item = chatItem("assistant", "");
-    $("chat-log").append(item);
-    target = item.querySelector(".chat-text");
-  } else {
-    $("output").replaceChildren();
-    target = $("output");
-  }
-  const onToken = tokenSink(target);
-  try {
-    const stats = chatMode
-      ? await page.engine.chat(page.chat, options, onToken)
-      : await page.engine.generate(promptText, options, onToken);
-    if (chatMode) page.chat.push({ role: "assistant", content: stats.text });
-    page.lastStats = stats;
-    renderStats(stats);
-    status(`Done: ${stats.generated_tokens} tokens at ${formatRate(stats.decode_tok_s, "tok/s")}.`);
-  } catch (err) {
+  await exclusive("generate", async () => {
+    setState("generating");
+    status("Generating… (Esc stops)");
+    for (const name of ["prefill", "decode", "ms", "dispatches", "sampling", "tokens", "stop"]) setStat(name, "…");
+    let target;
     if (chatMode) {
-      // Take the turn back so the conversation stays as it was before it.
-      target.closest("li")?.remove();
-      const last = page.chat[page.chat.length - 1];
-      if (!replay && last && last.role === "user" && promptText.trim()) {
-        page.chat.pop();
-        $("prompt").value = promptText;
-        renderChatLog();
+      const item = chatItem("assistant", "");
+      $("chat-log").append(item);
+      target = item.querySelector(".chat-text");
+    } else {
+      $("output").replaceChildren();
+      target = $("output");
+    }
+    const onToken = tokenSink(target);
+    try {
+      const stats = chatMode
+        ? await page.engine.chat(page.chat, options, onToken)
+        : await page.engine.generate(promptText, options, onToken);
+      if (chatMode) page.chat.push({ role: "assistant", content: stats.text });
+      page.lastStats = stats;
+      renderStats(stats);
+      status(`Done: ${stats.generated_tokens} tokens at ${formatRate(stats.decode_tok_s, "tok/s")}.`);
+      setState("loaded");
+    } catch (err) {
+      if (chatMode) {
+        // Take the turn back so the conversation stays as it was before it.
+        target.closest("li")?.remove();
+        const last = page.chat[page.chat.length - 1];
+        if (!replay && last && last.role === "user" && promptText.trim()) {
+          page.chat.pop();
+          $("prompt").value = promptText;
+          renderChatLog();
+        }
+      }
+      if (!checkLost()) {
+        showError(`Generation failed: ${errorMessage(err)}`);
+        status("Generation failed; the model is still loaded.");
+        setState("error");
       }
     }
-    page.busy = null;
-    if (!checkLost()) {
-      showError(`Generation failed: ${errorMessage(err)}`);
-      status("Generation failed; the model is still loaded.");
-      setState("error");
-    }
-    return;
-  }
-  page.busy = null;
-  setState("loaded");
+  });
 }
 
 function stop() {
@@ -596,27 +620,32 @@ function resetChat() {
   page.chat = [];
   renderChatLog();
   $("template-view").hidden = true;
-  if (page.engine && page.hasModel && !page.busy) {
+  status("New conversation.");
+  updateControls();
+  if (!page.hasModel) return;
+  // While a call runs the engine is not told (exclusive does nothing then); the next chat
+  // turn prefills only what differs from the cache anyway.
+  exclusive("reset", () => {
     try {
       page.engine.reset();
     } catch (err) {
       showError(`Reset failed: ${errorMessage(err)}`);
     }
-  }
-  status("New conversation.");
-  updateControls();
+  });
 }
 
-function showTemplate() {
+async function showTemplate() {
   const view = $("template-view");
   const messages = [...page.chat];
   if ($("prompt").value.trim()) messages.push({ role: "user", content: $("prompt").value });
-  try {
-    view.textContent = page.engine.render_chat(messages);
-  } catch (err) {
-    view.textContent = errorMessage(err);
-  }
-  view.hidden = false;
+  await exclusive("template", () => {
+    try {
+      view.textContent = page.engine.render_chat(messages);
+    } catch (err) {
+      view.textContent = errorMessage(err);
+    }
+    view.hidden = false;
+  });
 }
 
 // ---------------------------------------------------------------------------------------

@@ -18,12 +18,18 @@ const RESUME_BACKOFF_MS = [500, 1500, 3500];
 // the page waiting forever); over Range it is resumed like any other drop.
 const STALL_MS = 20_000;
 
-/** An error whose message is written for the person in front of the page. */
+/**
+ * An error whose message is written for the person in front of the page. `kind` is one of
+ * the engine's PageError kinds (www/API.md: "network", "invalid_file", "not_yet", …) or one
+ * of the page's own: "cancelled", "integrity" (a sha256 mismatch). `stalled` marks a network
+ * error that is a stall (no byte for STALL_MS), which a Range download resumes.
+ */
 export class LoadError extends Error {
-  constructor(message, kind = "error") {
+  constructor(message, kind = "network", { stalled = false } = {}) {
     super(message);
     this.name = "LoadError";
-    this.kind = kind; // "error" | "cancelled" | "not_yet" | "integrity"
+    this.kind = kind;
+    this.stalled = stalled;
   }
 }
 
@@ -136,7 +142,7 @@ export async function headerFromStream(reader, engine, context, total) {
     inspected = chunks.length;
     inspectedBytes = have;
     if (result.status !== "need_more") return { result, buffered: chunks, have, reader, done };
-    if (done) throw new LoadError(`the file ended (${have.toLocaleString("en")} bytes) before its header did`);
+    if (done) throw new LoadError(`the file ended (${have.toLocaleString("en")} bytes) before its header did`, "invalid_file");
     nextCheck = Math.max(nextCheck * 2, result.need || 0);
     if (nextCheck > MAX_HEADER_BYTES) throw new LoadError(`not yet: the header needs more than ${MAX_HEADER_BYTES >> 20} MiB`, "not_yet");
   }
@@ -179,7 +185,7 @@ export async function readHeader(url, engine, context, signal) {
     }
     if (res.status === 416 && have > 0) {
       // Asked past the end: the file is shorter than the header claims.
-      throw new LoadError(`the file ended (${have.toLocaleString("en")} bytes) before its header did`);
+      throw new LoadError(`the file ended (${have.toLocaleString("en")} bytes) before its header did`, "invalid_file");
     }
     if (res.status !== 206) throw httpError(res, url);
     const range = parseContentRange(res.headers.get("Content-Range"));
@@ -205,7 +211,7 @@ export async function readHeader(url, engine, context, signal) {
       // expose the header) resumed bytes could not be checked, so no resume.
       return { result, buffered: chunks, have, total, validators, rangeSupported: range !== null };
     }
-    if (atEnd) throw new LoadError(`the file ended (${have.toLocaleString("en")} bytes) before its header did`);
+    if (atEnd) throw new LoadError(`the file ended (${have.toLocaleString("en")} bytes) before its header did`, "invalid_file");
     want = Math.max(want * 2, result.need || 0);
     if (total !== null) want = Math.min(want, total);
     if (want > MAX_HEADER_BYTES) throw new LoadError(`not yet: the header needs more than ${MAX_HEADER_BYTES >> 20} MiB`, "not_yet");
@@ -252,7 +258,7 @@ export async function* byteSource(url, plan, signal, onEvent = () => {}) {
       }
     } catch (err) {
       const e = explainFetchError(err, url, received);
-      if ((e.kind === "error" || e.kind === "stalled") && !plan.cached) e.message += "; this server does not support resuming (no Range requests)";
+      if (e.kind === "network" && !plan.cached) e.message += "; this server does not support resuming (no Range requests)";
       throw e;
     }
     if (plan.total !== null && received !== plan.total) {
@@ -298,7 +304,7 @@ export async function* byteSource(url, plan, signal, onEvent = () => {}) {
       if (plan.total === null) return;
       if (received < plan.total) failure = new LoadError(`the connection closed after ${received.toLocaleString("en")} of ${plan.total.toLocaleString("en")} bytes`);
     } catch (err) {
-      if (err instanceof LoadError && err.kind !== "stalled") throw err;
+      if (err instanceof LoadError && !err.stalled) throw err;
       const e = explainFetchError(err, url, received);
       if (e.kind === "cancelled") throw e;
       failure = e;
@@ -320,7 +326,7 @@ async function readOrStall(reader, received) {
   const stalled = new Promise((_, reject) => {
     timer = setTimeout(() => {
       reader.cancel?.().catch(() => {});
-      reject(new LoadError(`the download stalled: no data for ${STALL_MS / 1000} s after ${received.toLocaleString("en")} bytes`, "stalled"));
+      reject(new LoadError(`the download stalled: no data for ${STALL_MS / 1000} s after ${received.toLocaleString("en")} bytes`, "network", { stalled: true }));
     }, STALL_MS);
   });
   try {

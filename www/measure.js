@@ -1,7 +1,7 @@
 // Measuring on this GPU: the FFN megakernel switch (its correctness check and speed A/B),
 // the in-page benchmark and its JSON export, and the per-kernel time chart.
 
-import { engineHas, errorMessage, exclusive, page, status } from "./page.js";
+import { engineHas, errorKind, errorMessage, exclusive, page, status } from "./page.js";
 import { $, el, displayName, formatRate, renderProfile } from "./ui.js";
 
 // Default sizes (the #bench-pp/-tg/-reps inputs start at these), chosen so a weak or
@@ -161,8 +161,8 @@ export async function runProfile() {
       // (DecodeProfile::to_json, the same object as `coco bench --profile --json`).
       renderProfile(await page.engine.profile(PROFILE_TOKENS));
     } catch (err) {
-      const message = errorMessage(err);
-      target.replaceChildren(el("p", { class: "note", "data-status": /^not yet/i.test(message) ? "not_yet" : "error", text: message }));
+      const noteStatus = errorKind(err) === "not_yet" ? "not_yet" : "error";
+      target.replaceChildren(el("p", { class: "note", "data-status": noteStatus, text: errorMessage(err) }));
     }
   });
 }

@@ -19,7 +19,7 @@ export const page = {
   chat: [], // the conversation, [{role, content}]
   abort: null, // AbortController of the load in progress
   stopRequested: false,
-  busy: null, // label of the engine call in flight (the engine runs one call at a time)
+  busy: null, // label of the engine call in flight; set only by exclusive()
   benchResult: null,
   cpuSampling: false, // a link's cpu_sampling=1: sample on the CPU (A/B, debugging)
   adapterName: "", // the browser's name for the GPU (wgpu's browser backend reports none)
@@ -79,7 +79,13 @@ export function updateControls() {
   $("send").textContent = chatMode ? "Send" : "Generate";
 }
 
-/** Runs one engine call at a time; a second click while one runs does nothing. */
+/**
+ * The one guard every engine call goes through (loads, generation, benchmarks, the chat
+ * template, …): one at a time, so the engine never answers "busy"; a second click while one
+ * runs does nothing. Only the reads that never take the engine's state bypass it: adapter(),
+ * memory(), lost() and the destroy_device() test hook, which must work while a generation
+ * runs (src/web/bindings.rs).
+ */
 export async function exclusive(label, fn) {
   if (page.busy || !page.engine) return undefined;
   page.busy = label;
@@ -96,6 +102,11 @@ export async function exclusive(label, fn) {
 /** Whether this build of the engine offers an optional part of the API. */
 export function engineHas(name) {
   return Boolean(page.engine) && typeof page.engine[name] === "function";
+}
+
+/** An engine error's kind (www/API.md, PageError), a LoadError's, or null for anything else. */
+export function errorKind(err) {
+  return err && typeof err === "object" && typeof err.kind === "string" ? err.kind : null;
 }
 
 export function errorMessage(err) {

@@ -84,10 +84,22 @@ describe('page: chat and keys', { timeout: 20 * 60_000 }, () => {
           await window.cocoPage.engine.chat([{ role: 'user', content: 'hi' }], { max_tokens: 1 }, () => true);
           return null;
         } catch (e) {
-          return e.message;
+          return { message: e.message, kind: e.kind, isError: e instanceof Error };
         }
       });
-      assert.match(refusal ?? '(no error)', /not yet.*no chat template/i);
+      assert.match(refusal?.message ?? '(no error)', /not yet.*no chat template/i);
+      // The typed boundary (www/API.md, PageError): an Error whose kind the page switches on.
+      assert.equal(refusal.kind, 'not_yet', 'the refusal is a PageError of kind "not_yet"');
+      assert.equal(refusal.isError, true, 'thrown as an Error');
+      const wrongCall = await page.evaluate(() => {
+        try {
+          window.cocoPage.engine.set_pipeline('nonesuch');
+          return null;
+        } catch (e) {
+          return { kind: e.kind, name: e.name };
+        }
+      });
+      assert.deepEqual(wrongCall, { kind: 'invalid_request', name: 'PageError' }, 'an unknown pipeline is the caller\'s mistake');
     }));
 
   it('keys: Shift+Enter adds a line, Enter sends, Esc stops a running generation', { timeout: 6 * 60_000 }, (t) =>
