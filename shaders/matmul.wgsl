@@ -8,9 +8,9 @@
 //          rotated into the K cache and v into the V cache at row pos0 + t, which saves the
 //          rope_kv_write dispatch of every layer's decode step (see store_rope_kv)
 //
-// W is read as the file's raw GGUF blocks and dequantized in registers (common/dequant.wgsl);
-// no dequantized copy of a weight ever exists in GPU memory. Without fusion one dispatch
-// covers one part of W (rows row0 .. row0 + rows.x; see gpu::GpuTensor).
+// W is read at the file's bits per weight (src/gpu/layout.rs) and dequantized in registers
+// (common/dequant.wgsl); no dequantized copy of a weight ever exists in GPU memory. Without
+// fusion one dispatch covers one part of W (rows row0 .. row0 + rows.x; see gpu::GpuTensor).
 //
 // Every kernel shape computes "slots": a workgroup owns `per` consecutive slots (MV_ROWS for
 // the matvec, TILE_N for the tiled kernel), each a dot product of one row of one weight with

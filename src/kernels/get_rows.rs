@@ -1,5 +1,5 @@
 //! `shaders/get_rows.wgsl`: out[T, dim] = scale · dequant(table[ids[t], :]), the embedding
-//! lookup, reading the table's raw GGUF blocks (any supported type) and handling tables split
+//! lookup, dequantizing the table's rows (any supported type, `gpu::layout`) and handling tables split
 //! into parts (one dispatch per part; each writes the tokens whose id falls in its rows).
 
 use crate::gguf::GgmlType;
@@ -43,7 +43,7 @@ struct Params {
 /// zero row (ids are not visible to the host, so this is the GPU's answer to a bad id).
 pub fn get_rows(
     rec: &mut StepRecorder,
-    table: &GpuTensor, // [rows, dim] raw GGUF blocks
+    table: &GpuTensor, // [rows, dim] (gpu::layout)
     ids: &Binding,     // [T] u32
     out: &Binding,     // [T, dim] f32
     t: u32,

@@ -222,9 +222,9 @@ pub struct PostNorm<'a> {
 #[allow(clippy::too_many_arguments)]
 pub fn ffn_megakernel(
     rec: &mut StepRecorder,
-    w_gate: &GpuTensor,    // [ffn, dim] raw GGUF blocks
-    w_up: &GpuTensor,      // [ffn, dim] raw GGUF blocks
-    w_down: &GpuTensor,    // [dim, ffn] raw GGUF blocks
+    w_gate: &GpuTensor,    // [ffn, dim] (gpu::layout)
+    w_up: &GpuTensor,      // [ffn, dim] (gpu::layout)
+    w_down: &GpuTensor,    // [dim, ffn] (gpu::layout)
     norm: (&Binding, f32), // (ffn_norm [dim] f32, eps; also the post-norm's eps)
     post_norm: Option<PostNorm>,
     x: &Binding,      // [T, dim] f32 residual stream, read and written

@@ -72,9 +72,9 @@ pub fn qkv_rope_fuses(
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_qkv_rope_kv(
     rec: &mut StepRecorder,
-    wq: &GpuTensor,     // [heads · head_dim, K] raw GGUF blocks
-    wk: &GpuTensor,     // [kv_heads · head_dim, K] raw GGUF blocks
-    wv: &GpuTensor,     // [kv_heads · head_dim, K] raw GGUF blocks
+    wq: &GpuTensor,     // [heads · head_dim, K] (gpu::layout)
+    wk: &GpuTensor,     // [kv_heads · head_dim, K] (gpu::layout)
+    wv: &GpuTensor,     // [kv_heads · head_dim, K] (gpu::layout)
     x: &Binding,        // [T, K] f32 (the raw residual with `norm`)
     norm: Option<Norm>, // (norm_w [K] f32, eps)
     q: &Binding,        // [T, heads, head_dim] f32, written rotated

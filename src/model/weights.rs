@@ -1,4 +1,4 @@
-//! The GPU weights of a model, by role, as raw GGUF blocks (see `gpu::GpuTensor`).
+//! The GPU weights of a model, by role, at the file's bits per weight (see `gpu::GpuTensor`).
 //!
 //! Shapes are GGUF's: a matrix `[K, N]` is N rows of K elements; `x · Wᵀ` maps K → N.
 

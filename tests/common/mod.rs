@@ -150,11 +150,11 @@ pub fn assert_close(
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
         let (g, t) = (g as f64, tol(i, w));
         let err = (g - w).abs();
-        if !(err <= t) {
-            let at = if row > 0 {
-                format!("[t={}, n={}]", i / row, i % row)
-            } else {
-                format!("[{i}]")
+        // Written so that a NaN error (a NaN output) fails too.
+        if err.partial_cmp(&t).is_none_or(|o| o.is_gt()) {
+            let at = match i.checked_div(row) {
+                Some(tok) => format!("[t={tok}, n={}]", i % row),
+                None => format!("[{i}]"),
             };
             panic!("{what}: first mismatch at {at}: gpu {g} vs reference {w} (|err| {err:.3e} > tol {t:.3e})");
         }

@@ -1,0 +1,381 @@
+//! One compiled variant of `shaders/matmul.wgsl` ([`MatmulKey`]): its defines, its binding
+//! layout, its label and its source, and the `Params` uniform every variant reads.
+
+use crate::gguf::GgmlType;
+use crate::gpu::preprocess;
+
+use super::super::elementwise::Activation;
+use super::super::rope::RopeLayout;
+use super::super::KernelError;
+use super::select::*;
+
+/// Which kernel shape computes the product.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum MatmulVariant {
+    /// Matrix–vector, shared-memory reduction (every device; the browser path).
+    MatvecWorkgroup,
+    /// Matrix–vector, subgroup reduction (devices with `Features::SUBGROUP`).
+    MatvecSubgroup,
+    /// The subgroup matvec with a lane per 32-element chunk (16-byte weight loads) and x' in
+    /// workgroup-memory tiles (`shaders/matmul/matvec_chunk.wgsl`).
+    MatvecChunk,
+    /// Matrix–vector, one invocation per row and no reduction: for CPU adapters without
+    /// subgroups (SwiftShader, the browser's fallback adapter). There a workgroup barrier
+    /// costs a switch of every invocation's fiber, and the shared-memory reduction made the
+    /// LM head alone take ~4 s per token on a 32,000-row vocabulary; coalescing, which the
+    /// lanes exist for, buys nothing on a CPU.
+    MatvecRows,
+    /// Tiled matrix–matrix (prefill).
+    Tiled,
+    /// The same tiles multiplied with f16 cooperative matrices (tensor cores), where the
+    /// native adapter offers them and the user opted in (`GpuContext::has_coop_gemm`).
+    TiledCoop,
+}
+
+impl MatmulVariant {
+    fn define(self) -> &'static str {
+        match self {
+            Self::MatvecWorkgroup => "MATVEC_WG",
+            Self::MatvecSubgroup => "MATVEC_SG",
+            Self::MatvecChunk => "MATVEC_CHUNK",
+            // The workgroup kernel with one lane per slot: its reduction loop is empty.
+            Self::MatvecRows => "MATVEC_WG",
+            Self::Tiled => "TILED",
+            Self::TiledCoop => "TILED_COOP",
+        }
+    }
+
+    pub(crate) fn is_tiled(self) -> bool {
+        matches!(self, Self::Tiled | Self::TiledCoop)
+    }
+
+    fn label(self) -> String {
+        match self {
+            Self::MatvecWorkgroup => format!("matvec_wg{}", MV_ROWS * MV_LANES),
+            Self::MatvecSubgroup => format!("matvec_sg{}", MV_ROWS * MV_LANES),
+            Self::MatvecChunk => format!("matvec_chunk{}", MV_ROWS * MV_LANES),
+            Self::MatvecRows => format!("matvec_rows{}", MV_ROWS * MV_LANES),
+            Self::Tiled => format!("tiled{TILE_N}x{TILE_T}"),
+            Self::TiledCoop => format!("coop{TILE_N}x{TILE_T}"),
+        }
+    }
+
+    /// Slots (weight rows) per workgroup.
+    pub(super) fn slots_per_group(self) -> u32 {
+        self.grid().0
+    }
+
+    /// (slots, lanes per slot) of a workgroup; 256 invocations for the matvecs.
+    fn grid(self) -> (u32, u32) {
+        match self {
+            Self::Tiled | Self::TiledCoop => (TILE_N, 1),
+            Self::MatvecRows => (MV_ROWS * MV_LANES, 1),
+            Self::MatvecWorkgroup => (MV_ROWS, MV_LANES),
+            // The shader deals lanes by subgroup size; MV_LANES is unused there.
+            Self::MatvecSubgroup => (matvec_shape().rows, MV_LANES),
+            Self::MatvecChunk => (CHUNK_ROWS, MV_LANES),
+        }
+    }
+}
+
+/// What one dispatch computes from its weights; each is its own binding layout.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Fusion {
+    /// y (+)= x·Wᵀ (+ bias): one weight, one output.
+    None,
+    /// out = act(x·W_gateᵀ) ⊙ (x·W_upᵀ): two weights, one output.
+    Glu(Activation),
+    /// q, k, v = x·W_qᵀ, x·W_kᵀ, x·W_vᵀ (+ biases): three weights, three outputs.
+    Qkv,
+    /// Qkv, then RoPE on q and k and the KV-cache write: outputs q, the K cache and the V
+    /// cache, plus an inv_freq binding (matvec shapes only; see `kernels::qkv_rope`).
+    QkvRope(RopeLayout),
+}
+
+impl Fusion {
+    fn weights(self) -> u32 {
+        match self {
+            Fusion::None => 1,
+            Fusion::Glu(_) => 2,
+            Fusion::Qkv | Fusion::QkvRope(_) => 3,
+        }
+    }
+
+    fn outputs(self) -> u32 {
+        match self {
+            Fusion::Qkv | Fusion::QkvRope(_) => 3,
+            _ => 1,
+        }
+    }
+}
+
+/// One compiled variant of `matmul.wgsl`.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct MatmulKey {
+    /// The weights' GGUF type: selects the dequantizer.
+    pub ty: GgmlType,
+    pub variant: MatmulVariant,
+    /// A bias[N] binding per output (a binding-layout change).
+    pub bias: bool,
+    /// x is the raw residual and RMSNorm is applied in the kernel (binding norm_w[K]).
+    pub norm: bool,
+    pub fusion: Fusion,
+    /// K when the subgroup matvec stages x'[t] in workgroup memory (the chunk matvec: the
+    /// elements per staged tile), else 0: set by the launch from K, the device and
+    /// [`MatvecShape::stage_x`] (see [`MatmulKey::staged`]).
+    pub stage_k: u32,
+}
+
+/// Storage binding numbers of a [`MatmulKey`]'s layout: the order the host lists them in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::kernels) struct Layout {
+    pub(super) x: u32,
+    pub(super) y: u32,
+    pub(super) norm: u32,
+    pub(super) bias: u32,
+    pub(super) rope: u32,
+    /// Storage bindings in all.
+    pub(in crate::kernels) count: u32,
+}
+
+impl MatmulKey {
+    /// The unfused variant for `t` tokens on a device running `kernels`, unless `force`d
+    /// (tests, A/B runs).
+    pub fn choose(
+        kernels: DeviceKernels,
+        ty: GgmlType,
+        t: u32,
+        bias: bool,
+        force: Option<MatmulVariant>,
+    ) -> MatmulKey {
+        // On a CPU adapter the tiled kernel's barriers cost more than reading W once per
+        // token, so prefill stays on the row-per-invocation matvec there too.
+        let matvec = kernels.matvec;
+        let variant = force.unwrap_or(if t > MATVEC_MAX_T && matvec != MatmulVariant::MatvecRows {
+            kernels.tiled
+        } else {
+            matvec
+        });
+        MatmulKey {
+            ty,
+            variant,
+            bias,
+            norm: false,
+            fusion: Fusion::None,
+            stage_k: 0,
+        }
+    }
+
+    /// This key for a product of K = `k` when its variant was chosen, not forced: the chunk
+    /// matvec only where it pays ([`CHUNK_MIN_K`]).
+    pub fn sized(self, k: u64, forced: bool) -> MatmulKey {
+        if self.variant == MatmulVariant::MatvecChunk && k < CHUNK_MIN_K && !forced {
+            MatmulKey {
+                variant: MatmulVariant::MatvecSubgroup,
+                ..self
+            }
+        } else {
+            self
+        }
+    }
+
+    /// This key for a product of K = `k`, with x'[t] staged when the kernel is the subgroup
+    /// matvec, [`MatvecShape::stage_x`] covers the product, K ≤ [`STAGE_MAX_K`] and the
+    /// workgroup memory fits the device (`workgroup_bytes`: its per-workgroup limit).
+    pub fn staged(self, k: u32, workgroup_bytes: u32) -> MatmulKey {
+        let shape = matvec_shape();
+        let wanted = match shape.stage_x {
+            StageX::Never => false,
+            StageX::Normed => self.norm,
+            StageX::All => true,
+        };
+        // The kernel's other workgroup arrays: partial sums and Σx² per subgroup.
+        let others = 64 * shape.rows_per_task * 8 + 64 * 4;
+        if self.variant == MatmulVariant::MatvecChunk {
+            // Tiles of whole 32-element chunks, as many as the device's workgroup memory holds.
+            let fit = workgroup_bytes.saturating_sub(others) / 128 * 32;
+            return MatmulKey {
+                stage_k: k.min(fit.clamp(32, CHUNK_TILE_MAX_K)),
+                ..self
+            };
+        }
+        let fits = k <= STAGE_MAX_K && k.is_multiple_of(8) && 4 * k + others <= workgroup_bytes;
+        let staged = self.variant == MatmulVariant::MatvecSubgroup && wanted && fits;
+        MatmulKey {
+            stage_k: if staged { k } else { 0 },
+            ..self
+        }
+    }
+
+    /// `matmul_q4_k_matvec_wg256`, `matmul_f16_tiled64x64_bias`,
+    /// `matmul_q8_0_matvec_sg256_glu_silu_norm`, `matmul_q4_0_matvec_wg256_qkv_norm_bias`, …
+    pub fn label(&self) -> String {
+        let fusion = match self.fusion {
+            Fusion::None => "",
+            Fusion::Glu(Activation::Silu) => "_glu_silu",
+            Fusion::Glu(Activation::GeluTanh) => "_glu_gelu_tanh",
+            Fusion::Qkv => "_qkv",
+            Fusion::QkvRope(RopeLayout::Normal) => "_qkv_rope_normal",
+            Fusion::QkvRope(RopeLayout::Neox) => "_qkv_rope_neox",
+        };
+        let norm = if self.norm { "_norm" } else { "" };
+        let bias = if self.bias { "_bias" } else { "" };
+        let staged = if self.stage_k > 0 {
+            format!("_xs{}", self.stage_k)
+        } else {
+            String::new()
+        };
+        format!(
+            "matmul_{}_{}{fusion}{norm}{bias}{staged}",
+            self.ty.name().to_lowercase(),
+            self.variant.label()
+        )
+    }
+
+    /// The defines that select this variant in `matmul.wgsl` (errors on an unsupported type).
+    pub fn defines(&self) -> Result<Vec<&'static str>, KernelError> {
+        let mut defines = vec![weight_define(self.ty)?, self.variant.define()];
+        if self.variant.is_tiled() {
+            defines.push("TILES");
+        }
+        match self.fusion {
+            Fusion::None => {}
+            Fusion::Glu(act) => defines.extend([
+                "GLU",
+                "MULTI_W",
+                match act {
+                    Activation::Silu => "SILU",
+                    Activation::GeluTanh => "GELU_TANH",
+                },
+            ]),
+            Fusion::Qkv => defines.extend(["QKV", "MULTI_W"]),
+            Fusion::QkvRope(layout) => {
+                if self.variant.is_tiled() {
+                    return Err(KernelError::Shape {
+                        kernel: "matmul_qkv_rope_kv",
+                        why: "RoPE and the KV write are folded into the matvec shapes only".into(),
+                    });
+                }
+                defines.extend(["QKV", "MULTI_W", "ROPE_KV"]);
+                if layout == RopeLayout::Neox {
+                    defines.push("ROPE_NEOX");
+                }
+            }
+        }
+        if self.norm {
+            defines.push("NORM");
+        }
+        if self.bias {
+            defines.push("BIAS");
+            if self.fusion.weights() == 3 {
+                defines.push("QKV_BIAS");
+            }
+        }
+        if self.stage_k > 0 && self.variant == MatmulVariant::MatvecSubgroup {
+            defines.push("STAGE_X");
+        }
+        Ok(defines)
+    }
+
+    /// Bindings 1.. in order: weights, x, outputs, norm_w, biases (one per output), inv_freq.
+    pub(in crate::kernels) fn layout(&self) -> Layout {
+        let x = 1 + self.fusion.weights();
+        let y = x + 1;
+        let norm = y + self.fusion.outputs();
+        let bias = norm + self.norm as u32;
+        let rope = bias + if self.bias { self.fusion.outputs() } else { 0 };
+        let count = rope - 1 + matches!(self.fusion, Fusion::QkvRope(_)) as u32;
+        Layout {
+            x,
+            y,
+            norm,
+            bias,
+            rope,
+            count,
+        }
+    }
+
+    /// The preprocessed WGSL, with the grid constants and binding numbers the host also uses
+    /// prepended (one source of truth; `GpuContext::pipeline` takes no override constants).
+    pub(super) fn source(&self) -> Result<String, KernelError> {
+        let defines = self.defines()?;
+        let l = self.layout();
+        let (mv_rows, mv_lanes) = match self.variant {
+            v if v.is_tiled() => (MV_ROWS, MV_LANES),
+            v => v.grid(),
+        };
+        // Directives come before any declaration.
+        let enables = match self.variant {
+            MatmulVariant::TiledCoop => "enable f16;\nenable wgpu_cooperative_matrix;\n",
+            _ => "",
+        };
+        // Groups per trip and rows per task of the subgroup matvec's row loop (its tuned
+        // shape); the other kernels don't use them.
+        let (mv_unroll, mv_rps) = match self.variant {
+            MatmulVariant::MatvecSubgroup => {
+                let shape = matvec_shape();
+                (shape.unroll, shape.rows_per_task)
+            }
+            MatmulVariant::MatvecChunk => (1, CHUNK_ROWS_PER_TASK),
+            _ => (2, 1),
+        };
+        let consts = format!(
+            "const MV_ROWS: u32 = {mv_rows}u;\nconst MV_LANES: u32 = {mv_lanes}u;\n\
+             const MV_UNROLL: u32 = {mv_unroll}u;\nconst MV_RPS: u32 = {mv_rps}u;\n\
+             const MV_STAGE_VEC4: u32 = {}u;\n\
+             const TILE_N: u32 = {TILE_N}u;\nconst TILE_T: u32 = {TILE_T}u;\n\
+             const B_W1: u32 = 2u;\nconst B_W2: u32 = 3u;\nconst B_X: u32 = {}u;\n\
+             const B_Y: u32 = {}u;\nconst B_NORM: u32 = {}u;\nconst B_BIAS: u32 = {}u;\n\
+             const B_ROPE: u32 = {}u;\n",
+            (self.stage_k / 4).max(1),
+            l.x,
+            l.y,
+            l.norm,
+            l.bias,
+            l.rope
+        );
+        Ok(format!(
+            "{enables}{consts}{}",
+            preprocess("matmul.wgsl", &defines)
+        ))
+    }
+}
+
+/// The define that makes `common/dequant.wgsl` read `ty`, or a "not yet" error.
+pub(crate) fn weight_define(ty: GgmlType) -> Result<&'static str, KernelError> {
+    Ok(match ty {
+        GgmlType::F32 => "F32",
+        GgmlType::F16 => "F16",
+        GgmlType::BF16 => "BF16",
+        GgmlType::Q8_0 => "Q8_0",
+        GgmlType::Q4_0 => "Q4_0",
+        GgmlType::Q5_0 => "Q5_0",
+        GgmlType::Q4_K => "Q4_K",
+        GgmlType::Q5_K => "Q5_K",
+        GgmlType::Q6_K => "Q6_K",
+        other => {
+            return Err(KernelError::Shape {
+                kernel: "dequant",
+                why: format!("not yet: weights of type {other}"),
+            });
+        }
+    })
+}
+
+/// Must match `Params` in matmul.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
+pub(in crate::kernels) struct Params {
+    pub(in crate::kernels) k: u32,
+    pub(in crate::kernels) t: u32,
+    pub(in crate::kernels) groups: u32,
+    pub(in crate::kernels) row0: u32,
+    pub(in crate::kernels) accumulate: u32,
+    pub(in crate::kernels) eps: f32,
+    pub(in crate::kernels) pos0: u32,
+    pub(in crate::kernels) _pad3: u32,
+    pub(in crate::kernels) rows: [u32; 4],
+    pub(in crate::kernels) n: [u32; 4],
+    pub(in crate::kernels) head_dim: u32,
+    pub(in crate::kernels) _pad: [u32; 3],
+}

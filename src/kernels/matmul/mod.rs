@@ -1,0 +1,582 @@
+//! `shaders/matmul.wgsl`: y[T, N] = x[T, K] · W[N, K]ᵀ (+ bias) (+ y), with W read at the
+//! file's bits per weight (`gpu::layout`) and dequantized in registers, and the fused forms a decode step uses to save
+//! dependent dispatches (DESIGN.md "The pipeline"):
+//! - [`matmul_normed`]: RMSNorm folded into the matmul that consumes it;
+//! - [`matmul_glu`]: gate and up projections and the activation, optionally normed;
+//! - [`matmul_qkv`]: the Q, K and V projections (+ biases), optionally normed.
+//!
+//! In a Llama layer, norm → Q, K, V (4 dispatches) becomes 1 and norm → gate, up → glu (4)
+//! becomes 1: 6 fewer dependent dispatches per layer.
+//!
+//! Five shapes of the same product, picked by [`MatmulKey::choose`] and [`MatmulKey::sized`]:
+//! - `matvec_wg256`: decode (T small); 256 invocations (SwiftShader's limit) = 8 slots × 32
+//!   lanes, each lane taking every 32nd 8-element group of its row (coalesced reads),
+//!   shared-memory reduction. What the browser runs.
+//! - `matvec_sg256`: the same with `subgroupAdd`, when the device has SUBGROUP (native only:
+//!   wgpu's WebGPU backend never enables it).
+//! - `matvec_chunk256`: decode with SUBGROUP and K ≥ [`CHUNK_MIN_K`]: a lane per 32-element
+//!   chunk (16-byte weight loads), x' staged in workgroup-memory tiles, 16 slots.
+//! - `tiled64x64`: prefill; a 64-slot × 64-token tile per workgroup, each W chunk dequantized
+//!   once into workgroup memory and reused by all 64 tokens.
+//! - `coop64x64`: the same tiles multiplied on tensor cores with f16 cooperative matrices,
+//!   where the native adapter offers them and `COCO_COOPMAT=1` asks for it (never in a
+//!   browser).
+//!
+//! Every fused form exists in all four shapes, so it serves any T; only its speed, not its
+//! dispatch count, depends on T.
+//!
+//! A weight split into parts (`GpuTensor::parts`) gets one dispatch per part, each writing its
+//! rows' columns of y; [`matmul_glu`] pairs the gate's and up's parts (same shape, same split).
+//! [`matmul_qkv`] needs single-part weights of one type and falls back to three
+//! [`matmul_normed`] (or [`matmul`]) dispatches otherwise, or when its 7–11 storage bindings
+//! exceed the device's per-stage limit (WebGPU's default is 8: Q/K/V with norm and biases
+//! needs 11).
+
+mod key;
+mod select;
+#[cfg(test)]
+mod tests;
+
+pub use key::*;
+pub use select::*;
+
+use crate::gpu::{Binding, GpuTensor, StepRecorder};
+
+use super::elementwise::Activation;
+use super::KernelError;
+
+/// Checks that `w` can be read by `dequant32`: rows of whole 32-element chunks, row bytes
+/// as the type says, every part bindable (`max_binding` bytes) and addressable in u32.
+pub(crate) fn check_weight(
+    kernel: &'static str,
+    w: &GpuTensor,
+    max_binding: u64,
+) -> Result<(), KernelError> {
+    let err = |why: String| Err(KernelError::Shape { kernel, why });
+    weight_define(w.ty)?;
+    if w.row_len == 0 || !w.row_len.is_multiple_of(32) {
+        return err(format!(
+            "{}: row length {} is not a positive multiple of 32",
+            w.name, w.row_len
+        ));
+    }
+    if w.ty.bytes_for(w.row_len) != Some(w.row_bytes) {
+        return err(format!(
+            "{}: {} bytes per row does not match {} × {}",
+            w.name, w.row_bytes, w.row_len, w.ty
+        ));
+    }
+    for part in &w.parts {
+        if part.buffer.size() > max_binding {
+            return err(format!(
+                "{}: a part of {} bytes exceeds the binding limit {max_binding} (split it with a smaller max_part_bytes)",
+                w.name,
+                part.buffer.size()
+            ));
+        }
+        // The shaders index a part's words and 32-element blocks in u32.
+        if part.buffer.size() / 4 > u32::MAX as u64 {
+            return err(format!(
+                "{}: a part of {} rows exceeds u32 word offsets",
+                w.name, part.n_rows
+            ));
+        }
+    }
+    if w.n_rows > u32::MAX as u64 {
+        return err(format!("{}: {} rows exceed u32", w.name, w.n_rows));
+    }
+    Ok(())
+}
+
+/// Bytes a binding covers.
+pub(crate) fn binding_bytes(b: &Binding) -> u64 {
+    b.size
+        .unwrap_or_else(|| b.buffer.size().saturating_sub(b.offset))
+}
+
+/// Errors unless `b` holds at least `elems` f32/u32 values.
+pub(crate) fn check_binding(
+    kernel: &'static str,
+    what: &str,
+    b: &Binding,
+    elems: u64,
+) -> Result<(), KernelError> {
+    let have = binding_bytes(b);
+    if have < elems * 4 {
+        return Err(KernelError::Shape {
+            kernel,
+            why: format!("{what} holds {have} bytes, needs {}", elems * 4),
+        });
+    }
+    if elems > u32::MAX as u64 {
+        return Err(KernelError::Shape {
+            kernel,
+            why: format!("{what}: {elems} elements exceed u32 indexing"),
+        });
+    }
+    Ok(())
+}
+
+/// `groups` workgroups folded into (x, y) so neither exceeds `max` (65,535 in WebGPU).
+pub(crate) fn fold(groups: u32, max: u32) -> [u32; 2] {
+    if groups <= max {
+        [groups, 1]
+    } else {
+        [max, groups.div_ceil(max)]
+    }
+}
+
+/// Optional parts of a matmul.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MatmulArgs<'a> {
+    /// bias[N] f32, added to every token's row.
+    pub bias: Option<&'a wgpu::Buffer>,
+    /// y += x·Wᵀ instead of y = x·Wᵀ (residual adds fused into the producing matmul).
+    pub accumulate: bool,
+}
+
+/// RMSNorm folded into a matmul: `(norm_w[K] f32, eps)`; x is then the raw residual stream.
+pub type Norm<'a> = (&'a Binding, f32);
+
+/// Records y[T, N] (+)= x[T, K] · w[N, K]ᵀ (+ bias[N]): one dispatch per part of `w`, with
+/// the kernel shape chosen by T and the device. `x` must not share a buffer with `y` (a
+/// writable binding may not alias another in one dispatch).
+pub fn matmul(
+    rec: &mut StepRecorder,
+    w: &GpuTensor, // [N, K] (gpu::layout)
+    x: &Binding,   // [T, K] f32
+    y: &Binding,   // [T, N] f32
+    t: u32,
+    args: MatmulArgs,
+) -> Result<(), KernelError> {
+    matmul_variant(rec, w, x, y, t, args, None)
+}
+
+/// [`matmul`] with the kernel shape forced (`Some`) for tests and A/B runs; `None` chooses.
+pub fn matmul_variant(
+    rec: &mut StepRecorder,
+    w: &GpuTensor, // [N, K] (gpu::layout)
+    x: &Binding,   // [T, K] f32
+    y: &Binding,   // [T, N] f32
+    t: u32,
+    args: MatmulArgs,
+    variant: Option<MatmulVariant>,
+) -> Result<(), KernelError> {
+    let bias = args.bias.map(Binding::from);
+    single(rec, w, x, None, y, t, bias, args.accumulate, variant)
+}
+
+/// Records y[T, N] (+)= (x · rsqrt(mean(x²) + eps) · norm_w) · w[N, K]ᵀ (+ bias[N]): the
+/// RMSNorm of each token folded into the matmul that consumes it, one dispatch per part of
+/// `w` (each recomputes the tokens' Σx², which costs no extra pass: see matmul.wgsl).
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_normed(
+    rec: &mut StepRecorder,
+    w: &GpuTensor,    // [N, K] (gpu::layout)
+    x: &Binding,      // [T, K] f32, the raw residual stream
+    norm_w: &Binding, // [K] f32
+    eps: f32,
+    y: &Binding, // [T, N] f32, not sharing a buffer with x
+    t: u32,
+    args: MatmulArgs,
+) -> Result<(), KernelError> {
+    matmul_normed_variant(rec, w, x, norm_w, eps, y, t, args, None)
+}
+
+/// [`matmul_normed`] with the kernel shape forced (`Some`) for tests and A/B runs.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_normed_variant(
+    rec: &mut StepRecorder,
+    w: &GpuTensor,    // [N, K] (gpu::layout)
+    x: &Binding,      // [T, K] f32, the raw residual stream
+    norm_w: &Binding, // [K] f32
+    eps: f32,
+    y: &Binding, // [T, N] f32
+    t: u32,
+    args: MatmulArgs,
+    variant: Option<MatmulVariant>,
+) -> Result<(), KernelError> {
+    let bias = args.bias.map(Binding::from);
+    let norm = Some((norm_w, eps));
+    single(rec, w, x, norm, y, t, bias, args.accumulate, variant)
+}
+
+/// Records out[T, ffn] = act(x'·w_gateᵀ) ⊙ (x'·w_upᵀ) in one dispatch (per part pair), with
+/// x' = x, or x's RMSNorm when `norm` is given. The two weights must have the same type and
+/// shape (then they are split alike); check with [`can_fuse_glu`] and keep the unfused
+/// matmul, matmul, glu otherwise.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_glu(
+    rec: &mut StepRecorder,
+    w_gate: &GpuTensor, // [ffn, K] (gpu::layout)
+    w_up: &GpuTensor,   // [ffn, K] the type of w_gate
+    x: &Binding,        // [T, K] f32 (the raw residual with `norm`)
+    norm: Option<Norm>, // (norm_w [K] f32, eps)
+    out: &Binding,      // [T, ffn] f32, not sharing a buffer with x
+    t: u32,
+    act: Activation,
+) -> Result<(), KernelError> {
+    matmul_glu_variant(rec, w_gate, w_up, x, norm, out, t, act, None)
+}
+
+/// Whether [`matmul_glu`] can pair these weights: one type, one shape, one split.
+pub fn can_fuse_glu(w_gate: &GpuTensor, w_up: &GpuTensor) -> bool {
+    w_gate.ty == w_up.ty
+        && w_gate.row_len == w_up.row_len
+        && w_gate.n_rows == w_up.n_rows
+        && w_gate.parts.len() == w_up.parts.len()
+        && w_gate
+            .parts
+            .iter()
+            .zip(&w_up.parts)
+            .all(|(g, u)| g.first_row == u.first_row && g.n_rows == u.n_rows)
+}
+
+/// [`matmul_glu`] with the kernel shape forced (`Some`) for tests and A/B runs.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_glu_variant(
+    rec: &mut StepRecorder,
+    w_gate: &GpuTensor, // [ffn, K] (gpu::layout)
+    w_up: &GpuTensor,   // [ffn, K] (gpu::layout)
+    x: &Binding,        // [T, K] f32
+    norm: Option<Norm>, // (norm_w [K] f32, eps)
+    out: &Binding,      // [T, ffn] f32
+    t: u32,
+    act: Activation,
+    variant: Option<MatmulVariant>,
+) -> Result<(), KernelError> {
+    const KERNEL: &str = "matmul_glu";
+    let max_binding = rec.ctx().max_binding_bytes();
+    check_weight(KERNEL, w_gate, max_binding)?;
+    check_weight(KERNEL, w_up, max_binding)?;
+    if !can_fuse_glu(w_gate, w_up) {
+        return Err(KernelError::Shape {
+            kernel: KERNEL,
+            why: format!(
+                "{} ({}, [{}, {}]) and {} ({}, [{}, {}]) differ in type, shape or split",
+                w_gate.name,
+                w_gate.ty,
+                w_gate.n_rows,
+                w_gate.row_len,
+                w_up.name,
+                w_up.ty,
+                w_up.n_rows,
+                w_up.row_len
+            ),
+        });
+    }
+    if t == 0 {
+        return Ok(());
+    }
+    let (k, ffn) = (w_gate.row_len, w_gate.n_rows);
+    check_binding(KERNEL, "x [T, K]", x, t as u64 * k)?;
+    check_binding(KERNEL, "out [T, ffn]", out, t as u64 * ffn)?;
+    check_norm(KERNEL, norm, k)?;
+    let ctx = rec.ctx();
+    let key = MatmulKey {
+        norm: norm.is_some(),
+        fusion: Fusion::Glu(act),
+        ..MatmulKey::choose(DeviceKernels::of(ctx), w_gate.ty, t, false, variant)
+    }
+    .sized(k, variant.is_some());
+    for (pg, pu) in w_gate.parts.iter().zip(&w_up.parts) {
+        let rows = pg.n_rows as u32;
+        let params = Params {
+            k: k as u32,
+            t,
+            row0: pg.first_row as u32,
+            eps: norm.map_or(0.0, |n| n.1),
+            rows: [rows, rows, 0, 0],
+            n: [ffn as u32, ffn as u32, 0, 0],
+            ..Params::default()
+        };
+        let mut bindings = vec![
+            Binding::from(&pg.buffer),
+            Binding::from(&pu.buffer),
+            x.clone(),
+            out.clone(),
+        ];
+        bindings.extend(norm.map(|n| n.0.clone()));
+        launch(rec, KERNEL, &key, params, 2 * rows, &bindings)?;
+    }
+    Ok(())
+}
+
+/// Q/K/V biases: `(bq [Nq], bk [Nk], bv [Nv])`, f32.
+pub type QkvBiases<'a> = (&'a Binding, &'a Binding, &'a Binding);
+
+/// Records q, k, v = x'·w_qᵀ, x'·w_kᵀ, x'·w_vᵀ (+ biases), with x' = x or x's RMSNorm, in
+/// ONE dispatch whose workgroups cover the three weights' rows end to end. Falls back to
+/// three dispatches (one per weight, each still normed) when the weights differ in type
+/// (e.g. Gemma's Q4_K/Q5_0 mixes), when one is split into parts, or when the 7–11 storage
+/// bindings exceed the device's per-stage limit.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_qkv(
+    rec: &mut StepRecorder,
+    wq: &GpuTensor,     // [Nq, K] (gpu::layout)
+    wk: &GpuTensor,     // [Nk, K] (gpu::layout)
+    wv: &GpuTensor,     // [Nv, K] (gpu::layout)
+    x: &Binding,        // [T, K] f32 (the raw residual with `norm`)
+    norm: Option<Norm>, // (norm_w [K] f32, eps)
+    q: &Binding,        // [T, Nq] f32
+    k: &Binding,        // [T, Nk] f32
+    v: &Binding,        // [T, Nv] f32
+    t: u32,
+    biases: Option<QkvBiases>,
+) -> Result<(), KernelError> {
+    matmul_qkv_variant(rec, wq, wk, wv, x, norm, q, k, v, t, biases, None)
+}
+
+/// Whether [`matmul_qkv`] runs as one dispatch for these weights on this device.
+pub fn qkv_fuses(
+    rec: &StepRecorder,
+    wq: &GpuTensor,
+    wk: &GpuTensor,
+    wv: &GpuTensor,
+    norm: bool,
+    biases: bool,
+) -> bool {
+    let key = MatmulKey {
+        ty: wq.ty,
+        variant: MatmulVariant::MatvecWorkgroup,
+        bias: biases,
+        norm,
+        fusion: Fusion::Qkv,
+        stage_k: 0,
+    };
+    qkv_key_fits(rec, &key, [wq, wk, wv])
+}
+
+/// Whether one dispatch of `key` can read these three weights: one type, one part each, and
+/// the key's storage bindings within the device's per-stage limit.
+pub(super) fn qkv_key_fits(rec: &StepRecorder, key: &MatmulKey, w: [&GpuTensor; 3]) -> bool {
+    let limit = rec.ctx().limits.max_storage_buffers_per_shader_stage;
+    w.iter().all(|w| w.ty == key.ty && w.parts.len() == 1) && key.layout().count <= limit
+}
+
+/// [`matmul_qkv`] with the kernel shape forced (`Some`) for tests and A/B runs.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_qkv_variant(
+    rec: &mut StepRecorder,
+    wq: &GpuTensor,     // [Nq, K] (gpu::layout)
+    wk: &GpuTensor,     // [Nk, K] (gpu::layout)
+    wv: &GpuTensor,     // [Nv, K] (gpu::layout)
+    x: &Binding,        // [T, K] f32
+    norm: Option<Norm>, // (norm_w [K] f32, eps)
+    q: &Binding,        // [T, Nq] f32
+    k: &Binding,        // [T, Nk] f32
+    v: &Binding,        // [T, Nv] f32
+    t: u32,
+    biases: Option<QkvBiases>,
+    variant: Option<MatmulVariant>,
+) -> Result<(), KernelError> {
+    const KERNEL: &str = "matmul_qkv";
+    let max_binding = rec.ctx().max_binding_bytes();
+    let weights = [wq, wk, wv];
+    for w in weights {
+        check_weight(KERNEL, w, max_binding)?;
+    }
+    let kdim = wq.row_len;
+    if let Some(w) = weights.iter().find(|w| w.row_len != kdim) {
+        return Err(KernelError::Shape {
+            kernel: KERNEL,
+            why: format!(
+                "{} has rows of {}, {} of {}: one x cannot feed both",
+                w.name, w.row_len, wq.name, kdim
+            ),
+        });
+    }
+    let outputs = [q, k, v];
+    let bias = biases.map(|(bq, bk, bv)| [bq, bk, bv]);
+    if !qkv_fuses(rec, wq, wk, wv, norm.is_some(), bias.is_some()) {
+        for i in 0..3 {
+            let b = bias.map(|b| b[i].clone());
+            single(rec, weights[i], x, norm, outputs[i], t, b, false, variant)?;
+        }
+        return Ok(());
+    }
+    if t == 0 {
+        return Ok(());
+    }
+    check_binding(KERNEL, "x [T, K]", x, t as u64 * kdim)?;
+    for (i, name) in ["q", "k", "v"].into_iter().enumerate() {
+        let n = weights[i].n_rows;
+        check_binding(KERNEL, &format!("{name} [T, N]"), outputs[i], t as u64 * n)?;
+        if let Some(b) = &bias {
+            check_binding(KERNEL, &format!("b{name} [N]"), b[i], n)?;
+        }
+    }
+    check_norm(KERNEL, norm, kdim)?;
+    let slots = wq.n_rows + wk.n_rows + wv.n_rows;
+    if slots > u32::MAX as u64 {
+        return Err(KernelError::Shape {
+            kernel: KERNEL,
+            why: format!("{slots} rows in all exceed u32"),
+        });
+    }
+    let ctx = rec.ctx();
+    let key = MatmulKey {
+        norm: norm.is_some(),
+        fusion: Fusion::Qkv,
+        ..MatmulKey::choose(DeviceKernels::of(ctx), wq.ty, t, bias.is_some(), variant)
+    }
+    .sized(kdim, variant.is_some());
+    let rows = [wq.n_rows as u32, wk.n_rows as u32, wv.n_rows as u32, 0];
+    let params = Params {
+        k: kdim as u32,
+        t,
+        eps: norm.map_or(0.0, |n| n.1),
+        rows,
+        n: rows,
+        ..Params::default()
+    };
+    let mut bindings: Vec<Binding> = weights
+        .iter()
+        .map(|w| Binding::from(&w.parts[0].buffer))
+        .collect();
+    bindings.push(x.clone());
+    bindings.extend(outputs.iter().map(|o| (*o).clone()));
+    bindings.extend(norm.map(|n| n.0.clone()));
+    if let Some(b) = bias {
+        bindings.extend(b.iter().map(|b| (*b).clone()));
+    }
+    launch(rec, KERNEL, &key, params, slots as u32, &bindings)
+}
+
+/// The unfused (optionally normed) product, one dispatch per part of `w`.
+#[allow(clippy::too_many_arguments)]
+fn single(
+    rec: &mut StepRecorder,
+    w: &GpuTensor,
+    x: &Binding,
+    norm: Option<Norm>,
+    y: &Binding,
+    t: u32,
+    bias: Option<Binding>,
+    accumulate: bool,
+    variant: Option<MatmulVariant>,
+) -> Result<(), KernelError> {
+    const KERNEL: &str = "matmul";
+    check_weight(KERNEL, w, rec.ctx().max_binding_bytes())?;
+    if t == 0 {
+        return Ok(());
+    }
+    let (k, n) = (w.row_len, w.n_rows);
+    check_binding(KERNEL, "x [T, K]", x, t as u64 * k)?;
+    check_binding(KERNEL, "y [T, N]", y, t as u64 * n)?;
+    if let Some(b) = &bias {
+        check_binding(KERNEL, "bias [N]", b, n)?;
+    }
+    check_norm(KERNEL, norm, k)?;
+    let key = MatmulKey {
+        norm: norm.is_some(),
+        ..MatmulKey::choose(
+            DeviceKernels::of(rec.ctx()),
+            w.ty,
+            t,
+            bias.is_some(),
+            variant,
+        )
+    }
+    .sized(k, variant.is_some());
+    for part in &w.parts {
+        let rows = part.n_rows as u32;
+        let params = Params {
+            k: k as u32,
+            t,
+            row0: part.first_row as u32,
+            accumulate: accumulate as u32,
+            eps: norm.map_or(0.0, |n| n.1),
+            rows: [rows, 0, 0, 0],
+            n: [n as u32, 0, 0, 0],
+            ..Params::default()
+        };
+        let mut bindings = vec![Binding::from(&part.buffer), x.clone(), y.clone()];
+        bindings.extend(norm.map(|n| n.0.clone()));
+        bindings.extend(bias.clone());
+        launch(rec, KERNEL, &key, params, rows, &bindings)?;
+    }
+    Ok(())
+}
+
+/// Errors unless the folded norm's weight holds K values and its eps is usable.
+pub(super) fn check_norm(
+    kernel: &'static str,
+    norm: Option<Norm>,
+    k: u64,
+) -> Result<(), KernelError> {
+    let Some((norm_w, eps)) = norm else {
+        return Ok(());
+    };
+    if !eps.is_finite() || eps < 0.0 {
+        return Err(KernelError::Shape {
+            kernel,
+            why: format!("eps {eps} is not a finite value >= 0"),
+        });
+    }
+    check_binding(kernel, "norm_w [K]", norm_w, k)
+}
+
+/// Dispatches `key` over `slots` weight rows for `params.t` tokens (`params.groups` is filled
+/// in here), with `bindings` in the key's layout order.
+pub(super) fn launch(
+    rec: &mut StepRecorder,
+    kernel: &'static str,
+    key: &MatmulKey,
+    mut params: Params,
+    slots: u32,
+    bindings: &[Binding],
+) -> Result<(), KernelError> {
+    let err = |why: String| Err(KernelError::Shape { kernel, why });
+    let ctx = rec.ctx();
+    if matches!(
+        key.variant,
+        MatmulVariant::MatvecSubgroup | MatmulVariant::MatvecChunk
+    ) && !ctx.has_subgroups()
+    {
+        return err("the subgroup matvec needs Features::SUBGROUP, which this device lacks".into());
+    }
+    if key.variant == MatmulVariant::TiledCoop && !ctx.has_coop_gemm() {
+        return err(
+            "the cooperative-matrix GEMM needs wgpu's experimental cooperative \
+                    matrices (16x16x16 f16 -> f32), which this device lacks"
+                .into(),
+        );
+    }
+    let layout = key.layout();
+    debug_assert_eq!(layout.count as usize, bindings.len(), "{}", key.label());
+    let limit = ctx.limits.max_storage_buffers_per_shader_stage;
+    if layout.count > limit {
+        return err(format!(
+            "{} storage bindings exceed this device's per-stage limit of {limit}",
+            layout.count
+        ));
+    }
+    let max = ctx.limits.max_compute_workgroups_per_dimension;
+    let t = params.t;
+    let t_groups = match key.variant {
+        v if v.is_tiled() => t.div_ceil(TILE_T),
+        _ => t, // one token per z slice
+    };
+    if t_groups > max {
+        return err(format!(
+            "{t} tokens need {t_groups} workgroups along z, over the limit {max}"
+        ));
+    }
+    let key = &key.staged(params.k, ctx.limits.max_compute_workgroup_storage_size);
+    // Defines are checked here; the source is only built on a pipeline-cache miss (this runs
+    // for every dispatch of every step).
+    key.defines()?;
+    let label = key.label();
+    let pipeline = ctx.pipeline(&label, || key.source().expect("defines checked above"));
+    params.groups = slots.div_ceil(key.variant.slots_per_group());
+    let [gx, gy] = fold(params.groups, max);
+    rec.dispatch(
+        &label,
+        &pipeline,
+        bytemuck::bytes_of(&params),
+        bindings,
+        [gx, gy, t_groups],
+    )?;
+    Ok(())
+}

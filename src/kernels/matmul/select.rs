@@ -1,0 +1,186 @@
+//! Which matvec shape runs a product, and with what tuning: the kernels' grid constants,
+//! the subgroup matvec's shape (`COCO_MATVEC`), and the kernels a device runs.
+
+use super::MatmulVariant;
+
+/// Matvec workgroups: MV_ROWS slots × MV_LANES lanes = 256 invocations (browsers allow no
+/// more); 32 lanes per slot so that a 32-wide warp streams one row.
+pub const MV_ROWS: u32 = 8;
+pub const MV_LANES: u32 = 32;
+/// The subgroup matvec's workgroup: SG_ROWS slots (its subgroups split each task's row
+/// range when there are more subgroups than tasks, which puts more warps on small matrices).
+pub const SG_ROWS: u32 = 8;
+/// 8-element groups each lane of the subgroup matvec reads per loop trip (1 or 2; the
+/// workgroup matvec's one-row loop always takes 2).
+pub const MV_UNROLL: u32 = 1;
+/// Rows per task of the subgroup matvec: its invocations load each group of x' once for
+/// this many rows (BENCHMARKS.md "session 10").
+pub const SG_ROWS_PER_TASK: u32 = 2;
+/// The chunk matvec's slots per workgroup and rows per task: 16 × 4 measured best of
+/// 8 × 2, 16 × 2, 16 × 4, 32 × 2 and 32 × 4 on the H200 (BENCHMARKS.md "session 13"); its
+/// x' staging is repaid over more rows than the lane-per-8 matvec's 8.
+pub const CHUNK_ROWS: u32 = 16;
+pub const CHUNK_ROWS_PER_TASK: u32 = 4;
+/// The chunk matvec runs the products with at least this K; shorter rows keep the lane-per-8
+/// matvec, which measured faster on them (too few chunks per row to occupy a task's lanes;
+/// BENCHMARKS.md "session 13").
+pub const CHUNK_MIN_K: u64 = 2048;
+/// Largest K whose x'[t] the subgroup matvec stages in workgroup memory (16 KiB of f32, the
+/// least any WebGPU device offers; the device's own limit also applies).
+pub const STAGE_MAX_K: u32 = 4096;
+/// Largest x' tile (elements) the chunk matvec stages: 16 KiB of f32, the least any WebGPU
+/// device offers; a longer K runs in tiles.
+pub const CHUNK_TILE_MAX_K: u32 = 4096;
+
+/// Which subgroup matvecs stage x'[t] in workgroup memory once per workgroup (`STAGE_X` in
+/// matmul.wgsl) instead of each task reading it from global memory group by group. It takes
+/// norm_w's loads, multiplies and the Σx² updates out of the row loop, but makes every
+/// workgroup wait for x[t] and a barrier before its first weight load. It is built and
+/// checked (lavapipe, in CI) but not yet timed on a GPU, so it stays off by default until
+/// measured; `COCO_MATVEC=8x1x2x1` (or `x2`) turns it on for an A/B run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StageX {
+    Never,
+    /// The RMSNorm-fused products (QKV, gate/up, LM head): they also drop norm_w's loads.
+    Normed,
+    /// Every product whose K fits.
+    All,
+}
+
+/// The subgroup matvec's shape: slots per workgroup, 8-element groups per loop trip, rows
+/// per task, and whether lanes take 32-element chunks ([`MatmulVariant::MatvecChunk`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatvecShape {
+    pub rows: u32,
+    pub unroll: u32,
+    pub rows_per_task: u32,
+    pub stage_x: StageX,
+    pub chunk: bool,
+}
+
+impl MatvecShape {
+    pub const DEFAULT: MatvecShape = MatvecShape {
+        rows: SG_ROWS,
+        unroll: MV_UNROLL,
+        rows_per_task: SG_ROWS_PER_TASK,
+        stage_x: StageX::Never,
+        chunk: true,
+    };
+
+    /// `<rows>x<unroll>[x<rows per task>[x<stage>[x<chunk>]]]`, e.g. `8x2x4`, `8x1x2x0` or
+    /// `16x1x2x0x1` (chunk 1: the chunk matvec, which always stages x'). Rows a power
+    /// of two in 2..=64, unroll 1 or 2, rows per task a power of two up to 8 (each row holds
+    /// registers in every invocation; 8 already measured far slower) and at most rows / 2 (a
+    /// GLU task must lie wholly in the gate or the up half of a workgroup's slots); stage 0
+    /// (never), 1 (normed products) or 2 (all), see [`StageX`]. Omitted fields: 1 row per
+    /// task, the default staging.
+    pub fn parse(v: &str) -> Option<MatvecShape> {
+        let mut fields = v.split('x').map(|f| f.parse::<u32>().ok());
+        let rows = fields.next()??;
+        let unroll = fields.next()??;
+        let rows_per_task = match fields.next() {
+            None => 1,
+            Some(f) => f?,
+        };
+        let stage_x = match fields.next() {
+            None => Self::DEFAULT.stage_x,
+            Some(Some(0)) => StageX::Never,
+            Some(Some(1)) => StageX::Normed,
+            Some(Some(2)) => StageX::All,
+            Some(_) => return None,
+        };
+        let chunk = match fields.next() {
+            None => Self::DEFAULT.chunk,
+            Some(Some(c @ (0 | 1))) => c == 1,
+            Some(_) => return None,
+        };
+        let valid = rows.is_power_of_two()
+            && (2..=64).contains(&rows)
+            && matches!(unroll, 1 | 2)
+            && rows_per_task.is_power_of_two()
+            && rows_per_task <= 8
+            && rows_per_task <= rows / 2;
+        (fields.next().is_none() && valid).then_some(MatvecShape {
+            rows,
+            unroll,
+            rows_per_task,
+            stage_x,
+            chunk,
+        })
+    }
+}
+
+/// [`MatvecShape::DEFAULT`], or the tuning override `COCO_MATVEC` (see
+/// [`MatvecShape::parse`]), read once per process: for measuring other shapes on a new GPU
+/// without a rebuild. An invalid value is ignored with a warning.
+pub fn matvec_shape() -> MatvecShape {
+    static SHAPE: std::sync::OnceLock<MatvecShape> = std::sync::OnceLock::new();
+    *SHAPE.get_or_init(|| {
+        let Ok(v) = std::env::var("COCO_MATVEC") else {
+            return MatvecShape::DEFAULT;
+        };
+        MatvecShape::parse(&v).unwrap_or_else(|| {
+            log::warn!(
+                "COCO_MATVEC={v:?} ignored: expected <rows>x<unroll>[x<rows per task>[x<stage>[x<chunk>]]], \
+                 rows a power of two in 2..=64, unroll 1 or 2, rows per task a power of two up \
+                 to min(8, rows / 2), stage 0, 1 or 2, chunk 0 or 1"
+            );
+            MatvecShape::DEFAULT
+        })
+    })
+}
+
+/// The tiled variant's output tile: W rows × tokens (the shader's 16×16 invocations each
+/// own 4 rows × 4 tokens, and 4 threads stage each row and token, so these are fixed by its
+/// thread layout).
+pub const TILE_N: u32 = 64;
+pub const TILE_T: u32 = 64;
+/// Up to this many tokens the matvec (which reads W once per token) beats the tiled kernel
+/// (which reads it once per 64 tokens but idles most of its tile).
+pub const MATVEC_MAX_T: u32 = 3;
+
+/// The kernel shapes a device runs: its decode matvec and its prefill tile kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceKernels {
+    pub matvec: MatmulVariant,
+    pub tiled: MatmulVariant,
+}
+
+impl DeviceKernels {
+    /// What a device without subgroups or cooperative matrices runs (a browser's GPU).
+    pub const PORTABLE: DeviceKernels = DeviceKernels {
+        matvec: MatmulVariant::MatvecWorkgroup,
+        tiled: MatmulVariant::Tiled,
+    };
+
+    /// The matvec: subgroup sums where SUBGROUP exists, one row per invocation on a CPU
+    /// adapter without them (SwiftShader), shared-memory sums elsewhere. The tiles: on
+    /// tensor cores where coco's cooperative-matrix GEMM can run, portable otherwise.
+    pub fn of(ctx: &crate::gpu::GpuContext) -> DeviceKernels {
+        let matvec = if ctx.has_subgroups() {
+            if matvec_shape().chunk {
+                MatmulVariant::MatvecChunk
+            } else {
+                MatmulVariant::MatvecSubgroup
+            }
+        } else if ctx.info.device_type == wgpu::DeviceType::Cpu {
+            MatmulVariant::MatvecRows
+        } else {
+            MatmulVariant::MatvecWorkgroup
+        };
+        let tiled = if ctx.has_coop_gemm() {
+            MatmulVariant::TiledCoop
+        } else {
+            MatmulVariant::Tiled
+        };
+        DeviceKernels { matvec, tiled }
+    }
+
+    /// Portable tiles with this matvec (tests).
+    pub fn with_matvec(matvec: MatmulVariant) -> DeviceKernels {
+        DeviceKernels {
+            matvec,
+            ..Self::PORTABLE
+        }
+    }
+}

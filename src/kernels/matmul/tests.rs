@@ -1,0 +1,262 @@
+//! The matmul module's unit tests (labels, defines, shapes); the GPU comparisons are
+//! tests/kernels_matmul.rs and tests/kernels_fused.rs.
+
+use super::*;
+use crate::gguf::GgmlType;
+use crate::kernels::elementwise::Activation;
+use crate::kernels::rope::RopeLayout;
+
+#[test]
+fn labels_name_the_variant() {
+    let key = MatmulKey::choose(
+        DeviceKernels::with_matvec(MatmulVariant::MatvecWorkgroup),
+        GgmlType::Q4_K,
+        1,
+        false,
+        None,
+    );
+    assert_eq!(key.label(), "matmul_q4_k_matvec_wg256");
+    let key = MatmulKey::choose(
+        DeviceKernels::with_matvec(MatmulVariant::MatvecSubgroup),
+        GgmlType::Q8_0,
+        1,
+        true,
+        None,
+    );
+    assert_eq!(key.label(), "matmul_q8_0_matvec_sg256_bias");
+    let key = MatmulKey::choose(
+        DeviceKernels::with_matvec(MatmulVariant::MatvecSubgroup),
+        GgmlType::BF16,
+        64,
+        false,
+        None,
+    );
+    assert_eq!(key.label(), "matmul_bf16_tiled64x64");
+    let key = MatmulKey {
+        norm: true,
+        fusion: Fusion::Glu(Activation::GeluTanh),
+        ..MatmulKey::choose(
+            DeviceKernels::with_matvec(MatmulVariant::MatvecWorkgroup),
+            GgmlType::Q6_K,
+            1,
+            false,
+            None,
+        )
+    };
+    assert_eq!(key.label(), "matmul_q6_k_matvec_wg256_glu_gelu_tanh_norm");
+    let key = MatmulKey {
+        norm: true,
+        fusion: Fusion::Qkv,
+        ..MatmulKey::choose(
+            DeviceKernels::with_matvec(MatmulVariant::MatvecSubgroup),
+            GgmlType::Q5_0,
+            1,
+            true,
+            None,
+        )
+    };
+    assert_eq!(key.label(), "matmul_q5_0_matvec_sg256_qkv_norm_bias");
+    // CPU adapters keep the row-per-invocation matvec even for prefill-sized steps.
+    let key = MatmulKey::choose(
+        DeviceKernels::with_matvec(MatmulVariant::MatvecRows),
+        GgmlType::Q8_0,
+        64,
+        false,
+        None,
+    );
+    assert_eq!(key.label(), "matmul_q8_0_matvec_rows256");
+}
+
+/// Parses and validates `source` with every naga capability and writes SPIR-V, as wgpu
+/// does on Vulkan: catches shader errors in variants lavapipe can't run.
+fn compile_to_spirv(label: &str, source: &str) {
+    let module = naga::front::wgsl::parse_str(source)
+        .unwrap_or_else(|e| panic!("{label}: {}", e.emit_to_string(source)));
+    let info = naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::all(),
+    )
+    .validate(&module)
+    .unwrap_or_else(|e| panic!("{label}: {}", e.emit_to_string(source)));
+    naga::back::spv::write_vec(&module, &info, &Default::default(), None)
+        .unwrap_or_else(|e| panic!("{label}: {e}"));
+}
+
+#[test]
+fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::F16,
+    ] {
+        for (fusion, norm, bias) in [
+            (Fusion::None, false, false),
+            (Fusion::None, false, true),
+            (Fusion::Glu(Activation::Silu), true, false),
+            (Fusion::Qkv, true, true),
+        ] {
+            let key = MatmulKey {
+                ty,
+                variant: MatmulVariant::TiledCoop,
+                bias,
+                norm,
+                fusion,
+                stage_k: 0,
+            };
+            let source = key.source().unwrap();
+            assert!(source.contains("coopMultiplyAdd"), "{}", key.label());
+            compile_to_spirv(&key.label(), &source);
+        }
+    }
+    let key = MatmulKey::choose(
+        DeviceKernels {
+            matvec: MatmulVariant::MatvecSubgroup,
+            tiled: MatmulVariant::TiledCoop,
+        },
+        GgmlType::Q4_0,
+        64,
+        false,
+        None,
+    );
+    assert_eq!(key.label(), "matmul_q4_0_coop64x64");
+}
+
+#[test]
+fn layouts_number_bindings_in_host_order() {
+    let key = |fusion, norm, bias| MatmulKey {
+        ty: GgmlType::F16,
+        variant: MatmulVariant::Tiled,
+        bias,
+        norm,
+        fusion,
+        stage_k: 0,
+    };
+    // w, x, y, [norm_w], [bias]
+    let l = key(Fusion::None, false, true).layout();
+    assert_eq!((l.x, l.y, l.bias, l.count), (2, 3, 4, 4));
+    let l = key(Fusion::None, true, true).layout();
+    assert_eq!((l.norm, l.bias, l.count), (4, 5, 5));
+    // w_gate, w_up, x, out, norm_w
+    let l = key(Fusion::Glu(Activation::Silu), true, false).layout();
+    assert_eq!((l.x, l.y, l.norm, l.count), (3, 4, 5, 5));
+    // wq, wk, wv, x, q, k, v, norm_w, bq, bk, bv
+    let l = key(Fusion::Qkv, true, true).layout();
+    assert_eq!((l.x, l.y, l.norm, l.bias, l.count), (4, 5, 8, 9, 11));
+    let l = key(Fusion::Qkv, false, true).layout();
+    assert_eq!((l.bias, l.count), (8, 10));
+    // wq, wk, wv, x, q, k_cache, v_cache, norm_w, [bq, bk, bv], inv_freq
+    let l = key(Fusion::QkvRope(RopeLayout::Neox), true, true).layout();
+    assert_eq!((l.norm, l.bias, l.rope, l.count), (8, 9, 12, 12));
+    let l = key(Fusion::QkvRope(RopeLayout::Normal), true, false).layout();
+    assert_eq!((l.rope, l.count), (9, 9));
+}
+
+#[test]
+fn fold_keeps_each_dimension_under_the_limit() {
+    assert_eq!(fold(10, 65535), [10, 1]);
+    assert_eq!(fold(65536, 65535), [65535, 2]);
+    assert_eq!(fold(262144 / 8 * 5, 65535), [65535, 3]);
+}
+
+#[test]
+fn matvec_shape_parses_and_bounds_the_override() {
+    let shape = |rows, unroll, rows_per_task, stage_x| MatvecShape {
+        rows,
+        unroll,
+        rows_per_task,
+        stage_x,
+        chunk: MatvecShape::DEFAULT.chunk,
+    };
+    let default = MatvecShape::DEFAULT.stage_x;
+    assert_eq!(MatvecShape::parse("8x2"), Some(shape(8, 2, 1, default)));
+    assert_eq!(MatvecShape::parse("16x1x8"), Some(shape(16, 1, 8, default)));
+    assert_eq!(
+        MatvecShape::parse("8x1x2x0"),
+        Some(shape(8, 1, 2, StageX::Never))
+    );
+    assert_eq!(
+        MatvecShape::parse("8x1x2x2"),
+        Some(shape(8, 1, 2, StageX::All))
+    );
+    assert_eq!(
+        MatvecShape::parse("16x1x2x0x1"),
+        Some(MatvecShape {
+            chunk: true,
+            ..shape(16, 1, 2, StageX::Never)
+        })
+    );
+    let bad = "8 8x3 8x4 8x0 12x2 8x2x8 32x2x16 8x2x3 8x2x4x3 8x2x4x1x2 8x2x4x1x1x1 ax2 8x2x";
+    for bad in bad.split(' ').chain([""]) {
+        assert_eq!(MatvecShape::parse(bad), None, "{bad}");
+    }
+    assert!(
+        MatvecShape::parse(&format!("{}x{}x{}", SG_ROWS, MV_UNROLL, SG_ROWS_PER_TASK))
+            .is_some_and(|s| s == MatvecShape::DEFAULT)
+    );
+}
+
+#[test]
+fn qkv_rope_compiles_for_the_matvecs_and_is_refused_for_tiles() {
+    for variant in [
+        MatmulVariant::MatvecWorkgroup,
+        MatmulVariant::MatvecSubgroup,
+        MatmulVariant::MatvecRows,
+        MatmulVariant::Tiled,
+    ] {
+        for layout in [RopeLayout::Normal, RopeLayout::Neox] {
+            let key = MatmulKey {
+                ty: GgmlType::Q4_0,
+                variant,
+                bias: true,
+                norm: true,
+                fusion: Fusion::QkvRope(layout),
+                stage_k: 0,
+            };
+            if variant.is_tiled() {
+                assert!(key.defines().is_err(), "{}", key.label());
+            } else {
+                compile_to_spirv(&key.label(), &key.source().unwrap());
+            }
+        }
+    }
+}
+
+#[test]
+fn every_variant_preprocesses() {
+    for ty in GgmlType::SUPPORTED {
+        for variant in [
+            MatmulVariant::MatvecWorkgroup,
+            MatmulVariant::MatvecSubgroup,
+            MatmulVariant::Tiled,
+        ] {
+            for fusion in [Fusion::None, Fusion::Glu(Activation::Silu), Fusion::Qkv] {
+                let key = MatmulKey {
+                    ty,
+                    variant,
+                    bias: fusion != Fusion::Glu(Activation::Silu),
+                    norm: true,
+                    fusion,
+                    stage_k: 0,
+                };
+                let src = key.source().unwrap();
+                assert!(
+                    src.contains("fn dequant32") && src.contains("fn main"),
+                    "{}",
+                    key.label()
+                );
+                if variant == MatmulVariant::MatvecSubgroup {
+                    // the staged forms, with and without the norm, must compile too
+                    for norm in [true, false] {
+                        let key = MatmulKey {
+                            norm,
+                            stage_k: 2048,
+                            ..key
+                        };
+                        compile_to_spirv(&key.label(), &key.source().unwrap());
+                    }
+                }
+            }
+        }
+    }
+}
