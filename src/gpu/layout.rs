@@ -32,8 +32,9 @@ struct Split {
     block_bytes: usize,
     /// Bytes each plane takes per block, in plane order.
     plane_bytes: &'static [usize],
-    /// Writes one file block into its plane slices (one per plane, `plane_bytes` long each).
-    relay: fn(&[u8], &mut [&mut [u8]]),
+    /// Writes file block number `k` of a piece into its place in each plane (plane i holds
+    /// `plane_bytes[i]` bytes per block).
+    relay: fn(&[u8], usize, &mut [Vec<u8>]),
 }
 
 fn split_of(ty: GgmlType) -> Option<Split> {
@@ -41,34 +42,34 @@ fn split_of(ty: GgmlType) -> Option<Split> {
         GgmlType::Q4_0 => Split {
             block_bytes: 18,
             plane_bytes: &[16, 2],
-            relay: |b, p| {
-                order_nibbles(&b[2..18], p[0]);
-                p[1].copy_from_slice(&b[0..2]);
+            relay: |b, k, p| {
+                order_nibbles(&b[2..18], &mut p[0][16 * k..16 * k + 16]);
+                p[1][2 * k..2 * k + 2].copy_from_slice(&b[0..2]);
             },
         },
         GgmlType::Q5_0 => Split {
             block_bytes: 22,
             plane_bytes: &[16, 4, 2],
-            relay: |b, p| {
-                order_nibbles(&b[6..22], p[0]);
-                p[1].copy_from_slice(&b[2..6]);
-                p[2].copy_from_slice(&b[0..2]);
+            relay: |b, k, p| {
+                order_nibbles(&b[6..22], &mut p[0][16 * k..16 * k + 16]);
+                p[1][4 * k..4 * k + 4].copy_from_slice(&b[2..6]);
+                p[2][2 * k..2 * k + 2].copy_from_slice(&b[0..2]);
             },
         },
         GgmlType::Q8_0 => Split {
             block_bytes: 34,
             plane_bytes: &[32, 2],
-            relay: |b, p| {
-                p[0].copy_from_slice(&b[2..34]);
-                p[1].copy_from_slice(&b[0..2]);
+            relay: |b, k, p| {
+                p[0][32 * k..32 * k + 32].copy_from_slice(&b[2..34]);
+                p[1][2 * k..2 * k + 2].copy_from_slice(&b[0..2]);
             },
         },
         GgmlType::Q6_K => Split {
             block_bytes: 210,
             plane_bytes: &[208, 2],
-            relay: |b, p| {
-                relay_q6_k(b, p[0]);
-                p[1].copy_from_slice(&b[208..210]);
+            relay: |b, k, p| {
+                relay_q6_k(b, &mut p[0][208 * k..208 * k + 208]);
+                p[1][2 * k..2 * k + 2].copy_from_slice(&b[208..210]);
             },
         },
         _ => return None,
@@ -121,6 +122,10 @@ fn relay_q6_k(file: &[u8], out: &mut [u8]) {
     out[192..208].copy_from_slice(&file[192..208]);
 }
 
+/// File bytes re-laid out per call of [`relay_blocks`] at most (whole write units): bounds
+/// the copy a streaming load holds beside its staging buffer (the page's wasm heap).
+pub const RELAY_PIECE_BYTES: usize = 256 << 10;
+
 /// Bytes that a streamed write of a tensor of type `ty` must come in multiples of (the last
 /// piece of a part may be shorter): two blocks for re-laid types, so that every 2-byte
 /// scale plane write starts on a word, and 4 bytes otherwise.
@@ -153,12 +158,7 @@ pub fn relay_blocks(
     let n = bytes.len() / split.block_bytes;
     let mut planes: Vec<Vec<u8>> = split.plane_bytes.iter().map(|&b| vec![0; b * n]).collect();
     for (k, block) in bytes.chunks_exact(split.block_bytes).enumerate() {
-        let mut slices: Vec<&mut [u8]> = planes
-            .iter_mut()
-            .zip(split.plane_bytes)
-            .map(|(plane, &b)| &mut plane[b * k..b * (k + 1)])
-            .collect();
-        (split.relay)(block, &mut slices);
+        (split.relay)(block, k, &mut planes);
     }
     let mut plane_start = 0u64;
     let mut writes = Vec::with_capacity(planes.len());

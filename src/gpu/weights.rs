@@ -116,15 +116,20 @@ impl GpuTensor {
                 continue;
             }
             let n = ((end - offset) as usize).min(bytes.len());
-            let part_blocks = part.n_rows * self.row_bytes / block_bytes;
-            let first_block = (offset - start) / block_bytes;
-            match layout::relay_blocks(self.ty, part_blocks, first_block, &bytes[..n]) {
-                Some(writes) => {
-                    for w in writes {
+            if layout::is_relaid(self.ty) {
+                let part_blocks = part.n_rows * self.row_bytes / block_bytes;
+                let piece = layout::RELAY_PIECE_BYTES / self.write_unit() * self.write_unit();
+                let mut at = offset - start;
+                for chunk in bytes[..n].chunks(piece) {
+                    let first_block = at / block_bytes;
+                    let writes = layout::relay_blocks(self.ty, part_blocks, first_block, chunk);
+                    for w in writes.into_iter().flatten() {
                         ctx.write_padded(&part.buffer, w.offset, &w.bytes);
                     }
+                    at += chunk.len() as u64;
                 }
-                None => ctx.write_padded(&part.buffer, offset - start, &bytes[..n]),
+            } else {
+                ctx.write_padded(&part.buffer, offset - start, &bytes[..n]);
             }
             bytes = &bytes[n..];
             offset += n as u64;
