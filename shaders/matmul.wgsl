@@ -371,6 +371,36 @@ fn store_glu(t: u32, row: u32, gate: f32, up: f32) {
 }
 #endif
 
+// The slot whose sums slot `s` of a workgroup combines with in store_slot: a GLU gate slot's
+// up slot (MV_ROWS / 2 on), the other half of a ROPE_KV pair (s ^ 1), else s itself.
+fn partner_slot(s: u32) -> u32 {
+#ifdef GLU
+    return select(s, s + MV_ROWS / 2u, s < MV_ROWS / 2u);
+#else
+#ifdef ROPE_KV
+    return s ^ 1u;
+#else
+    return s;
+#endif
+#endif
+}
+
+// Every matvec's epilogue: slot (weight, row) `mr`'s output for token t from its sums and
+// its partner slot's.
+fn store_slot(mr: vec2<u32>, t: u32, own: Sums, partner: Sums) {
+#ifdef GLU
+    if (mr.x == 0u) { // a gate slot: the up slots' sums are its partners
+        store_glu(t, mr.y, finish(own), finish(partner));
+    }
+#else
+#ifdef ROPE_KV
+    store_rope_kv(mr.x, t, mr.y, finish(own), finish(partner));
+#else
+    store(mr.x, t, mr.y, finish(own));
+#endif
+#endif
+}
+
 #ifdef MATVEC_WG
 // Matrix–vector (decode): a workgroup of 256 (SwiftShader's maximum) computes MV_ROWS slots
 // of one token, MV_LANES lanes per slot, then a shared-memory tree sums each slot's lanes.
@@ -454,17 +484,7 @@ fn main(
         workgroupBarrier();
     }
     if (lane == 0u && live(mr)) {
-#ifdef GLU
-        if (mr.x == 0u) { // a gate slot; its up partner is MV_ROWS / 2 slots on
-            store_glu(t, mr.y, finish(partial[li]), finish(partial[li + MV_ROWS / 2u * MV_LANES]));
-        }
-#else
-#ifdef ROPE_KV
-        store_rope_kv(mr.x, t, mr.y, finish(partial[li]), finish(partial[li ^ MV_LANES]));
-#else
-        store(mr.x, t, mr.y, finish(partial[li]));
-#endif
-#endif
+        store_slot(mr, t, partial[li], partial[partner_slot(slot) * MV_LANES]);
     }
 }
 #endif
@@ -626,17 +646,7 @@ fn main(
     workgroupBarrier();
     let mr = locate(g * MV_ROWS + li, MV_ROWS);
     if (li < MV_ROWS && live(mr)) {
-#ifdef GLU
-        if (mr.x == 0u) {
-            store_glu(t, mr.y, finish(slot_sum(li, spr)), finish(slot_sum(li + MV_ROWS / 2u, spr)));
-        }
-#else
-#ifdef ROPE_KV
-        store_rope_kv(mr.x, t, mr.y, finish(slot_sum(li, spr)), finish(slot_sum(li ^ 1u, spr)));
-#else
-        store(mr.x, t, mr.y, finish(slot_sum(li, spr)));
-#endif
-#endif
+        store_slot(mr, t, slot_sum(li, spr), slot_sum(partner_slot(li), spr));
     }
 }
 #endif

@@ -177,17 +177,7 @@ fn main(
 #endif
     let mr = locate(g * MV_ROWS + li, MV_ROWS);
     if (li < MV_ROWS && live(mr)) {
-#ifdef GLU
-        if (mr.x == 0u) {
-            store_glu(t, mr.y, finish(chunk_sums(li, spr, x2)), finish(chunk_sums(li + MV_ROWS / 2u, spr, x2)));
-        }
-#else
-#ifdef ROPE_KV
-        store_rope_kv(mr.x, t, mr.y, finish(chunk_sums(li, spr, x2)), finish(chunk_sums(li ^ 1u, spr, x2)));
-#else
-        store(mr.x, t, mr.y, finish(chunk_sums(li, spr, x2)));
-#endif
-#endif
+        store_slot(mr, t, chunk_sums(li, spr, x2), chunk_sums(partner_slot(li), spr, x2));
     }
 }
 
