@@ -257,7 +257,7 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
                 .with("vocab", 256),
         ),
         json(&coco::web::error::gpu_load_error(
-            coco::gpu::GpuError::Validation("Out of Memory".into()),
+            coco::gpu::GpuError::OutOfMemory("Out of Memory".into()),
             None,
             1 << 27,
         )),

@@ -15,7 +15,10 @@ pub enum GpuError {
     Readback(String),
     #[error("dispatch `{label}`: {why}")]
     Dispatch { label: String, why: String },
-    #[error("GPU out of memory or validation error: {0}")]
+    /// The device could not allocate (wgpu's `Error::OutOfMemory`).
+    #[error("GPU out of memory: {0}")]
+    OutOfMemory(String),
+    #[error("GPU validation error: {0}")]
     Validation(String),
     #[error("the GPU device was lost: {0}")]
     Lost(String),
@@ -26,7 +29,7 @@ pub enum GpuError {
 /// uncaptured error; coco records it and turns it into a typed error at the next check.
 #[derive(Default, Debug)]
 struct Faults {
-    error: Option<String>,
+    error: Option<GpuError>,
     lost: Option<String>,
 }
 
@@ -207,7 +210,10 @@ impl GpuContext {
         let sink = faults.clone();
         device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
             let mut f = sink.lock().unwrap_or_else(|p| p.into_inner());
-            f.error.get_or_insert_with(|| e.to_string());
+            f.error.get_or_insert_with(|| match e {
+                wgpu::Error::OutOfMemory { .. } => GpuError::OutOfMemory(e.to_string()),
+                _ => GpuError::Validation(e.to_string()),
+            });
         }));
         let sink = faults.clone();
         device.set_device_lost_callback(move |reason, message| {
@@ -293,7 +299,7 @@ impl GpuContext {
             return Err(GpuError::Lost(lost.clone()));
         }
         match f.error.take() {
-            Some(e) => Err(GpuError::Validation(e)),
+            Some(e) => Err(e),
             None => Ok(()),
         }
     }

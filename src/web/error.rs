@@ -136,21 +136,13 @@ impl From<GpuError> for PageError {
             | GpuError::AdapterNameNotFound(..)
             | GpuError::RequestDevice(_) => ErrorKind::NotYet,
             GpuError::Lost(_) => ErrorKind::GpuLost,
-            GpuError::Validation(ref what) if is_out_of_memory(what) => ErrorKind::OutOfMemory,
+            GpuError::OutOfMemory(_) => ErrorKind::OutOfMemory,
             GpuError::Readback(_) | GpuError::Dispatch { .. } | GpuError::Validation(_) => {
                 ErrorKind::Internal
             }
         };
         PageError::new(kind, message(&e))
     }
-}
-
-/// gpu/ keeps the device's uncaptured error as wgpu's text (`GpuError::Validation(String)`),
-/// so an allocation failure is told by `wgpu::Error::OutOfMemory`'s Display ("Out of
-/// Memory"). This is the one place the boundary reads a message; a typed `OutOfMemory`
-/// variant in `GpuError` would remove it.
-fn is_out_of_memory(what: &str) -> bool {
-    what.to_ascii_lowercase().contains("out of memory")
 }
 
 impl From<KernelError> for PageError {
@@ -225,8 +217,9 @@ impl From<ChatError> for PageError {
 /// A GPU error while the weights stream in (the device's uncaptured error: an allocation
 /// that failed, or a validation message), with the sizes that explain it.
 pub fn gpu_load_error(error: GpuError, header: Option<&Header>, max_binding: u64) -> PageError {
-    let what = match error {
-        GpuError::Validation(what) => what,
+    let (oom, what) = match error {
+        GpuError::OutOfMemory(what) => (true, what),
+        GpuError::Validation(what) => (false, what),
         other => return other.into(),
     };
     let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64);
@@ -244,7 +237,7 @@ pub fn gpu_load_error(error: GpuError, header: Option<&Header>, max_binding: u64
             )
         },
     );
-    let mut e = if is_out_of_memory(&what) {
+    let mut e = if oom {
         PageError::new(
             ErrorKind::OutOfMemory,
             format!(
@@ -280,8 +273,14 @@ mod tests {
         assert_eq!(broken.kind, ErrorKind::InvalidFile);
         let lost: PageError = LoadError::Gpu(GpuError::Lost("destroyed".into())).into();
         assert_eq!(lost.kind, ErrorKind::GpuLost);
-        let oom: PageError = GpuError::Validation("Out of Memory".into()).into();
+        let oom: PageError = GpuError::OutOfMemory("Out of Memory".into()).into();
         assert_eq!(oom.kind, ErrorKind::OutOfMemory);
+        let invalid: PageError = GpuError::Validation("Out of Memory".into()).into();
+        assert_eq!(
+            invalid.kind,
+            ErrorKind::Internal,
+            "the variant decides, not the text"
+        );
         let full: PageError = EngineError::ContextFull {
             needed: 9,
             context: 8,
@@ -304,7 +303,7 @@ mod tests {
 
     #[test]
     fn numbers_sit_beside_kind_and_message() {
-        let e = gpu_load_error(GpuError::Validation("Out of Memory".into()), None, 1 << 20);
+        let e = gpu_load_error(GpuError::OutOfMemory("Out of Memory".into()), None, 1 << 20);
         let json = serde_json::to_value(&e).unwrap();
         assert_eq!(json["kind"], "out_of_memory");
         assert_eq!(json["max_binding_bytes"], 1048576.0);
