@@ -5,7 +5,8 @@
 //! word boundary every other block, so reading them in place took funnelled unaligned loads
 //! (3–4 loads and shifts per 8 weights) and never a 16-byte load. These types are split
 //! into *planes*, one after another in each part buffer of a tensor (`nb` = blocks in the
-//! part, every plane's start 16-byte aligned):
+//! part; the quants or body plane and the one after it start 16-byte aligned, Q5_0's scales
+//! word-aligned, and the shaders read them in units of that alignment):
 //!
 //! | type | planes, in order | bytes per block (file) |
 //! |---|---|---|
