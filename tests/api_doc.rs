@@ -184,6 +184,7 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
         shader_f16: true,
         f16_used: false,
         subgroups: true,
+        subgroups_why: "granted by the browser".into(),
         timestamp_query: true,
         limits: Limits {
             max_storage_binding: 128 << 20,

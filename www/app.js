@@ -132,6 +132,7 @@ function restoreLink(link) {
   }
   if (link.megakernel !== undefined) $("megakernel").checked = link.megakernel;
   if (link.cpuSampling !== undefined) page.cpuSampling = link.cpuSampling;
+  if (link.subgroups !== undefined) page.subgroups = link.subgroups;
 }
 
 /** The wasm bindings: Trunk's module sets window.wasmBindings, then fires an event. */
@@ -189,7 +190,9 @@ async function openEngine() {
   status("Starting the engine…");
   try {
     page.bindings = page.bindings || (await wasmBindings());
-    page.engine = await page.bindings.Coco.open();
+    // A link's subgroups=0 / 1 turns them off / on wherever granted (A/B runs); otherwise
+    // the engine decides (www/API.md).
+    page.engine = await page.bindings.Coco.open({ subgroups: page.subgroups });
   } catch (err) {
     const message = errorMessage(err);
     // Coco.open throws kind "not_yet" when there is no adapter or device (www/API.md).
@@ -680,7 +683,7 @@ function currentShareState() {
   // The conversation without its last answer: that answer is what the link reproduces.
   const chat = [...page.chat];
   if (chat.length && chat[chat.length - 1].role === "assistant") chat.pop();
-  return { model: $("model-url").value.trim(), mode, prompt: $("prompt").value, chat, fields, megakernel: $("megakernel").checked, cpuSampling: page.cpuSampling };
+  return { model: $("model-url").value.trim(), mode, prompt: $("prompt").value, chat, fields, megakernel: $("megakernel").checked, cpuSampling: page.cpuSampling, subgroups: page.subgroups };
 }
 
 async function copyLink() {

@@ -22,6 +22,7 @@ export const page = {
   busy: null, // label of the engine call in flight; set only by exclusive()
   benchResult: null,
   cpuSampling: false, // a link's cpu_sampling=1: sample on the CPU (A/B, debugging)
+  subgroups: undefined, // a link's subgroups=0 / 1: false / true (A/B runs); undefined: the engine decides
   adapterName: "", // the browser's name for the GPU (wgpu's browser backend reports none)
 };
 window.cocoPage = page;

@@ -111,6 +111,8 @@ export function readShareParams(search = location.search) {
   if (params.has("mk")) out.megakernel = params.get("mk") === "1";
   // The A/B switch: sample on the CPU, reading every token's logits back (same tokens).
   if (params.has("cpu_sampling")) out.cpuSampling = params.get("cpu_sampling") === "1";
+  // The other A/B switch: subgroups off (0) or on wherever granted (1).
+  if (params.has("subgroups")) out.subgroups = params.get("subgroups") === "1";
   out.bench = params.get("bench") === "1";
   out.any = [...params.keys()].length > 0;
   return out;
@@ -118,7 +120,7 @@ export function readShareParams(search = location.search) {
 
 /**
  * Builds the share link for the current state.
- * state: {model, mode, prompt, chat (messages), fields: {id: value}, megakernel, cpuSampling}
+ * state: {model, mode, prompt, chat (messages), fields: {id: value}, megakernel, cpuSampling, subgroups}
  */
 export function buildShareUrl(state, base = location.href) {
   const url = new URL(base);
@@ -136,6 +138,7 @@ export function buildShareUrl(state, base = location.href) {
   }
   params.set("mk", state.megakernel ? "1" : "0");
   if (state.cpuSampling) params.set("cpu_sampling", "1");
+  if (state.subgroups !== undefined) params.set("subgroups", state.subgroups ? "1" : "0");
   url.search = params.toString();
   return url.href;
 }

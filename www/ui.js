@@ -141,7 +141,7 @@ export function renderGpuPanel(adapter) {
     ["Software (fallback) adapter", adapter.fallback ? "yes: a CPU emulates the GPU, expect slow generation" : "no"],
     ["shader-f16", adapter.shader_f16 ? (adapter.f16_used ? "present, used" : "present, not used") : "absent"],
     ["Timestamp queries", adapter.timestamp_query ? "yes (per-kernel timings work)" : "no (no per-kernel chart)"],
-    ["Subgroups", adapter.subgroups ? "offered (not used in the browser: wgpu doesn't enable them there)" : "no"],
+    ["Subgroups", `${adapter.subgroups ? "used" : "not used"}: ${adapter.subgroups_why}`],
     ["Max storage binding", formatBinary(l.max_storage_binding)],
     ["Max buffer", formatBinary(l.max_buffer)],
     ["Max invocations per workgroup", l.max_invocations],

@@ -3,6 +3,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use super::features::{DeviceOptions, SubgroupDecision};
+
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
     #[error("no GPU adapter: {0}")]
@@ -47,6 +49,9 @@ pub struct GpuContext {
     /// experimental cooperative-matrix feature), in words; `coco -v` prints it so a benchmark
     /// run records what the hardware allows.
     pub cooperative_matrix: String,
+    /// Whether the subgroup kernels run and why (in the browser coco requests the feature
+    /// itself: `features.rs`).
+    pub subgroups: SubgroupDecision,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
     /// One grow-only uniform buffer for every step's dispatch parameters. Rewriting it with
     /// `queue.write_buffer` before each submit is safe: writes and submits are ordered on the
@@ -172,18 +177,38 @@ fn shader_checks() -> wgpu::ShaderRuntimeChecks {
     checks
 }
 
+/// Labels of the devices coco opens, unique per page so the browser's feature request
+/// (`browser_features.js`) finds its own call.
+static DEVICES_OPENED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
 impl GpuContext {
+    /// Opens the default adapter with the default options (subgroups where offered).
+    pub async fn new() -> Result<GpuContext, GpuError> {
+        Self::with_options(DeviceOptions::default()).await
+    }
+
     /// Opens the default adapter. Natively `WGPU_BACKEND` picks the backend and
     /// `WGPU_ADAPTER_NAME` (substring, case-insensitive) picks the adapter.
-    pub async fn new() -> Result<GpuContext, GpuError> {
+    pub async fn with_options(options: DeviceOptions) -> Result<GpuContext, GpuError> {
         let instance =
             wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let adapter = Self::pick_adapter(&instance).await?;
         let info = adapter.get_info();
         let limits = adapter.limits();
         let mut features = adapter.features() & WANTED_FEATURES;
+        if !options.wants_subgroups() {
+            features.remove(wgpu::Features::SUBGROUP);
+        }
+        let label = format!(
+            "coco-{}",
+            DEVICES_OPENED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        #[cfg(target_arch = "wasm32")]
+        if options.wants_subgroups() {
+            super::features::browser::ask_for_subgroups(&label);
+        }
         let cooperative_matrix = describe_cooperative_matrix(&adapter);
-        let coop = coop_gemm_available(&adapter);
+        let coop = options.wants_subgroups() && coop_gemm_available(&adapter);
         let experimental_features = if coop {
             features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
             // SAFETY: wgpu asks for this opt-in because its experimental features may have
@@ -197,7 +222,7 @@ impl GpuContext {
         };
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
-                label: Some("coco"),
+                label: Some(&label),
                 required_features: features,
                 required_limits: limits.clone(),
                 experimental_features,
@@ -206,6 +231,27 @@ impl GpuContext {
             })
             .await
             .map_err(|e| GpuError::RequestDevice(e.to_string()))?;
+        #[cfg(not(target_arch = "wasm32"))]
+        let subgroups = SubgroupDecision::native(
+            options,
+            features.contains(wgpu::Features::SUBGROUP),
+            (info.subgroup_min_size, info.subgroup_max_size),
+        );
+        #[cfg(target_arch = "wasm32")]
+        let subgroups = {
+            let decision = SubgroupDecision::browser(
+                options,
+                super::features::browser::granted(&label),
+                info.device_type == wgpu::DeviceType::Cpu,
+            );
+            // wgpu's own feature set never holds SUBGROUP here; coco's does when the browser
+            // granted it, which is all that selects the subgroup kernels (wgpu's web backend
+            // hands WGSL to the browser unparsed).
+            if decision.used {
+                features |= wgpu::Features::SUBGROUP;
+            }
+            decision
+        };
         let faults = Arc::new(Mutex::new(Faults::default()));
         let sink = faults.clone();
         device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
@@ -233,6 +279,7 @@ impl GpuContext {
             limits,
             features,
             cooperative_matrix,
+            subgroups,
             pipelines: Mutex::new(HashMap::new()),
             params: Mutex::new(None),
             submit_lock: Mutex::new(()),
@@ -246,7 +293,7 @@ impl GpuContext {
     /// Blocking constructor for the CLI and tests.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn new_blocking() -> Result<GpuContext, GpuError> {
-        pollster::block_on(Self::new())
+        pollster::block_on(Self::with_options(DeviceOptions::from_env()))
     }
 
     #[cfg(not(target_arch = "wasm32"))]

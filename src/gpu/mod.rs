@@ -4,12 +4,14 @@
 //! Boundary: only this module calls `create_*` on the device.
 
 mod context;
+mod features;
 pub mod layout;
 mod recorder;
 mod shader;
 mod weights;
 
 pub use context::{GpuContext, GpuError, ResourceCounts};
+pub use features::{BrowserGrant, DeviceOptions, SubgroupChoice, SubgroupDecision};
 pub use recorder::{Binding, SpanTime, StepRecorder, Timing};
 pub use shader::{preprocess, preprocess_with, shader_source};
 pub use weights::{GpuTensor, TensorPart};

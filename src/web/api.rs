@@ -30,7 +30,10 @@ pub struct Adapter {
     pub shader_f16: bool,
     /// coco's arithmetic is f32 everywhere; f16 weights are unpacked from pairs.
     pub f16_used: bool,
+    /// Whether coco's subgroup kernels run.
     pub subgroups: bool,
+    /// Why or why not, in words (in the browser coco requests `subgroups` itself).
+    pub subgroups_why: String,
     pub timestamp_query: bool,
     pub limits: Limits,
 }
@@ -59,6 +62,7 @@ impl Adapter {
             shader_f16: ctx.has_f16(),
             f16_used: false,
             subgroups: ctx.has_subgroups(),
+            subgroups_why: ctx.subgroups.why.clone(),
             timestamp_query: ctx.features.contains(wgpu::Features::TIMESTAMP_QUERY),
             limits: Limits {
                 max_storage_binding: l.max_storage_buffer_binding_size,
@@ -351,6 +355,15 @@ pub struct GenerateOptions {
 pub struct ChatMessage {
     pub role: String,
     pub content: String,
+}
+
+/// The `options` of `Coco.open`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct OpenOptions {
+    /// Subgroups: true wherever the browser grants them, false never, null/absent where
+    /// granted on a hardware adapter (not on a software one, where they are slower).
+    pub subgroups: Option<bool>,
 }
 
 /// The `options` of `bench`.

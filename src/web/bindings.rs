@@ -34,7 +34,7 @@ use crate::capabilities::{self, Report};
 use crate::chat::Message;
 use crate::engine::{Loader, LogitsFor, Model, Scratch, Session, PREFILL_CHUNK};
 use crate::gguf::Parser;
-use crate::gpu::GpuContext;
+use crate::gpu::{DeviceOptions, GpuContext, SubgroupChoice};
 use crate::model::Pipeline;
 use crate::util::Clock;
 
@@ -184,15 +184,24 @@ struct State {
 
 #[wasm_bindgen]
 impl Coco {
-    /// Opens the WebGPU adapter and device.
-    pub async fn open() -> PageResult<Coco> {
+    /// Opens the WebGPU adapter and device (`options`: [`api::OpenOptions`], may be
+    /// undefined).
+    pub async fn open(options: JsValue) -> PageResult<Coco> {
+        let options: api::OpenOptions = from_js(options, "open options")?;
         if !has_navigator_gpu() {
             return Err(throw(PageError::new(
                 super::error::ErrorKind::NotYet,
                 "no WebGPU: this browser does not expose navigator.gpu",
             )));
         }
-        let ctx = GpuContext::new().await.map_err(|e| {
+        let device = DeviceOptions {
+            subgroups: match options.subgroups {
+                None => SubgroupChoice::Auto,
+                Some(true) => SubgroupChoice::On,
+                Some(false) => SubgroupChoice::Off,
+            },
+        };
+        let ctx = GpuContext::with_options(device).await.map_err(|e| {
             let e = PageError::from(e);
             throw(PageError::new(e.kind, format!("no WebGPU: {}", e.message)))
         })?;

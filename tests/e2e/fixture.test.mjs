@@ -45,6 +45,19 @@ describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
       const cached = await cachedUrls(page);
       assert.ok(cached.some((u) => u.includes('llama-spm-q4_0.gguf')), `the loaded model is in the Cache API (caches hold: ${cached.join(', ') || 'nothing'}; ${await storageReport(page)})`);
       record('fixture load', { seconds, peak_wasm_mb: (await page.evaluate(() => window.cocoPage?.peakWasm)) / 2 ** 20 });
+
+      // coco asks for `subgroups` itself (wgpu 30 can't in the browser): by default its
+      // subgroup kernels run exactly when this browser's adapter offers the feature, its WGSL
+      // has the subgroup_id builtins, and the adapter is not a software one (SwiftShader
+      // here, where they are slower: the next test forces them).
+      const browser = await page.evaluate(async () => {
+        const a = await navigator.gpu.requestAdapter();
+        return { offered: a.features.has('subgroups'), subgroup_id: navigator.gpu.wgslLanguageFeatures.has('subgroup_id'), sizes: [a.info.subgroupMinSize, a.info.subgroupMaxSize] };
+      });
+      const adapter = await page.evaluate(() => window.cocoPage.engine.adapter());
+      assert.equal(adapter.subgroups, browser.offered && browser.subgroup_id && !adapter.fallback, `subgroup kernels run iff a hardware adapter offers them (browser ${JSON.stringify(browser)}; coco: ${adapter.subgroups_why})`);
+      assert.ok(adapter.subgroups_why.length > 0, 'the report says why');
+      record('fixture subgroups', { used: adapter.subgroups, why: adapter.subgroups_why, browser });
     }));
 
   it(`greedy output equals native \`coco run --temp 0\` (${N} tokens)`, { timeout: 5 * 60_000 }, (t) =>
@@ -61,6 +74,24 @@ describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
 
       await page.screenshot({ path: SCREENSHOT, fullPage: true });
       console.log(`# screenshot of the page after generating with the fixture: ${path.relative(ROOT, SCREENSHOT)}`);
+    }));
+
+  it('subgroups=1 link: the subgroup kernels through the browser\'s own compiler, the same greedy tokens', { timeout: 5 * 60_000 }, (t) =>
+    guard(t, shared.session, async () => {
+      const page = await shared.session.context.newPage();
+      try {
+        await openPage(page, shared.server, '?subgroups=1');
+        await loadModel(page, FIXTURE_URL);
+        const offered = await page.evaluate(async () => (await navigator.gpu.requestAdapter()).features.has('subgroups') && navigator.gpu.wgslLanguageFeatures.has('subgroup_id'));
+        const adapter = await page.evaluate(() => window.cocoPage.engine.adapter());
+        assert.equal(adapter.subgroups, offered, `subgroups=1 uses them wherever granted (${adapter.subgroups_why})`);
+        const run = await generate(page, { prompt: PROMPT, fields: { ...GREEDY, 'max-tokens': SHORT } });
+        const at = firstDifference(run.ids, native.ids.slice(0, SHORT));
+        assert.equal(at, -1, `subgroup kernels in the page and native differ at token ${at}: page ${JSON.stringify(run.ids)} native ${JSON.stringify(native.ids)}`);
+        record('fixture greedy, subgroups=1', { used: adapter.subgroups, decode_tok_s: run.decode_tok_s, dispatches_per_token: run.dispatches_per_token });
+      } finally {
+        await page.close();
+      }
     }));
 
   it('default sampler settings: sampled on the GPU, the same tokens as native `coco run` with the same seed', { timeout: 5 * 60_000 }, (t) =>

@@ -307,6 +307,13 @@ impl MatmulKey {
         // Directives come before any declaration.
         let enables = match self.variant {
             MatmulVariant::TiledCoop => "enable f16;\nenable wgpu_cooperative_matrix;\n",
+            // The browser's compiler needs it. naga takes the subgroup builtins without it,
+            // and with it (naga 30, lavapipe) the subgroup matvec's sums come out NaN.
+            MatmulVariant::MatvecSubgroup | MatmulVariant::MatvecChunk
+                if cfg!(target_arch = "wasm32") =>
+            {
+                "enable subgroups;\n"
+            }
             _ => "",
         };
         // Groups per trip and rows per task of the subgroup matvec's row loop (its tuned

@@ -1,0 +1,54 @@
+// The WebGPU features coco asks for itself, because wgpu 30's web backend can't name them:
+// its request_device maps 16 wgpu features to GPUFeatureName strings, and `subgroups` is not
+// among them (wgpu issue 10146). WGSL reaches the browser as text (wgpu's web backend passes
+// it through unparsed), so once the device has the feature, `enable subgroups;` kernels
+// compile in the browser like any other.
+//
+// How: GPUAdapter.prototype.requestDevice is wrapped once. A call whose descriptor label coco
+// registered with askForSubgroups() gets 'subgroups' added to its requiredFeatures when the
+// adapter offers it; every other caller (another library on the page) is passed through
+// untouched. What the browser granted is recorded under the label for granted() to read.
+// wgpu sets the descriptor's label from its own DeviceDescriptor, which is how the two meet.
+
+const wanted = new Set();
+const grants = new Map();
+let wrapped = false;
+
+function wrapRequestDevice() {
+  if (wrapped || typeof GPUAdapter === "undefined") return;
+  wrapped = true;
+  const original = GPUAdapter.prototype.requestDevice;
+  GPUAdapter.prototype.requestDevice = async function (descriptor) {
+    const label = descriptor?.label;
+    if (!wanted.has(label)) return original.call(this, descriptor);
+    const offered = this.features.has("subgroups");
+    const features = [...(descriptor.requiredFeatures ?? [])];
+    if (offered && !features.includes("subgroups")) features.push("subgroups");
+    const device = await original.call(this, { ...descriptor, requiredFeatures: features });
+    const info = this.info ?? {};
+    grants.set(label, {
+      offered,
+      granted: device.features.has("subgroups"),
+      // WGSL's subgroup_id / num_subgroups builtins (Chromium 144+), which coco's subgroup
+      // kernels use.
+      subgroup_id: navigator.gpu?.wgslLanguageFeatures?.has("subgroup_id") ?? false,
+      min_size: info.subgroupMinSize ?? 0,
+      max_size: info.subgroupMaxSize ?? 0,
+    });
+    return device;
+  };
+}
+
+/** Asks for `subgroups` on the next requestDevice whose descriptor is labelled `label`. */
+export function askForSubgroups(label) {
+  wrapRequestDevice();
+  wanted.add(label);
+}
+
+/** What the browser granted the device labelled `label`, or undefined if it never asked. */
+export function granted(label) {
+  wanted.delete(label);
+  const grant = grants.get(label);
+  grants.delete(label);
+  return grant;
+}

@@ -1,0 +1,241 @@
+//! Which optional device features coco asks for, and how it learns what it got. Natively
+//! wgpu names every feature coco uses. In the browser wgpu 30 can't request `subgroups` (its
+//! web backend maps 16 WebGPU features and that one is not among them, wgpu issue 10146), so
+//! coco asks for it itself (`browser_features.js`) and decides here whether its subgroup
+//! kernels may run on what the browser granted.
+
+/// Whether to use subgroup operations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SubgroupChoice {
+    /// Where the device offers them, except on a browser's software adapter (SwiftShader),
+    /// where the subgroup kernels are slower than the workgroup reductions (fixture decode in
+    /// Chromium: 0.58 tok/s with them, 3.9 without).
+    #[default]
+    Auto,
+    /// Wherever the device offers them (the page's `subgroups=1`, `COCO_SUBGROUPS=1`).
+    On,
+    /// Never: the workgroup-reduction kernels everywhere, for A/B runs (`subgroups=0`,
+    /// `COCO_SUBGROUPS=0`).
+    Off,
+}
+
+impl SubgroupChoice {
+    /// "0" / "1" / anything else (auto), as links and the environment spell it.
+    pub fn parse(v: &str) -> Self {
+        match v.trim() {
+            "0" => SubgroupChoice::Off,
+            "1" => SubgroupChoice::On,
+            _ => SubgroupChoice::Auto,
+        }
+    }
+}
+
+/// What the caller wants from the device.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DeviceOptions {
+    pub subgroups: SubgroupChoice,
+}
+
+impl DeviceOptions {
+    /// The defaults, with `COCO_SUBGROUPS` (0 / 1) choosing subgroups (native A/B runs).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn from_env() -> Self {
+        DeviceOptions {
+            subgroups: std::env::var("COCO_SUBGROUPS")
+                .map_or(SubgroupChoice::Auto, |v| SubgroupChoice::parse(&v)),
+        }
+    }
+
+    /// Whether to ask the device for subgroups at all.
+    pub fn wants_subgroups(&self) -> bool {
+        self.subgroups != SubgroupChoice::Off
+    }
+}
+
+/// Whether the subgroup kernels run, and why, in words for the adapter report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubgroupDecision {
+    pub used: bool,
+    pub why: String,
+}
+
+impl SubgroupDecision {
+    fn yes(why: String) -> Self {
+        SubgroupDecision { used: true, why }
+    }
+
+    fn no(why: impl Into<String>) -> Self {
+        SubgroupDecision {
+            used: false,
+            why: why.into(),
+        }
+    }
+
+    /// A native device: wgpu requested SUBGROUP itself where the adapter offers it (auto
+    /// uses them on software adapters too: lavapipe is where the tests check these kernels).
+    pub fn native(options: DeviceOptions, offered: bool, sizes: (u32, u32)) -> Self {
+        match (options.wants_subgroups(), offered) {
+            (false, _) => Self::no(TURNED_OFF),
+            (true, false) => Self::no("this adapter offers none"),
+            (true, true) => Self::yes(format!(
+                "offered by the adapter ({}–{} lanes)",
+                sizes.0, sizes.1
+            )),
+        }
+    }
+
+    /// The browser: what `browser_features.js` recorded for coco's device (None: the request
+    /// went around it), on a software adapter or not.
+    pub fn browser(options: DeviceOptions, grant: Option<BrowserGrant>, software: bool) -> Self {
+        if !options.wants_subgroups() {
+            return Self::no(TURNED_OFF);
+        }
+        let Some(g) = grant else {
+            return Self::no("not yet: coco's feature request did not reach the browser");
+        };
+        if !g.offered {
+            return Self::no("this browser's adapter offers none");
+        }
+        if !g.granted {
+            return Self::no("offered, but the browser opened the device without them");
+        }
+        if !g.subgroup_id {
+            return Self::no(
+                "not yet: granted, but this browser's WGSL has no subgroup_id / num_subgroups \
+                 builtins, which coco's subgroup kernels use",
+            );
+        }
+        // The kernels keep one partial sum per subgroup of a 256-invocation workgroup in
+        // 64-entry arrays; WebGPU promises at least 4 lanes, this checks it.
+        if g.min_size < 4 {
+            return Self::no(format!(
+                "subgroups of {} lanes: coco's kernels need at least 4",
+                g.min_size
+            ));
+        }
+        if software && options.subgroups == SubgroupChoice::Auto {
+            return Self::no(format!(
+                "granted ({}–{} lanes), but on this software adapter the subgroup kernels are \
+                 slower than workgroup reductions (subgroups=1 in a link forces them)",
+                g.min_size, g.max_size
+            ));
+        }
+        Self::yes(format!(
+            "granted by the browser, requested by coco itself since wgpu can't ({}–{} lanes)",
+            g.min_size, g.max_size
+        ))
+    }
+}
+
+const TURNED_OFF: &str = "turned off: workgroup reductions everywhere (an A/B switch)";
+
+/// What the browser said about `subgroups` for coco's device (`browser_features.js`).
+#[derive(Clone, Copy, Debug, Default, serde::Deserialize)]
+pub struct BrowserGrant {
+    pub offered: bool,
+    pub granted: bool,
+    pub subgroup_id: bool,
+    pub min_size: u32,
+    pub max_size: u32,
+}
+
+#[cfg(target_arch = "wasm32")]
+pub(crate) mod browser {
+    use wasm_bindgen::prelude::*;
+
+    #[wasm_bindgen(module = "/src/gpu/browser_features.js")]
+    extern "C" {
+        #[wasm_bindgen(js_name = askForSubgroups)]
+        fn ask_for_subgroups_js(label: &str);
+        #[wasm_bindgen(js_name = granted)]
+        fn granted_js(label: &str) -> JsValue;
+    }
+
+    /// Registers `label` so the browser's requestDevice call with it asks for `subgroups`.
+    pub fn ask_for_subgroups(label: &str) {
+        ask_for_subgroups_js(label)
+    }
+
+    /// What the browser granted the device labelled `label` (None when it never asked).
+    pub fn granted(label: &str) -> Option<super::BrowserGrant> {
+        let value = granted_js(label);
+        if value.is_undefined() || value.is_null() {
+            return None;
+        }
+        serde_wasm_bindgen::from_value(value).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn full() -> BrowserGrant {
+        BrowserGrant {
+            offered: true,
+            granted: true,
+            subgroup_id: true,
+            min_size: 32,
+            max_size: 32,
+        }
+    }
+
+    #[test]
+    fn browser_subgroups_need_the_grant_and_the_builtins() {
+        let on = DeviceOptions::default();
+        assert!(SubgroupDecision::browser(on, Some(full()), false).used);
+        let off = DeviceOptions {
+            subgroups: SubgroupChoice::Off,
+        };
+        assert!(!SubgroupDecision::browser(off, Some(full()), false).used);
+        assert!(!SubgroupDecision::browser(on, None, false).used);
+        for broken in [
+            BrowserGrant {
+                offered: false,
+                granted: false,
+                ..full()
+            },
+            BrowserGrant {
+                granted: false,
+                ..full()
+            },
+            BrowserGrant {
+                subgroup_id: false,
+                ..full()
+            },
+            BrowserGrant {
+                min_size: 2,
+                max_size: 2,
+                ..full()
+            },
+        ] {
+            let d = SubgroupDecision::browser(on, Some(broken), false);
+            assert!(!d.used, "{broken:?} -> {d:?}");
+        }
+        let swiftshader = BrowserGrant {
+            min_size: 4,
+            max_size: 4,
+            ..full()
+        };
+        // SwiftShader: auto keeps the workgroup kernels, a forced choice uses subgroups.
+        assert!(!SubgroupDecision::browser(on, Some(swiftshader), true).used);
+        let forced = DeviceOptions {
+            subgroups: SubgroupChoice::On,
+        };
+        assert!(SubgroupDecision::browser(forced, Some(swiftshader), true).used);
+    }
+
+    #[test]
+    fn native_subgroups_follow_the_adapter_and_the_switch() {
+        let on = DeviceOptions::default();
+        assert!(SubgroupDecision::native(on, true, (32, 32)).used);
+        assert!(!SubgroupDecision::native(on, false, (0, 0)).used);
+        let off = DeviceOptions {
+            subgroups: SubgroupChoice::Off,
+        };
+        assert!(!SubgroupDecision::native(off, true, (32, 32)).used);
+        assert_eq!(SubgroupChoice::parse("0"), SubgroupChoice::Off);
+        assert_eq!(SubgroupChoice::parse(" 1"), SubgroupChoice::On);
+        assert_eq!(SubgroupChoice::parse("auto"), SubgroupChoice::Auto);
+    }
+}
