@@ -14,8 +14,8 @@
 #     default (subgroups where the browser grants them) and subgroups=0 (workgroup reductions);
 #   - long main-thread tasks (PerformanceObserver), a screenshot per variant;
 #   - native `coco bench` on the same GGUF, default and COCO_SUBGROUPS=0.
-# Results come back under the device tool's files: page.jsonl, page-summary.json, page-*.png,
-# native-*.json, chrome.log.
+# Results come back under the device tool's files: page.jsonl, page-summary.json, page.png,
+# native.jsonl, logs.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/browser_h200/prepare.sh

@@ -4,7 +4,8 @@
 # runs the named steps:
 #   bench   the page in Chromium on the H200 (page_bench.py: auto and subgroups=0), then
 #           native `coco bench` on the same file (default, COCO_SUBGROUPS=0)
-# Env: RUNS (2), PP/TG (128), REPS (3), TOKENS (128).
+# Env: RUNS (2), PP/TG (128), REPS (3), TOKENS (128). $OUT gets page.jsonl, page-summary.json,
+# page.png, native.jsonl and logs.txt (the device tool brings back 8 files a call).
 CB=.carry-browser
 H=$(cd "$(dirname "$0")" && pwd)
 MODEL=/tmp/models/gemma-3-270m-q4_k_m.gguf
@@ -48,7 +49,7 @@ for step in "$@"; do
   case $step in
     bench)
       nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-      python3 $H/serve.py 8080 /tmp/cocodist /models=/tmp/models > $OUT/serve.log 2>&1 &
+      python3 $H/serve.py 8080 /tmp/cocodist /models=/tmp/models >> $OUT/logs.txt 2>&1 &
       sleep 1.5
       PYTHONUNBUFFERED=1 python3 $H/page_bench.py --runs ${RUNS:-2} --pp ${PP:-128} --tg ${TG:-128} \
         --reps ${REPS:-3} --tokens ${TOKENS:-128} --variant auto --variant subgroups=0 --out $OUT
@@ -60,8 +61,8 @@ for step in "$@"; do
       for env in "" COCO_SUBGROUPS=0; do
         echo "native ${env:-default}:"
         env $env WGPU_BACKEND=vulkan /tmp/coco-native bench -m $MODEL -p ${PP:-128} -n ${TG:-128} --reps ${REPS:-3} --json \
-          > $OUT/native-${env:-default}.json 2> $OUT/native-${env:-default}.err
-        python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print({k: d.get(k) for k in ('adapter','pp_tok_s','tg_tok_s','tg_sampled_tok_s','dispatches_per_token')})" $OUT/native-${env:-default}.json
+          > /tmp/native.json 2>> $OUT/logs.txt
+        python3 -c "import json,sys; d=json.load(open(sys.argv[1])); d['env']=sys.argv[2]; print(json.dumps(d), file=open(sys.argv[3],'a')); print({k: d.get(k) for k in ('adapter','pp_tok_s','tg_tok_s','tg_sampled_tok_s','dispatches_per_token')})" /tmp/native.json "${env:-default}" $OUT/native.jsonl
       done
       ;;
   esac

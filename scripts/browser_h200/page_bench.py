@@ -48,7 +48,8 @@ FACTS = """(() => { const p = window.cocoPage; const s = p.lastStats || {};
   const { ids, text, ...stats } = s;
   return { adapter: p.engine.adapter(), memory: p.engine.memory(), bench: p.benchResult,
            stats: { ...stats, n_ids: ids ? ids.length : 0 }, text: text ?? null,
-           long_tasks_ms: window.__longTasks, adapter_name: p.adapterName }; })()"""
+           long_tasks_ms: window.__longTasks, adapter_name: p.adapterName,
+           status: document.getElementById('status-text')?.textContent }; })()"""
 
 
 class Browser:
@@ -137,7 +138,7 @@ async def visit(a, port, query, want_bench, screenshot=None):
     url = a.base + "?" + urllib.parse.urlencode(query, quote_via=urllib.parse.quote)
     rec = {"url": url}
     t0 = time.time()
-    with open(os.path.join(a.out, "chrome.log"), "ab") as log:
+    with open(os.path.join(a.out, "logs.txt"), "ab") as log:
         async with Browser(port, log, DRY_RUN_FLAGS if a.dry_run else FLAGS) as b:
             try:
                 await b.call("Page.addScriptToEvaluateOnNewDocument", source=LONG_TASKS)
@@ -211,7 +212,8 @@ async def main():
             ]
             for kind, query, want_bench in visits:
                 port += 1
-                shot = f"page-{variant.replace('=', '')}-{kind}.png" if run == 0 else None
+                # One screenshot (the device tool brings back 8 files a call): what a visitor sees.
+                shot = "page.png" if (run, variant, kind) == (0, "auto", "sampled") else None
                 rec = await visit(a, port, query, want_bench, shot)
                 rec.update(run=run, variant=variant, kind=kind)
                 records.append(rec)

@@ -286,6 +286,20 @@ impl Coco {
         to_js(&loaded)
     }
 
+    /// Compiles the kernels a generation runs (a throwaway generation of a few tokens) and
+    /// returns the seconds it took; the page calls it once after a load.
+    pub async fn warm_up(&self) -> PageResult<f64> {
+        let mut state = self.state()?;
+        let model = state.loaded().map_err(throw)?;
+        let clock = Clock::start();
+        let session = state.session(&model);
+        if let Err(e) = session.warm_up().await {
+            session.reset();
+            return Err(throw(PageError::from(e).or_lost(self.ctx.lost())));
+        }
+        Ok(clock.seconds())
+    }
+
     pub fn load_cancel(&self) -> PageResult<()> {
         self.state()?.pending = None;
         Ok(())
