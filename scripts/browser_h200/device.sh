@@ -60,7 +60,7 @@ for step in "$@"; do
       WGPU_BACKEND=vulkan /tmp/coco-native -v info -m $MODEL 2>&1 | grep '^adapter' || echo "native: no adapter line"
       for env in "" COCO_SUBGROUPS=0; do
         echo "native ${env:-default}:"
-        env $env WGPU_BACKEND=vulkan /tmp/coco-native bench -m $MODEL -p ${PP:-128} -n ${TG:-128} --reps ${REPS:-3} --json \
+        env $env WGPU_BACKEND=vulkan /tmp/coco-native bench -m $MODEL -p ${PP:-128} -n ${TG:-128} --reps ${REPS:-3} --profile --json \
           > /tmp/native.json 2>> $OUT/logs.txt
         python3 -c "import json,sys; d=json.load(open(sys.argv[1])); d['env']=sys.argv[2]; print(json.dumps(d), file=open(sys.argv[3],'a')); print({k: d.get(k) for k in ('adapter','pp_tok_s','tg_tok_s','tg_sampled_tok_s','dispatches_per_token')})" /tmp/native.json "${env:-default}" $OUT/native.jsonl
       done

@@ -8,7 +8,9 @@ no node); the browser is driven over the DevTools protocol.
 
 Per run and variant, two visits in a fresh browser each:
   bench:    temp 0 / top-k 1, the in-page benchmark (pp/tg, reps) and a greedy generation;
-  sampled:  the page's default sampler settings, a 128-token generation (what a visitor runs).
+  sampled:  the page's default sampler settings, a 128-token generation (what a visitor runs),
+            then the same again in the same page.
+After the bench visit's generation, one decode step is profiled kernel by kernel.
 Long main-thread tasks are recorded with a PerformanceObserver from the first script on.
 """
 import argparse, asyncio, base64, json, os, shutil, statistics, subprocess, tempfile, time, urllib.parse
@@ -44,6 +46,9 @@ DONE = """(() => { const st = document.getElementById('app')?.dataset.state;
   const p = window.cocoPage, s = p?.lastStats;
   const benchDone = !WANT_BENCH || !!p?.benchResult;
   return st === 'loaded' && benchDone && s && Array.isArray(s.ids) ? 'ok' : false; })()"""
+SECOND = """(() => { window.cocoPage.lastStats.__first = true; document.getElementById('send').click(); return true; })()"""
+SECOND_DONE = """(() => { const p = window.cocoPage, s = p?.lastStats;
+  return document.getElementById('app')?.dataset.state === 'loaded' && s && !s.__first && Array.isArray(s.ids); })()"""
 FACTS = """(() => { const p = window.cocoPage; const s = p.lastStats || {};
   const { ids, text, ...stats } = s;
   return { adapter: p.engine.adapter(), memory: p.engine.memory(), bench: p.benchResult,
@@ -86,6 +91,7 @@ class Browser:
 
     async def __aexit__(self, *exc):
         self.reader.cancel()
+        await self.ws.close()
         await self.http.close()
         self.proc.terminate()
         try:
@@ -145,6 +151,14 @@ async def visit(a, port, query, want_bench, screenshot=None):
                 await b.call("Page.navigate", url=url)
                 rec["done"] = await b.wait_for(DONE.replace("WANT_BENCH", "true" if want_bench else "false"), a.timeout)
                 rec.update(await b.evaluate(FACTS))
+                if want_bench:
+                    # One decode step kernel by kernel (timestamp queries), as `coco bench --profile`.
+                    rec["profile"] = await b.evaluate("window.cocoPage.engine.profile(128)", timeout=a.timeout)
+                else:
+                    # The same generation again in the same page: a visitor's second one.
+                    await b.evaluate(SECOND)
+                    await b.wait_for(SECOND_DONE, a.timeout)
+                    rec["second"] = await b.evaluate(FACTS)
                 if screenshot:
                     shot = await b.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
                     with open(os.path.join(a.out, screenshot), "wb") as f:
@@ -167,7 +181,7 @@ def summary(records):
     out = {}
     for r in records:
         key = f"{r['variant']}/{r['kind']}"
-        s = out.setdefault(key, {"pp": [], "tg": [], "tg_sampled": [], "gen_decode": [], "longest_task_ms": [], "errors": 0})
+        s = out.setdefault(key, {"pp": [], "tg": [], "tg_sampled": [], "gen_decode": [], "second_gen_decode": [], "longest_task_ms": [], "errors": 0})
         if "error" in r:
             s["errors"] += 1
             continue
@@ -177,9 +191,12 @@ def summary(records):
                 s[name].append(bench[field])
         if isinstance(r["stats"].get("decode_tok_s"), (int, float)):
             s["gen_decode"].append(r["stats"]["decode_tok_s"])
+        second = (r.get("second") or {}).get("stats") or {}
+        if isinstance(second.get("decode_tok_s"), (int, float)):
+            s["second_gen_decode"].append(second["decode_tok_s"])
         s["longest_task_ms"].append(max(r.get("long_tasks_ms") or [0]))
     for s in out.values():
-        for k in ("pp", "tg", "tg_sampled", "gen_decode"):
+        for k in ("pp", "tg", "tg_sampled", "gen_decode", "second_gen_decode"):
             s[k] = {"median": statistics.median(s[k]), "min": min(s[k]), "max": max(s[k])} if s[k] else None
         s["longest_task_ms"] = max(s["longest_task_ms"], default=None)
     return out
@@ -222,7 +239,8 @@ async def main():
                 b, s = rec.get("bench") or {}, rec.get("stats") or {}
                 print(f"{variant:12} {kind:8} run {run}: pp {b.get('pp_tok_s')} tg {b.get('tg_tok_s')} "
                       f"tg sampled {b.get('tg_sampled_tok_s')} | "
-                      f"generation {s.get('n_ids')} tokens at {s.get('decode_tok_s')} tok/s | "
+                      f"generation {s.get('n_ids')} tokens at {s.get('decode_tok_s')} tok/s "
+                      f"(again: {((rec.get('second') or {}).get('stats') or {}).get('decode_tok_s')}) | "
                       f"subgroups {(rec.get('adapter') or {}).get('subgroups')} | {rec.get('error', 'ok')[:200]}", flush=True)
     s = summary(records)
     with open(os.path.join(a.out, "page-summary.json"), "w") as f:
