@@ -498,6 +498,7 @@ pub async fn profile_step(
     };
     ctx.queue
         .write_buffer(&s.scratch.ids, 0, bytemuck::cast_slice(&ids));
+    let plan = s.plan().clone();
     let record = || -> Result<StepRecorder, EngineError> {
         let mut rec = StepRecorder::new(ctx);
         crate::model::forward(
@@ -508,8 +509,7 @@ pub async fn profile_step(
             ids.len() as u32,
             s.pos,
             LogitsFor::LastToken,
-            pipeline,
-            megakernel,
+            &plan,
         )?;
         Ok(rec)
     };

@@ -142,12 +142,16 @@ enum Command {
     },
     /// Prompt-processing and generation speed (medians), dispatches/token, % of the floor.
     Bench(BenchArgs),
-    /// Architecture, hyperparameters, tensors, and the capability check for this adapter.
+    /// Architecture, hyperparameters, tensors, and the capability check for this adapter;
+    /// with -v also every tensor, and the fusion plan (loads the model onto the GPU).
     Info {
         #[arg(short, long)]
         model: PathBuf,
         #[arg(long, default_value_t = 2048)]
         ctx: u32,
+        /// With -v: the plan of the unfused pipeline instead of the fused one.
+        #[arg(long)]
+        unfused: bool,
     },
 }
 
@@ -378,7 +382,11 @@ fn main() -> Result<()> {
             }
         }
         Command::Bench(args) => bench(args, cli.verbose)?,
-        Command::Info { model, ctx } => info(&model, ctx, cli.verbose)?,
+        Command::Info {
+            model,
+            ctx,
+            unfused,
+        } => info(&model, ctx, cli.verbose, pipeline(unfused))?,
     }
     Ok(())
 }
@@ -403,7 +411,7 @@ fn position_json(row: &[f32], top: usize) -> serde_json::Value {
     json!({ "top": top, "lse": lse })
 }
 
-fn info(path: &Path, ctx_len: u32, verbose: bool) -> Result<()> {
+fn info(path: &Path, ctx_len: u32, verbose: bool, pipeline: coco::model::Pipeline) -> Result<()> {
     let header =
         coco::gguf::read_header(path).with_context(|| format!("reading {}", path.display()))?;
     println!(
@@ -473,6 +481,15 @@ fn info(path: &Path, ctx_len: u32, verbose: bool) -> Result<()> {
     print!("{}", report.to_text());
     if !report.is_ok() {
         bail!("not yet: {}", report.blockers());
+    }
+    if verbose {
+        // The plan needs the weights as loaded (their types and buffer splits on this device).
+        let model = load_path(&ctx, path, ctx_len)
+            .with_context(|| format!("loading {}", path.display()))?;
+        let plan = coco::model::Plan::new(&model, &ctx, pipeline, false);
+        let decode = plan.labels(&model, &ctx, 1, 0, LogitsFor::LastToken).len();
+        println!("fusion plan ({decode} dispatches per decode step at position 0):");
+        print!("{plan}");
     }
     Ok(())
 }
