@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use coco::bench::{ProfileError, ProfiledStep, StepProfile};
+use coco::bench::{ProfileError, ProfileRecord, ProfiledStep, StepProfile};
 use coco::capabilities;
 use coco::engine::{load_path, LogitsFor, Model, Session};
 use coco::gpu::GpuContext;
 use coco::sampler::SamplerConfig;
-use serde_json::{json, Value as Json};
+use serde_json::json;
 
 #[derive(Parser)]
 #[command(
@@ -553,13 +553,13 @@ fn bench(args: BenchArgs, verbose: bool) -> Result<()> {
     };
     let profiled = profile_of(ProfiledStep::Decode);
     let profiled_prefill = profile_of(ProfiledStep::Prefill);
-    let profile_json = |p: &Option<Result<StepProfile, ProfileError>>| -> Result<Json> {
+    let profile_record = |p: &Option<Result<StepProfile, ProfileError>>| -> Result<_> {
         Ok(match p {
-            None => json!(null),
-            Some(Ok(p)) => p.to_json(),
-            Some(Err(ProfileError::NoTimestampQuery)) => {
-                json!({ "not_yet": ProfileError::NoTimestampQuery.to_string() })
-            }
+            None => None,
+            Some(Ok(p)) => Some(ProfileRecord::Step(p.clone())),
+            Some(Err(ProfileError::NoTimestampQuery)) => Some(ProfileRecord::NotYet {
+                not_yet: ProfileError::NoTimestampQuery.to_string(),
+            }),
             Some(Err(ProfileError::Engine(e))) => bail!("profiling: {e}"),
         })
     };
@@ -567,11 +567,11 @@ fn bench(args: BenchArgs, verbose: bool) -> Result<()> {
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let mut out = r.to_json(&name, cfg.pipeline);
-    out["profile"] = profile_json(&profiled)?;
-    out["prefill_profile"] = profile_json(&profiled_prefill)?;
+    let mut out = r.record(&name, cfg.pipeline);
+    out.profile = profile_record(&profiled)?;
+    out.prefill_profile = profile_record(&profiled_prefill)?;
     if as_json {
-        println!("{out}");
+        println!("{}", serde_json::to_string(&out)?);
         return Ok(());
     }
     let mk = &r.megakernel;
