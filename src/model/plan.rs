@@ -21,8 +21,8 @@ use crate::kernels::attention::{self, AttentionPlan, AttentionShape, SPLIT_BLOCK
 use crate::kernels::elementwise::Activation;
 use crate::kernels::get_rows::GetRowsKey;
 use crate::kernels::matmul::{
-    can_fuse_glu, matvec_max_t, planned_label, qkv_fuses, DeviceKernels, Fusion, MatmulVariant,
-    CHUNK_MIN_K,
+    can_fuse_glu, matvec_max_t, matvec_shape, planned_label, qkv_fuses, DeviceKernels, Fusion,
+    MatmulVariant, StageX, CHUNK_MIN_K,
 };
 use crate::kernels::megakernel::MegakernelKey;
 use crate::kernels::qkv_rope::qkv_rope_fits;
@@ -184,7 +184,9 @@ impl Plan {
         let limit = ctx.limits.max_storage_buffers_per_shader_stage;
         let rope = rope_layout(c);
         let mega = megakernel.then(|| match super::megakernel_support(model, ctx) {
-            Ok(()) => Choice::yes("every layer's gate, up and down fit one workgroup per token"),
+            Ok(()) => Choice::yes(
+                "every layer's gate, up and down bind as one buffer each, gate and up of one type",
+            ),
             Err(why) => Choice::no(why),
         });
         let mega_on = mega.as_ref().is_some_and(|m| m.on);
@@ -560,13 +562,23 @@ impl Plan {
 
     fn products_rule(&self) -> String {
         let mv = self.kernels.matvec.label();
+        // COCO_MATVEC's x' staging of the lane-per-8 matvec (the chunk matvec always stages).
+        let staged = match (self.kernels.matvec, matvec_shape().stage_x) {
+            (MatmulVariant::MatvecChunk | MatmulVariant::MatvecSubgroup, StageX::Normed) => {
+                ", x' staged for the normed products"
+            }
+            (MatmulVariant::MatvecChunk | MatmulVariant::MatvecSubgroup, StageX::All) => {
+                ", x' staged where K fits"
+            }
+            _ => "",
+        };
         let matvec = if self.kernels.matvec == MatmulVariant::MatvecChunk {
             format!(
-                "{mv} where K >= {CHUNK_MIN_K}, else {}",
+                "{mv} where K >= {CHUNK_MIN_K}, else {}{staged}",
                 MatmulVariant::MatvecSubgroup.label()
             )
         } else {
-            mv.to_string()
+            format!("{mv}{staged}")
         };
         match self.matvec_max_t {
             None => format!(
