@@ -218,8 +218,9 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
         megakernel: false,
         decode_dispatches: 12,
         steps: vec![PlanStep {
-            step: "layers 0-1 qkv+rope".into(),
-            detail: "attention norm, Q/K/V, RoPE (normal) and the KV-cache write in one matvec"
+            step: "qkv+rope".into(),
+            detail: "every layer: attention norm, Q/K/V, RoPE (normal) and the KV-cache write \
+                     in one matvec"
                 .into(),
         }],
     };

@@ -170,7 +170,7 @@ fn types(ws: &[&GpuTensor]) -> String {
 fn parts(w: &GpuTensor) -> String {
     match w.parts.len() {
         1 => format!("{}, one buffer", w.ty.name()),
-        n => format!("{}, {n} buffers (over the binding limit)", w.ty.name()),
+        n => format!("{}, {n} buffers: over the binding limit", w.ty.name()),
     }
 }
 
@@ -201,7 +201,7 @@ impl Plan {
                 let one_part = qkv.iter().all(|w| w.parts.len() == 1);
                 let why_not = || {
                     if !one_type {
-                        format!("Q/K/V types differ ({})", types(&qkv))
+                        format!("Q/K/V types differ: {}", types(&qkv))
                     } else if !one_part {
                         "a Q/K/V weight is split into buffers".to_string()
                     } else {
@@ -253,7 +253,7 @@ impl Plan {
                     ))
                 } else {
                     FfnPlan::Separate(format!(
-                        "gate and up differ in type or split ({})",
+                        "gate and up differ in type or split: {}",
                         types(&[&lw.w_gate, &lw.w_up])
                     ))
                 };
@@ -520,24 +520,33 @@ impl Plan {
         line("products", self.products_rule());
         line("attention", self.attention_rule());
         line("embed", format!("get_rows ({})", self.facts.embed));
-        let mut first = 0;
-        while first < self.layers.len() {
-            let lp = &self.layers[first];
-            let last = first
-                + self.layers[first..]
-                    .iter()
-                    .take_while(|other| *other == lp)
-                    .count()
-                - 1;
-            let name = if first == last {
-                format!("layer {first}")
-            } else {
-                format!("layers {first}-{last}")
-            };
+        // One line per step and distinct form, naming the layers that take it (gemma3's
+        // local and global layers, a quant mix's Q/K/V types), steps in model order.
+        let mut steps: Vec<(&'static str, Forms)> = Vec::new();
+        for (l, lp) in self.layers.iter().enumerate() {
             for (step, detail) in self.layer_lines(lp) {
-                line(&format!("{name} {step}"), detail);
+                let forms = match steps.iter_mut().find(|(s, _)| *s == step) {
+                    Some((_, forms)) => forms,
+                    None => {
+                        steps.push((step, Vec::new()));
+                        &mut steps.last_mut().expect("just pushed").1
+                    }
+                };
+                match forms.iter_mut().find(|(d, _)| *d == detail) {
+                    Some((_, layers)) => layers.push(l),
+                    None => forms.push((detail, vec![l])),
+                }
             }
-            first = last + 1;
+        }
+        for (step, forms) in steps {
+            for (detail, layers) in forms {
+                let which = if layers.len() == self.layers.len() {
+                    "every layer".to_string()
+                } else {
+                    layer_ranges(&layers)
+                };
+                line(step, format!("{which}: {detail}"));
+            }
         }
         line(
             "lm head",
@@ -686,7 +695,7 @@ impl Plan {
         } else {
             "full causal".to_string()
         };
-        out.push(("attention", window));
+        out.push(("window", window));
         out.push((
             "o proj",
             if lp.post_norms {
@@ -727,6 +736,32 @@ impl Plan {
         }
         out
     }
+}
+
+/// A printed step's distinct forms: each detail with the layers that take it.
+type Forms = Vec<(String, Vec<usize>)>;
+
+/// "layer 5", "layers 0-4, 6-10, 12".
+fn layer_ranges(layers: &[usize]) -> String {
+    let mut ranges: Vec<(usize, usize)> = Vec::new();
+    for &l in layers {
+        match ranges.last_mut() {
+            Some((_, last)) if *last + 1 == l => *last = l,
+            _ => ranges.push((l, l)),
+        }
+    }
+    let text: Vec<String> = ranges
+        .iter()
+        .map(|&(a, b)| {
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a}-{b}")
+            }
+        })
+        .collect();
+    let noun = if layers.len() == 1 { "layer" } else { "layers" };
+    format!("{noun} {}", text.join(", "))
 }
 
 fn rope_name(layout: RopeLayout) -> &'static str {
