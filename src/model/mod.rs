@@ -1,7 +1,10 @@
 //! Model descriptions: typed configs per architecture, the GPU weights, and one readable
 //! forward pass per architecture family (`llama.rs` also serves qwen2; `gemma3.rs`).
 //! Each forward lists its kernel calls in model order and writes into buffers that the
-//! session preallocated.
+//! session preallocated. Which fused form each call takes (norm folded, Q/K/V in one, RoPE in
+//! the matvec, split attention, …) is the session's [`Plan`] (`plan.rs`), decided once from
+//! the config, the weights and the adapter: the forward runs the plan's lists and decides
+//! nothing itself.
 
 pub mod config;
 mod gemma3;

@@ -105,6 +105,8 @@ describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
       const detail = await text(page, '#megakernel-result');
       assert.equal(passed, 'true', `the megakernel check failed: ${detail}`);
       assert.ok(/\d/.test(detail), `the check result shows its numbers (max |Δ|): "${detail}"`);
+      const ffn = await page.$eval('#plan-steps [data-step="ffn"] dd', (d) => d.textContent);
+      assert.match(ffn, /megakernel/, `the plan in the model details follows the switch: "${ffn}"`);
       const run = await generate(page, { prompt: PROMPT, fields: { ...GREEDY, 'max-tokens': SHORT } });
       const want = native.ids.slice(0, SHORT);
       const at = firstDifference(run.ids, want);

@@ -30,7 +30,10 @@
 //! [`matmul_qkv`] needs single-part weights of one type and falls back to three
 //! [`matmul_normed`] (or [`matmul`]) dispatches otherwise, or when its 7–11 storage bindings
 //! exceed the device's per-stage limit (WebGPU's default is 8: Q/K/V with norm and biases
-//! needs 11).
+//! needs 11). The model never leans on that fallback: `model::Plan` asks [`qkv_fuses`] per
+//! layer and the forward calls the one dispatch or the three products itself, so the printed
+//! plan is what runs. Likewise the variant of every product (matvec or tiles, chunk or
+//! lane-per-8) follows one rule, `chosen_key`, which the plan's labels are predicted with.
 
 mod key;
 mod select;
