@@ -12,6 +12,7 @@ fn main() {
         std::sync::Arc::new(load_path(&ctx, std::path::Path::new(&path), 256).expect("load"));
     let mut s = Session::new(&ctx, &model, 256, LogitsFor::LastToken);
     s.forward_blocking(&[1, 2, 3, 4]).expect("prefill");
+    let plan = s.plan().clone();
     for step in 0..5 {
         ctx.queue
             .write_buffer(&s.scratch.ids, 0, bytemuck::cast_slice(&[5u32]));
@@ -25,8 +26,7 @@ fn main() {
             1,
             s.pos,
             LogitsFor::LastToken,
-            s.pipeline,
-            s.megakernel,
+            &plan,
         )
         .expect("record");
         let n = rec.dispatch_count();

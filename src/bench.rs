@@ -16,7 +16,7 @@
 
 use std::sync::Arc;
 
-use serde_json::{json, Value as Json};
+use serde::Serialize;
 
 use crate::engine::{EngineError, LogitsFor, MegakernelCheck, Model, Session};
 use crate::gpu::{Binding, GpuContext, StepRecorder, Timing};
@@ -36,7 +36,7 @@ pub struct BenchConfig {
 }
 
 /// Adapter figures measured by [`probe`].
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize)]
 pub struct Probe {
     pub read_gb_s: f64,
     pub dispatch_us: f64,
@@ -422,7 +422,7 @@ async fn timed_probe(
 }
 
 /// GPU time of one kernel variant in a decode step (profiling mode).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct KernelTime {
     /// The pipeline label, which names the variant (`matmul_q4_k_matvec_wg256_glu_silu_norm`).
     pub label: String,
@@ -442,8 +442,9 @@ pub enum ProfiledStep {
     Prefill,
 }
 
-/// One decode or prefill step, kernel by kernel.
-#[derive(Clone, Debug)]
+/// One decode or prefill step, kernel by kernel (`StepProfile` in `www/API.md`: what
+/// `coco.profile` returns and `coco bench --profile --json` records).
+#[derive(Clone, Debug, Serialize)]
 pub struct StepProfile {
     /// Tokens the step runs: 1 for decode.
     pub tokens: u32,
@@ -498,6 +499,7 @@ pub async fn profile_step(
     };
     ctx.queue
         .write_buffer(&s.scratch.ids, 0, bytemuck::cast_slice(&ids));
+    let plan = s.plan().clone();
     let record = || -> Result<StepRecorder, EngineError> {
         let mut rec = StepRecorder::new(ctx);
         crate::model::forward(
@@ -508,8 +510,7 @@ pub async fn profile_step(
             ids.len() as u32,
             s.pos,
             LogitsFor::LastToken,
-            pipeline,
-            megakernel,
+            &plan,
         )?;
         Ok(rec)
     };
@@ -561,93 +562,139 @@ pub async fn profile_step(
     })
 }
 
-/// JSON with `null` for a figure that wasn't measured (NaN).
-fn num(v: f64) -> Json {
-    if v.is_finite() {
-        json!(v)
-    } else {
-        Json::Null
-    }
+/// A figure, or `None` (JSON null) where it wasn't measured (NaN).
+fn num(v: f64) -> Option<f64> {
+    v.is_finite().then_some(v)
+}
+
+/// The record `coco bench --json` prints and the page's `coco.bench` returns: one schema,
+/// `BenchRecord` in `www/API.md`.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchRecord {
+    /// The file name (CLI) or the GGUF's `general.name` (page).
+    pub model: String,
+    pub adapter: String,
+    /// "fused" or "unfused".
+    pub pipeline: &'static str,
+    pub prompt_tokens: u32,
+    pub gen_tokens: u32,
+    pub reps: u32,
+    pub pp_tok_s: Option<f64>,
+    pub tg_tok_s: Option<f64>,
+    pub pp_runs: Vec<f64>,
+    pub tg_runs: Vec<f64>,
+    pub ms_per_token: Option<f64>,
+    pub dispatches_per_token: u32,
+    pub tg_sampled_tok_s: Option<f64>,
+    pub tg_sampled_runs: Vec<f64>,
+    pub sampled_dispatches_per_token: u32,
+    pub sampled_vs_greedy: Option<f64>,
+    pub cpu_sampler_ms: Option<f64>,
+    pub sampler_on_gpu: bool,
+    pub steps_per_submit: u32,
+    pub record_ms_per_token: Option<f64>,
+    pub weight_bytes_per_token: u64,
+    pub effective_gb_s: Option<f64>,
+    /// With `--probe` only.
+    pub probe: Option<Probe>,
+    pub floor_ms: Option<f64>,
+    pub fraction_of_floor: Option<f64>,
+    pub megakernel: MegakernelAbRecord,
+    /// `coco bench --profile`: the decode step kernel by kernel; null otherwise (always on
+    /// the page, whose chart comes from `coco.profile`).
+    pub profile: Option<ProfileRecord>,
+    /// `coco bench --profile`: the prompt's prefill step; null otherwise.
+    pub prefill_profile: Option<ProfileRecord>,
+}
+
+/// A profile, or why there is none.
+#[derive(Clone, Debug, Serialize)]
+#[serde(untagged)]
+pub enum ProfileRecord {
+    Step(StepProfile),
+    /// `{"not_yet": "not yet on this adapter: no timestamp-query"}`.
+    NotYet {
+        not_yet: String,
+    },
+}
+
+/// [`MegakernelAb`] as recorded; nulls where the megakernel did not run.
+#[derive(Clone, Debug, Serialize)]
+pub struct MegakernelAbRecord {
+    pub tg_tok_s: Option<f64>,
+    pub tg_off_tok_s: Option<f64>,
+    /// tg with / tg without.
+    pub ratio: Option<f64>,
+    pub tg_runs: Vec<f64>,
+    pub headline: bool,
+    pub check: MegakernelCheckRecord,
+}
+
+/// [`MegakernelCheck`] as recorded (NaN differences as null).
+#[derive(Clone, Debug, Serialize)]
+pub struct MegakernelCheckRecord {
+    pub passed: bool,
+    pub max_abs: Option<f64>,
+    pub max_rel: Option<f64>,
+    pub rows: u32,
+    pub detail: String,
 }
 
 impl BenchResult {
-    /// The record `coco bench --json` prints and the page's benchmark exports (one schema).
-    pub fn to_json(&self, model: &str, pipeline: crate::model::Pipeline) -> Json {
-        json!({
-            "model": model,
-            "adapter": self.adapter,
-            "pipeline": match pipeline {
+    /// The record of this run (`profile` and `prefill_profile` null: the caller sets them).
+    pub fn record(&self, model: &str, pipeline: crate::model::Pipeline) -> BenchRecord {
+        BenchRecord {
+            model: model.to_string(),
+            adapter: self.adapter.clone(),
+            pipeline: match pipeline {
                 crate::model::Pipeline::Fused => "fused",
                 crate::model::Pipeline::Unfused => "unfused",
             },
-            "prompt_tokens": self.prompt_tokens,
-            "gen_tokens": self.gen_tokens,
-            "reps": self.reps,
-            "pp_tok_s": num(self.pp()),
-            "tg_tok_s": num(self.tg()),
-            "pp_runs": self.pp_tok_s,
-            "tg_runs": self.tg_tok_s,
-            "ms_per_token": num(1000.0 / self.tg()),
-            "dispatches_per_token": self.dispatches_per_token,
-            "tg_sampled_tok_s": num(self.tg_sampled()),
-            "tg_sampled_runs": self.tg_sampled_tok_s,
-            "sampled_dispatches_per_token": self.sampled_dispatches_per_token,
-            "sampled_vs_greedy": num(self.tg_sampled() / self.tg()),
-            "cpu_sampler_ms": num(self.cpu_sampler_ms),
-            "sampler_on_gpu": self.sampler_on_gpu,
-            "steps_per_submit": self.steps_per_submit,
-            "record_ms_per_token": num(self.record_ms_per_token),
-            "weight_bytes_per_token": self.weight_bytes_per_token,
-            "effective_gb_s": num(self.effective_gb_s()),
-            "probe": self.probe.as_ref().map(|p| json!({
-                "read_gb_s": p.read_gb_s,
-                "dispatch_us": p.dispatch_us,
-                "round_trip_us": p.round_trip_us,
-            })),
-            "floor_ms": self.floor_seconds().map(|f| f * 1000.0),
-            "fraction_of_floor": self.fraction_of_floor(),
-            "megakernel": self.megakernel.to_json(),
-        })
+            prompt_tokens: self.prompt_tokens,
+            gen_tokens: self.gen_tokens,
+            reps: self.reps,
+            pp_tok_s: num(self.pp()),
+            tg_tok_s: num(self.tg()),
+            pp_runs: self.pp_tok_s.clone(),
+            tg_runs: self.tg_tok_s.clone(),
+            ms_per_token: num(1000.0 / self.tg()),
+            dispatches_per_token: self.dispatches_per_token,
+            tg_sampled_tok_s: num(self.tg_sampled()),
+            tg_sampled_runs: self.tg_sampled_tok_s.clone(),
+            sampled_dispatches_per_token: self.sampled_dispatches_per_token,
+            sampled_vs_greedy: num(self.tg_sampled() / self.tg()),
+            cpu_sampler_ms: num(self.cpu_sampler_ms),
+            sampler_on_gpu: self.sampler_on_gpu,
+            steps_per_submit: self.steps_per_submit,
+            record_ms_per_token: num(self.record_ms_per_token),
+            weight_bytes_per_token: self.weight_bytes_per_token,
+            effective_gb_s: num(self.effective_gb_s()),
+            probe: self.probe.clone(),
+            floor_ms: self.floor_seconds().map(|f| f * 1000.0),
+            fraction_of_floor: self.fraction_of_floor(),
+            megakernel: self.megakernel.record(),
+            profile: None,
+            prefill_profile: None,
+        }
     }
 }
 
 impl MegakernelAb {
-    /// `{"tg_tok_s", "tg_off_tok_s", "ratio", "headline", "check": {…}}`; nulls where the
-    /// megakernel did not run.
-    pub fn to_json(&self) -> Json {
+    pub fn record(&self) -> MegakernelAbRecord {
         let c = &self.check;
-        json!({
-            "tg_tok_s": num(self.tg()),
-            "tg_off_tok_s": num(median(&self.tg_off)),
-            "ratio": num(self.ratio()),
-            "tg_runs": self.tg_on,
-            "headline": self.headline,
-            "check": {
-                "passed": c.passed,
-                "max_abs": num(c.max_abs as f64),
-                "max_rel": num(c.max_rel as f64),
-                "rows": c.rows,
-                "detail": c.detail,
+        MegakernelAbRecord {
+            tg_tok_s: num(self.tg()),
+            tg_off_tok_s: num(median(&self.tg_off)),
+            ratio: num(self.ratio()),
+            tg_runs: self.tg_on.clone(),
+            headline: self.headline,
+            check: MegakernelCheckRecord {
+                passed: c.passed,
+                max_abs: num(c.max_abs as f64),
+                max_rel: num(c.max_rel as f64),
+                rows: c.rows,
+                detail: c.detail.clone(),
             },
-        })
-    }
-}
-
-impl StepProfile {
-    pub fn to_json(&self) -> Json {
-        let kernels: Vec<Json> = self
-            .kernels
-            .iter()
-            .map(|k| json!({ "label": k.label, "calls": k.calls, "total_us": k.total_us }))
-            .collect();
-        json!({
-            "kernels": kernels,
-            "profiled_us": self.profiled_us,
-            "one_pass_us": self.one_pass_us,
-            "dispatches": self.dispatches,
-            "steps": self.steps,
-            "tokens": self.tokens,
-            "position": self.position,
-        })
+        }
     }
 }

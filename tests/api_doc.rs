@@ -214,11 +214,83 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
         tensors_done: 1,
         tensors_total: 2,
     };
+    let plan = FusionPlan {
+        pipeline: "fused",
+        megakernel: false,
+        decode_dispatches: 12,
+        steps: vec![PlanStep {
+            step: "qkv+rope".into(),
+            detail: "every layer: attention norm, Q/K/V, RoPE (normal) and the KV-cache write \
+                     in one matvec"
+                .into(),
+        }],
+    };
     let loaded = Loaded {
         model: Some(model_info()),
         report: report(),
+        plan: plan.clone(),
         sha256: "00".repeat(32),
         load_seconds: 1.5,
+    };
+    let profile = StepProfile {
+        tokens: 1,
+        kernels: vec![KernelTime {
+            label: "get_rows_q8_0".into(),
+            calls: 1,
+            total_us: 3.5,
+        }],
+        profiled_us: 3.5,
+        one_pass_us: 3.0,
+        dispatches: 1,
+        steps: 4,
+        position: 5,
+    };
+    let bench = BenchRecord {
+        model: "tiny".into(),
+        adapter: "lavapipe".into(),
+        pipeline: "fused",
+        prompt_tokens: 8,
+        gen_tokens: 4,
+        reps: 1,
+        pp_tok_s: Some(100.0),
+        tg_tok_s: Some(10.0),
+        pp_runs: vec![100.0],
+        tg_runs: vec![10.0],
+        ms_per_token: Some(100.0),
+        dispatches_per_token: 12,
+        tg_sampled_tok_s: Some(9.0),
+        tg_sampled_runs: vec![9.0],
+        sampled_dispatches_per_token: 20,
+        sampled_vs_greedy: Some(0.9),
+        cpu_sampler_ms: Some(0.1),
+        sampler_on_gpu: true,
+        steps_per_submit: 4,
+        record_ms_per_token: Some(0.01),
+        weight_bytes_per_token: 1 << 20,
+        effective_gb_s: Some(0.01),
+        probe: Some(Probe {
+            read_gb_s: 10.0,
+            dispatch_us: 3.5,
+            round_trip_us: 100.0,
+        }),
+        floor_ms: Some(1.0),
+        fraction_of_floor: Some(0.01),
+        megakernel: MegakernelAbRecord {
+            tg_tok_s: Some(5.0),
+            tg_off_tok_s: Some(10.0),
+            ratio: Some(0.5),
+            tg_runs: vec![5.0],
+            headline: false,
+            check: MegakernelCheckRecord {
+                passed: true,
+                max_abs: Some(1e-5),
+                max_rel: Some(1e-4),
+                rows: 8,
+                detail: "layers 0, 1".into(),
+            },
+        },
+        profile: Some(ProfileRecord::Step(profile.clone())),
+        prefill_profile: None,
     };
     let megakernel = Megakernel {
         on: true,
@@ -282,6 +354,9 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
         ),
         ("LoadProgress", vec![json(&progress)]),
         ("Loaded", vec![json(&loaded)]),
+        ("FusionPlan", vec![json(&plan)]),
+        ("BenchRecord", vec![json(&bench)]),
+        ("StepProfile", vec![json(&profile)]),
         ("Megakernel", vec![json(&megakernel)]),
         ("GenerationStats", vec![json(&stats)]),
         ("GenerateOptions", vec![json(&GenerateOptions::default())]),

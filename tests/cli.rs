@@ -104,6 +104,35 @@ fn info_reports_architecture_and_capabilities() {
     );
 }
 
+/// `info -v` prints the fusion plan (model::Plan), one line per step, fused or `--unfused`.
+#[test]
+fn info_verbose_prints_the_fusion_plan() {
+    let (ok, out, err) = coco(&["info", "-v", "-m", &fixture()]);
+    assert!(ok, "{err}");
+    let plan = out
+        .split_once("fusion plan (")
+        .unwrap_or_else(|| panic!("no plan in: {out}"))
+        .1;
+    for step in ["pipeline", "products", "attention", "embed", "lm head"] {
+        assert!(
+            plan.lines().any(|l| l.trim_start().starts_with(step)),
+            "{step}: {plan}"
+        );
+    }
+    assert!(
+        plan.lines()
+            .any(|l| l.trim_start().starts_with("ffn") && l.contains("every layer: ")),
+        "{plan}"
+    );
+    assert!(plan.contains("final norm folded into"), "{plan}");
+    let (ok, out, err) = coco(&["info", "-v", "--unfused", "-m", &fixture()]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("unfused (one kernel per operation") && out.contains("four dispatches"),
+        "{out}"
+    );
+}
+
 #[test]
 fn missing_file_is_a_clear_error() {
     let (ok, _, err) = coco(&["run", "-m", "/nonexistent.gguf", "-p", "x"]);

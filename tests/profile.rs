@@ -1,6 +1,12 @@
-//! `bench::profile_step` (`coco bench --profile`) on lavapipe, which offers TIMESTAMP_QUERY:
-//! a decode step broken down per kernel variant. No timing thresholds: only that every
-//! kernel the step dispatches shows up, with its call count and a positive time.
+//! Dispatch structure and `bench::profile_step` (`coco bench --profile`).
+//!
+//! The structure checks run on every adapter: a step's pipeline labels
+//! (`StepRecorder::labels`, recorded without submitting, no timestamps needed) must be exactly
+//! the list `model::Plan` predicts for every fixture architecture, pipeline and switch, and
+//! hold the fusions the design promises (one QKV+RoPE matvec per llama layer on decode, …).
+//! The timing checks need TIMESTAMP_QUERY (lavapipe has it); without it they say so and
+//! check only that the profile is refused. No timing thresholds: only that every kernel the
+//! step dispatches shows up, with its call count and a positive time.
 //!
 //! `VK_ICD_FILENAMES=/usr/share/vulkan/icd.d/lvp_icd.x86_64.json WGPU_BACKEND=vulkan
 //!  cargo test --release --test profile -- --nocapture`
@@ -9,9 +15,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use coco::bench::{bench_prompt, profile_step, ProfileError, ProfiledStep, StepProfile};
-use coco::engine::{load_path, Model};
+use coco::engine::{load_path, LogitsFor, Model, Session};
 use coco::gpu::GpuContext;
-use coco::model::Pipeline;
+use coco::model::{Op, Pipeline};
 
 fn load(ctx: &Arc<GpuContext>, name: &str) -> Arc<Model> {
     let path =
@@ -19,10 +25,153 @@ fn load(ctx: &Arc<GpuContext>, name: &str) -> Arc<Model> {
     Arc::new(load_path(ctx, &path, 64).unwrap_or_else(|e| panic!("{name}: {e}")))
 }
 
+fn ctx() -> Arc<GpuContext> {
+    Arc::new(GpuContext::new_blocking().expect("a GPU adapter (lavapipe)"))
+}
+
 /// Prompt tokens: the decode step runs at this position, the prefill step runs this many.
 const PROMPT: u32 = 5;
 
-/// The profile, or `None` (after checking the refusal) on an adapter without timestamps.
+/// The labels of a step of `t` tokens after prefilling `prompt` tokens, with the session's
+/// switches set; asserts they are the plan's prediction, op by op, and returns them.
+fn labels(
+    ctx: &Arc<GpuContext>,
+    model: &Arc<Model>,
+    prompt: u32,
+    t: u32,
+    pipeline: Pipeline,
+    megakernel: bool,
+) -> Vec<String> {
+    let mut s = Session::new(ctx, model, 64, LogitsFor::LastToken);
+    s.pipeline = pipeline;
+    s.megakernel = megakernel;
+    if prompt > 0 {
+        s.forward_blocking(&bench_prompt(model, prompt))
+            .expect("prefill");
+    }
+    let got = s.step_labels(t).expect("record");
+    let plan = s.plan().clone();
+    let want = plan.labels(model, ctx, t, s.pos, LogitsFor::LastToken);
+    if got != want {
+        let first = got.iter().zip(&want).position(|(g, w)| g != w);
+        panic!(
+            "{:?} t={t} at {}: {} labels recorded, {} planned; first difference at {first:?}\n\
+             recorded {got:#?}\nplanned {want:#?}\nplan:\n{plan}",
+            model.config.arch,
+            s.pos,
+            got.len(),
+            want.len()
+        );
+    }
+    got
+}
+
+fn count(labels: &[String], pred: impl Fn(&str) -> bool) -> u32 {
+    labels.iter().filter(|l| pred(l)).count() as u32
+}
+
+/// Every fixture architecture, quantized and not, on both pipelines, decode and prefill,
+/// short and long enough for the attention to split its keys: the labels are the plan's.
+#[test]
+fn every_step_records_what_the_plan_lists() {
+    let ctx = ctx();
+    for name in [
+        "llama-spm-q8_0",
+        "llama3-q4_k",
+        "llama3-f16",
+        "qwen2-q8_0",
+        "qwen2-q4_0",
+        "gemma3-q4_k",
+        "gemma3-q8_0",
+    ] {
+        let model = load(&ctx, name);
+        for pipeline in [Pipeline::Fused, Pipeline::Unfused] {
+            // decode at the start, decode past 16 keys (split attention), a prefill chunk
+            for (prompt, t) in [(0, 1), (PROMPT, 1), (40, 1), (0, PROMPT), (0, 33)] {
+                let l = labels(&ctx, &model, prompt, t, pipeline, false);
+                println!(
+                    "{name} {pipeline:?} prompt {prompt} t {t}: {} dispatches",
+                    l.len()
+                );
+            }
+        }
+        let l = labels(&ctx, &model, PROMPT, 1, Pipeline::Fused, true);
+        println!("{name} megakernel decode: {} dispatches", l.len());
+    }
+}
+
+/// The fusions the design promises, counted on the labels themselves (not from the plan).
+#[test]
+fn fused_decode_step_has_the_promised_fusions() {
+    let ctx = ctx();
+    for name in ["llama3-q8_0", "qwen2-q8_0", "gemma3-q8_0"] {
+        let model = load(&ctx, name);
+        let c = &model.config;
+        let layers = c.n_layers;
+        let l = labels(&ctx, &model, PROMPT, 1, Pipeline::Fused, false);
+        let rope = match c.arch {
+            coco::model::Arch::Llama => "normal",
+            _ => "neox",
+        };
+        assert_eq!(count(&l, |l| l.starts_with("get_rows")), 1, "{name}");
+        assert_eq!(
+            count(&l, |l| l.contains("_glu_")),
+            layers,
+            "{name}: gate/up+act"
+        );
+        assert_eq!(
+            count(&l, |l| l == "norm_rms"),
+            0,
+            "{name}: every norm folded"
+        );
+        assert_eq!(
+            count(&l, |l| l.starts_with("rope_") && !l.contains("kv")),
+            0
+        );
+        assert_eq!(count(&l, |l| l == "attention_kv_write"), 0);
+        if c.arch == coco::model::Arch::Gemma3 {
+            // Q/K norms need whole heads: Q/K/V in one matvec, then the norms with RoPE and
+            // the cache write in one; the sandwich norms add into the residual stream.
+            assert_eq!(count(&l, |l| l.contains("_qkv_norm")), layers, "{name}");
+            let qk = format!("rope_kv_write_{rope}_qk_norm");
+            assert_eq!(count(&l, |l| *l == qk), layers, "{name}");
+            assert_eq!(count(&l, |l| l == "norm_rms_add"), 2 * layers, "{name}");
+            // per layer: qkv, rope+norms, attention, o-proj, post-norm, glu, down, post-norm
+            assert_eq!(l.len() as u32, 2 + 8 * layers, "{name}: {l:#?}");
+        } else {
+            let fused = format!("_qkv_rope_{rope}_norm");
+            assert_eq!(count(&l, |l| l.contains(&fused)), layers, "{name}");
+            assert_eq!(count(&l, |l| l.starts_with("rope_kv_write")), 0, "{name}");
+            // per layer: qkv+rope, attention, o-proj, glu, down
+            assert_eq!(l.len() as u32, 2 + 5 * layers, "{name}: {l:#?}");
+        }
+    }
+}
+
+/// Attention splits its keys once the step sees more than one 16-key block (few heads, one
+/// token: the single pass would run only `heads` workgroups), and not for a prefill chunk.
+#[test]
+fn attention_splits_on_long_decode_steps_only() {
+    let ctx = ctx();
+    let model = load(&ctx, "llama3-q8_0");
+    let layers = model.config.n_layers;
+    let short = labels(&ctx, &model, 8, 1, Pipeline::Fused, false);
+    assert_eq!(count(&short, |l| l == "attention_split"), 0);
+    let long = labels(&ctx, &model, 40, 1, Pipeline::Fused, false);
+    assert_eq!(count(&long, |l| l == "attention_split"), layers);
+    assert_eq!(count(&long, |l| l == "attention_combine"), layers);
+    assert_eq!(long.len(), short.len() + layers as usize);
+    let plan = Session::new(&ctx, &model, 64, LogitsFor::LastToken)
+        .plan()
+        .clone();
+    assert!(matches!(
+        plan.attention_ops(0, 1, 40).last(),
+        Some(Op::Attention(a)) if a.splits > 1
+    ));
+}
+
+/// The profile, or `None` (after checking the refusal, and saying so) on an adapter without
+/// timestamps.
 fn profile(
     ctx: &Arc<GpuContext>,
     model: &Arc<Model>,
@@ -41,7 +190,10 @@ fn profile(
             err.to_string(),
             "not yet on this adapter: no timestamp-query"
         );
-        println!("{}: {err}", ctx.describe());
+        println!(
+            "{}: {err}; the timing checks are skipped, the structure checks ran",
+            ctx.describe()
+        );
         return None;
     }
     let p = r.expect("profile");
@@ -55,13 +207,16 @@ fn profile(
     Some(p)
 }
 
-/// Every dispatch accounted for, every time positive, slowest first.
-fn check_consistent(p: &StepProfile) {
+/// Every dispatch accounted for, every time positive, slowest first, and the calls per label
+/// exactly the recorded step's.
+fn check_consistent(p: &StepProfile, labels: &[String]) {
     assert!(!p.kernels.is_empty());
     let calls: u32 = p.kernels.iter().map(|k| k.calls).sum();
     assert_eq!(calls, p.dispatches, "calls add up to the step's dispatches");
+    assert_eq!(p.dispatches as usize, labels.len(), "the recorded step");
     for k in &p.kernels {
         assert!(k.calls > 0 && k.total_us > 0.0, "{k:?}");
+        assert_eq!(k.calls, count(labels, |l| l == k.label), "{}", k.label);
     }
     assert!(p.kernels.windows(2).all(|w| w[0].total_us >= w[1].total_us));
     let sum: f64 = p.kernels.iter().map(|k| k.total_us).sum();
@@ -73,95 +228,66 @@ fn check_consistent(p: &StepProfile) {
     }
 }
 
-fn has(p: &StepProfile, prefix: &str) -> Option<u32> {
-    let calls: u32 = p
-        .kernels
-        .iter()
-        .filter(|k| k.label.starts_with(prefix))
-        .map(|k| k.calls)
-        .sum();
-    (calls > 0).then_some(calls)
-}
-
 #[test]
 fn fused_decode_step_profile_covers_every_kernel() {
-    let ctx = Arc::new(GpuContext::new_blocking().expect("a GPU adapter (lavapipe)"));
+    let ctx = ctx();
     let model = load(&ctx, "llama-spm-q8_0");
+    let layers = model.config.n_layers;
+    let l = labels(&ctx, &model, PROMPT, 1, Pipeline::Fused, false);
+    assert_eq!(
+        count(&l, |l| l.starts_with("get_rows")),
+        1,
+        "embedding lookup"
+    );
+    assert_eq!(
+        count(&l, |l| l.starts_with("matmul_q8_0_matvec")
+            && l.contains("_qkv_rope_normal_norm")),
+        layers,
+        "the norm, Q/K/V, RoPE of Q and K and the KV-cache write: one dispatch per layer"
+    );
+    assert_eq!(count(&l, |l| l.starts_with("rope_")), 0, "no RoPE dispatch");
+    assert_eq!(count(&l, |l| l == "attention_kv_write"), 0, "no KV write");
+    assert!(count(&l, |l| l.starts_with("attention_tiled_hd")) > 0);
+    assert!(count(&l, |l| l.starts_with("matmul_q8_0_")) >= 4 * layers);
+    assert_eq!(count(&l, |l| l.contains("_glu_silu")), layers);
     let Some(p) = profile(&ctx, &model, ProfiledStep::Decode, Pipeline::Fused, false) else {
         return;
     };
-    check_consistent(&p);
-    let layers = model.config.n_layers;
-    assert_eq!(has(&p, "get_rows"), Some(1), "embedding lookup");
-    let qkv_rope: u32 = p
-        .kernels
-        .iter()
-        .filter(|k| {
-            k.label.starts_with("matmul_q8_0_matvec") && k.label.contains("_qkv_rope_normal_norm")
-        })
-        .map(|k| k.calls)
-        .sum();
-    assert_eq!(
-        qkv_rope, layers,
-        "the norm, Q/K/V, RoPE of Q and K and the KV-cache write: one dispatch per layer"
-    );
-    assert_eq!(
-        has(&p, "rope_kv_write"),
-        None,
-        "no RoPE dispatch on a decode step"
-    );
-    assert_eq!(has(&p, "rope_normal"), None, "no separate RoPE when fused");
-    assert_eq!(
-        has(&p, "attention_kv_write"),
-        None,
-        "no separate KV write when fused"
-    );
-    assert!(has(&p, "attention_tiled_hd").is_some(), "attention");
-    assert!(
-        has(&p, "matmul_q8_0_").unwrap_or(0) >= 4 * layers,
-        "matmuls"
-    );
-    let glu = p
-        .kernels
-        .iter()
-        .filter(|k| k.label.contains("_glu_silu"))
-        .count();
-    assert_eq!(glu, 1, "the fused gate/up+SiLU variant");
+    check_consistent(&p, &l);
 }
 
 #[test]
 fn megakernel_profile_shows_one_ffn_dispatch_per_layer() {
-    let ctx = Arc::new(GpuContext::new_blocking().expect("a GPU adapter (lavapipe)"));
+    let ctx = ctx();
     let model = load(&ctx, "gemma3-q4_k");
+    let l = labels(&ctx, &model, PROMPT, 1, Pipeline::Fused, true);
+    assert_eq!(
+        count(&l, |l| l
+            .starts_with("ffn_megakernel_q4_k_q4_k_gelu_tanh_post_norm")),
+        model.config.n_layers
+    );
+    assert_eq!(count(&l, |l| l.contains("_glu_")), 0);
     let Some(p) = profile(&ctx, &model, ProfiledStep::Decode, Pipeline::Fused, true) else {
         return;
     };
-    check_consistent(&p);
-    assert_eq!(
-        has(&p, "ffn_megakernel_q4_k_q4_k_gelu_tanh_post_norm"),
-        Some(model.config.n_layers)
-    );
-    assert!(!p.kernels.iter().any(|k| k.label.contains("_glu_")));
+    check_consistent(&p, &l);
 }
 
 #[test]
 fn prefill_step_profile_runs_the_whole_prompt_in_one_step() {
-    let ctx = Arc::new(GpuContext::new_blocking().expect("a GPU adapter (lavapipe)"));
+    let ctx = ctx();
     let model = load(&ctx, "llama-spm-q8_0");
+    let layers = model.config.n_layers;
+    let l = labels(&ctx, &model, 0, PROMPT, Pipeline::Fused, false);
+    assert_eq!(count(&l, |l| l.starts_with("get_rows")), 1, "one lookup");
+    assert_eq!(count(&l, |l| l.starts_with("rope_kv_write")), layers);
+    assert_eq!(
+        count(&l, |l| l.starts_with("attention_tiled_hd")),
+        layers,
+        "single-pass attention: {PROMPT} tokens × heads fill the GPU without splitting"
+    );
     let Some(p) = profile(&ctx, &model, ProfiledStep::Prefill, Pipeline::Fused, false) else {
         return;
     };
-    check_consistent(&p);
-    let layers = model.config.n_layers;
-    assert_eq!(
-        has(&p, "get_rows"),
-        Some(1),
-        "one embedding lookup for all tokens"
-    );
-    assert_eq!(has(&p, "rope_kv_write"), Some(layers));
-    assert_eq!(
-        has(&p, "attention_tiled_hd"),
-        Some(layers),
-        "single-pass attention: {PROMPT} tokens × heads fill the GPU without splitting"
-    );
+    check_consistent(&p, &l);
 }

@@ -12,7 +12,7 @@ import {
 import { buildShareUrl, checkModelUrl, readShareParams, FIELD_PARAMS } from "./share.js";
 import {
   $, el, displayName, formatBytes, formatProgress, formatRate, formatSeconds, renderCacheList,
-  renderGpuPanel, renderModelFacts, renderReport, setStat,
+  renderGpuPanel, renderModelFacts, renderPlan, renderReport, setStat,
 } from "./ui.js";
 import {
   checkLost, clearError, engineHas, errorKind, errorMessage, exclusive, page, safeCall, setState,
@@ -247,6 +247,7 @@ function pollMemory() {
 function showInspection(result) {
   renderReport(result.report);
   renderModelFacts(result.model, result.report);
+  renderPlan(result.plan || null);
   page.model = result.model || null;
   const summary = $("report-summary");
   if (result.status === "not_yet") {
@@ -416,8 +417,9 @@ async function verifyAndKeep(load, done, received) {
   page.hasModel = true;
   page.loadedUrl = url;
   page.loadSeconds = done.load_seconds;
-  if (done.report) showInspection({ status: "ok", report: done.report, model: done.model });
+  if (done.report) showInspection({ status: "ok", report: done.report, model: done.model, plan: done.plan });
   else page.model = done.model;
+  renderPlan(done.plan || null);
   setStat("load", `${formatSeconds(done.load_seconds)}${plan.cached ? " (from storage)" : " (network)"}`);
   $("progress").value = 1;
   status(`Loaded ${displayName(url)} in ${formatSeconds(done.load_seconds)}${keptNote}; kernels compiled in ${formatSeconds(warmSeconds)}.`);

@@ -2,7 +2,7 @@
 // the in-page benchmark and its JSON export, and the per-kernel time chart.
 
 import { engineHas, errorKind, errorMessage, exclusive, page, status } from "./page.js";
-import { $, el, displayName, formatRate, renderProfile } from "./ui.js";
+import { $, el, displayName, formatRate, renderPlan, renderProfile } from "./ui.js";
 
 // Default sizes (the #bench-pp/-tg/-reps inputs start at these), chosen so a weak or
 // software GPU finishes in seconds, not minutes; the upper bounds keep a link's sizes sane.
@@ -58,6 +58,8 @@ export async function toggleMegakernel() {
       const result = await page.engine.set_megakernel(wanted);
       box.checked = Boolean(result.on);
       showMegakernel(result, wanted);
+      // The FFN steps of the plan follow the switch.
+      if (engineHas("plan")) renderPlan(page.engine.plan());
     } catch (err) {
       box.checked = false;
       $("megakernel-result").dataset.passed = "false";

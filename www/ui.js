@@ -129,6 +129,27 @@ export function renderModelFacts(model, report) {
   ]);
 }
 
+/**
+ * The loaded model's fusion plan (coco.plan(), Loaded.plan: a FusionPlan of www/API.md):
+ * which kernels each step runs on this GPU and why, one `div[data-step]` per line. Cleared
+ * with `null` (another file inspected).
+ */
+export function renderPlan(plan) {
+  const target = $("model-plan");
+  if (!plan || !Array.isArray(plan.steps)) {
+    target.replaceChildren();
+    return;
+  }
+  const mode = `${plan.pipeline} pipeline${plan.megakernel ? ", FFN megakernel on" : ""}`;
+  const list = el("dl", { id: "plan-steps", class: "facts" },
+    plan.steps.map((s) => el("div", { "data-step": s.step }, el("dt", { text: s.step }), el("dd", { text: s.detail }))));
+  target.replaceChildren(
+    el("h3", { text: "Fusion plan on this GPU" }),
+    el("p", { class: "note", text: `${mode}: ${plan.decode_dispatches} dispatches per decode step at position 0.` }),
+    list,
+  );
+}
+
 const F16_ABSENT = "This GPU offers no shader-f16. Here that costs little: f16 weights are read as packed pairs with unpack2x16float (core WGSL) and all arithmetic is f32, the same speed class and the same results as f32 math.";
 
 /** The honest GPU panel: adapter, shader-f16, limits. */

@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use coco::bench::{ProfileError, ProfiledStep, StepProfile};
+use coco::bench::{ProfileError, ProfileRecord, ProfiledStep, StepProfile};
 use coco::capabilities;
 use coco::engine::{load_path, LogitsFor, Model, Session};
 use coco::gpu::GpuContext;
 use coco::sampler::SamplerConfig;
-use serde_json::{json, Value as Json};
+use serde_json::json;
 
 #[derive(Parser)]
 #[command(
@@ -142,12 +142,16 @@ enum Command {
     },
     /// Prompt-processing and generation speed (medians), dispatches/token, % of the floor.
     Bench(BenchArgs),
-    /// Architecture, hyperparameters, tensors, and the capability check for this adapter.
+    /// Architecture, hyperparameters, tensors, and the capability check for this adapter;
+    /// with -v also every tensor, and the fusion plan (loads the model onto the GPU).
     Info {
         #[arg(short, long)]
         model: PathBuf,
         #[arg(long, default_value_t = 2048)]
         ctx: u32,
+        /// With -v: the plan of the unfused pipeline instead of the fused one.
+        #[arg(long)]
+        unfused: bool,
     },
 }
 
@@ -378,7 +382,11 @@ fn main() -> Result<()> {
             }
         }
         Command::Bench(args) => bench(args, cli.verbose)?,
-        Command::Info { model, ctx } => info(&model, ctx, cli.verbose)?,
+        Command::Info {
+            model,
+            ctx,
+            unfused,
+        } => info(&model, ctx, cli.verbose, pipeline(unfused))?,
     }
     Ok(())
 }
@@ -403,7 +411,7 @@ fn position_json(row: &[f32], top: usize) -> serde_json::Value {
     json!({ "top": top, "lse": lse })
 }
 
-fn info(path: &Path, ctx_len: u32, verbose: bool) -> Result<()> {
+fn info(path: &Path, ctx_len: u32, verbose: bool, pipeline: coco::model::Pipeline) -> Result<()> {
     let header =
         coco::gguf::read_header(path).with_context(|| format!("reading {}", path.display()))?;
     println!(
@@ -474,6 +482,15 @@ fn info(path: &Path, ctx_len: u32, verbose: bool) -> Result<()> {
     if !report.is_ok() {
         bail!("not yet: {}", report.blockers());
     }
+    if verbose {
+        // The plan needs the weights as loaded (their types and buffer splits on this device).
+        let model = load_path(&ctx, path, ctx_len)
+            .with_context(|| format!("loading {}", path.display()))?;
+        let plan = coco::model::Plan::new(&model, &ctx, pipeline, false);
+        let decode = plan.labels(&model, &ctx, 1, 0, LogitsFor::LastToken).len();
+        println!("fusion plan ({decode} dispatches per decode step at position 0):");
+        print!("{plan}");
+    }
     Ok(())
 }
 
@@ -536,13 +553,13 @@ fn bench(args: BenchArgs, verbose: bool) -> Result<()> {
     };
     let profiled = profile_of(ProfiledStep::Decode);
     let profiled_prefill = profile_of(ProfiledStep::Prefill);
-    let profile_json = |p: &Option<Result<StepProfile, ProfileError>>| -> Result<Json> {
+    let profile_record = |p: &Option<Result<StepProfile, ProfileError>>| -> Result<_> {
         Ok(match p {
-            None => json!(null),
-            Some(Ok(p)) => p.to_json(),
-            Some(Err(ProfileError::NoTimestampQuery)) => {
-                json!({ "not_yet": ProfileError::NoTimestampQuery.to_string() })
-            }
+            None => None,
+            Some(Ok(p)) => Some(ProfileRecord::Step(p.clone())),
+            Some(Err(ProfileError::NoTimestampQuery)) => Some(ProfileRecord::NotYet {
+                not_yet: ProfileError::NoTimestampQuery.to_string(),
+            }),
             Some(Err(ProfileError::Engine(e))) => bail!("profiling: {e}"),
         })
     };
@@ -550,11 +567,11 @@ fn bench(args: BenchArgs, verbose: bool) -> Result<()> {
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let mut out = r.to_json(&name, cfg.pipeline);
-    out["profile"] = profile_json(&profiled)?;
-    out["prefill_profile"] = profile_json(&profiled_prefill)?;
+    let mut out = r.record(&name, cfg.pipeline);
+    out.profile = profile_record(&profiled)?;
+    out.prefill_profile = profile_record(&profiled_prefill)?;
     if as_json {
-        println!("{out}");
+        println!("{}", serde_json::to_string(&out)?);
         return Ok(());
     }
     let mk = &r.megakernel;

@@ -193,6 +193,7 @@ impl Session {
         k: u32,
         half: usize,
     ) -> Result<InFlight, EngineError> {
+        self.refresh_plan();
         let clock = crate::util::Clock::start();
         let readback = self.readback(half);
         let c = &self.model.config;
@@ -227,8 +228,7 @@ impl Session {
                     1,
                     first + i - 1,
                     LogitsFor::LastToken,
-                    self.pipeline,
-                    self.megakernel,
+                    &self.plan,
                 )?;
                 0
             };

@@ -148,14 +148,15 @@ impl Session {
             .queue
             .write_buffer(&s.x, 0, bytemuck::cast_slice(x0));
         let mut rec = StepRecorder::new(&self.ctx);
+        // The two sides of the check, each with its own plan (the session's stays as it is).
+        let plan = model::Plan::new(&self.model, &self.ctx, self.pipeline, megakernel);
         let step = Step {
             model: &self.model,
             kv: &self.kv,
             s,
             t: rows,
             pos0: 0,
-            pipeline: self.pipeline,
-            megakernel,
+            plan: &plan,
         };
         model::ffn(&mut rec, &step, l)?;
         rec.submit();

@@ -101,7 +101,7 @@ pub struct Session {
     /// them (the next chat turn) only prefills what is new.
     pub cached_tokens: Vec<u32>,
     pub stats: Stats,
-    /// Fused (default) or unfused dispatch plan; switchable between steps.
+    /// Fused (default) or unfused dispatch plan; switchable between steps (the plan follows).
     pub pipeline: model::Pipeline,
     /// Each FFN as the one-workgroup-per-token megakernel: off by default, turned on through
     /// [`Session::set_megakernel`], which checks it first (engine/megakernel.rs).
@@ -114,6 +114,8 @@ pub struct Session {
     pub batch_budget_seconds: f64,
     /// Mapped copies of the two halves of `scratch.generated`, made on first use.
     readback: [Option<wgpu::Buffer>; 2],
+    /// What each step runs, for `pipeline` and `megakernel` ([`Session::plan`]).
+    plan: model::Plan,
 }
 
 /// [`Session::warm_up`]'s greedy pass: at most this many tokens, and it stops at the first
@@ -146,6 +148,7 @@ impl Session {
             LogitsFor::AllTokens => (LOGITS_ROWS, LOGITS_ROWS),
         };
         let scratch = Scratch::new(ctx, model, rows, logit_rows, context);
+        let plan = model::Plan::new(model, ctx, model::Pipeline::Fused, false);
         Session {
             ctx: ctx.clone(),
             model: model.clone(),
@@ -159,7 +162,45 @@ impl Session {
             cpu_sampling: false,
             batch_budget_seconds: decode::BATCH_BUDGET_SECONDS,
             readback: [None, None],
+            plan,
         }
+    }
+
+    /// The fusion plan the next step runs: made once with the session, and again only after
+    /// `pipeline` or `megakernel` changed.
+    pub fn plan(&mut self) -> &model::Plan {
+        self.refresh_plan();
+        &self.plan
+    }
+
+    fn refresh_plan(&mut self) {
+        let asked = self.plan.megakernel.is_some();
+        if self.plan.pipeline != self.pipeline || asked != self.megakernel {
+            self.plan = model::Plan::new(&self.model, &self.ctx, self.pipeline, self.megakernel);
+        }
+    }
+
+    /// The pipeline labels of a step of `t` tokens at the session's position, recorded but
+    /// not submitted: the dispatch structure, which needs no timestamp queries.
+    pub fn step_labels(&mut self, t: u32) -> Result<Vec<String>, EngineError> {
+        self.refresh_plan();
+        let logits = if self.scratch.logit_rows > 1 {
+            LogitsFor::AllTokens
+        } else {
+            LogitsFor::LastToken
+        };
+        let mut rec = StepRecorder::new(&self.ctx);
+        model::forward(
+            &mut rec,
+            &self.model,
+            &self.kv,
+            &self.scratch,
+            t,
+            self.pos,
+            logits,
+            &self.plan,
+        )?;
+        Ok(rec.labels())
     }
 
     /// Forgets the conversation (the cache is overwritten from position 0).
@@ -200,6 +241,7 @@ impl Session {
         ids: &[u32],
         read: bool,
     ) -> Result<(Vec<f32>, u32), EngineError> {
+        self.refresh_plan();
         let c = &self.model.config;
         let needed = self.pos + ids.len() as u32;
         if needed > self.kv.context {
@@ -237,8 +279,7 @@ impl Session {
                 t,
                 self.pos,
                 logits,
-                self.pipeline,
-                self.megakernel,
+                &self.plan,
             )?;
             if t == 1 {
                 self.stats.dispatches_per_token = rec.dispatch_count() as u32;

@@ -59,7 +59,7 @@ const KV_WRITE_WG: u32 = 256;
 /// Keys per block of the `SPLIT` variant (`BLOCK` in the shader). A range shorter than one
 /// block leaves invocations idle, so chunks are whole blocks. 16 keys of a 256-dim head are
 /// 16 KiB of K and 16 KiB of V: 8 + 8 vec4 loads per invocation of 128, all in flight at once.
-const SPLIT_BLOCK: u32 = 16;
+pub const SPLIT_BLOCK: u32 = 16;
 
 /// Workgroups the flash-decoding path aims for: about 8 per SM on a 132-SM H200 (about as
 /// many 128-invocation workgroups as stay resident), so each range is short (a few blocks at
@@ -71,6 +71,10 @@ const TARGET_WORKGROUPS: u32 = 1024;
 /// [`plan`] gives at most `TARGET_WORKGROUPS` ranges, which is not above this.
 const MAX_SPLITS: u32 = 1024;
 const _: () = assert!(TARGET_WORKGROUPS <= MAX_SPLITS);
+
+/// Most (token, head) rows a step may have and still split its keys ([`plan`]'s first rule):
+/// beyond it the single pass already has enough workgroups.
+pub const SPLIT_MAX_ROWS: u32 = TARGET_WORKGROUPS / 2;
 
 /// f32 per (token, head, range) in the partials: `vec4(m, l, 0, 0)`, then `acc[head_dim]`.
 fn partial_row(head_dim: u32) -> u64 {
@@ -139,7 +143,7 @@ pub fn plan(shape: &AttentionShape) -> AttentionPlan {
         return single(0);
     }
     let n = visible_keys(shape.pos0.saturating_add(shape.t - 1), shape.window);
-    if rows > TARGET_WORKGROUPS / 2 {
+    if rows > SPLIT_MAX_ROWS {
         return single(n);
     }
     let want = TARGET_WORKGROUPS.div_ceil(rows);
@@ -286,13 +290,7 @@ pub fn kv_write(
 
 /// `out = softmax(scale · q·kᵀ + mask) · v` for the step's `t` query tokens, reading cache
 /// rows `0..pos0 + t` under the module's mask convention. Runs the path [`plan`] picks: one
-/// dispatch, or two when the keys are split.
-///
-/// - `q`: `[t, heads, head_dim]` f32 (after RoPE)
-/// - `k_cache`, `v_cache`: `[ctx, kv_heads, head_dim]` f32, rows `0..pos0 + t` written
-/// - `out`: `[t, heads, head_dim]` f32
-/// - `partials`: scratch, `[t, heads, splits, 4 + head_dim]` f32 when split; sized for every
-///   step by [`partials_len`], unread by the single pass
+/// dispatch, or two when the keys are split (see [`attention_planned`]).
 pub fn attention(
     rec: &mut StepRecorder,
     q: &Binding,
@@ -301,6 +299,28 @@ pub fn attention(
     out: &Binding,
     partials: &Binding,
     shape: &AttentionShape,
+) -> Result<(), KernelError> {
+    attention_planned(rec, q, k_cache, v_cache, out, partials, shape, plan(shape))
+}
+
+/// [`attention`] on the path `how` (what `model::Plan` chose for the step by [`plan`]'s
+/// rule): the single pass when `how.splits == 1`, else the split and combine dispatches.
+///
+/// - `q`: `[t, heads, head_dim]` f32 (after RoPE)
+/// - `k_cache`, `v_cache`: `[ctx, kv_heads, head_dim]` f32, rows `0..pos0 + t` written
+/// - `out`: `[t, heads, head_dim]` f32
+/// - `partials`: scratch, `[t, heads, splits, 4 + head_dim]` f32 when split; sized for every
+///   step by [`partials_len`], unread by the single pass
+#[allow(clippy::too_many_arguments)] // each buffer is its own binding
+pub fn attention_planned(
+    rec: &mut StepRecorder,
+    q: &Binding,
+    k_cache: &Binding,
+    v_cache: &Binding,
+    out: &Binding,
+    partials: &Binding,
+    shape: &AttentionShape,
+    how: AttentionPlan,
 ) -> Result<(), KernelError> {
     const KERNEL: &str = "attention";
     let AttentionShape {
@@ -345,7 +365,16 @@ pub fn attention(
     check_len(KERNEL, "k_cache", k_cache, cache)?;
     check_len(KERNEL, "v_cache", v_cache, cache)?;
 
-    let AttentionPlan { splits, chunk } = plan(shape);
+    let AttentionPlan { splits, chunk } = how;
+    if splits == 0 || splits > MAX_SPLITS {
+        return bad(format!("{splits} key ranges: not in 1..={MAX_SPLITS}"));
+    }
+    let last = (pos0 + t).saturating_sub(1);
+    if splits > 1 && (chunk == 0 || chunk.saturating_mul(splits) < visible_keys(last, window)) {
+        return bad(format!(
+            "{splits} ranges of {chunk} keys do not cover the last token's keys"
+        ));
+    }
     if splits == 1 {
         let (bq, bk) = tiled_tile(head_dim);
         let label = format!("attention_tiled_hd{head_dim}");
@@ -375,7 +404,6 @@ pub fn attention(
         return Ok(());
     }
 
-    debug_assert!(splits <= MAX_SPLITS, "plan exceeded MAX_SPLITS");
     let partial_elems = elems / head_dim as u64 * splits as u64 * partial_row(head_dim);
     check_len(KERNEL, "partials", partials, partial_elems)?;
     let label = "attention_split";

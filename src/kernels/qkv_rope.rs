@@ -18,34 +18,26 @@
 //! that norm in.
 
 use super::matmul::{
-    check_binding, check_norm, check_weight, launch, qkv_key_fits, DeviceKernels, Fusion,
-    MatmulKey, MatmulVariant, Norm, Params, QkvBiases,
+    check_binding, check_norm, check_weight, chosen_key, launch, qkv_key_fits, Fusion, MatmulKey,
+    MatmulVariant, Norm, Params, QkvBiases,
 };
-use super::rope::{check_shape, RopeKvShape};
+use super::rope::{check_shape, RopeKvShape, RopeLayout};
 use super::KernelError;
-use crate::gpu::{Binding, GpuTensor, StepRecorder};
+use crate::gpu::{Binding, GpuContext, GpuTensor, StepRecorder};
 
 /// The key [`matmul_qkv_rope_kv`] would run with.
 fn key(
-    rec: &StepRecorder,
+    ctx: &GpuContext,
     wq: &GpuTensor,
     norm: bool,
     biases: bool,
     shape: &RopeKvShape,
     variant: Option<MatmulVariant>,
 ) -> MatmulKey {
-    MatmulKey {
-        norm,
-        fusion: Fusion::QkvRope(shape.layout),
-        ..MatmulKey::choose(
-            DeviceKernels::of(rec.ctx()),
-            wq.ty,
-            shape.t,
-            biases,
-            variant,
-        )
-    }
-    .sized(wq.row_len, variant.is_some())
+    let fusion = Fusion::QkvRope(shape.layout);
+    chosen_key(
+        ctx, wq.ty, shape.t, wq.row_len, biases, norm, fusion, variant,
+    )
 }
 
 /// Whether [`matmul_qkv_rope_kv`] runs for these weights and this step on this device: one
@@ -61,8 +53,31 @@ pub fn qkv_rope_fuses(
     biases: bool,
     shape: &RopeKvShape,
 ) -> bool {
-    let key = key(rec, wq, norm, biases, shape, None);
-    !key.variant.is_tiled() && qkv_key_fits(rec, &key, [wq, wk, wv])
+    let key = key(rec.ctx(), wq, norm, biases, shape, None);
+    !key.variant.is_tiled() && qkv_key_fits(rec.ctx(), &key, [wq, wk, wv])
+}
+
+/// Whether these weights could take the fused form on this device in a matvec step: the
+/// binding and type half of [`qkv_rope_fuses`], without the step's token count. Which steps
+/// are matvec steps is [`matvec_max_t`]'s rule (`model::Plan` holds both).
+pub fn qkv_rope_fits(
+    ctx: &GpuContext,
+    wq: &GpuTensor,
+    wk: &GpuTensor,
+    wv: &GpuTensor,
+    norm: bool,
+    biases: bool,
+    layout: RopeLayout,
+) -> bool {
+    let key = MatmulKey {
+        ty: wq.ty,
+        variant: MatmulVariant::MatvecWorkgroup,
+        bias: biases,
+        norm,
+        fusion: Fusion::QkvRope(layout),
+        stage_k: 0,
+    };
+    qkv_key_fits(ctx, &key, [wq, wk, wv])
 }
 
 /// Records, in one dispatch, for the step's tokens `t` at positions `pos0 + t`:
@@ -138,8 +153,15 @@ pub fn matmul_qkv_rope_kv_variant(
             wq.n_rows, wk.n_rows, wv.n_rows, wq.name, wk.name, wv.name
         ));
     }
-    let key = key(rec, wq, norm.is_some(), biases.is_some(), shape, variant);
-    if weights.iter().any(|w| w.row_len != kdim) || !qkv_key_fits(rec, &key, weights) {
+    let key = key(
+        rec.ctx(),
+        wq,
+        norm.is_some(),
+        biases.is_some(),
+        shape,
+        variant,
+    );
+    if weights.iter().any(|w| w.row_len != kdim) || !qkv_key_fits(rec.ctx(), &key, weights) {
         return err(format!(
             "{}, {} and {} differ in type or row length, are split into parts, or need more \
              storage bindings than this device allows",

@@ -17,7 +17,7 @@ use crate::kernels::matmul::{matmul, MatmulArgs};
 use crate::kernels::norm::rms_norm_add;
 use crate::kernels::KernelError;
 
-use super::{attention_block, gated_ffn, lm_head, megakernel_ffn, Step};
+use super::{attention_block, gated_ffn, lm_head, megakernel_ffn, NormOf, Op, Step};
 
 pub(crate) fn forward(
     rec: &mut StepRecorder,
@@ -69,7 +69,7 @@ fn missing(what: &str) -> KernelError {
 }
 
 /// The FFN half of block `l`: x += PostNorm(W_down(GELU(x'·W_gateᵀ) ⊙ x'·W_upᵀ)),
-/// x' = PreNorm(x).
+/// x' = PreNorm(x), in the dispatches the plan lists.
 pub(crate) fn ffn(rec: &mut StepRecorder, step: &Step, l: usize) -> Result<(), KernelError> {
     let (c, s, t) = (&step.model.config, step.s, step.t);
     let lw = &step.model.weights.layers[l];
@@ -77,30 +77,25 @@ pub(crate) fn ffn(rec: &mut StepRecorder, step: &Step, l: usize) -> Result<(), K
         .post_ffn_norm
         .as_ref()
         .ok_or_else(|| missing("post_ffw_norm"))?;
-    if step.megakernel {
-        // all of it, post-norm included, in one dispatch with one workgroup per token
-        // (off by default: the A/B lesson)
-        return megakernel_ffn(rec, step, l, Some(post_ffn));
-    }
     let proj = Binding::from(&s.proj);
-    // pre-FFN norm and GELU-tanh gated FFN
-    gated_ffn(rec, step, l)?;
-    // down projection; post-FFN norm added into the residual stream
-    matmul(
-        rec,
-        &lw.w_down,
-        &Binding::from(&s.act),
-        &proj,
-        t,
-        MatmulArgs::default(),
-    )?;
-    rms_norm_add(
-        rec,
-        &proj,
-        &post_ffn.vector(),
-        &Binding::from(&s.x),
-        t,
-        c.dim,
-        c.rms_eps,
-    )
+    for op in step.plan.ffn_ops(l) {
+        match op {
+            // all of it, post-norm included, in one dispatch with one workgroup per token
+            // (off by default: the A/B lesson)
+            Op::Megakernel => megakernel_ffn(rec, step, l, Some(post_ffn))?,
+            // down projection into proj
+            Op::Down { residual: false } => {
+                let act = Binding::from(&s.act);
+                matmul(rec, &lw.w_down, &act, &proj, t, MatmulArgs::default())?
+            }
+            // post-FFN norm added into the residual stream
+            Op::PostNorm(NormOf::Ffn) => {
+                let x = Binding::from(&s.x);
+                rms_norm_add(rec, &proj, &post_ffn.vector(), &x, t, c.dim, c.rms_eps)?
+            }
+            // pre-FFN norm and GELU-tanh gated FFN
+            op => gated_ffn(rec, step, l, op)?,
+        }
+    }
+    Ok(())
 }

@@ -9,8 +9,7 @@ use crate::kernels::get_rows::get_rows;
 use crate::kernels::matmul::{matmul, MatmulArgs};
 use crate::kernels::KernelError;
 
-use super::LogitsFor;
-use super::{attention_block, gated_ffn, lm_head, megakernel_ffn, Step};
+use super::{attention_block, gated_ffn, lm_head, megakernel_ffn, LogitsFor, Op, Step};
 
 pub(crate) fn forward(
     rec: &mut StepRecorder,
@@ -45,27 +44,27 @@ pub(crate) fn forward(
     lm_head(rec, step, logits_for)
 }
 
-/// The FFN half of block `l`: x += W_down(SiLU(x'·W_gateᵀ) ⊙ x'·W_upᵀ), x' = RMSNorm(x).
+/// The FFN half of block `l`: x += W_down(SiLU(x'·W_gateᵀ) ⊙ x'·W_upᵀ), x' = RMSNorm(x), in
+/// the dispatches the plan lists.
 pub(crate) fn ffn(rec: &mut StepRecorder, step: &Step, l: usize) -> Result<(), KernelError> {
-    if step.megakernel {
-        // all of it in one dispatch, one workgroup per token (off by default: the A/B lesson)
-        return megakernel_ffn(rec, step, l, None);
-    }
+    let (s, t) = (step.s, step.t);
     let lw = &step.model.weights.layers[l];
     let accumulate = MatmulArgs {
         bias: None,
         accumulate: true,
     };
-    // FFN RMSNorm and SwiGLU: act = SiLU(x·W_gateᵀ) ⊙ x·W_upᵀ
-    gated_ffn(rec, step, l)?;
-    // down projection, added into the residual stream
-    let (s, t) = (step.s, step.t);
-    matmul(
-        rec,
-        &lw.w_down,
-        &Binding::from(&s.act),
-        &Binding::from(&s.x),
-        t,
-        accumulate,
-    )
+    for op in step.plan.ffn_ops(l) {
+        match op {
+            // all of it in one dispatch, one workgroup per token (off by default: the A/B lesson)
+            Op::Megakernel => megakernel_ffn(rec, step, l, None)?,
+            // down projection, added into the residual stream
+            Op::Down { residual: true } => {
+                let (act, x) = (Binding::from(&s.act), Binding::from(&s.x));
+                matmul(rec, &lw.w_down, &act, &x, t, accumulate)?
+            }
+            // FFN RMSNorm and SwiGLU: act = SiLU(x·W_gateᵀ) ⊙ x·W_upᵀ
+            op => gated_ffn(rec, step, l, op)?,
+        }
+    }
+    Ok(())
 }

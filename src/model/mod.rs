@@ -1,29 +1,30 @@
 //! Model descriptions: typed configs per architecture, the GPU weights, and one readable
 //! forward pass per architecture family (`llama.rs` also serves qwen2; `gemma3.rs`).
 //! Each forward lists its kernel calls in model order and writes into buffers that the
-//! session preallocated.
+//! session preallocated. Which fused form each call takes (norm folded, Q/K/V in one, RoPE in
+//! the matvec, split attention, …) is the session's [`Plan`] (`plan.rs`), decided once from
+//! the config, the weights and the adapter: the forward runs the plan's lists and decides
+//! nothing itself.
 
 pub mod config;
 mod gemma3;
 mod llama;
+pub mod plan;
 pub mod state;
 pub mod weights;
 
 pub use config::{Activation, Arch, Config, ConfigError, RopeScaling, RopeStyle};
+pub use plan::{NormOf, Op, Plan, PlanLine};
 pub use weights::{LayerWeights, Weights};
 
 use crate::gpu::{Binding, StepRecorder};
-use crate::kernels::attention::{attention, kv_write, AttentionShape};
+use crate::kernels::attention::{attention_planned, kv_write};
 use crate::kernels::elementwise;
-use crate::kernels::matmul::{
-    can_fuse_glu, matmul, matmul_glu, matmul_normed, matmul_qkv, MatmulArgs,
-};
+use crate::kernels::matmul::{matmul, matmul_glu, matmul_normed, matmul_qkv, MatmulArgs};
 use crate::kernels::megakernel::{can_use_megakernel, ffn_megakernel, PostNorm};
 use crate::kernels::norm::{rms_norm, rms_norm_in_place};
-use crate::kernels::qkv_rope::{matmul_qkv_rope_kv, qkv_rope_fuses};
-use crate::kernels::rope::{
-    rope, rope_kv_write, QkNorm, RopeKvShape, RopeLayout, QK_NORM_MAX_HEAD_DIM,
-};
+use crate::kernels::qkv_rope::matmul_qkv_rope_kv;
+use crate::kernels::rope::{rope, rope_kv_write, QkNorm, RopeKvShape, RopeLayout};
 use crate::kernels::KernelError;
 pub use state::{
     rows_of, KvCache, LogitsFor, Model, Scratch, LOGITS_ROWS, MAX_STEPS, PREFILL_CHUNK,
@@ -39,9 +40,8 @@ pub enum Pipeline {
     Unfused,
 }
 
-/// Records one step: `t` tokens (already in `s.ids`) at positions `pos0..pos0 + t`.
-/// `megakernel`: each block's FFN half as the one-workgroup-per-token megakernel (off by
-/// default; see `kernels::megakernel`) instead of `pipeline`'s FFN dispatches.
+/// Records one step: `t` tokens (already in `s.ids`) at positions `pos0..pos0 + t`, as
+/// `plan` (the session's [`Plan`], made for this model on this device) lists it.
 #[allow(clippy::too_many_arguments)]
 pub fn forward(
     rec: &mut StepRecorder,
@@ -51,8 +51,7 @@ pub fn forward(
     t: u32,
     pos0: u32,
     logits_for: LogitsFor,
-    pipeline: Pipeline,
-    megakernel: bool,
+    plan: &Plan,
 ) -> Result<(), KernelError> {
     let step = Step {
         model,
@@ -60,8 +59,7 @@ pub fn forward(
         s,
         t,
         pos0,
-        pipeline,
-        megakernel,
+        plan,
     };
     match model.config.arch {
         Arch::Llama | Arch::Qwen2 => llama::forward(rec, &step, logits_for),
@@ -89,62 +87,57 @@ pub fn megakernel_support(model: &Model, ctx: &crate::gpu::GpuContext) -> Result
     Ok(())
 }
 
-/// What every block of a step needs: the model, its cache and scratch, the token range.
+/// What every block of a step needs: the model, its cache and scratch, the token range, and
+/// the plan that says which kernels run.
 pub(crate) struct Step<'a> {
     pub model: &'a Model,
     pub kv: &'a KvCache,
     pub s: &'a Scratch,
     pub t: u32,
     pub pos0: u32,
-    pub pipeline: Pipeline,
-    /// The FFN half of each block as one megakernel dispatch (see [`megakernel_ffn`]).
-    pub megakernel: bool,
+    pub plan: &'a Plan,
 }
 
-/// `out = act(norm(x)·W_gateᵀ) ⊙ norm(x)·W_upᵀ` for the FFN: one dispatch when fused.
-pub(crate) fn gated_ffn(rec: &mut StepRecorder, step: &Step, l: usize) -> Result<(), KernelError> {
+/// An op the plan listed where the forward has no kernel call for it: a plan built for
+/// another model.
+fn misplaced(op: Op) -> KernelError {
+    KernelError::Shape {
+        kernel: "model::forward",
+        why: format!("the plan lists {op:?} where this block has no such step"),
+    }
+}
+
+/// `act = act(norm(x)·W_gateᵀ) ⊙ norm(x)·W_upᵀ` for the FFN, as the plan's `op` says: one
+/// dispatch ([`Op::GateUpGlu`]), or the norm, the two products and the glu.
+pub(crate) fn gated_ffn(
+    rec: &mut StepRecorder,
+    step: &Step,
+    l: usize,
+    op: Op,
+) -> Result<(), KernelError> {
     let (c, s, t) = (&step.model.config, step.s, step.t);
     let lw = &step.model.weights.layers[l];
-    let (x, act) = (Binding::from(&s.x), Binding::from(&s.act));
-    if step.pipeline == Pipeline::Fused && can_fuse_glu(&lw.w_gate, &lw.w_up) {
-        let norm = (&lw.ffn_norm.vector(), c.rms_eps);
-        return matmul_glu(
-            rec,
-            &lw.w_gate,
-            &lw.w_up,
-            &x,
-            Some((norm.0, norm.1)),
-            &act,
-            t,
-            activation(c),
-        );
+    let (x, xn, act) = (
+        Binding::from(&s.x),
+        Binding::from(&s.xn),
+        Binding::from(&s.act),
+    );
+    let (gate, up) = (Binding::from(&s.gate), Binding::from(&s.up));
+    match op {
+        Op::GateUpGlu => {
+            let norm = (&lw.ffn_norm.vector(), c.rms_eps);
+            let (gw, uw) = (&lw.w_gate, &lw.w_up);
+            matmul_glu(rec, gw, uw, &x, Some(norm), &act, t, activation(c))
+        }
+        Op::Norm(NormOf::Ffn) => rms_norm(rec, &x, &lw.ffn_norm.vector(), &xn, t, c.dim, c.rms_eps),
+        Op::GateUp => {
+            let none = MatmulArgs::default();
+            matmul(rec, &lw.w_gate, &xn, &gate, t, none)?;
+            matmul(rec, &lw.w_up, &xn, &up, t, none)
+        }
+        Op::Glu => elementwise::glu(rec, &gate, &up, &act, t * c.ffn_dim, activation(c)),
+        op => Err(misplaced(op)),
     }
-    let xn = Binding::from(&s.xn);
-    rms_norm(rec, &x, &lw.ffn_norm.vector(), &xn, t, c.dim, c.rms_eps)?;
-    matmul(
-        rec,
-        &lw.w_gate,
-        &xn,
-        &Binding::from(&s.gate),
-        t,
-        MatmulArgs::default(),
-    )?;
-    matmul(
-        rec,
-        &lw.w_up,
-        &xn,
-        &Binding::from(&s.up),
-        t,
-        MatmulArgs::default(),
-    )?;
-    elementwise::glu(
-        rec,
-        &Binding::from(&s.gate),
-        &Binding::from(&s.up),
-        &act,
-        t * c.ffn_dim,
-        activation(c),
-    )
 }
 
 /// The whole FFN half of block `l` — RMSNorm, gate/up, activation, down, residual add and,
@@ -191,7 +184,8 @@ pub(crate) fn rope_layout(c: &Config) -> RopeLayout {
 
 /// The attention half of a block, shared by every architecture: the attention RMSNorm,
 /// Q/K/V projections (+ biases), per-head Q/K norms (gemma3), RoPE, the KV-cache write and
-/// causal attention into `s.attn`. Reads the residual stream `s.x`.
+/// causal attention into `s.attn`, each in the form the plan lists for this step. Reads the
+/// residual stream `s.x`.
 pub(crate) fn attention_block(
     rec: &mut StepRecorder,
     step: &Step,
@@ -200,6 +194,7 @@ pub(crate) fn attention_block(
     let (model, kv, s, t, pos0) = (step.model, step.kv, step.s, step.t, step.pos0);
     let c = &model.config;
     let lw = &model.weights.layers[l as usize];
+    let (x, xn) = (Binding::from(&s.x), Binding::from(&s.xn));
     let (q, k, v) = (
         Binding::from(&s.q),
         Binding::from(&s.k),
@@ -211,7 +206,6 @@ pub(crate) fn attention_block(
         (Some(bq), Some(bk), Some(bv)) => Some((bq, bk, bv)),
         _ => None,
     };
-    // gemma3's per-head Q/K norms: folded into the fused RoPE + KV write, else two dispatches.
     let qk_norm = match (&lw.q_norm, &lw.k_norm) {
         (Some(qn), Some(kn)) => Some((qn.vector(), kn.vector())),
         _ => None,
@@ -229,119 +223,89 @@ pub(crate) fn attention_block(
         pos0,
         layout: rope_layout(c),
     };
-    let fused = step.pipeline == Pipeline::Fused;
-    let norm = lw.attn_norm.vector();
+    let norm_w = lw.attn_norm.vector();
+    let norm = (&norm_w, c.rms_eps);
     let (wq, wk, wv) = (&lw.wq, &lw.wk, &lw.wv);
-    if fused
-        && qk_norm.is_none()
-        && qkv_rope_fuses(rec, wq, wk, wv, true, biases.is_some(), &rope_shape)
-    {
-        // A decode step: the norm, Q/K/V (+ biases), RoPE and the KV-cache write in one
-        // dispatch (kernels::qkv_rope).
-        let norm = Some((&norm, c.rms_eps));
-        matmul_qkv_rope_kv(
-            rec,
-            wq,
-            wk,
-            wv,
-            &Binding::from(&s.x),
-            norm,
-            &q,
-            &kc,
-            &vc,
-            &inv_freq,
-            biases,
-            &rope_shape,
-        )?;
-    } else if fused {
-        // Norm folded in; one dispatch when Q/K/V share a type (else three normed ones).
-        let x = Binding::from(&s.x);
-        matmul_qkv(
-            rec,
-            wq,
-            wk,
-            wv,
-            &x,
-            Some((&norm, c.rms_eps)),
-            &q,
-            &k,
-            &v,
-            t,
-            biases,
-        )?;
-        let fold_qk_norm = c.head_dim <= QK_NORM_MAX_HEAD_DIM;
-        if let (Some((qn, kn)), false) = (&qk_norm, fold_qk_norm) {
-            rms_norm_in_place(rec, &q, qn, t * c.n_heads, c.head_dim, c.rms_eps)?;
-            rms_norm_in_place(rec, &k, kn, t * c.n_kv_heads, c.head_dim, c.rms_eps)?;
-        }
-        let norm = qk_norm
-            .as_ref()
-            .filter(|_| fold_qk_norm)
-            .map(|(qn, kn)| QkNorm {
-                q: qn,
-                k: kn,
-                eps: c.rms_eps,
-            });
-        rope_kv_write(rec, &q, &k, &v, &kc, &vc, &inv_freq, &rope_shape, norm)?;
-    } else {
-        let xn = Binding::from(&s.xn);
-        rms_norm(
-            rec,
-            &Binding::from(&s.x),
-            &lw.attn_norm.vector(),
-            &xn,
-            t,
-            c.dim,
-            c.rms_eps,
-        )?;
-        for (w, out, b) in [
-            (&lw.wq, &q, &lw.bq),
-            (&lw.wk, &k, &lw.bk),
-            (&lw.wv, &v, &lw.bv),
-        ] {
-            let bias = b.as_ref().map(|b| b.parts[0].buffer.clone());
-            let args = MatmulArgs {
-                bias: bias.as_ref(),
-                accumulate: false,
-            };
-            matmul(rec, w, &xn, out, t, args)?;
-        }
-        if let Some((qn, kn)) = &qk_norm {
-            rms_norm_in_place(rec, &q, qn, t * c.n_heads, c.head_dim, c.rms_eps)?;
-            rms_norm_in_place(rec, &k, kn, t * c.n_kv_heads, c.head_dim, c.rms_eps)?;
-        }
-        for (x, heads) in [(&q, c.n_heads), (&k, c.n_kv_heads)] {
-            rope(
+    for op in step.plan.attention_ops(l as usize, t, pos0) {
+        match op {
+            // the norm, Q/K/V (+ biases), RoPE and the KV-cache write in one matvec
+            // (kernels::qkv_rope)
+            Op::QkvRopeKv => matmul_qkv_rope_kv(
                 rec,
-                x,
+                wq,
+                wk,
+                wv,
+                &x,
+                Some(norm),
+                &q,
+                &kc,
+                &vc,
                 &inv_freq,
-                t,
-                heads,
-                c.head_dim,
-                pos0,
-                rope_layout(c),
-            )?;
+                biases,
+                &rope_shape,
+            )?,
+            // Q/K/V (+ biases) in one dispatch, the norm folded in or not
+            Op::Qkv { norm: folded } => {
+                let (input, norm) = if folded {
+                    (&x, Some(norm))
+                } else {
+                    (&xn, None)
+                };
+                matmul_qkv(rec, wq, wk, wv, input, norm, &q, &k, &v, t, biases)?
+            }
+            // the unfused attention RMSNorm
+            Op::Norm(NormOf::Attention) => rms_norm(rec, &x, &norm_w, &xn, t, c.dim, c.rms_eps)?,
+            // Q, K, V (+ biases) as three products
+            Op::QkvEach { norm: folded } => {
+                for (w, out, b) in [(wq, &q, &bq), (wk, &k, &bk), (wv, &v, &bv)] {
+                    let args = MatmulArgs {
+                        bias: b.as_ref().map(|b| &b.buffer),
+                        accumulate: false,
+                    };
+                    if folded {
+                        matmul_normed(rec, w, &x, norm.0, norm.1, out, t, args)?;
+                    } else {
+                        matmul(rec, w, &xn, out, t, args)?;
+                    }
+                }
+            }
+            // gemma3's per-head Q/K norms as their own dispatches
+            Op::QkNorm => {
+                let (qn, kn) = qk_norm.as_ref().ok_or_else(|| misplaced(op))?;
+                rms_norm_in_place(rec, &q, qn, t * c.n_heads, c.head_dim, c.rms_eps)?;
+                rms_norm_in_place(rec, &k, kn, t * c.n_kv_heads, c.head_dim, c.rms_eps)?;
+            }
+            // RoPE and the KV-cache write in one dispatch, with gemma3's Q/K norms folded in
+            Op::RopeKvWrite { qk_norm: folded } => {
+                let norm = match (&qk_norm, folded) {
+                    (Some((qn, kn)), true) => Some(QkNorm {
+                        q: qn,
+                        k: kn,
+                        eps: c.rms_eps,
+                    }),
+                    (None, true) => return Err(misplaced(op)),
+                    (_, false) => None,
+                };
+                rope_kv_write(rec, &q, &k, &v, &kc, &vc, &inv_freq, &rope_shape, norm)?
+            }
+            // the unfused RoPE of q and k, then the cache write
+            Op::Rope => {
+                for (x, heads) in [(&q, c.n_heads), (&k, c.n_kv_heads)] {
+                    let layout = rope_layout(c);
+                    rope(rec, x, &inv_freq, t, heads, c.head_dim, pos0, layout)?;
+                }
+            }
+            Op::KvWrite => kv_write(rec, &k, &v, &kc, &vc, t, c.n_kv_heads, c.head_dim, pos0)?,
+            // causal (sliding-window) attention on the path the plan picked for this step
+            Op::Attention(how) => {
+                let shape = step.plan.attention_shape(l as usize, t, pos0);
+                let (out, partials) = (Binding::from(&s.attn), Binding::from(&s.attn_partials));
+                attention_planned(rec, &q, &kc, &vc, &out, &partials, &shape, how)?
+            }
+            op => return Err(misplaced(op)),
         }
-        kv_write(rec, &k, &v, &kc, &vc, t, c.n_kv_heads, c.head_dim, pos0)?;
     }
-    let shape = AttentionShape {
-        t,
-        heads: c.n_heads,
-        kv_heads: c.n_kv_heads,
-        head_dim: c.head_dim,
-        pos0,
-        window: c.window(l),
-        scale: c.attn_scale,
-    };
-    attention(
-        rec,
-        &q,
-        &kc,
-        &vc,
-        &Binding::from(&s.attn),
-        &Binding::from(&s.attn_partials),
-        &shape,
-    )
+    Ok(())
 }
 
 /// Final RMSNorm and the vocabulary projection, for the last token or every token.
@@ -356,27 +320,26 @@ pub(crate) fn lm_head(
         LogitsFor::LastToken => (rows_of(&s.x, t - 1, 1, c.dim), 1),
     };
     let logits = Binding::from(&s.logits);
-    if step.pipeline == Pipeline::Fused {
-        return matmul_normed(
-            rec,
-            w.lm_head(),
-            &x,
-            &w.output_norm.vector(),
-            c.rms_eps,
-            &logits,
-            rows,
-            MatmulArgs::default(),
-        );
-    }
+    let norm_w = w.output_norm.vector();
     let xn = rows_of(&s.xn, 0, rows, c.dim);
-    rms_norm(
-        rec,
-        &x,
-        &w.output_norm.vector(),
-        &xn,
-        rows,
-        c.dim,
-        c.rms_eps,
-    )?;
-    matmul(rec, w.lm_head(), &xn, &logits, rows, MatmulArgs::default())
+    let none = MatmulArgs::default();
+    for op in step.plan.head_ops() {
+        match op {
+            // the final norm folded into the vocabulary product
+            Op::LmHead { norm: true } => matmul_normed(
+                rec,
+                w.lm_head(),
+                &x,
+                &norm_w,
+                c.rms_eps,
+                &logits,
+                rows,
+                none,
+            )?,
+            Op::Norm(NormOf::Output) => rms_norm(rec, &x, &norm_w, &xn, rows, c.dim, c.rms_eps)?,
+            Op::LmHead { norm: false } => matmul(rec, w.lm_head(), &xn, &logits, rows, none)?,
+            op => return Err(misplaced(op)),
+        }
+    }
+    Ok(())
 }

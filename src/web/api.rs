@@ -5,11 +5,15 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::bench::{
+    BenchRecord, KernelTime, MegakernelAbRecord, MegakernelCheckRecord, Probe, ProfileRecord,
+    StepProfile,
+};
 use crate::capabilities::{Report as CapabilityReport, Status};
 use crate::engine::{summarize_types, Stats};
 use crate::gguf::Header;
 use crate::gpu::GpuContext;
-use crate::model::Config;
+use crate::model::{Config, Model, Plan};
 
 /// `coco.adapter()`.
 #[derive(Clone, Debug, Serialize)]
@@ -261,9 +265,53 @@ pub struct LoadProgress {
 pub struct Loaded {
     pub model: Option<ModelInfo>,
     pub report: Report,
+    /// The fusion plan with the page's switches at load.
+    pub plan: FusionPlan,
     /// Of every byte pushed, lowercase hex.
     pub sha256: String,
     pub load_seconds: f64,
+}
+
+/// `coco.plan()` and `Loaded.plan`: the fusion plan the loaded model runs with the page's
+/// switches (`model::Plan`, as `coco info -v` prints it).
+#[derive(Clone, Debug, Serialize)]
+pub struct FusionPlan {
+    /// "fused" or "unfused".
+    pub pipeline: &'static str,
+    /// Whether the FFN megakernel runs (asked for and possible on this device).
+    pub megakernel: bool,
+    /// Dispatches of a decode step at position 0 (a longer context may split attention).
+    pub decode_dispatches: usize,
+    pub steps: Vec<PlanStep>,
+}
+
+/// One line of the plan: the step and what runs there, with the reason.
+#[derive(Clone, Debug, Serialize)]
+pub struct PlanStep {
+    pub step: String,
+    pub detail: String,
+}
+
+impl FusionPlan {
+    pub fn of(plan: &Plan, model: &Model, ctx: &GpuContext) -> FusionPlan {
+        let decode = plan.labels(model, ctx, 1, 0, crate::model::LogitsFor::LastToken);
+        FusionPlan {
+            pipeline: match plan.pipeline {
+                crate::model::Pipeline::Fused => "fused",
+                crate::model::Pipeline::Unfused => "unfused",
+            },
+            megakernel: plan.megakernel.as_ref().is_some_and(|m| m.on),
+            decode_dispatches: decode.len(),
+            steps: plan
+                .lines()
+                .into_iter()
+                .map(|l| PlanStep {
+                    step: l.step,
+                    detail: l.detail,
+                })
+                .collect(),
+        }
+    }
 }
 
 /// `coco.set_megakernel(on)`.

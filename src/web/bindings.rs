@@ -25,8 +25,9 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
 use super::api::{
-    self, Adapter, BenchOptions, ChatMessage, GenerateOptions, GenerationStats, Inspection, Loaded,
-    Megakernel, MegakernelCheck, Memory, ModelInfo,
+    self, Adapter, BenchOptions, BenchRecord, ChatMessage, FusionPlan, GenerateOptions,
+    GenerationStats, Inspection, Loaded, Megakernel, MegakernelCheck, Memory, ModelInfo,
+    StepProfile,
 };
 use super::error::{gpu_load_error, PageError};
 use crate::bench::{self, BenchConfig};
@@ -314,6 +315,11 @@ impl Coco {
         self.state()?.set_pipeline(name).map_err(throw)
     }
 
+    /// The fusion plan the loaded model runs with the current switches.
+    pub fn plan(&self) -> PageResult<JsValue> {
+        to_js(&self.state()?.plan().map_err(throw)?)
+    }
+
     pub async fn set_megakernel(&self, on: bool) -> PageResult<JsValue> {
         let mut state = self.state()?;
         let result = state.set_megakernel(on).await.map_err(throw)?;
@@ -500,6 +506,7 @@ impl State {
         Ok(Loaded {
             model: self.model_info.clone(),
             report: api::Report::of(&report),
+            plan: self.plan()?,
             sha256,
             load_seconds: pending.clock.seconds(),
         })
@@ -543,7 +550,7 @@ impl State {
 
     /// `coco bench` on the loaded model: the same fields as `coco bench --json` (the engine
     /// builds that object for both; it is passed through as it is).
-    async fn bench(&mut self, o: &BenchOptions) -> Result<serde_json::Value, PageError> {
+    async fn bench(&mut self, o: &BenchOptions) -> Result<BenchRecord, PageError> {
         let model = self.loaded()?;
         let cfg = BenchConfig {
             prompt_tokens: api::whole(o.pp, 128).max(1),
@@ -560,18 +567,14 @@ impl State {
             .as_ref()
             .and_then(|m| m.name.clone())
             .unwrap_or_default();
-        let mut out = r.to_json(&name, cfg.pipeline);
-        // `coco bench --json` always has `profile` and `prefill_profile` (null without
-        // --profile); the page's export must carry the same fields. Its per-kernel chart is
-        // `profile` below.
-        out["profile"] = serde_json::Value::Null;
-        out["prefill_profile"] = serde_json::Value::Null;
-        Ok(out)
+        // `profile` and `prefill_profile` stay null, as in `coco bench --json` without
+        // --profile: the page's per-kernel chart is `profile` below.
+        Ok(r.record(&name, cfg.pipeline))
     }
 
     /// One decode step kernel by kernel (timestamp queries, one pass per dispatch) after a
-    /// prefill of `tokens` positions: `StepProfile::to_json`, as `coco bench --profile`.
-    async fn profile(&mut self, tokens: u32) -> Result<serde_json::Value, PageError> {
+    /// prefill of `tokens` positions, as `coco bench --profile` records it.
+    async fn profile(&mut self, tokens: u32) -> Result<StepProfile, PageError> {
         let model = self.loaded()?;
         let prompt = bench::bench_prompt(
             &model,
@@ -587,7 +590,14 @@ impl State {
             self.megakernel,
         )
         .await?;
-        Ok(p.to_json())
+        Ok(p)
+    }
+
+    /// The loaded model's fusion plan with the page's pipeline and megakernel switches.
+    fn plan(&self) -> Result<FusionPlan, PageError> {
+        let model = self.loaded()?;
+        let plan = crate::model::Plan::new(&model, &self.ctx, self.pipeline, self.megakernel);
+        Ok(FusionPlan::of(&plan, &model, &self.ctx))
     }
 
     fn loaded(&self) -> Result<Arc<Model>, PageError> {

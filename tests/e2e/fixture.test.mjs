@@ -42,6 +42,11 @@ describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
       const rows = await page.$$eval('#report tr[data-status]', (trs) => trs.map((r) => [r.dataset.status, r.textContent.replace(/\s+/g, ' ').trim()]));
       assert.ok(rows.length > 0, 'the capability report has rows');
       assert.deepEqual(rows.filter(([s]) => s === 'not_yet' || s === 'not-yet'), [], 'no "not yet" row for a supported model');
+      // The model details show the fusion plan the engine made for this GPU (model::Plan).
+      const plan = await page.$$eval('#plan-steps [data-step]', (ds) => ds.map((d) => [d.dataset.step, d.querySelector('dd')?.textContent ?? '']));
+      assert.ok(plan.some(([s]) => s === 'embed') && plan.some(([s]) => s === 'lm head'), `the plan lists the embedding and the LM head: ${JSON.stringify(plan)}`);
+      assert.ok(plan.some(([s, d]) => /^qkv/.test(s) && d.startsWith('every layer: ')), `the plan says how Q/K/V run: ${JSON.stringify(plan)}`);
+      assert.match(await text(page, '#model-plan'), /[1-9][0-9]* dispatches per decode step/, 'the plan states its dispatch count');
       const cached = await cachedUrls(page);
       assert.ok(cached.some((u) => u.includes('llama-spm-q4_0.gguf')), `the loaded model is in the Cache API (caches hold: ${cached.join(', ') || 'nothing'}; ${await storageReport(page)})`);
       record('fixture load', { seconds, peak_wasm_mb: (await page.evaluate(() => window.cocoPage?.peakWasm)) / 2 ** 20 });
@@ -131,6 +136,8 @@ describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
       const detail = await text(page, '#megakernel-result');
       assert.equal(passed, 'true', `the megakernel check failed: ${detail}`);
       assert.ok(/\d/.test(detail), `the check result shows its numbers (max |Δ|): "${detail}"`);
+      const ffn = await page.$eval('#plan-steps [data-step="ffn"] dd', (d) => d.textContent);
+      assert.match(ffn, /megakernel/, `the plan in the model details follows the switch: "${ffn}"`);
       const run = await generate(page, { prompt: PROMPT, fields: { ...GREEDY, 'max-tokens': SHORT } });
       const want = native.ids.slice(0, SHORT);
       const at = firstDifference(run.ids, want);

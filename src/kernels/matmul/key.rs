@@ -49,7 +49,8 @@ impl MatmulVariant {
         matches!(self, Self::Tiled | Self::TiledCoop)
     }
 
-    fn label(self) -> String {
+    /// `matvec_wg256`, `tiled64x64`, …: the variant's part of a pipeline label.
+    pub fn label(self) -> String {
         match self {
             Self::MatvecWorkgroup => format!("matvec_wg{}", MV_ROWS * MV_LANES),
             Self::MatvecSubgroup => format!("matvec_sg{}", MV_ROWS * MV_LANES),
@@ -148,14 +149,8 @@ impl MatmulKey {
         bias: bool,
         force: Option<MatmulVariant>,
     ) -> MatmulKey {
-        // On a CPU adapter the tiled kernel's barriers cost more than reading W once per
-        // token, so prefill stays on the row-per-invocation matvec there too.
-        let matvec = kernels.matvec;
-        let variant = force.unwrap_or(if t > MATVEC_MAX_T && matvec != MatmulVariant::MatvecRows {
-            kernels.tiled
-        } else {
-            matvec
-        });
+        let tiled = matvec_max_t(kernels).is_some_and(|max_t| t > max_t);
+        let variant = force.unwrap_or(if tiled { kernels.tiled } else { kernels.matvec });
         MatmulKey {
             ty,
             variant,

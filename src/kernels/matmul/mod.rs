@@ -30,7 +30,10 @@
 //! [`matmul_qkv`] needs single-part weights of one type and falls back to three
 //! [`matmul_normed`] (or [`matmul`]) dispatches otherwise, or when its 7–11 storage bindings
 //! exceed the device's per-stage limit (WebGPU's default is 8: Q/K/V with norm and biases
-//! needs 11).
+//! needs 11). The model never leans on that fallback: `model::Plan` asks [`qkv_fuses`] per
+//! layer and the forward calls the one dispatch or the three products itself, so the printed
+//! plan is what runs. Likewise the variant of every product (matvec or tiles, chunk or
+//! lane-per-8) follows one rule, `chosen_key`, which the plan's labels are predicted with.
 
 mod key;
 mod select;
@@ -40,7 +43,7 @@ mod tests;
 pub use key::*;
 pub use select::*;
 
-use crate::gpu::{Binding, GpuTensor, StepRecorder};
+use crate::gpu::{Binding, GpuContext, GpuTensor, StepRecorder};
 
 use super::elementwise::Activation;
 use super::KernelError;
@@ -272,13 +275,17 @@ pub fn matmul_glu_variant(
     check_binding(KERNEL, "x [T, K]", x, t as u64 * k)?;
     check_binding(KERNEL, "out [T, ffn]", out, t as u64 * ffn)?;
     check_norm(KERNEL, norm, k)?;
-    let ctx = rec.ctx();
-    let key = MatmulKey {
-        norm: norm.is_some(),
-        fusion: Fusion::Glu(act),
-        ..MatmulKey::choose(DeviceKernels::of(ctx), w_gate.ty, t, false, variant)
-    }
-    .sized(k, variant.is_some());
+    let fusion = Fusion::Glu(act);
+    let key = chosen_key(
+        rec.ctx(),
+        w_gate.ty,
+        t,
+        k,
+        false,
+        norm.is_some(),
+        fusion,
+        variant,
+    );
     for (pg, pu) in w_gate.parts.iter().zip(&w_up.parts) {
         let rows = pg.n_rows as u32;
         let params = Params {
@@ -327,9 +334,11 @@ pub fn matmul_qkv(
     matmul_qkv_variant(rec, wq, wk, wv, x, norm, q, k, v, t, biases, None)
 }
 
-/// Whether [`matmul_qkv`] runs as one dispatch for these weights on this device.
+/// Whether [`matmul_qkv`] runs as one dispatch for these weights on this device
+/// (`model::Plan` asks this once per layer; the forward then calls [`matmul_qkv`] or three
+/// products, so the fallback inside [`matmul_qkv`] is never what decides a model's steps).
 pub fn qkv_fuses(
-    rec: &StepRecorder,
+    ctx: &GpuContext,
     wq: &GpuTensor,
     wk: &GpuTensor,
     wv: &GpuTensor,
@@ -344,13 +353,13 @@ pub fn qkv_fuses(
         fusion: Fusion::Qkv,
         stage_k: 0,
     };
-    qkv_key_fits(rec, &key, [wq, wk, wv])
+    qkv_key_fits(ctx, &key, [wq, wk, wv])
 }
 
 /// Whether one dispatch of `key` can read these three weights: one type, one part each, and
 /// the key's storage bindings within the device's per-stage limit.
-pub(super) fn qkv_key_fits(rec: &StepRecorder, key: &MatmulKey, w: [&GpuTensor; 3]) -> bool {
-    let limit = rec.ctx().limits.max_storage_buffers_per_shader_stage;
+pub(super) fn qkv_key_fits(ctx: &GpuContext, key: &MatmulKey, w: [&GpuTensor; 3]) -> bool {
+    let limit = ctx.limits.max_storage_buffers_per_shader_stage;
     w.iter().all(|w| w.ty == key.ty && w.parts.len() == 1) && key.layout().count <= limit
 }
 
@@ -388,7 +397,7 @@ pub fn matmul_qkv_variant(
     }
     let outputs = [q, k, v];
     let bias = biases.map(|(bq, bk, bv)| [bq, bk, bv]);
-    if !qkv_fuses(rec, wq, wk, wv, norm.is_some(), bias.is_some()) {
+    if !qkv_fuses(rec.ctx(), wq, wk, wv, norm.is_some(), bias.is_some()) {
         for i in 0..3 {
             let b = bias.map(|b| b[i].clone());
             single(rec, weights[i], x, norm, outputs[i], t, b, false, variant)?;
@@ -414,13 +423,17 @@ pub fn matmul_qkv_variant(
             why: format!("{slots} rows in all exceed u32"),
         });
     }
-    let ctx = rec.ctx();
-    let key = MatmulKey {
-        norm: norm.is_some(),
-        fusion: Fusion::Qkv,
-        ..MatmulKey::choose(DeviceKernels::of(ctx), wq.ty, t, bias.is_some(), variant)
-    }
-    .sized(kdim, variant.is_some());
+    let (has_bias, has_norm) = (bias.is_some(), norm.is_some());
+    let key = chosen_key(
+        rec.ctx(),
+        wq.ty,
+        t,
+        kdim,
+        has_bias,
+        has_norm,
+        Fusion::Qkv,
+        variant,
+    );
     let rows = [wq.n_rows as u32, wk.n_rows as u32, wv.n_rows as u32, 0];
     let params = Params {
         k: kdim as u32,
@@ -441,6 +454,45 @@ pub fn matmul_qkv_variant(
         bindings.extend(b.iter().map(|b| (*b).clone()));
     }
     launch(rec, KERNEL, &key, params, slots as u32, &bindings)
+}
+
+/// The key a product of `fusion` over a `ty` weight with rows of `k` runs with for a step of
+/// `t` tokens on this device, unless `variant` forces one: the one rule every launcher here
+/// and `model::Plan` (through [`planned_label`]) follow. The matvec or the tiles by `t`
+/// ([`matvec_max_t`]), then the chunk matvec only where K pays ([`MatmulKey::sized`]).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn chosen_key(
+    ctx: &GpuContext,
+    ty: crate::gguf::GgmlType,
+    t: u32,
+    k: u64,
+    bias: bool,
+    norm: bool,
+    fusion: Fusion,
+    variant: Option<MatmulVariant>,
+) -> MatmulKey {
+    MatmulKey {
+        norm,
+        fusion,
+        ..MatmulKey::choose(DeviceKernels::of(ctx), ty, t, bias, variant)
+    }
+    .sized(k, variant.is_some())
+}
+
+/// The pipeline label one dispatch of such a product records (its x' staging included, as
+/// [`launch`] sets it): what `model::Plan` predicts a step's labels with.
+pub fn planned_label(
+    ctx: &GpuContext,
+    ty: crate::gguf::GgmlType,
+    t: u32,
+    k: u64,
+    bias: bool,
+    norm: bool,
+    fusion: Fusion,
+) -> String {
+    chosen_key(ctx, ty, t, k, bias, norm, fusion, None)
+        .staged(k as u32, ctx.limits.max_compute_workgroup_storage_size)
+        .label()
 }
 
 /// The unfused (optionally normed) product, one dispatch per part of `w`.
@@ -468,17 +520,16 @@ fn single(
         check_binding(KERNEL, "bias [N]", b, n)?;
     }
     check_norm(KERNEL, norm, k)?;
-    let key = MatmulKey {
-        norm: norm.is_some(),
-        ..MatmulKey::choose(
-            DeviceKernels::of(rec.ctx()),
-            w.ty,
-            t,
-            bias.is_some(),
-            variant,
-        )
-    }
-    .sized(k, variant.is_some());
+    let key = chosen_key(
+        rec.ctx(),
+        w.ty,
+        t,
+        k,
+        bias.is_some(),
+        norm.is_some(),
+        Fusion::None,
+        variant,
+    );
     for part in &w.parts {
         let rows = part.n_rows as u32;
         let params = Params {

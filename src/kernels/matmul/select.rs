@@ -139,6 +139,14 @@ pub const TILE_T: u32 = 64;
 /// (which reads it once per 64 tokens but idles most of its tile).
 pub const MATVEC_MAX_T: u32 = 3;
 
+/// The most tokens a step may have and still run the matvec on a device running `kernels`
+/// (`None`: every step). On a CPU adapter the tiled kernel's barriers cost more than reading
+/// W once per token, so prefill stays on the row-per-invocation matvec there too. The one
+/// rule [`MatmulKey::choose`] and `model::Plan` share.
+pub fn matvec_max_t(kernels: DeviceKernels) -> Option<u32> {
+    (kernels.matvec != MatmulVariant::MatvecRows).then_some(MATVEC_MAX_T)
+}
+
 /// The kernel shapes a device runs: its decode matvec and its prefill tile kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeviceKernels {

@@ -1,0 +1,790 @@
+//! The fusion plan of a session: which fused form each step of the forward takes on this
+//! device, decided once from the config, the loaded weights (their types and buffer splits)
+//! and the adapter (subgroups, cooperative matrices, storage-binding limits, `COCO_MATVEC`,
+//! `COCO_COOPMAT`), the session's pipeline (`--unfused`) and its megakernel switch.
+//!
+//! Every structural choice the forward makes is made here, with its reason: norm folded or
+//! not, Q/K/V in one dispatch or three, RoPE and the KV write in the matvec, gemma3's Q/K
+//! norms folded into the RoPE kernel, gate/up + activation in one dispatch, the FFN
+//! megakernel, the LM head's norm. Two choices depend on the step itself, so the plan holds
+//! their rule and the forward asks it per step: whether a step is a matvec step (its token
+//! count; [`matvec_max_t`]) and whether attention splits its keys (the step's rows and
+//! context; [`attention::plan`]). [`Plan::layer_ops`] is the list a layer's forward runs,
+//! [`Plan::labels`] the pipeline labels a step records (what `tests/profile.rs` holds the
+//! recorder to), and `Display` prints one line per step with its reason (`coco info -v`, the
+//! page's model details).
+
+use std::fmt;
+
+use crate::gpu::{GpuContext, GpuTensor};
+use crate::kernels::attention::{self, AttentionPlan, AttentionShape, SPLIT_BLOCK, SPLIT_MAX_ROWS};
+use crate::kernels::elementwise::Activation;
+use crate::kernels::get_rows::GetRowsKey;
+use crate::kernels::matmul::{
+    can_fuse_glu, matvec_max_t, matvec_shape, planned_label, qkv_fuses, DeviceKernels, Fusion,
+    MatmulVariant, StageX, CHUNK_MIN_K,
+};
+use crate::kernels::megakernel::MegakernelKey;
+use crate::kernels::qkv_rope::qkv_rope_fits;
+use crate::kernels::rope::{RopeLayout, QK_NORM_MAX_HEAD_DIM};
+
+use super::{activation, rope_layout, Arch, LogitsFor, Model, Pipeline};
+
+/// Which RMSNorm a [`Op::Norm`] or [`Op::PostNorm`] applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NormOf {
+    Attention,
+    Ffn,
+    Output,
+}
+
+/// One step of the forward as it is recorded: a kernel call of one or more dispatches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Token embeddings (`get_rows`, a dispatch per part of the table).
+    Embed,
+    /// RMSNorm of the residual stream into `xn`, for the products that read it.
+    Norm(NormOf),
+    /// Attention norm + Q/K/V (+ biases) + RoPE + the KV-cache write: one matvec.
+    QkvRopeKv,
+    /// Q/K/V (+ biases) in one dispatch; `norm`: the attention norm folded in.
+    Qkv { norm: bool },
+    /// Q, K and V as three products (each with the norm folded in when `norm`).
+    QkvEach { norm: bool },
+    /// gemma3's per-head Q and K RMSNorms, in place: two dispatches.
+    QkNorm,
+    /// RoPE on q and k and the KV-cache write in one dispatch; `qk_norm`: gemma3's per-head
+    /// norms folded in.
+    RopeKvWrite { qk_norm: bool },
+    /// RoPE on q, then on k: two dispatches.
+    Rope,
+    /// k and v into the cache.
+    KvWrite,
+    /// Causal attention on this path: one pass, or split key ranges and their combine.
+    Attention(AttentionPlan),
+    /// W_o; `residual`: added into the residual stream, else written to `proj`.
+    OProj { residual: bool },
+    /// gemma3's post-norm of `proj`, added into the residual stream.
+    PostNorm(NormOf),
+    /// FFN norm + gate/up + activation in one dispatch.
+    GateUpGlu,
+    /// Gate and up as two products of `xn`.
+    GateUp,
+    /// The activation times up, elementwise.
+    Glu,
+    /// W_down; `residual` as for [`Op::OProj`].
+    Down { residual: bool },
+    /// The whole FFN half (norm, gate/up, activation, down, residual, post-norm): one
+    /// workgroup per token, the megakernel kept to measure that it loses.
+    Megakernel,
+    /// The vocabulary product; `norm`: the final RMSNorm folded in.
+    LmHead { norm: bool },
+}
+
+/// A choice and the reason it went that way.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Choice {
+    pub on: bool,
+    pub why: String,
+}
+
+impl Choice {
+    fn yes(why: impl Into<String>) -> Choice {
+        Choice {
+            on: true,
+            why: why.into(),
+        }
+    }
+    fn no(why: impl Into<String>) -> Choice {
+        Choice {
+            on: false,
+            why: why.into(),
+        }
+    }
+}
+
+/// How a layer's FFN half runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FfnPlan {
+    /// [`Op::Megakernel`].
+    Megakernel,
+    /// [`Op::GateUpGlu`] then [`Op::Down`]; the reason gate and up pair.
+    Glu(String),
+    /// Norm, gate, up, glu, down; why not fused.
+    Separate(String),
+}
+
+/// The decisions for one layer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LayerPlan {
+    /// [`Op::QkvRopeKv`] on matvec steps.
+    pub qkv_rope: Choice,
+    /// [`Op::Qkv`] rather than [`Op::QkvEach`] (fused pipeline, steps without `qkv_rope`).
+    pub qkv_one: Choice,
+    /// gemma3: its Q/K norms folded into [`Op::RopeKvWrite`]; `None` without Q/K norms.
+    pub qk_norm: Option<Choice>,
+    pub ffn: FfnPlan,
+    /// Q/K/V biases (qwen2), bound into the products.
+    pub biases: bool,
+    /// gemma3's sandwich norms: W_o and W_down write `proj`, a post-norm adds it in.
+    pub post_norms: bool,
+    /// Sliding-window size (0: full causal attention).
+    pub window: u32,
+}
+
+/// The plan of one session; see the module docs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub arch: Arch,
+    pub pipeline: Pipeline,
+    /// The megakernel switch as asked, and whether every layer could take it.
+    pub megakernel: Option<Choice>,
+    /// The matvec and tile kernels the products run with.
+    pub kernels: DeviceKernels,
+    /// Steps of at most this many tokens run the matvec (`None`: every step).
+    pub matvec_max_t: Option<u32>,
+    pub layers: Vec<LayerPlan>,
+    /// The final norm folded into the LM head.
+    pub lm_head_norm: bool,
+    heads: u32,
+    kv_heads: u32,
+    head_dim: u32,
+    attn_scale: f32,
+    rope: RopeLayout,
+    act: Activation,
+    /// What the device description and weights looked like, for the printed lines.
+    facts: Facts,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct Facts {
+    device: String,
+    embed: String,
+    lm_head: String,
+}
+
+fn types(ws: &[&GpuTensor]) -> String {
+    ws.iter().map(|w| w.ty.name()).collect::<Vec<_>>().join("/")
+}
+
+fn parts(w: &GpuTensor) -> String {
+    match w.parts.len() {
+        1 => format!("{}, one buffer", w.ty.name()),
+        n => format!("{}, {n} buffers: over the binding limit", w.ty.name()),
+    }
+}
+
+impl Plan {
+    /// The plan for `model` on `ctx` with the session's pipeline and megakernel switch.
+    pub fn new(model: &Model, ctx: &GpuContext, pipeline: Pipeline, megakernel: bool) -> Plan {
+        let c = &model.config;
+        let w = &model.weights;
+        let kernels = DeviceKernels::of(ctx);
+        let fused = pipeline == Pipeline::Fused;
+        let limit = ctx.limits.max_storage_buffers_per_shader_stage;
+        let rope = rope_layout(c);
+        let mega = megakernel.then(|| match super::megakernel_support(model, ctx) {
+            Ok(()) => Choice::yes(
+                "every layer's gate, up and down bind as one buffer each, gate and up of one type",
+            ),
+            Err(why) => Choice::no(why),
+        });
+        let mega_on = mega.as_ref().is_some_and(|m| m.on);
+        let layers = w
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(l, lw)| {
+                let qkv = [&lw.wq, &lw.wk, &lw.wv];
+                let biases = lw.bq.is_some() && lw.bk.is_some() && lw.bv.is_some();
+                let one_type = lw.wq.ty == lw.wk.ty && lw.wq.ty == lw.wv.ty;
+                let one_part = qkv.iter().all(|w| w.parts.len() == 1);
+                let why_not = || {
+                    if !one_type {
+                        format!("Q/K/V types differ: {}", types(&qkv))
+                    } else if !one_part {
+                        "a Q/K/V weight is split into buffers".to_string()
+                    } else {
+                        format!("its storage bindings exceed this device's {limit} per stage")
+                    }
+                };
+                let has_qk_norm = lw.q_norm.is_some() && lw.k_norm.is_some();
+                let qkv_rope = if !fused {
+                    Choice::no("unfused pipeline")
+                } else if has_qk_norm {
+                    Choice::no("the per-head Q/K norm needs a whole head's sums")
+                } else if qkv_rope_fits(ctx, &lw.wq, &lw.wk, &lw.wv, true, biases, rope) {
+                    Choice::yes(format!(
+                        "Q/K/V {} in one buffer each, head_dim {} rope {}",
+                        types(&qkv),
+                        c.head_dim,
+                        rope_name(rope)
+                    ))
+                } else {
+                    Choice::no(why_not())
+                };
+                let qkv_one = if !fused {
+                    Choice::no("unfused pipeline")
+                } else if qkv_fuses(ctx, &lw.wq, &lw.wk, &lw.wv, true, biases) {
+                    Choice::yes(format!("Q/K/V {} in one buffer each", types(&qkv)))
+                } else {
+                    Choice::no(why_not())
+                };
+                let qk_norm = has_qk_norm.then(|| {
+                    if !fused {
+                        Choice::no("unfused pipeline")
+                    } else if c.head_dim <= QK_NORM_MAX_HEAD_DIM {
+                        Choice::yes(format!("head_dim {} <= {QK_NORM_MAX_HEAD_DIM}", c.head_dim))
+                    } else {
+                        Choice::no(format!(
+                            "head_dim {} > {QK_NORM_MAX_HEAD_DIM}, a workgroup's pairs",
+                            c.head_dim
+                        ))
+                    }
+                });
+                let ffn = if mega_on {
+                    FfnPlan::Megakernel
+                } else if !fused {
+                    FfnPlan::Separate("unfused pipeline".into())
+                } else if can_fuse_glu(&lw.w_gate, &lw.w_up) {
+                    FfnPlan::Glu(format!(
+                        "gate and up {} split alike",
+                        types(&[&lw.w_gate, &lw.w_up])
+                    ))
+                } else {
+                    FfnPlan::Separate(format!(
+                        "gate and up differ in type or split: {}",
+                        types(&[&lw.w_gate, &lw.w_up])
+                    ))
+                };
+                LayerPlan {
+                    qkv_rope,
+                    qkv_one,
+                    qk_norm,
+                    ffn,
+                    biases,
+                    post_norms: c.arch == Arch::Gemma3,
+                    window: c.window(l as u32),
+                }
+            })
+            .collect();
+        let tied = if w.output.is_none() {
+            ", tied to token_embd"
+        } else {
+            ""
+        };
+        Plan {
+            arch: c.arch,
+            pipeline,
+            megakernel: mega,
+            kernels,
+            matvec_max_t: matvec_max_t(kernels),
+            layers,
+            lm_head_norm: fused,
+            heads: c.n_heads,
+            kv_heads: c.n_kv_heads,
+            head_dim: c.head_dim,
+            attn_scale: c.attn_scale,
+            rope,
+            act: activation(c),
+            facts: Facts {
+                device: ctx.describe(),
+                embed: parts(&w.token_embd),
+                lm_head: format!("{}{tied}", parts(w.lm_head())),
+            },
+        }
+    }
+
+    /// Whether a step of `t` tokens runs the matvec (else the tiles).
+    pub fn is_matvec_step(&self, t: u32) -> bool {
+        self.matvec_max_t.is_none_or(|max| t <= max)
+    }
+
+    /// The attention shape of layer `l` for a step of `t` tokens at `pos0`.
+    pub fn attention_shape(&self, l: usize, t: u32, pos0: u32) -> AttentionShape {
+        AttentionShape {
+            t,
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            pos0,
+            window: self.layers[l].window,
+            scale: self.attn_scale,
+        }
+    }
+
+    /// Layer `l`'s attention half for a step of `t` tokens at `pos0`: from the residual
+    /// stream to the attention output.
+    pub fn attention_ops(&self, l: usize, t: u32, pos0: u32) -> Vec<Op> {
+        let lp = &self.layers[l];
+        let mut ops = Vec::new();
+        if self.pipeline == Pipeline::Unfused {
+            ops.extend([Op::Norm(NormOf::Attention), Op::QkvEach { norm: false }]);
+            if lp.qk_norm.is_some() {
+                ops.push(Op::QkNorm);
+            }
+            ops.extend([Op::Rope, Op::KvWrite]);
+        } else if lp.qkv_rope.on && self.is_matvec_step(t) {
+            ops.push(Op::QkvRopeKv);
+        } else {
+            ops.push(if lp.qkv_one.on {
+                Op::Qkv { norm: true }
+            } else {
+                Op::QkvEach { norm: true }
+            });
+            let folded = lp.qk_norm.as_ref().map(|q| q.on);
+            if folded == Some(false) {
+                ops.push(Op::QkNorm);
+            }
+            ops.push(Op::RopeKvWrite {
+                qk_norm: folded == Some(true),
+            });
+        }
+        ops.push(Op::Attention(attention::plan(
+            &self.attention_shape(l, t, pos0),
+        )));
+        ops
+    }
+
+    /// Layer `l`'s FFN half: from the residual stream back into it.
+    pub fn ffn_ops(&self, l: usize) -> Vec<Op> {
+        let residual = !self.layers[l].post_norms;
+        let mut ops = match self.layers[l].ffn {
+            FfnPlan::Megakernel => return vec![Op::Megakernel],
+            FfnPlan::Glu(_) => vec![Op::GateUpGlu],
+            FfnPlan::Separate(_) => vec![Op::Norm(NormOf::Ffn), Op::GateUp, Op::Glu],
+        };
+        ops.push(Op::Down { residual });
+        if !residual {
+            ops.push(Op::PostNorm(NormOf::Ffn));
+        }
+        ops
+    }
+
+    /// Every op of layer `l`: the attention half, W_o (and gemma3's post-norm), the FFN half.
+    pub fn layer_ops(&self, l: usize, t: u32, pos0: u32) -> Vec<Op> {
+        let residual = !self.layers[l].post_norms;
+        let mut ops = self.attention_ops(l, t, pos0);
+        ops.push(Op::OProj { residual });
+        if !residual {
+            ops.push(Op::PostNorm(NormOf::Attention));
+        }
+        ops.extend(self.ffn_ops(l));
+        ops
+    }
+
+    /// The final norm and the vocabulary product.
+    pub fn head_ops(&self) -> Vec<Op> {
+        if self.lm_head_norm {
+            vec![Op::LmHead { norm: true }]
+        } else {
+            vec![Op::Norm(NormOf::Output), Op::LmHead { norm: false }]
+        }
+    }
+
+    /// The whole step in order.
+    pub fn step_ops(&self, t: u32, pos0: u32) -> Vec<Op> {
+        let mut ops = vec![Op::Embed];
+        for l in 0..self.layers.len() {
+            ops.extend(self.layer_ops(l, t, pos0));
+        }
+        ops.extend(self.head_ops());
+        ops
+    }
+
+    /// The pipeline labels a step of `t` tokens at `pos0` records, in order: what
+    /// `StepRecorder::labels` must return for it (`model` and `ctx` are the plan's own).
+    pub fn labels(
+        &self,
+        model: &Model,
+        ctx: &GpuContext,
+        t: u32,
+        pos0: u32,
+        logits_for: LogitsFor,
+    ) -> Vec<String> {
+        let w = &model.weights;
+        let mut out = Vec::new();
+        let product = |out: &mut Vec<String>, w: &GpuTensor, rows, bias, norm, fusion| {
+            let label = planned_label(ctx, w.ty, rows, w.row_len, bias, norm, fusion);
+            out.extend(std::iter::repeat_n(label, w.parts.len()));
+        };
+        let rope = rope_name(self.rope);
+        let act = match self.act {
+            Activation::Silu => "silu",
+            Activation::GeluTanh => "gelu_tanh",
+        };
+        let push = |out: &mut Vec<String>, l: Option<usize>, op: Op| {
+            let lw = l.map(|l| &w.layers[l]);
+            let lp = l.map(|l| &self.layers[l]);
+            match (op, lw, lp) {
+                (Op::Embed, ..) => {
+                    let label = GetRowsKey {
+                        ty: w.token_embd.ty,
+                    }
+                    .label();
+                    out.extend(std::iter::repeat_n(label, w.token_embd.parts.len()));
+                }
+                (Op::Norm(_), ..) => out.push("norm_rms".into()),
+                (Op::QkvRopeKv, Some(lw), Some(lp)) => {
+                    product(out, &lw.wq, t, lp.biases, true, Fusion::QkvRope(self.rope))
+                }
+                (Op::Qkv { norm }, Some(lw), Some(lp)) => {
+                    product(out, &lw.wq, t, lp.biases, norm, Fusion::Qkv)
+                }
+                (Op::QkvEach { norm }, Some(lw), _) => {
+                    for (w, b) in [(&lw.wq, &lw.bq), (&lw.wk, &lw.bk), (&lw.wv, &lw.bv)] {
+                        product(out, w, t, b.is_some(), norm, Fusion::None);
+                    }
+                }
+                (Op::QkNorm, ..) => {
+                    out.extend(["norm_rms_in_place".into(), "norm_rms_in_place".into()])
+                }
+                (Op::RopeKvWrite { qk_norm }, ..) => out.push(format!(
+                    "rope_kv_write_{rope}{}",
+                    if qk_norm { "_qk_norm" } else { "" }
+                )),
+                (Op::Rope, ..) => out.extend([format!("rope_{rope}"), format!("rope_{rope}")]),
+                (Op::KvWrite, ..) => out.push("attention_kv_write".into()),
+                (Op::Attention(a), ..) if a.splits <= 1 => {
+                    out.push(format!("attention_tiled_hd{}", self.head_dim))
+                }
+                (Op::Attention(_), ..) => {
+                    out.extend(["attention_split".into(), "attention_combine".into()])
+                }
+                (Op::OProj { .. }, Some(lw), _) => {
+                    product(out, &lw.wo, t, false, false, Fusion::None)
+                }
+                (Op::PostNorm(_), ..) => out.push("norm_rms_add".into()),
+                (Op::GateUpGlu, Some(lw), _) => {
+                    let glu = Fusion::Glu(self.act);
+                    product(out, &lw.w_gate, t, false, true, glu)
+                }
+                (Op::GateUp, Some(lw), _) => {
+                    product(out, &lw.w_gate, t, false, false, Fusion::None);
+                    product(out, &lw.w_up, t, false, false, Fusion::None);
+                }
+                (Op::Glu, ..) => out.push(format!("elementwise_glu_{act}")),
+                (Op::Down { .. }, Some(lw), _) => {
+                    product(out, &lw.w_down, t, false, false, Fusion::None)
+                }
+                (Op::Megakernel, Some(lw), Some(lp)) => out.push(
+                    MegakernelKey {
+                        gate_up: lw.w_gate.ty,
+                        down: lw.w_down.ty,
+                        act: self.act,
+                        post_norm: lp.post_norms,
+                    }
+                    .label(),
+                ),
+                (Op::LmHead { norm }, ..) => {
+                    let rows = match logits_for {
+                        LogitsFor::AllTokens => t,
+                        LogitsFor::LastToken => 1,
+                    };
+                    product(out, w.lm_head(), rows, false, norm, Fusion::None)
+                }
+                (op, ..) => unreachable!("{op:?} belongs to a layer"),
+            }
+        };
+        push(&mut out, None, Op::Embed);
+        for l in 0..self.layers.len() {
+            for op in self.layer_ops(l, t, pos0) {
+                push(&mut out, Some(l), op);
+            }
+        }
+        for op in self.head_ops() {
+            push(&mut out, None, op);
+        }
+        out
+    }
+
+    /// One `(step, detail)` line per step of the plan, layers with the same plan grouped.
+    pub fn lines(&self) -> Vec<PlanLine> {
+        let mut lines = Vec::new();
+        let mut line = |step: &str, detail: String| {
+            lines.push(PlanLine {
+                step: step.to_string(),
+                detail,
+            })
+        };
+        line(
+            "pipeline",
+            match self.pipeline {
+                Pipeline::Fused => format!("fused, on {}", self.facts.device),
+                Pipeline::Unfused => format!(
+                    "unfused (one kernel per operation, the A/B baseline), on {}",
+                    self.facts.device
+                ),
+            },
+        );
+        line("products", self.products_rule());
+        line("attention", self.attention_rule());
+        line("embed", format!("get_rows ({})", self.facts.embed));
+        // One line per step and distinct form, naming the layers that take it (gemma3's
+        // local and global layers, a quant mix's Q/K/V types), steps in model order.
+        let mut steps: Vec<(&'static str, Forms)> = Vec::new();
+        for (l, lp) in self.layers.iter().enumerate() {
+            for (step, detail) in self.layer_lines(lp) {
+                let forms = match steps.iter_mut().find(|(s, _)| *s == step) {
+                    Some((_, forms)) => forms,
+                    None => {
+                        steps.push((step, Vec::new()));
+                        &mut steps.last_mut().expect("just pushed").1
+                    }
+                };
+                match forms.iter_mut().find(|(d, _)| *d == detail) {
+                    Some((_, layers)) => layers.push(l),
+                    None => forms.push((detail, vec![l])),
+                }
+            }
+        }
+        for (step, forms) in steps {
+            for (detail, layers) in forms {
+                let which = if layers.len() == self.layers.len() {
+                    "every layer".to_string()
+                } else {
+                    layer_ranges(&layers)
+                };
+                line(step, format!("{which}: {detail}"));
+            }
+        }
+        line(
+            "lm head",
+            if self.lm_head_norm {
+                format!(
+                    "final norm folded into the vocabulary product ({})",
+                    self.facts.lm_head
+                )
+            } else {
+                format!(
+                    "final norm, then the vocabulary product ({})",
+                    self.facts.lm_head
+                )
+            },
+        );
+        if let Some(m) = &self.megakernel {
+            let state = if m.on { "on" } else { "asked for, not run" };
+            line("megakernel", format!("{state}: {}", m.why));
+        }
+        lines
+    }
+
+    fn products_rule(&self) -> String {
+        let mv = self.kernels.matvec.label();
+        // COCO_MATVEC's x' staging of the lane-per-8 matvec (the chunk matvec always stages).
+        let staged = match (self.kernels.matvec, matvec_shape().stage_x) {
+            (MatmulVariant::MatvecChunk | MatmulVariant::MatvecSubgroup, StageX::Normed) => {
+                ", x' staged for the normed products"
+            }
+            (MatmulVariant::MatvecChunk | MatmulVariant::MatvecSubgroup, StageX::All) => {
+                ", x' staged where K fits"
+            }
+            _ => "",
+        };
+        let matvec = if self.kernels.matvec == MatmulVariant::MatvecChunk {
+            format!(
+                "{mv} where K >= {CHUNK_MIN_K}, else {}{staged}",
+                MatmulVariant::MatvecSubgroup.label()
+            )
+        } else {
+            format!("{mv}{staged}")
+        };
+        match self.matvec_max_t {
+            None => format!(
+                "{matvec} for every step (a CPU adapter: the tiles' barriers cost more than \
+                 reading W once per token)"
+            ),
+            Some(max) => format!(
+                "steps of <= {max} tokens: {matvec}; longer steps: {}{}",
+                self.kernels.tiled.label(),
+                if self.kernels.tiled == MatmulVariant::TiledCoop {
+                    " (COCO_COOPMAT=1: f16 tensor cores)"
+                } else {
+                    ""
+                }
+            ),
+        }
+    }
+
+    fn attention_rule(&self) -> String {
+        format!(
+            "flash-decoding (attention_split + attention_combine) while steps x {} heads <= \
+             {SPLIT_MAX_ROWS} rows and the last token sees > {SPLIT_BLOCK} keys, else one pass \
+             (attention_tiled_hd{})",
+            self.heads, self.head_dim
+        )
+    }
+
+    fn layer_lines(&self, lp: &LayerPlan) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        let bias = if lp.biases { " (+ biases)" } else { "" };
+        let rope = rope_name(self.rope);
+        let qkv = if lp.qkv_one.on {
+            format!(
+                "Q/K/V{bias} in one dispatch, attention norm folded in ({})",
+                lp.qkv_one.why
+            )
+        } else if self.pipeline == Pipeline::Fused {
+            format!(
+                "Q, K, V{bias} as three products, each with the attention norm folded in ({})",
+                lp.qkv_one.why
+            )
+        } else {
+            format!("attention norm, then Q, K, V{bias} as three products")
+        };
+        if self.pipeline == Pipeline::Unfused {
+            out.push(("qkv", qkv));
+            if lp.qk_norm.is_some() {
+                out.push(("qk norm", "per-head Q and K norms, two dispatches".into()));
+            }
+            out.push((
+                "rope",
+                format!("RoPE ({rope}) on q, on k, then the KV-cache write"),
+            ));
+        } else {
+            let matvec_steps = match self.matvec_max_t {
+                None => "every step".to_string(),
+                Some(max) => format!("steps of <= {max} tokens"),
+            };
+            if lp.qkv_rope.on {
+                out.push((
+                    "qkv+rope",
+                    format!(
+                        "attention norm, Q/K/V{bias}, RoPE ({rope}) and the KV-cache write in \
+                         one matvec on {matvec_steps} ({})",
+                        lp.qkv_rope.why
+                    ),
+                ));
+                if self.matvec_max_t.is_some() {
+                    out.push(("qkv", format!("longer steps: {qkv}")));
+                    out.push((
+                        "rope",
+                        "longer steps: RoPE and the KV-cache write in one".into(),
+                    ));
+                }
+            } else {
+                out.push((
+                    "qkv",
+                    format!("{qkv}; RoPE not in the matvec: {}", lp.qkv_rope.why),
+                ));
+                match &lp.qk_norm {
+                    Some(q) if q.on => out.push((
+                        "rope",
+                        format!(
+                            "per-head Q/K norms, RoPE ({rope}) and the KV-cache write in one \
+                             dispatch ({})",
+                            q.why
+                        ),
+                    )),
+                    Some(q) => {
+                        out.push(("qk norm", format!("two in-place dispatches ({})", q.why)));
+                        out.push((
+                            "rope",
+                            format!("RoPE ({rope}) and the KV-cache write in one"),
+                        ));
+                    }
+                    None => out.push((
+                        "rope",
+                        format!("RoPE ({rope}) and the KV-cache write in one"),
+                    )),
+                }
+            }
+        }
+        let window = if lp.window > 0 {
+            format!("sliding window of {} positions", lp.window)
+        } else {
+            "full causal".to_string()
+        };
+        out.push(("window", window));
+        out.push((
+            "o proj",
+            if lp.post_norms {
+                "W_o, then its post-norm added into the residual stream".into()
+            } else {
+                "W_o added into the residual stream by the product".into()
+            },
+        ));
+        let act = match self.act {
+            Activation::Silu => "SiLU",
+            Activation::GeluTanh => "GELU-tanh",
+        };
+        out.push((
+            "ffn",
+            match &lp.ffn {
+                FfnPlan::Megakernel => {
+                    "the megakernel: norm, gate/up, activation, down and residual in one \
+                     dispatch, one workgroup per token"
+                        .into()
+                }
+                FfnPlan::Glu(why) => {
+                    format!("FFN norm, gate/up and {act} in one dispatch ({why})")
+                }
+                FfnPlan::Separate(why) => {
+                    format!("FFN norm, gate, up, then {act} x up: four dispatches ({why})")
+                }
+            },
+        ));
+        if lp.ffn != FfnPlan::Megakernel {
+            out.push((
+                "down",
+                if lp.post_norms {
+                    "W_down, then its post-norm added into the residual stream".into()
+                } else {
+                    "W_down added into the residual stream by the product".into()
+                },
+            ));
+        }
+        out
+    }
+}
+
+/// A printed step's distinct forms: each detail with the layers that take it.
+type Forms = Vec<(String, Vec<usize>)>;
+
+/// "layer 5", "layers 0-4, 6-10, 12".
+fn layer_ranges(layers: &[usize]) -> String {
+    let mut ranges: Vec<(usize, usize)> = Vec::new();
+    for &l in layers {
+        match ranges.last_mut() {
+            Some((_, last)) if *last + 1 == l => *last = l,
+            _ => ranges.push((l, l)),
+        }
+    }
+    let text: Vec<String> = ranges
+        .iter()
+        .map(|&(a, b)| {
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a}-{b}")
+            }
+        })
+        .collect();
+    let noun = if layers.len() == 1 { "layer" } else { "layers" };
+    format!("{noun} {}", text.join(", "))
+}
+
+fn rope_name(layout: RopeLayout) -> &'static str {
+    match layout {
+        RopeLayout::Normal => "normal",
+        RopeLayout::Neox => "neox",
+    }
+}
+
+/// One printed step of a [`Plan`]: its name and what it does, with the reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanLine {
+    pub step: String,
+    pub detail: String,
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let lines = self.lines();
+        let width = lines.iter().map(|l| l.step.len()).max().unwrap_or(0);
+        for l in lines {
+            writeln!(f, "  {:<width$}  {}", l.step, l.detail)?;
+        }
+        Ok(())
+    }
+}
