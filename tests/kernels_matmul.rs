@@ -24,8 +24,8 @@ use common::{ctx, is_k_quant, ATOL_PER_ABS_SUM, COOP_ATOL_PER_ABS_SUM, RTOL};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-/// K for the type: 2 super-blocks for K-quants, else 5 blocks of 32 (an odd block count, so
-/// Q8_0/Q4_0/Q5_0 rows alternate between word-aligned and 2-mod-4 starts).
+/// K for the type: 2 super-blocks for K-quants and IQ4_XS, else 5 blocks of 32 (an odd block
+/// count, so Q8_0/Q4_0/Q5_0/IQ4_NL rows alternate between word-aligned and 2-mod-4 starts).
 fn k_for(ty: GgmlType) -> usize {
     if is_k_quant(ty) {
         512
@@ -308,6 +308,30 @@ fn matmul_q5_k() {
 fn matmul_q6_k() {
     matmul_type(GgmlType::Q6_K);
 }
+#[test]
+fn matmul_q4_1() {
+    matmul_type(GgmlType::Q4_1);
+}
+#[test]
+fn matmul_q5_1() {
+    matmul_type(GgmlType::Q5_1);
+}
+#[test]
+fn matmul_iq4_nl() {
+    matmul_type(GgmlType::IQ4_NL);
+}
+#[test]
+fn matmul_q2_k() {
+    matmul_type(GgmlType::Q2_K);
+}
+#[test]
+fn matmul_q3_k() {
+    matmul_type(GgmlType::Q3_K);
+}
+#[test]
+fn matmul_iq4_xs() {
+    matmul_type(GgmlType::IQ4_XS);
+}
 
 /// Large vocabularies need more matvec workgroups than one dimension allows; this shape
 /// (530,000 rows / 8 per workgroup = 66,250 > 65,535) exercises the 2-D fold.
@@ -442,7 +466,8 @@ fn dequantize_matches_gguf_py() {
 
 #[test]
 fn quantize_matches_gguf_py() {
-    // gguf-py quantizes these with ggml's reference rounding; the K-quant goldens have no input.
+    // gguf-py quantizes these with ggml's reference rounding; the K-quant and IQ4 goldens have
+    // no input.
     for ty in [
         GgmlType::F32,
         GgmlType::F16,
@@ -450,6 +475,8 @@ fn quantize_matches_gguf_py() {
         GgmlType::Q8_0,
         GgmlType::Q4_0,
         GgmlType::Q5_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_1,
     ] {
         let g = golden(ty);
         let input = floats(&g["input"]);
