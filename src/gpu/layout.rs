@@ -290,6 +290,48 @@ mod tests {
         }
     }
 
+    /// 0% growth: every re-laid type's planes add up to its file block, and the planes the
+    /// shaders read in 16-byte units (the first) hold whole units per block.
+    #[test]
+    fn planes_keep_the_file_bytes() {
+        for ty in GgmlType::SUPPORTED {
+            let Some(split) = split_of(ty) else { continue };
+            assert_eq!(
+                split.plane_bytes.iter().sum::<usize>(),
+                split.block_bytes,
+                "{ty}"
+            );
+            assert_eq!(ty.block_geometry().unwrap().1, split.block_bytes, "{ty}");
+            assert_eq!(split.plane_bytes[0] % 16, 0, "{ty}");
+            assert!(split.plane_bytes.iter().all(|b| b % 2 == 0), "{ty}");
+        }
+    }
+
+    /// One field set at a time lands where the shaders look for it: Q2_K/Q3_K element e's low
+    /// bits at bits 2(g % 4) of byte i of word g / 4 of chunk e / 32 (e % 32 = 4g + i), Q3_K's
+    /// top bit at bit g of byte i of its chunk's word.
+    #[test]
+    fn two_bit_and_top_bit_fields_land_in_chunk_order() {
+        for e in 0..256 {
+            let (g, i) = ((e % 32) / 4, e % 4);
+            let mut qs = [0u8; 64];
+            qs[32 * (e / 128) + e % 32] = 3 << (2 * ((e % 128) / 32));
+            let mut out = [0u8; 64];
+            relay_2bit_k(&qs, &mut out);
+            let mut want = [0u8; 64];
+            want[8 * (e / 32) + 4 * (g / 4) + i] = 3 << (2 * (g % 4));
+            assert_eq!(out, want, "low bits of element {e}");
+
+            let mut hmask = [0u8; 32];
+            hmask[e % 32] = 1 << (e / 32);
+            let mut out = [0u8; 32];
+            relay_q3_k_high(&hmask, &mut out);
+            let mut want = [0u8; 32];
+            want[4 * (e / 32) + i] = 1 << g;
+            assert_eq!(out, want, "top bit of element {e}");
+        }
+    }
+
     #[test]
     fn planes_follow_one_another_per_part() {
         // Two Q4_0 blocks starting at block 4 of a part of 10: quants at 16·4, scales after
