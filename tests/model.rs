@@ -291,6 +291,16 @@ fn gpu_forward_matches_cpu_reference() {
     }
 }
 
+/// The fixtures of the types with no HF goldens yet (`tools/make_fixtures.py` builds them;
+/// `tools/hf_goldens.py` needs torch): Q4_1 and Q5_1 streamed, re-laid out and run whole.
+#[test]
+fn more_weight_types_match_cpu_reference() {
+    let ctx = gpu();
+    for name in ["llama3-q4_1", "qwen2-q5_1"] {
+        check_gpu_vs_cpu(&ctx, name, 21, 9);
+    }
+}
+
 /// Long enough that decode steps take the split-K (flash-decoding) attention path and
 /// gemma3's sliding window (8 positions in the fixture) is crossed many times.
 #[test]

@@ -68,7 +68,11 @@ TYPES: dict[str, tuple[QT, int]] = {
     "q4_k": (QT.Q4_K, FT.MOSTLY_Q4_K_S),
     "q5_k": (QT.Q5_K, FT.MOSTLY_Q5_K_S),
     "q6_k": (QT.Q6_K, FT.MOSTLY_Q6_K),
+    "q4_1": (QT.Q4_1, FT.MOSTLY_Q4_1),
+    "q5_1": (QT.Q5_1, FT.MOSTLY_Q5_1),
 }
+# The types every family is built in (and has HF goldens for).
+FAMILY_TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q5_0", "q4_k", "q5_k", "q6_k"]
 
 # Llama 3.2 rope scaling parameters (HF config "rope_scaling", rope_type "llama3").
 LLAMA3_ROPE = {"factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
@@ -109,8 +113,11 @@ FAMILIES: dict[str, dict] = {
 
 FAMILIES["llama-spm-chatml"] = dict(FAMILIES["llama-spm"], chat_template=SMOLLM2_CHAT_TEMPLATE)
 
-FIXTURES: list[tuple[str, str]] = [(fam, t) for fam in ("llama-spm", "llama3", "qwen2") for t in TYPES]
+FIXTURES: list[tuple[str, str]] = [(fam, t) for fam in ("llama-spm", "llama3", "qwen2") for t in FAMILY_TYPES]
 FIXTURES += [("gemma3", "q8_0"), ("gemma3", "q4_k"), ("llama-spm-chatml", "q4_0")]
+# Q4_1 and Q5_1 (gguf-py quantizes them) in one family each: tests/model.rs holds them against
+# the CPU reference forward; they have no HF goldens yet.
+FIXTURES += [("llama3", "q4_1"), ("qwen2", "q5_1")]
 
 
 def fixture_name(family: str, tname: str) -> str:
