@@ -416,6 +416,71 @@ fn get_rows_every_type_whole_and_split() {
     }
 }
 
+/// A table over several relay pieces (`layout::RELAY_PIECE_BYTES` of file bytes each), whole
+/// and split: the blocks of every piece, and of every part, land in their planes. Rows read
+/// are those either side of each piece boundary, plus the first and last.
+#[test]
+fn get_rows_across_relay_pieces() {
+    let ctx = ctx();
+    for ty in GgmlType::SUPPORTED {
+        if !coco::gpu::layout::is_relaid(ty) {
+            continue;
+        }
+        let dim = k_for(ty);
+        let row_bytes = ty.bytes_for(dim as u64).unwrap() as usize;
+        let piece = coco::gpu::layout::RELAY_PIECE_BYTES;
+        let rows = (2 * piece + piece / 2) / row_bytes;
+        let mut rng = ChaCha8Rng::seed_from_u64(500 + ty.id() as u64);
+        let (bytes, table) = random_weights(&mut rng, ty, rows, dim);
+        let mut ids = vec![0u32, rows as u32 - 1];
+        for b in 1..=2 {
+            let r = (b * piece / row_bytes) as u32;
+            ids.extend([r - 1, r, r + 1]);
+        }
+        for part_rows in [None, Some(rows / 3 / 4 * 4)] {
+            let max_part = part_rows.map_or(u64::MAX, |r| {
+                (r as u64 * row_bytes as u64).div_ceil(16) * 16
+            });
+            let tt =
+                GpuTensor::from_bytes(ctx, "table", ty, dim as u64, rows as u64, &bytes, max_part);
+            let idb = ctx.storage_buffer_init("ids", bytemuck::cast_slice(&ids));
+            let out = ctx.storage_buffer("out", (ids.len() * dim * 4) as u64);
+            let mut rec = StepRecorder::new(ctx);
+            get_rows(
+                &mut rec,
+                &tt,
+                &Binding::from(&idb),
+                &Binding::from(&out),
+                ids.len() as u32,
+                1.0,
+            )
+            .expect("get_rows");
+            rec.submit();
+            let got = ctx
+                .read_f32(&out, 0, (ids.len() * dim) as u64)
+                .expect("readback");
+            let want = reference::get_rows(&table, dim, &ids, 1.0);
+            for i in 0..got.len() {
+                assert!(
+                    (got[i] - want[i]).abs() <= 1e-6 * want[i].abs() + 1e-6,
+                    "{ty} rows={rows} parts={}: out[{}, {}] (row {}): gpu {} vs reference {}",
+                    tt.parts.len(),
+                    i / dim,
+                    i % dim,
+                    ids[i / dim],
+                    got[i],
+                    want[i]
+                );
+            }
+            println!(
+                "get_rows_{ty} over {} bytes, parts={}: ok",
+                bytes.len(),
+                tt.parts.len()
+            );
+        }
+    }
+}
+
 // ---- reference::quant against gguf-py (tests/goldens/quant_*.json, tools/quant_goldens.py) ----
 
 fn golden(ty: GgmlType) -> serde_json::Value {
