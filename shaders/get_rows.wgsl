@@ -6,7 +6,7 @@
 // its id falls in that part's rows. An id past the whole table gets a zero row from the part
 // flagged `zero_missing`, so no output is left stale.
 //
-// Defines: the weight type (F32 … Q6_K). One invocation per (token, 32-element chunk); the
+// Defines: the weight type (F32 … IQ4_XS). One invocation per (token, 32-element chunk); the
 // 1-D invocation space is folded into 2-D workgroups (x + y·num_workgroups.x).
 
 #include "common/dequant.wgsl"

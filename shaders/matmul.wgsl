@@ -24,7 +24,8 @@
 // over x, no barrier and no dispatch.
 //
 // Defines (kernels/matmul.rs builds them from a MatmulKey):
-//   weight type   F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q4_K Q5_K Q6_K (every weight has this type)
+//   weight type   F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_XS
+//                 (every weight has this type)
 //   kernel shape  MATVEC_WG | MATVEC_SG | MATVEC_CHUNK | TILED
 //   fusion        (none) | GLU + MULTI_W + SILU|GELU_TANH | QKV + MULTI_W [+ ROPE_KV [+ ROPE_NEOX]]
 //   NORM          binding norm_w[K]

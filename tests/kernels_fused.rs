@@ -518,6 +518,30 @@ fn fused_q5_k() {
 fn fused_q6_k() {
     fused_type(GgmlType::Q6_K);
 }
+#[test]
+fn fused_q4_1() {
+    fused_type(GgmlType::Q4_1);
+}
+#[test]
+fn fused_q5_1() {
+    fused_type(GgmlType::Q5_1);
+}
+#[test]
+fn fused_iq4_nl() {
+    fused_type(GgmlType::IQ4_NL);
+}
+#[test]
+fn fused_q2_k() {
+    fused_type(GgmlType::Q2_K);
+}
+#[test]
+fn fused_q3_k() {
+    fused_type(GgmlType::Q3_K);
+}
+#[test]
+fn fused_iq4_xs() {
+    fused_type(GgmlType::IQ4_XS);
+}
 
 /// Gate and up of different types cannot share a dispatch: a typed error, nothing recorded.
 #[test]

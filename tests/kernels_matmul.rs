@@ -24,8 +24,8 @@ use common::{ctx, is_k_quant, ATOL_PER_ABS_SUM, COOP_ATOL_PER_ABS_SUM, RTOL};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-/// K for the type: 2 super-blocks for K-quants, else 5 blocks of 32 (an odd block count, so
-/// Q8_0/Q4_0/Q5_0 rows alternate between word-aligned and 2-mod-4 starts).
+/// K for the type: 2 super-blocks for K-quants and IQ4_XS, else 5 blocks of 32 (an odd block
+/// count, so Q8_0/Q4_0/Q5_0/IQ4_NL rows alternate between word-aligned and 2-mod-4 starts).
 fn k_for(ty: GgmlType) -> usize {
     if is_k_quant(ty) {
         512
@@ -308,6 +308,30 @@ fn matmul_q5_k() {
 fn matmul_q6_k() {
     matmul_type(GgmlType::Q6_K);
 }
+#[test]
+fn matmul_q4_1() {
+    matmul_type(GgmlType::Q4_1);
+}
+#[test]
+fn matmul_q5_1() {
+    matmul_type(GgmlType::Q5_1);
+}
+#[test]
+fn matmul_iq4_nl() {
+    matmul_type(GgmlType::IQ4_NL);
+}
+#[test]
+fn matmul_q2_k() {
+    matmul_type(GgmlType::Q2_K);
+}
+#[test]
+fn matmul_q3_k() {
+    matmul_type(GgmlType::Q3_K);
+}
+#[test]
+fn matmul_iq4_xs() {
+    matmul_type(GgmlType::IQ4_XS);
+}
 
 /// Large vocabularies need more matvec workgroups than one dimension allows; this shape
 /// (530,000 rows / 8 per workgroup = 66,250 > 65,535) exercises the 2-D fold.
@@ -392,6 +416,71 @@ fn get_rows_every_type_whole_and_split() {
     }
 }
 
+/// A table over several relay pieces (`layout::RELAY_PIECE_BYTES` of file bytes each), whole
+/// and split: the blocks of every piece, and of every part, land in their planes. Rows read
+/// are those either side of each piece boundary, plus the first and last.
+#[test]
+fn get_rows_across_relay_pieces() {
+    let ctx = ctx();
+    for ty in GgmlType::SUPPORTED {
+        if !coco::gpu::layout::is_relaid(ty) {
+            continue;
+        }
+        let dim = k_for(ty);
+        let row_bytes = ty.bytes_for(dim as u64).unwrap() as usize;
+        let piece = coco::gpu::layout::RELAY_PIECE_BYTES;
+        let rows = (2 * piece + piece / 2) / row_bytes;
+        let mut rng = ChaCha8Rng::seed_from_u64(500 + ty.id() as u64);
+        let (bytes, table) = random_weights(&mut rng, ty, rows, dim);
+        let mut ids = vec![0u32, rows as u32 - 1];
+        for b in 1..=2 {
+            let r = (b * piece / row_bytes) as u32;
+            ids.extend([r - 1, r, r + 1]);
+        }
+        for part_rows in [None, Some(rows / 3 / 4 * 4)] {
+            let max_part = part_rows.map_or(u64::MAX, |r| {
+                (r as u64 * row_bytes as u64).div_ceil(16) * 16
+            });
+            let tt =
+                GpuTensor::from_bytes(ctx, "table", ty, dim as u64, rows as u64, &bytes, max_part);
+            let idb = ctx.storage_buffer_init("ids", bytemuck::cast_slice(&ids));
+            let out = ctx.storage_buffer("out", (ids.len() * dim * 4) as u64);
+            let mut rec = StepRecorder::new(ctx);
+            get_rows(
+                &mut rec,
+                &tt,
+                &Binding::from(&idb),
+                &Binding::from(&out),
+                ids.len() as u32,
+                1.0,
+            )
+            .expect("get_rows");
+            rec.submit();
+            let got = ctx
+                .read_f32(&out, 0, (ids.len() * dim) as u64)
+                .expect("readback");
+            let want = reference::get_rows(&table, dim, &ids, 1.0);
+            for i in 0..got.len() {
+                assert!(
+                    (got[i] - want[i]).abs() <= 1e-6 * want[i].abs() + 1e-6,
+                    "{ty} rows={rows} parts={}: out[{}, {}] (row {}): gpu {} vs reference {}",
+                    tt.parts.len(),
+                    i / dim,
+                    i % dim,
+                    ids[i / dim],
+                    got[i],
+                    want[i]
+                );
+            }
+            println!(
+                "get_rows_{ty} over {} bytes, parts={}: ok",
+                bytes.len(),
+                tt.parts.len()
+            );
+        }
+    }
+}
+
 // ---- reference::quant against gguf-py (tests/goldens/quant_*.json, tools/quant_goldens.py) ----
 
 fn golden(ty: GgmlType) -> serde_json::Value {
@@ -442,7 +531,8 @@ fn dequantize_matches_gguf_py() {
 
 #[test]
 fn quantize_matches_gguf_py() {
-    // gguf-py quantizes these with ggml's reference rounding; the K-quant goldens have no input.
+    // gguf-py quantizes these with ggml's reference rounding; the K-quant and IQ4 goldens have
+    // no input.
     for ty in [
         GgmlType::F32,
         GgmlType::F16,
@@ -450,6 +540,8 @@ fn quantize_matches_gguf_py() {
         GgmlType::Q8_0,
         GgmlType::Q4_0,
         GgmlType::Q5_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_1,
     ] {
         let g = golden(ty);
         let input = floats(&g["input"]);

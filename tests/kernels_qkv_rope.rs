@@ -278,6 +278,14 @@ fn qkv_rope_kv_q5_0() {
 fn qkv_rope_kv_q4_k() {
     run_type(GgmlType::Q4_K);
 }
+#[test]
+fn qkv_rope_kv_q3_k() {
+    run_type(GgmlType::Q3_K);
+}
+#[test]
+fn qkv_rope_kv_iq4_nl() {
+    run_type(GgmlType::IQ4_NL);
+}
 
 /// A prefill chunk takes the tiled kernel, which has no RoPE epilogue: the fusion says no,
 /// and forcing it is an error rather than a wrong result.

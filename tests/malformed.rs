@@ -15,7 +15,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
 
-use coco::capabilities::{check, AdapterFacts};
+use coco::capabilities::{check, AdapterFacts, Status};
 use coco::gguf::{GgmlType, GgufError, Header, Parser, Value, Writer};
 use coco::model::Config;
 use coco::tokenizer::Tokenizer;
@@ -1035,6 +1035,51 @@ fn broken_files_are_invalid_and_unsupported_ones_not_yet() {
         assert!(!report.is_ok());
         let text = report.blockers();
         assert!(text.contains("not yet") && text.contains(needle), "{text}");
+    }
+}
+
+/// Every type the kernels read passes the weight-types row; any other (IQ2/IQ3/IQ1, the
+/// ternary TQ types, MXFP4, the Q8_1/Q8_K activation types) is refused up front, by name, with
+/// the list of what is supported.
+#[test]
+fn weight_types_row_names_what_it_refuses() {
+    let facts = lavapipe_like_facts();
+    let row = |ty: GgmlType| {
+        let (block, _) = ty.block_geometry().expect("a sized type");
+        // One tensor of the type, whole blocks; the rest of the model stays F32.
+        let model = TinyModel::new("llama").reshape("output.weight", &[block as u64, VOCAB], ty);
+        let report = check(&model.header(), &facts, 64);
+        report
+            .rows
+            .into_iter()
+            .find(|r| r.name == "weight types")
+            .expect("a weight types row")
+    };
+    for ty in GgmlType::SUPPORTED {
+        let r = row(ty);
+        assert_eq!(r.status, Status::Ok, "{ty}: {}", r.detail);
+    }
+    let supported = "supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, \
+                     Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS";
+    for (ty, name) in [
+        (GgmlType::Other(16), "IQ2_XXS"),
+        (GgmlType::Other(18), "IQ3_XXS"),
+        (GgmlType::Other(21), "IQ3_S"),
+        (GgmlType::Other(29), "IQ1_M"),
+        (GgmlType::Other(34), "TQ1_0"),
+        (GgmlType::Other(35), "TQ2_0"),
+        (GgmlType::Other(39), "MXFP4"),
+        (GgmlType::Q8_1, "Q8_1"),
+        (GgmlType::Q8_K, "Q8_K"),
+    ] {
+        let r = row(ty);
+        assert_eq!(r.status, Status::NotYet, "{name}: {}", r.detail);
+        assert!(
+            r.detail.contains(&format!("not yet: {name} (1 tensors"))
+                && r.detail.contains(supported),
+            "{name}: {}",
+            r.detail
+        );
     }
 }
 

@@ -247,6 +247,17 @@ fn mixed_down_types_match_reference() {
     check_types(GgmlType::BF16, GgmlType::Q8_0, 64, 96);
 }
 
+/// The 32-element types with an offset or a grid, and the super-block types whose planes
+/// the down copy reads (Q2_K/Q3_K, IQ4_XS with IQ4_NL sharing the grid helpers).
+#[test]
+fn more_types_match_reference() {
+    check_types(GgmlType::Q4_1, GgmlType::Q5_1, 160, 96);
+    check_types(GgmlType::IQ4_NL, GgmlType::IQ4_NL, 160, 224);
+    check_types(GgmlType::Q2_K, GgmlType::Q3_K, 256, 512);
+    check_types(GgmlType::Q3_K, GgmlType::Q3_K, 256, 768);
+    check_types(GgmlType::IQ4_XS, GgmlType::IQ4_NL, 256, 96);
+}
+
 /// A weight split into row parts is refused with a reason, not run wrongly.
 #[test]
 fn split_weights_are_refused() {

@@ -291,6 +291,23 @@ fn gpu_forward_matches_cpu_reference() {
     }
 }
 
+/// The fixtures of the types with no HF goldens yet (`tools/make_fixtures.py` builds them;
+/// `tools/hf_goldens.py` needs torch): the six newer types streamed, re-laid out and run whole.
+#[test]
+fn more_weight_types_match_cpu_reference() {
+    let ctx = gpu();
+    for name in [
+        "llama3-q4_1",
+        "qwen2-q5_1",
+        "llama-spm-q2_k",
+        "llama-spm-q3_k",
+        "qwen2-iq4_nl",
+        "llama3-iq4_xs",
+    ] {
+        check_gpu_vs_cpu(&ctx, name, 21, 9);
+    }
+}
+
 /// Long enough that decode steps take the split-K (flash-decoding) attention path and
 /// gemma3's sliding window (8 positions in the fixture) is crossed many times.
 #[test]

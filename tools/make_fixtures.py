@@ -53,6 +53,7 @@ from gguf import GGMLQuantizationType as QT  # noqa: E402
 from gguf import LlamaFileType as FT  # noqa: E402
 
 import kquants  # noqa: E402
+import more_quants  # noqa: E402
 
 GENERATOR_VERSION = 1
 
@@ -68,7 +69,15 @@ TYPES: dict[str, tuple[QT, int]] = {
     "q4_k": (QT.Q4_K, FT.MOSTLY_Q4_K_S),
     "q5_k": (QT.Q5_K, FT.MOSTLY_Q5_K_S),
     "q6_k": (QT.Q6_K, FT.MOSTLY_Q6_K),
+    "q4_1": (QT.Q4_1, FT.MOSTLY_Q4_1),
+    "q5_1": (QT.Q5_1, FT.MOSTLY_Q5_1),
+    "q2_k": (QT.Q2_K, FT.MOSTLY_Q2_K),
+    "q3_k": (QT.Q3_K, FT.MOSTLY_Q3_K_S),
+    "iq4_nl": (QT.IQ4_NL, FT.MOSTLY_IQ4_NL),
+    "iq4_xs": (QT.IQ4_XS, FT.MOSTLY_IQ4_XS),
 }
+# The types every family is built in (and has HF goldens for).
+FAMILY_TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q5_0", "q4_k", "q5_k", "q6_k"]
 
 # Llama 3.2 rope scaling parameters (HF config "rope_scaling", rope_type "llama3").
 LLAMA3_ROPE = {"factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
@@ -109,8 +118,12 @@ FAMILIES: dict[str, dict] = {
 
 FAMILIES["llama-spm-chatml"] = dict(FAMILIES["llama-spm"], chat_template=SMOLLM2_CHAT_TEMPLATE)
 
-FIXTURES: list[tuple[str, str]] = [(fam, t) for fam in ("llama-spm", "llama3", "qwen2") for t in TYPES]
+FIXTURES: list[tuple[str, str]] = [(fam, t) for fam in ("llama-spm", "llama3", "qwen2") for t in FAMILY_TYPES]
 FIXTURES += [("gemma3", "q8_0"), ("gemma3", "q4_k"), ("llama-spm-chatml", "q4_0")]
+# The newer types in one family each (Q4_1/Q5_1 by gguf-py, the rest by more_quants.py):
+# tests/model.rs holds them against the CPU reference forward; they have no HF goldens yet.
+FIXTURES += [("llama3", "q4_1"), ("qwen2", "q5_1"), ("llama-spm", "q2_k"), ("llama-spm", "q3_k")]
+FIXTURES += [("qwen2", "iq4_nl"), ("llama3", "iq4_xs")]
 
 
 def fixture_name(family: str, tname: str) -> str:
@@ -239,6 +252,8 @@ def encode(w: np.ndarray, qt: QT) -> np.ndarray:
         return np.ascontiguousarray(w, dtype=np.float32)
     if qt in (QT.Q4_K, QT.Q5_K, QT.Q6_K):
         return kquants.quantize(w, qt.name)
+    if qt.name in more_quants.QUANTIZERS:
+        return more_quants.quantize(w, qt.name)
     return gguf.quants.quantize(w, qt)
 
 

@@ -8,10 +8,10 @@ Writes ``tests/goldens/quant_<type>.json`` for every type coco reads:
    "bytes": "hex...",   # the packed blocks
    "dequant": [...]}    # gguf.quants.dequantize(bytes)
 
-gguf-py can quantize F32/F16/BF16/Q8_0/Q4_0/Q5_0; ``tests/kernels_matmul.rs`` checks that
-coco's quantizer reproduces those bytes exactly. It cannot quantize K-quants, so their blocks
-are random bytes with tame f16 scales (every byte pattern is a valid block otherwise), and
-only the dequantization is compared.
+gguf-py can quantize F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q5_0/Q5_1; ``tests/kernels_matmul.rs``
+checks that coco's quantizer reproduces those bytes exactly. It cannot quantize the K-quants
+(Q2_K … Q6_K) or IQ4_NL/IQ4_XS, so their blocks are random bytes with tame f16 scales (every
+byte pattern is a valid block otherwise), and only the dequantization is compared.
 
 Deterministic (seeded); run ``python tools/quant_goldens.py`` from the repo root.
 Needs ``pip install gguf numpy``.
@@ -29,9 +29,26 @@ from gguf.quants import dequantize, quantize
 OUT = Path(__file__).resolve().parent.parent / "tests" / "goldens"
 
 # (type, elements); two blocks at least so block strides are exercised.
-QUANTIZED = [(T.F32, 40), (T.F16, 40), (T.BF16, 40), (T.Q8_0, 96), (T.Q4_0, 96), (T.Q5_0, 96)]
-# (type, super-blocks, byte offsets of the f16 scales in each block).
-K_QUANTS = [(T.Q4_K, 2, (0, 2), 144), (T.Q5_K, 2, (0, 2), 176), (T.Q6_K, 2, (208,), 210)]
+QUANTIZED = [
+    (T.F32, 40),
+    (T.F16, 40),
+    (T.BF16, 40),
+    (T.Q8_0, 96),
+    (T.Q4_0, 96),
+    (T.Q5_0, 96),
+]
+# Drawn after RANDOM_BLOCKS, so that adding them left the earlier goldens' bytes unchanged.
+QUANTIZED_LATER = [(T.Q4_1, 96), (T.Q5_1, 96)]
+# (type, blocks, byte offsets of the f16 scales in each block, bytes and elements per block).
+RANDOM_BLOCKS = [
+    (T.Q4_K, 2, (0, 2), 144, 256),
+    (T.Q5_K, 2, (0, 2), 176, 256),
+    (T.Q6_K, 2, (208,), 210, 256),
+    (T.Q2_K, 3, (80, 82), 84, 256),
+    (T.Q3_K, 3, (108,), 110, 256),
+    (T.IQ4_XS, 3, (0,), 136, 256),
+    (T.IQ4_NL, 5, (0,), 18, 32),
+]
 
 
 def inputs(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -53,28 +70,35 @@ def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(20261130)
     for ty, n in QUANTIZED:
-        x = inputs(rng, n)
-        packed = quantize(x, ty)
-        doc = {
-            "type": ty.name,
-            "n": n,
-            "input": floats(x),
-            "bytes": packed.tobytes().hex(),
-            "dequant": floats(dequantize(packed, ty)),
-        }
-        write(ty.name, doc)
-    for ty, blocks, scale_at, block_bytes in K_QUANTS:
+        quantized(rng, ty, n)
+    for ty, blocks, scale_at, block_bytes, block_len in RANDOM_BLOCKS:
         raw = rng.integers(0, 256, size=(blocks, block_bytes), dtype=np.uint8)
         for at in scale_at:
             d = rng.uniform(0.001, 0.05, size=blocks).astype(np.float16)
             raw[:, at : at + 2] = d.view(np.uint8).reshape(blocks, 2)
         doc = {
             "type": ty.name,
-            "n": blocks * 256,
+            "n": blocks * block_len,
             "bytes": raw.tobytes().hex(),
             "dequant": floats(dequantize(raw.reshape(-1), ty)),
         }
         write(ty.name, doc)
+    for ty, n in QUANTIZED_LATER:
+        quantized(rng, ty, n)
+
+
+def quantized(rng: np.random.Generator, ty: T, n: int) -> None:
+    """Inputs quantized by gguf-py, its bytes and their dequantization."""
+    x = inputs(rng, n)
+    packed = quantize(x, ty)
+    doc = {
+        "type": ty.name,
+        "n": n,
+        "input": floats(x),
+        "bytes": packed.tobytes().hex(),
+        "dequant": floats(dequantize(packed, ty)),
+    }
+    write(ty.name, doc)
 
 
 def write(name: str, doc: dict) -> None:

@@ -4,8 +4,10 @@
 // Contract with the including shader:
 //   - it declares `var<storage, read> w: array<vec4<u32>>;` holding one tensor part in the
 //     layout src/gpu/layout.rs gives its type: the file's blocks in place (F32 F16 BF16 Q4_K
-//     Q5_K) or the same bytes split into 16-byte-aligned planes (Q4_0 Q5_0 Q8_0 Q6_K);
-//   - it defines exactly one weight type: F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q4_K Q5_K Q6_K;
+//     Q5_K) or the same bytes split into aligned planes (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 IQ4_NL
+//     Q2_K Q3_K Q6_K IQ4_XS);
+//   - it defines exactly one weight type: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL Q2_K
+//     Q3_K Q4_K Q5_K Q6_K IQ4_XS;
 //   - with MULTI_W it binds several weights of that type and defines `fn wv(i: u32) ->
 //     vec4<u32>` and `fn wl(i: u32) -> u32` itself (16-byte unit i, word i of the weight it is
 //     reading now; see matmul.wgsl). Every weight load below goes through them for that
@@ -72,6 +74,16 @@ fn byte_bits(u: u32, bit: u32) -> vec4<u32> {
     return (vec4<u32>(u) >> vec4<u32>(bit, bit + 8u, bit + 16u, bit + 24u)) & vec4<u32>(1u);
 }
 
+// The four 2-bit fields at bit `shift` of each byte of `u`.
+fn two_bits(u: u32, shift: u32) -> vec4<u32> {
+    return (vec4<u32>(u) >> vec4<u32>(shift, shift + 8u, shift + 16u, shift + 24u)) & vec4<u32>(3u);
+}
+
+// Bits first..first+3 of `u`, each in {0, 1}.
+fn bit_run(u: u32, first: u32) -> vec4<u32> {
+    return (vec4<u32>(u) >> vec4<u32>(first, first + 1u, first + 2u, first + 3u)) & vec4<u32>(1u);
+}
+
 // The four bytes of `u` as signed int8 values.
 fn i8x4(u: u32) -> vec4<f32> {
     return vec4<f32>(unpack4xI8(u));
@@ -94,6 +106,24 @@ fn i8x4(u: u32) -> vec4<f32> {
 #endif
 #ifdef Q5_0
 #include "common/dequant_q5_0.wgsl"
+#endif
+#ifdef Q4_1
+#include "common/dequant_q4_1.wgsl"
+#endif
+#ifdef Q5_1
+#include "common/dequant_q5_1.wgsl"
+#endif
+#ifdef IQ4_NL
+#include "common/dequant_iq4_nl.wgsl"
+#endif
+#ifdef Q2_K
+#include "common/dequant_q2_k.wgsl"
+#endif
+#ifdef Q3_K
+#include "common/dequant_q3_k.wgsl"
+#endif
+#ifdef IQ4_XS
+#include "common/dequant_iq4_xs.wgsl"
 #endif
 #ifdef Q4_K
 #include "common/dequant_q4_k.wgsl"

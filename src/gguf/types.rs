@@ -21,6 +21,10 @@ pub enum GgmlType {
     Q6_K,
     Q8_K,
     BF16,
+    /// 32 elements on the fixed non-linear 16-level grid (llama.cpp's `kvalues_iq4nl`).
+    IQ4_NL,
+    /// 256-element super-blocks of the IQ4_NL grid with 6-bit sub-block scales.
+    IQ4_XS,
     /// A type id GGUF defines that coco cannot read (IQ*, TQ*, I8 …); kept so the
     /// capability report can name it instead of failing the parse.
     Other(u32),
@@ -43,6 +47,8 @@ impl GgmlType {
             13 => Self::Q5_K,
             14 => Self::Q6_K,
             15 => Self::Q8_K,
+            20 => Self::IQ4_NL,
+            23 => Self::IQ4_XS,
             30 => Self::BF16,
             other => Self::Other(other),
         }
@@ -65,6 +71,8 @@ impl GgmlType {
             Self::Q6_K => 14,
             Self::Q8_K => 15,
             Self::BF16 => 30,
+            Self::IQ4_NL => 20,
+            Self::IQ4_XS => 23,
             Self::Other(id) => id,
         }
     }
@@ -87,6 +95,8 @@ impl GgmlType {
             Self::Q5_K => (256, 176),
             Self::Q6_K => (256, 210),
             Self::Q8_K => (256, 292),
+            Self::IQ4_NL => (32, 18),
+            Self::IQ4_XS => (256, 136),
             // Types coco can't run but must still size, so a file that uses them parses and
             // the capability check can say "not yet: IQ2_XS" instead of a parse error.
             // Sizes from ggml's block structs.
@@ -95,10 +105,8 @@ impl GgmlType {
                 17 => (256, 74),  // IQ2_XS
                 18 => (256, 98),  // IQ3_XXS
                 19 => (256, 50),  // IQ1_S
-                20 => (32, 18),   // IQ4_NL
                 21 => (256, 110), // IQ3_S
                 22 => (256, 82),  // IQ2_S
-                23 => (256, 136), // IQ4_XS
                 24 => (1, 1),     // I8
                 25 => (1, 2),     // I16
                 26 => (1, 4),     // I32
@@ -115,31 +123,32 @@ impl GgmlType {
 
     /// Types coco's kernels read directly on the GPU.
     pub fn is_supported(self) -> bool {
-        matches!(
-            self,
-            Self::F32
-                | Self::F16
-                | Self::BF16
-                | Self::Q8_0
-                | Self::Q4_0
-                | Self::Q5_0
-                | Self::Q4_K
-                | Self::Q5_K
-                | Self::Q6_K
-        )
+        Self::SUPPORTED.contains(&self)
     }
 
-    pub const SUPPORTED: [GgmlType; 9] = [
+    pub const SUPPORTED: [GgmlType; 15] = [
         Self::F32,
         Self::F16,
         Self::BF16,
         Self::Q8_0,
         Self::Q4_0,
+        Self::Q4_1,
         Self::Q5_0,
+        Self::Q5_1,
+        Self::IQ4_NL,
+        Self::Q2_K,
+        Self::Q3_K,
         Self::Q4_K,
         Self::Q5_K,
         Self::Q6_K,
+        Self::IQ4_XS,
     ];
+
+    /// 256-element super-block types (K must be a multiple of 256); the rest read by the GPU
+    /// hold 32-element blocks or single values.
+    pub fn is_super_block(self) -> bool {
+        self.block_geometry().is_some_and(|(n, _)| n == 256)
+    }
 
     pub fn name(self) -> String {
         match self {
@@ -148,10 +157,8 @@ impl GgmlType {
                 17 => "IQ2_XS".into(),
                 18 => "IQ3_XXS".into(),
                 19 => "IQ1_S".into(),
-                20 => "IQ4_NL".into(),
                 21 => "IQ3_S".into(),
                 22 => "IQ2_S".into(),
-                23 => "IQ4_XS".into(),
                 24 => "I8".into(),
                 25 => "I16".into(),
                 26 => "I32".into(),

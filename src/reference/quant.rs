@@ -10,13 +10,20 @@
 //! | Q8_0 | 32  | 34  | `d: f16, qs: [i8; 32]`; w = d·q |
 //! | Q4_0 | 32  | 18  | `d: f16, qs: [u8; 16]`; elem j < 16 in the low nibble of qs[j], j+16 in the high; w = d·(q − 8) |
 //! | Q5_0 | 32  | 22  | `d: f16, qh: u32 (LE), qs: [u8; 16]`; like Q4_0 plus bit 4 = bit j of qh; w = d·(q − 16) |
+//! | Q4_1 | 32  | 20  | `d, m: f16, qs: [u8; 16]`; nibbles as Q4_0; w = d·q + m |
+//! | Q5_1 | 32  | 24  | `d, m: f16, qh: u32 (LE), qs: [u8; 16]`; q as Q5_0; w = d·q + m |
+//! | IQ4_NL | 32 | 18 | `d: f16, qs: [u8; 16]`; nibbles as Q4_0 index [`IQ4_GRID`]; w = d·grid[q] |
+//! | Q2_K | 256 | 84  | `scales: [u8; 16], qs: [u8; 64], d, dmin: f16`; 16 sub-blocks of 16, scale low nibble, min high; elem e: bits 2((e%128)/32) of qs[32(e/128) + e%32]; w = d·sc·q − dmin·m |
+//! | Q3_K | 256 | 110 | `hmask: [u8; 32], qs: [u8; 64], scales: [u8; 12], d: f16`; 2 low bits as Q2_K, bit 2 = bit (e/32) of hmask[e%32], 6-bit scales − 32; w = d·sc·(q − 4) |
+//! | IQ4_XS | 256 | 136 | `d: f16, scales_h: u16, scales_l: [u8; 4], qs: [u8; 128]`; 8 sub-blocks of 32 as IQ4_NL, 6-bit scale − 32 (low nibble of scales_l, 2 bits of scales_h); w = d·sc·grid[q] |
 //! | Q4_K | 256 | 144 | `d, dmin: f16, scales: [u8; 12], qs: [u8; 128]`; 8 sub-blocks of 32, 6-bit scale/min each; w = d·sc·q − dmin·m |
 //! | Q5_K | 256 | 176 | `d, dmin, scales[12], qh: [u8; 32], qs[128]`; like Q4_K, bit 4 of sub-block s elem l = bit s of qh[l] |
 //! | Q6_K | 256 | 210 | `ql: [u8; 128], qh: [u8; 64], scales: [i8; 16], d: f16`; 16 sub-blocks of 16; w = d·sc·(q − 32) |
 //!
-//! The quantizers exist so tests can make quantized tensors in Rust. Q8_0/Q4_0/Q5_0 follow
-//! ggml's reference rounding (and so reproduce gguf-py's bytes); the K-quant packers are simple
-//! min/max fits, valid blocks of lower quality than llama.cpp's searched scales.
+//! The quantizers exist so tests can make quantized tensors in Rust. Q8_0/Q4_0/Q5_0/Q4_1/Q5_1
+//! follow ggml's reference rounding (and so reproduce gguf-py's bytes); the K-quant and IQ4
+//! packers are simple min/max fits, valid blocks of lower quality than llama.cpp's searched
+//! scales (gguf-py has no quantizer for them to compare with).
 
 use half::f16;
 
@@ -89,6 +96,12 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8], n: usize) -> Result<Vec<f32>, Quan
             GgmlType::Q4_K => dequant_q4_k(b, y),
             GgmlType::Q5_K => dequant_q5_k(b, y),
             GgmlType::Q6_K => dequant_q6_k(b, y),
+            GgmlType::Q4_1 => dequant_qx_1(b, y, false),
+            GgmlType::Q5_1 => dequant_qx_1(b, y, true),
+            GgmlType::IQ4_NL => dequant_iq4_nl(b, y),
+            GgmlType::Q2_K => dequant_q2_k(b, y),
+            GgmlType::Q3_K => dequant_q3_k(b, y),
+            GgmlType::IQ4_XS => dequant_iq4_xs(b, y),
             other => return Err(QuantError::Unsupported(other)),
         }
     }
@@ -123,6 +136,12 @@ pub fn quantize(ty: GgmlType, values: &[f32]) -> Result<Vec<u8>, QuantError> {
             GgmlType::Q4_K => quant_q45_k(x, b, false),
             GgmlType::Q5_K => quant_q45_k(x, b, true),
             GgmlType::Q6_K => quant_q6_k(x, b),
+            GgmlType::Q4_1 => quant_qx_1(x, b, false),
+            GgmlType::Q5_1 => quant_qx_1(x, b, true),
+            GgmlType::IQ4_NL => quant_iq4_nl(x, b),
+            GgmlType::Q2_K => quant_q2_k(x, b),
+            GgmlType::Q3_K => quant_q3_k(x, b),
+            GgmlType::IQ4_XS => quant_iq4_xs(x, b),
             other => return Err(QuantError::Unsupported(other)),
         }
     }
@@ -258,7 +277,262 @@ fn dequant_q6_k(b: &[u8], y: &mut [f32]) {
     }
 }
 
+/// The 16 levels of IQ4_NL and IQ4_XS, in units of the block's scale (llama.cpp's
+/// `kvalues_iq4nl`; gguf-py's `IQ4_NL.kvalues`): denser near zero, where weights cluster.
+pub const IQ4_GRID: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
+
+/// Q4_1 (`high_bit` false) and Q5_1: Q4_0/Q5_0's quants with an offset m instead of a
+/// centred level.
+fn dequant_qx_1(b: &[u8], y: &mut [f32], high_bit: bool) {
+    let (d, m) = (f16_at(b, 0), f16_at(b, 2));
+    let qh = if high_bit {
+        u32::from_le_bytes([b[4], b[5], b[6], b[7]])
+    } else {
+        0
+    };
+    let qs = &b[if high_bit { 8 } else { 4 }..][..16];
+    for j in 0..16 {
+        let lo = (qs[j] & 15) as u32 | ((qh >> j) & 1) << 4;
+        let hi = (qs[j] >> 4) as u32 | ((qh >> (j + 16)) & 1) << 4;
+        y[j] = d * lo as f32 + m;
+        y[j + 16] = d * hi as f32 + m;
+    }
+}
+
+fn dequant_iq4_nl(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    for j in 0..16 {
+        y[j] = d * IQ4_GRID[(b[2 + j] & 15) as usize] as f32;
+        y[j + 16] = d * IQ4_GRID[(b[2 + j] >> 4) as usize] as f32;
+    }
+}
+
+/// Where the 2 low bits of Q2_K/Q3_K element `e` (0..256) live: (qs byte, shift). Each half
+/// h of 128 elements is four rows s of 32 sharing qs[32h..32h+32], row s at bits 2s; its
+/// 16-element sub-block (the scale's index) is e / 16.
+pub fn q2_position(e: usize) -> (usize, usize) {
+    (32 * (e / 128) + e % 32, 2 * ((e % 128) / 32))
+}
+
+fn dequant_q2_k(b: &[u8], y: &mut [f32]) {
+    let (d, dmin) = (f16_at(b, 80), f16_at(b, 82));
+    for (e, v) in y.iter_mut().enumerate() {
+        let sc = b[e / 16];
+        let (dl, ml) = (d * (sc & 15) as f32, dmin * (sc >> 4) as f32);
+        let (at, shift) = q2_position(e);
+        *v = dl * ((b[16 + at] >> shift) & 3) as f32 - ml;
+    }
+}
+
+/// Q3_K's 6-bit scale `i` (0..16) from its 12 packed bytes: the low 4 bits are nibble i / 8
+/// of byte i % 8, the top 2 bits are bits 2(i / 4) of byte 8 + i % 4.
+pub fn q3_k_scale(i: usize, s: &[u8]) -> u8 {
+    ((s[i % 8] >> (4 * (i / 8))) & 15) | (((s[8 + i % 4] >> (2 * (i / 4))) & 3) << 4)
+}
+
+fn dequant_q3_k(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 108);
+    for (e, v) in y.iter_mut().enumerate() {
+        let dl = d * (q3_k_scale(e / 16, &b[96..108]) as i32 - 32) as f32;
+        let (at, shift) = q2_position(e);
+        // The high bit set means no offset (gguf-py: "strangely, the offset is zero when
+        // the bitmask is 1"): q = low + 4·high − 4.
+        let high = (b[e % 32] >> (e / 32)) & 1;
+        let q = ((b[32 + at] >> shift) & 3) as i32 + 4 * high as i32 - 4;
+        *v = dl * q as f32;
+    }
+}
+
+/// IQ4_XS sub-block `ib`'s 6-bit scale (0..64, stored + 32).
+pub fn iq4_xs_scale(ib: usize, b: &[u8]) -> u8 {
+    let high = u16::from_le_bytes([b[2], b[3]]);
+    ((b[4 + ib / 2] >> (4 * (ib % 2))) & 15) | ((((high >> (2 * ib)) & 3) as u8) << 4)
+}
+
+fn dequant_iq4_xs(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    for ib in 0..8 {
+        let dl = d * (iq4_xs_scale(ib, b) as i32 - 32) as f32;
+        let qs = &b[8 + 16 * ib..][..16];
+        for j in 0..16 {
+            y[32 * ib + j] = dl * IQ4_GRID[(qs[j] & 15) as usize] as f32;
+            y[32 * ib + j + 16] = dl * IQ4_GRID[(qs[j] >> 4) as usize] as f32;
+        }
+    }
+}
+
 // ---- quantizers ----
+
+/// ggml's `quantize_row_q4_1_ref` / `_q5_1_ref`: d = (max − min) / levels, m = min,
+/// q = trunc((x − min)/d + 0.5) clamped to the top level.
+fn quant_qx_1(x: &[f32], b: &mut [u8], high_bit: bool) {
+    let top = if high_bit { 31u32 } else { 15 };
+    let max = x.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
+    let min = x.iter().fold(f32::INFINITY, |a, &v| a.min(v));
+    let d = (max - min) / top as f32;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    put_f16(b, 0, f16::from_f32(d));
+    put_f16(b, 2, f16::from_f32(min));
+    let q: Vec<u32> = x
+        .iter()
+        .map(|v| (((v - min) * id + 0.5) as u32).min(top))
+        .collect();
+    let qs_at = if high_bit { 8 } else { 4 };
+    for j in 0..16 {
+        b[qs_at + j] = ((q[j] & 15) | ((q[j + 16] & 15) << 4)) as u8;
+    }
+    if high_bit {
+        let qh = q
+            .iter()
+            .enumerate()
+            .fold(0u32, |h, (j, &v)| h | ((v >> 4) & 1) << j);
+        b[4..8].copy_from_slice(&qh.to_le_bytes());
+    }
+}
+
+/// The grid index whose level times `unit` is nearest `v`.
+fn nearest_iq4(v: f32, unit: f32) -> u8 {
+    let mut best = (f32::INFINITY, 0u8);
+    for (q, &g) in IQ4_GRID.iter().enumerate() {
+        let err = (unit * g as f32 - v).abs();
+        if err < best.0 {
+            best = (err, q as u8);
+        }
+    }
+    best.1
+}
+
+/// The signed value of largest magnitude in `x` (IQ4 maps it to the grid's −127 end).
+fn signed_extreme(x: &[f32]) -> f32 {
+    x.iter()
+        .fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m })
+}
+
+/// IQ4_NL: d = extreme / −127, each value to its nearest grid level.
+fn quant_iq4_nl(x: &[f32], b: &mut [u8]) {
+    let d = f16::from_f32(signed_extreme(x) / -127.0);
+    put_f16(b, 0, d);
+    for j in 0..16 {
+        let (lo, hi) = (
+            nearest_iq4(x[j], d.to_f32()),
+            nearest_iq4(x[j + 16], d.to_f32()),
+        );
+        b[2 + j] = lo | (hi << 4);
+    }
+}
+
+/// IQ4_XS: each 32-element sub-block's own IQ4_NL scale, as a multiple −32..31 of d rounded
+/// away from zero (so its extreme stays on the grid), then nearest grid levels.
+fn quant_iq4_xs(x: &[f32], b: &mut [u8]) {
+    let local: Vec<f32> = x
+        .chunks_exact(32)
+        .map(|s| signed_extreme(s) / -127.0)
+        .collect();
+    let d = f16_at_least(local.iter().fold(0f32, |a, v| a.max(v.abs())) / 31.0);
+    let df = d.to_f32();
+    put_f16(b, 0, d);
+    let mut high = 0u16;
+    for (ib, &s) in local.iter().enumerate() {
+        let ls = if df > 0.0 {
+            ((s.abs() / df).ceil().min(31.0) * s.signum()) as i32
+        } else {
+            0
+        };
+        let stored = (ls + 32) as u8;
+        b[4 + ib / 2] |= (stored & 15) << (4 * (ib % 2));
+        high |= ((stored >> 4) as u16) << (2 * ib);
+        let unit = df * ls as f32;
+        for j in 0..16 {
+            let lo = nearest_iq4(x[32 * ib + j], unit);
+            let hi = nearest_iq4(x[32 * ib + j + 16], unit);
+            b[8 + 16 * ib + j] = lo | (hi << 4);
+        }
+    }
+    b[2..4].copy_from_slice(&high.to_le_bytes());
+}
+
+/// Q2_K: Q4_K's fit on 16-element sub-blocks, 4 levels and 4-bit scales and mins.
+fn quant_q2_k(x: &[f32], b: &mut [u8]) {
+    let lo: Vec<f32> = x
+        .chunks_exact(16)
+        .map(|s| s.iter().fold(0f32, |a, &v| a.min(v)))
+        .collect();
+    let hi: Vec<f32> = x
+        .chunks_exact(16)
+        .map(|s| s.iter().fold(0f32, |a, &v| a.max(v)))
+        .collect();
+    let dmin = f16_at_least(lo.iter().fold(0f32, |a, &v| a.max(-v)) / 15.0);
+    let dminf = dmin.to_f32();
+    let m: Vec<f32> = lo
+        .iter()
+        .map(|&l| {
+            if dminf > 0.0 {
+                (-l / dminf).ceil().min(15.0)
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let need: Vec<f32> = (0..16).map(|i| (hi[i] + dminf * m[i]) / 3.0).collect();
+    let d = f16_at_least(need.iter().fold(0f32, |a, &v| a.max(v)) / 15.0);
+    let df = d.to_f32();
+    put_f16(b, 80, d);
+    put_f16(b, 82, dmin);
+    for i in 0..16 {
+        let sc = if df > 0.0 {
+            (need[i] / df).ceil().min(15.0)
+        } else {
+            0.0
+        };
+        b[i] = sc as u8 | ((m[i] as u8) << 4);
+        let (step, off) = (df * sc, dminf * m[i]);
+        for (e, &v) in x.iter().enumerate().skip(16 * i).take(16) {
+            let q = if step > 0.0 {
+                ((v + off) / step).round().clamp(0.0, 3.0) as u8
+            } else {
+                0
+            };
+            let (at, shift) = q2_position(e);
+            b[16 + at] |= q << shift;
+        }
+    }
+}
+
+/// Q3_K: symmetric per 16-element sub-block, levels −4..3 with step |x|max / 3, the step a
+/// multiple 0..31 of d rounded up.
+fn quant_q3_k(x: &[f32], b: &mut [u8]) {
+    let step: Vec<f32> = x
+        .chunks_exact(16)
+        .map(|s| s.iter().fold(0f32, |a, v| a.max(v.abs())) / 3.0)
+        .collect();
+    let d = f16_at_least(step.iter().fold(0f32, |a, &v| a.max(v)) / 31.0);
+    let df = d.to_f32();
+    put_f16(b, 108, d);
+    for (i, s) in step.iter().enumerate() {
+        let sc = if df > 0.0 {
+            (s / df).ceil().min(31.0) as u8
+        } else {
+            0
+        };
+        let stored = sc + 32;
+        b[96 + i % 8] |= (stored & 15) << (4 * (i / 8));
+        b[96 + 8 + i % 4] |= (stored >> 4) << (2 * (i / 4));
+        let unit = df * sc as f32;
+        for (e, &v) in x.iter().enumerate().skip(16 * i).take(16) {
+            let q = if unit > 0.0 {
+                (v / unit).round().clamp(-4.0, 3.0) as i32
+            } else {
+                0
+            };
+            let u = (q + 4) as u8;
+            let (at, shift) = q2_position(e);
+            b[32 + at] |= (u & 3) << shift;
+            b[e % 32] |= (u >> 2) << (e / 32);
+        }
+    }
+}
 
 /// ggml's `quantize_row_q8_0_ref`: d = max|x| / 127, q = round(x / d) half away from zero.
 fn quant_q8_0(x: &[f32], b: &mut [u8]) {
@@ -419,6 +693,16 @@ mod tests {
                 GgmlType::Q4_0 | GgmlType::Q4_K => 7.5,
                 GgmlType::Q5_0 | GgmlType::Q5_K => 15.5,
                 GgmlType::Q6_K => 31.0,
+                GgmlType::Q4_1 => 7.5,
+                GgmlType::Q5_1 => 15.5,
+                // Q2_K: 4 levels over [min, max], a range up to 2·|x|max: half a step is
+                // |x|max / 3, plus the rounded-up scales.
+                GgmlType::Q2_K => 1.4,
+                // Q3_K: steps of |x|max / 3 per sub-block; half a step is |x|max / 6.
+                GgmlType::Q3_K => 3.5,
+                // The IQ4 grid's widest gap is 24 of its 127 units, and a value on the far
+                // side of the extreme is up to 14 units off: |x|max·14/127 < |x|max/8.5.
+                GgmlType::IQ4_NL | GgmlType::IQ4_XS => 8.5,
                 _ => 0.0,
             };
             for (i, (a, b)) in x.iter().zip(&y).enumerate() {
@@ -478,7 +762,7 @@ mod tests {
             Err(QuantError::Short { .. })
         ));
         assert!(matches!(
-            quantize(GgmlType::Q2_K, &[0.0; 256]),
+            quantize(GgmlType::Other(16), &[0.0; 256]),
             Err(QuantError::Unsupported(_))
         ));
     }

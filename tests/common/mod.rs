@@ -27,9 +27,9 @@ pub fn ctx() -> &'static GpuContext {
     })
 }
 
-/// Q4_K, Q5_K, Q6_K: 256-element super-blocks, so K must be a multiple of 256.
+/// Q2_K … Q6_K and IQ4_XS: 256-element super-blocks, so K must be a multiple of 256.
 pub fn is_k_quant(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K)
+    ty.is_super_block()
 }
 
 /// `n` values uniform in `[lo, hi)`.

@@ -355,6 +355,12 @@ pub(crate) fn weight_define(ty: GgmlType) -> Result<&'static str, KernelError> {
         GgmlType::Q4_K => "Q4_K",
         GgmlType::Q5_K => "Q5_K",
         GgmlType::Q6_K => "Q6_K",
+        GgmlType::Q4_1 => "Q4_1",
+        GgmlType::Q5_1 => "Q5_1",
+        GgmlType::IQ4_NL => "IQ4_NL",
+        GgmlType::Q2_K => "Q2_K",
+        GgmlType::Q3_K => "Q3_K",
+        GgmlType::IQ4_XS => "IQ4_XS",
         other => {
             return Err(KernelError::Shape {
                 kernel: "dequant",
