@@ -117,9 +117,18 @@ function benchSizes() {
   return sizes;
 }
 
+// The last benchmark in this browser (localStorage), for the bars of the next one.
+const LAST_BENCH_KEY = "coco.lastBench";
+
+function benchMessage(state, text) {
+  const out = $("bench-result");
+  out.dataset.state = state;
+  out.replaceChildren(el("p", { class: "note", text }));
+}
+
 export async function runBench() {
   const sizes = benchSizes();
-  $("bench-result").textContent = `Running pp ${sizes.pp} / tg ${sizes.tg} × ${sizes.reps}…`;
+  benchMessage("running", `Running pp ${sizes.pp} / tg ${sizes.tg} × ${sizes.reps}…`);
   await exclusive("bench", async () => {
     status("Benchmarking…");
     try {
@@ -131,14 +140,86 @@ export async function runBench() {
         result.adapter = `${page.adapterName}${result.adapter}`;
       }
       page.benchResult = result;
-      $("bench-result").textContent = JSON.stringify(result, null, 2);
+      renderBench(result, readLastBench());
+      saveLastBench(result);
       status(`Benchmark: prefill ${formatRate(result.pp_tok_s, "tok/s")}, decode ${formatRate(result.tg_tok_s, "tok/s")} greedy, `
         + `${formatRate(result.tg_sampled_tok_s, "tok/s")} with the default sampler (sampling on the ${result.sampler_on_gpu ? "GPU" : "CPU"}).`);
     } catch (err) {
-      $("bench-result").textContent = `Benchmark failed: ${errorMessage(err)}`;
+      benchMessage("failed", `Benchmark failed: ${errorMessage(err)}`);
       status("Benchmark failed.");
     }
   });
+}
+
+/** What the next run's bars compare against: the model, the sizes and the three medians. */
+function saveLastBench(r) {
+  const kept = {
+    model: r.model, adapter: r.adapter, prompt_tokens: r.prompt_tokens, gen_tokens: r.gen_tokens,
+    pp_tok_s: r.pp_tok_s, tg_tok_s: r.tg_tok_s, tg_sampled_tok_s: r.tg_sampled_tok_s, date: new Date().toISOString(),
+  };
+  try {
+    localStorage.setItem(LAST_BENCH_KEY, JSON.stringify(kept));
+  } catch {
+    // storage off or full: the next run just has no bars
+  }
+}
+
+function readLastBench() {
+  try {
+    const v = JSON.parse(localStorage.getItem(LAST_BENCH_KEY) ?? "null");
+    return v && typeof v === "object" ? v : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The result for people: per figure its median, the range over the runs and, when the last
+ * run in this browser measured the same model with the same sizes, a bar against it. The
+ * whole JSON is behind Export.
+ */
+function renderBench(r, last) {
+  const comparable = last && last.model === r.model && last.prompt_tokens === r.prompt_tokens && last.gen_tokens === r.gen_tokens;
+  const range = (runs) => {
+    const xs = (runs || []).filter(Number.isFinite);
+    return xs.length > 1 ? `${formatRate(Math.min(...xs), "").trim()}–${formatRate(Math.max(...xs), "tok/s")}` : "—";
+  };
+  const versus = (now, before) => {
+    if (!comparable || !(before > 0) || !(now > 0)) return el("td", { class: "muted", text: "—" });
+    const ratio = now / before;
+    const pct = Math.round((ratio - 1) * 100);
+    // The bar spans 0–2× the last run; the mark at its middle is the last run itself.
+    const bar = el("span", { class: "vs-bar", title: `${formatRate(before, "tok/s")} last time` },
+      el("span", { class: `vs-fill ${ratio >= 1 ? "up" : "down"}`, style: `width: ${Math.min(100, ratio * 50).toFixed(1)}%` }));
+    return el("td", { class: "vs" }, bar, el("span", { text: ` ${pct >= 0 ? "+" : ""}${pct}%` }));
+  };
+  const rows = [
+    ["Prefill (pp)", r.prompt_tokens, r.pp_tok_s, r.pp_runs, last?.pp_tok_s],
+    ["Decode, greedy (tg)", r.gen_tokens, r.tg_tok_s, r.tg_runs, last?.tg_tok_s],
+    ["Decode, default sampler", r.gen_tokens, r.tg_sampled_tok_s, r.tg_sampled_runs, last?.tg_sampled_tok_s],
+  ].map(([name, tokens, median, runs, before]) =>
+    el("tr", { "data-figure": name },
+      el("th", { scope: "row", text: `${name}, ${tokens} tokens` }),
+      el("td", { class: "num", "data-median": String(median), text: formatRate(median, "tok/s") }),
+      el("td", { class: "num", text: range(runs) }),
+      versus(median, before)));
+  const table = el("table", { class: "bench-table" },
+    el("thead", {}, el("tr", {},
+      ...["", "median", `range over ${r.reps} run${r.reps === 1 ? "" : "s"}`, comparable ? "vs your last run" : "vs last run"].map((h) => el("th", { scope: "col", text: h })))),
+    el("tbody", {}, ...rows));
+  const facts = [
+    `${r.dispatches_per_token} dispatches per token`,
+    Number.isFinite(r.ms_per_token) ? `${r.ms_per_token.toFixed(2)} ms per token` : null,
+    Number.isFinite(r.effective_gb_s) ? `weights read at ${formatRate(r.effective_gb_s, "GB/s")}` : null,
+    `sampling on the ${r.sampler_on_gpu ? "GPU" : "CPU"}`,
+    r.adapter,
+  ].filter(Boolean).join(" · ");
+  const note = !last ? "The next run here gets bars against this one."
+    : comparable ? `Bars: this run against the last one in this browser (${last.date?.slice(0, 16).replace("T", " ")} UTC); the middle mark is that run.`
+      : "The last run in this browser measured another model or other sizes: not compared.";
+  const out = $("bench-result");
+  out.dataset.state = "done";
+  out.replaceChildren(el("div", { class: "table-wrap" }, table), el("p", { class: "note", text: facts }), el("p", { class: "note", text: `${note} Export JSON has every figure.` }));
 }
 
 export function exportBench() {

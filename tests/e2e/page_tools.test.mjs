@@ -31,15 +31,20 @@ async function setBenchSizes(page, sizes) {
   for (const [key, value] of Object.entries(sizes)) await page.fill(`#bench-${key}`, String(value));
 }
 
-/** Waits until #bench-result holds a finished benchmark (JSON) and returns it parsed. */
+/**
+ * Waits until #bench-result shows a finished benchmark and returns the result behind it
+ * (the page shows a table for people; the JSON is what Export saves). The table's medians
+ * must be the result's.
+ */
 async function benchResult(page) {
-  await page.waitForFunction(() => {
-    const t = document.getElementById('bench-result')?.textContent ?? '';
-    return t.startsWith('{') || t.startsWith('Benchmark failed');
-  }, null, { timeout: 300_000, polling: 250 });
+  await page.waitForFunction(() => ['done', 'failed'].includes(document.getElementById('bench-result')?.dataset.state), null, { timeout: 300_000, polling: 250 });
   const shown = await text(page, '#bench-result');
-  assert.ok(shown.startsWith('{'), `the benchmark finished: ${shown}`);
-  return JSON.parse(shown);
+  assert.equal(await page.getAttribute('#bench-result', 'data-state'), 'done', `the benchmark finished: ${shown}`);
+  assert.ok(!shown.includes('{'), `the page shows a table, not JSON: ${shown.slice(0, 200)}`);
+  const result = await page.evaluate(() => window.cocoPage.benchResult);
+  const medians = await page.$$eval('#bench-result td[data-median]', (tds) => tds.map((td) => Number(td.dataset.median)));
+  assert.deepEqual(medians, [result.pp_tok_s, result.tg_tok_s, result.tg_sampled_tok_s], 'the table shows the medians of the result');
+  return result;
 }
 
 function checkBench(result, sizes, what) {
@@ -70,6 +75,8 @@ describe('page: benchmark, kernel chart, cache', { timeout: 20 * 60_000 }, () =>
       await page.click('#bench-run');
       const shown = await benchResult(page);
       checkBench(shown, BENCH, 'button');
+      assert.match(await text(page, '#bench-result'), /The next run here gets bars/, 'a first run has nothing to compare with');
+      assert.equal(await page.locator('#bench-result .vs-bar').count(), 0, 'no bars without a last run');
       assert.match(await text(page, '#status-text'), /Benchmark: prefill .* decode /, 'the status line sums it up');
 
       const [download] = await Promise.all([page.waitForEvent('download', { timeout: 30_000 }), page.click('#bench-export')]);
@@ -79,6 +86,13 @@ describe('page: benchmark, kernel chart, cache', { timeout: 20 * 60_000 }, () =>
       assert.deepEqual(keyPaths(exported), keyPaths(native), 'the same fields as native `coco bench --json`');
       assert.match(exported.adapter, /swiftshader.*\(BrowserWebGpu, Cpu\)/i, 'the export names the GPU it measured, as the browser calls it');
       checkBench(native, BENCH, 'native');
+
+      // The same sizes again: each figure gets a bar against the run before.
+      await page.click('#bench-run');
+      const again = await benchResult(page);
+      assert.equal(await page.locator('#bench-result .vs-bar').count(), 3, 'a bar per figure against the last run');
+      const pct = Math.round((again.tg_tok_s / shown.tg_tok_s - 1) * 100);
+      assert.match(await text(page, '#bench-result tr[data-figure^="Decode, greedy"] td.vs'), new RegExp(`${pct >= 0 ? '\\+' : ''}${pct}%`), 'the decode bar says by how much');
       record('page bench', { pp_tok_s: shown.pp_tok_s, tg_tok_s: shown.tg_tok_s, tg_sampled_tok_s: shown.tg_sampled_tok_s, sampled_vs_greedy: shown.sampled_vs_greedy, native_pp_tok_s: native.pp_tok_s, native_tg_tok_s: native.tg_tok_s, adapter: shown.adapter });
     }));
 
@@ -97,6 +111,7 @@ describe('page: benchmark, kernel chart, cache', { timeout: 20 * 60_000 }, () =>
         for (const [key, value] of Object.entries(sizes)) assert.equal(await linked.inputValue(`#bench-${key}`), String(value), `bench_${key} restored`);
         const result = await benchResult(linked);
         checkBench(result, sizes, '?bench=1');
+        assert.match(await text(linked, '#bench-result'), /other sizes: not compared/, 'other sizes than the last run: no bars');
         assert.equal(await linked.isDisabled('#bench-export'), false, 'the result can be exported');
         await waitState(linked, 'loaded');
       },
