@@ -84,7 +84,7 @@ cargo test --release -- --test-threads=2
 # Run the kernel suites once more with the two-group loop, 4-row tasks (which straddle the
 # QKV weights) and x' staged in workgroup memory for every product whose K fits.
 say "cargo test (lavapipe): kernel suites with COCO_MATVEC=8x2x4x2"
-COCO_MATVEC=8x2x4x2 cargo test --release --test kernels_matmul --test kernels_fused --test kernels_qkv_rope -- --test-threads=2
+COCO_MATVEC=8x2x4x2 cargo test --release --test kernels_matmul --test kernels_matmul_fused --test kernels_qkv_rope -- --test-threads=2
 
 say "wasm32 build"
 cargo build --release --lib --target wasm32-unknown-unknown

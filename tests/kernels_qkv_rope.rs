@@ -7,7 +7,7 @@
 //! the q/k/v boundaries fall inside workgroups and inside the subgroup matvec's tasks, and a
 //! head of 6 has an odd number of pairs (NeoX pairs (i, i + 3)).
 //!
-//! Tolerance per output: the product's (tests/kernels_fused.rs: atol = 2e-6·Σ|w·x'|,
+//! Tolerance per output: the product's (tests/kernels_matmul_fused.rs: atol = 2e-6·Σ|w·x'|,
 //! rtol = 1e-5); a rotated value adds both halves' allowances (|cos|, |sin| ≤ 1) and 1e-6 of
 //! their magnitude for the angle (the shader's sin/cos are accurate to a few f32 ulps).
 

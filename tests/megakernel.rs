@@ -8,7 +8,7 @@
 //! `VK_ICD_FILENAMES=/usr/share/vulkan/icd.d/lvp_icd.x86_64.json WGPU_BACKEND=vulkan
 //!  cargo test --release --test megakernel -- --nocapture`
 //!
-//! Tolerances propagate tests/kernels_fused.rs's per-product allowance (atol = 2e-6·Σ|w·x|,
+//! Tolerances propagate tests/kernels_matmul_fused.rs's per-product allowance (atol = 2e-6·Σ|w·x|,
 //! rtol = 1e-5) through the chain: the gate/up allowances through act(g)·u (|act'| ≤ 1.2),
 //! h's allowance through the down product (Σ|w_down|·tol_h), the post-norm's first-order
 //! sensitivity to d and to its RMS, and one f32 rounding of the residual add.

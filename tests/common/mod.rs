@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use coco::gguf::GgmlType;
 use coco::gpu::{GpuContext, GpuTensor};
 use coco::reference::{matmul as reference, quant};
-use rand::Rng;
+use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 /// The test binary's GPU context (lavapipe in CI), opened once; prints what it got, so a
@@ -164,4 +164,28 @@ pub fn assert_close(
         });
     }
     worst
+}
+
+// ---- f32 helpers of the non-matmul kernel tests ---------------------------------------
+
+/// `n` values uniform in `[-amp, amp)`, from `seed`.
+pub fn random_uniform(seed: u64, n: usize, amp: f32) -> Vec<f32> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..n).map(|_| rng.gen_range(-amp..amp)).collect()
+}
+
+pub fn upload_f32(label: &str, data: &[f32]) -> wgpu::Buffer {
+    ctx().storage_buffer_init(label, bytemuck::cast_slice(data))
+}
+
+pub fn read_f32(buffer: &wgpu::Buffer, count: usize) -> Vec<f32> {
+    ctx().read_f32(buffer, 0, count as u64).expect("readback")
+}
+
+/// Asserts `|got - want| <= atol + rtol·|want|` everywhere and prints the worst error.
+pub fn assert_close_f32(what: &str, got: &[f32], want: &[f32], atol: f32, rtol: f32) {
+    let want: Vec<f64> = want.iter().map(|&w| w as f64).collect();
+    let (atol, rtol) = (atol as f64, rtol as f64);
+    let worst = assert_close(what, got, &want, |_, w| atol + rtol * w.abs(), 0);
+    println!("{what}: {worst}, {} values", got.len());
 }

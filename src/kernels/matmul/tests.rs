@@ -1,5 +1,5 @@
 //! The matmul module's unit tests (labels, defines, shapes); the GPU comparisons are
-//! tests/kernels_matmul.rs and tests/kernels_fused.rs.
+//! tests/kernels_matmul.rs and tests/kernels_matmul_fused.rs.
 
 use super::*;
 use crate::gguf::GgmlType;

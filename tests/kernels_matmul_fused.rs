@@ -5,7 +5,7 @@
 //!
 //! Run on lavapipe:
 //! `VK_ICD_FILENAMES=/usr/share/vulkan/icd.d/lvp_icd.x86_64.json WGPU_BACKEND=vulkan
-//!  cargo test --release --test kernels_fused -- --nocapture`
+//!  cargo test --release --test kernels_matmul_fused -- --nocapture`
 //! (prints the max error of every case).
 //!
 //! Tolerances are those of tests/kernels_matmul.rs: a product may differ from the f64
@@ -603,7 +603,7 @@ fn time_step(record: &dyn Fn(&mut StepRecorder)) -> f64 {
 /// FFN 8192) over 16 layers of distinct random weights (so the H200's L2 holds none of them):
 /// norm + Q + K + V (4 dispatches) vs `matmul_qkv` (1), and norm + gate + up + glu (4) vs
 /// `matmul_glu` (1). On the H200:
-/// `cargo test --release --test kernels_fused -- --ignored --nocapture bench`.
+/// `cargo test --release --test kernels_matmul_fused -- --ignored --nocapture bench`.
 #[test]
 #[ignore]
 fn bench_fused() {
