@@ -31,7 +31,7 @@ wait
 first=${MODELS%% *}
 first_bin=${BINS%% *}
 first_bin=${first_bin%%@*}
-if ! "$B/$first_bin" -v info -m "$M/${first%%:*}-${first##*:}.gguf" 2>&1 | tee -a "$OUT/gpu.txt" | grep -q "^adapter.*H200"; then
+if ! "$B/$first_bin" -v info -m "$M/${first%%:*}-${first##*:}.gguf" 2>&1 | tee -a "$OUT/gpu.txt" | grep "^adapter.*H200" > /dev/null; then
   echo "no H200 adapter through Vulkan: see $OUT/gpu.txt" >&2
   exit 1
 fi
