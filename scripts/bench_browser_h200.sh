@@ -12,7 +12,9 @@
 #   - the in-page benchmark (pp/tg, 3 reps) with a greedy generation, and a generation with the
 #     page's default sampler settings (128 tokens), each in a fresh browser, 2 runs, for the
 #     default (subgroups where the browser grants them) and subgroups=0 (workgroup reductions);
-#   - long main-thread tasks (PerformanceObserver), a screenshot per variant;
+#   - long main-thread tasks (PerformanceObserver), a screenshot;
+#   - wllama (newest on npm) on the same file in the same browser: its greedy completions
+#     (128-token prompt, 128 tokens), and which backend it really used (llama.cpp's log);
 #   - native `coco bench` on the same GGUF, default and COCO_SUBGROUPS=0.
 # Results come back under the device tool's files: page.jsonl, page-summary.json, page.png,
 # native.jsonl, logs.txt.
@@ -27,6 +29,6 @@ Device calls (run tool, from the repository root):
   2 carry [".carry-browser/chrB.tar.xz", ".carry-browser/model/part0"]                 bash $S
   3 carry [".carry-browser/libs.tar.xz", ".carry-browser/model/part1"]                 bash $S
   4 carry [".carry-browser/model/part2", ".carry-browser/dist.tar.xz", ".carry-browser/coco"]  bash $S
-  5 carry [".carry-browser/model/part3"]                                               bash $S
+  5 carry [".carry-browser/model/part3", ".carry-browser/wllama.tar.xz"]             bash $S
   6 carry [".carry-browser/model/part4", ".carry-browser/model/SHA256"]                bash $S bench
 CALLS

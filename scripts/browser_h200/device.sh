@@ -2,8 +2,9 @@
 # On the H200 (through the device tool, from the repository root): unpacks what this call
 # carried from .carry-browser/ (prepare.sh), idempotently while the machine stays warm, then
 # runs the named steps:
-#   bench   the page in Chromium on the H200 (page_bench.py: auto and subgroups=0), then
-#           native `coco bench` on the same file (default, COCO_SUBGROUPS=0)
+#   bench   the page in Chromium on the H200 (page_bench.py: auto and subgroups=0), wllama on
+#           the same file in the same browser (wllama.html), then native `coco bench` on the
+#           same file (default, COCO_SUBGROUPS=0)
 # Env: RUNS (2), PP/TG (128), REPS (3), TOKENS (128). $OUT gets page.jsonl, page-summary.json,
 # page.png, native.jsonl and logs.txt (the device tool brings back 8 files a call).
 CB=.carry-browser
@@ -29,6 +30,7 @@ if [ -f $CB/libs.tar.xz ] && [ ! -f /opt/chr/fonts.conf ]; then
 fi
 [ -f $CB/dist.tar.xz ] && { rm -rf /tmp/cocodist; tar -xJf $CB/dist.tar.xz -C /tmp; }
 [ -f $CB/coco ] && install -m 755 $CB/coco /tmp/coco-native
+[ -f $CB/wllama.tar.xz ] && { rm -rf /tmp/wllama; mkdir -p /tmp/wllama && tar -xJf $CB/wllama.tar.xz -C /tmp/wllama; }
 for p in $CB/model/part* $CB/model/SHA256; do [ -f "$p" ] && cp "$p" /tmp/models/parts/; done
 if [ ! -f $MODEL ] && [ "$(ls /tmp/models/parts/part* 2>/dev/null | wc -l)" = 5 ]; then
   cat /tmp/models/parts/part0 /tmp/models/parts/part1 /tmp/models/parts/part2 /tmp/models/parts/part3 \
@@ -44,15 +46,17 @@ export FONTCONFIG_FILE=/opt/chr/fonts.conf CHROME=/opt/chr/chromium/chromium-hea
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json:/opt/chr/chromium/vk_swiftshader_icd.json
 export VK_ICD_FILENAMES=$VK_DRIVER_FILES __GLX_VENDOR_LIBRARY_NAME=nvidia
 export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
-echo "have: chrome=$([ -x $CHROME ] && echo yes) libs=$(ls /opt/chr/lib | wc -l) page=$([ -f /tmp/cocodist/index.html ] && echo yes) coco=$([ -x /tmp/coco-native ] && echo yes) model=$([ -f $MODEL ] && echo yes) parts=$(ls /tmp/models/parts 2>/dev/null | tr '\n' ' ')"
+echo "have: wllama=$([ -f /tmp/wllama/package.json ] && echo yes) chrome=$([ -x $CHROME ] && echo yes) libs=$(ls /opt/chr/lib | wc -l) page=$([ -f /tmp/cocodist/index.html ] && echo yes) coco=$([ -x /tmp/coco-native ] && echo yes) model=$([ -f $MODEL ] && echo yes) parts=$(ls /tmp/models/parts 2>/dev/null | tr '\n' ' ')"
 for step in "$@"; do
   case $step in
     bench)
       nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
       python3 $H/serve.py 8080 /tmp/cocodist /models=/tmp/models >> $OUT/logs.txt 2>&1 &
+      python3 $H/serve.py --coi 8123 $H /wllama=/tmp/wllama /m=/tmp/models >> $OUT/logs.txt 2>&1 &
       sleep 1.5
       PYTHONUNBUFFERED=1 python3 $H/page_bench.py --runs ${RUNS:-2} --pp ${PP:-128} --tg ${TG:-128} \
-        --reps ${REPS:-3} --tokens ${TOKENS:-128} --variant auto --variant subgroups=0 --out $OUT
+        --reps ${REPS:-3} --tokens ${TOKENS:-128} --variant auto --variant subgroups=0 --out $OUT \
+        $([ -f /tmp/wllama/package.json ] && echo --wllama http://127.0.0.1:8123/wllama.html)
       # Native on the same file: Vulkan through a manifest naming the EGL build of NVIDIA's
       # driver (headless, the image's GLX manifest gives no vkCreateInstance to wgpu).
       printf '{"file_format_version":"1.0.1","ICD":{"library_path":"libEGL_nvidia.so.0","api_version":"1.4.312"}}\n' > /tmp/nvidia_egl_icd.json

@@ -33,6 +33,15 @@ FLAGS = [
 # A dry run on the dev box (no GPU): Chromium's own SwiftShader adapter.
 DRY_RUN_FLAGS = FLAGS[:10] + ["--enable-unsafe-webgpu", "--disable-gpu-sandbox"]
 PROMPT = "The capital of France is"
+# About 128 Gemma tokens of plain prose: wllama's prompt (it reports the exact count).
+LONG_PROMPT = (
+    "A river runs through the old town, and every morning the bakers open their doors before the "
+    "sun comes up over the hills. The market square fills with farmers who bring apples, cheese, "
+    "bread and flowers from the villages around, and the children walk to school along the water, "
+    "counting the boats that pass under the stone bridges. In the afternoon the cafes are full of "
+    "people reading newspapers, talking about the weather and the prices, and the church bells ring "
+    "every hour. When the evening comes, the lamps along the river are lit one by one, musicians "
+    "play in the squares, and the town slowly goes quiet until the next day begins again with bread.")
 LONG_TASKS = """window.__longTasks = [];
 new PerformanceObserver((list) => { for (const e of list.getEntries()) window.__longTasks.push(Math.round(e.duration)); })
   .observe({ type: 'longtask', buffered: true });"""
@@ -176,10 +185,41 @@ async def visit(a, port, query, want_bench, screenshot=None):
     return rec
 
 
+async def wllama_visit(a, port):
+    """wllama's own greedy completions on the same file, in the same browser build."""
+    rec = {"engine": "wllama", "url": a.wllama}
+    t0 = time.time()
+    with open(os.path.join(a.out, "logs.txt"), "ab") as log:
+        async with Browser(port, log, DRY_RUN_FLAGS if a.dry_run else FLAGS) as b:
+            try:
+                await b.call("Page.navigate", url=a.wllama)
+                await b.wait_for("window.__ready === true", 60)
+                cfg = {"model": a.wllama_model, "prompt": LONG_PROMPT, "tokens": a.tokens, "reps": a.reps}
+                rec.update(await b.evaluate(f"window.runWllama({json.dumps(cfg)})", timeout=a.timeout * 3))
+            except Exception as e:
+                rec["error"] = str(e)[:2000]
+                try:
+                    rec["log_tail"] = (await b.evaluate("window.__logs") or [])[-30:]
+                except Exception:
+                    pass
+            rec["console"] = b.console[-20:]
+    rec["wall_s"] = round(time.time() - t0, 2)
+    return rec
+
+
 def summary(records):
     """Medians per variant and visit kind: in-page pp/tg, and the generations' decode tok/s."""
     out = {}
     for r in records:
+        if r.get("engine") == "wllama":
+            w = out.setdefault("wllama", {"prefill": [], "decode": [], "errors": 0})
+            if "error" in r:
+                w["errors"] += 1
+            for rep in r.get("reps") or []:
+                for k, f in (("prefill", "prefill_tok_s"), ("decode", "decode_tok_s")):
+                    if isinstance(rep.get(f), (int, float)):
+                        w[k].append(rep[f])
+            continue
         key = f"{r['variant']}/{r['kind']}"
         s = out.setdefault(key, {"pp": [], "tg": [], "tg_sampled": [], "gen_decode": [], "second_gen_decode": [], "longest_task_ms": [], "errors": 0})
         if "error" in r:
@@ -196,6 +236,11 @@ def summary(records):
             s["second_gen_decode"].append(second["decode_tok_s"])
         s["longest_task_ms"].append(max(r.get("long_tasks_ms") or [0]))
     for s in out.values():
+        for k in ("prefill", "decode"):
+            if k in s:
+                s[k] = {"median": statistics.median(s[k]), "min": min(s[k]), "max": max(s[k])} if s[k] else None
+        if "pp" not in s:
+            continue
         for k in ("pp", "tg", "tg_sampled", "gen_decode", "second_gen_decode"):
             s[k] = {"median": statistics.median(s[k]), "min": min(s[k]), "max": max(s[k])} if s[k] else None
         s["longest_task_ms"] = max(s["longest_task_ms"], default=None)
@@ -214,6 +259,8 @@ async def main():
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--wllama", help="URL of wllama.html: also run wllama on the same file")
+    ap.add_argument("--wllama-model", default="/m/gemma-3-270m-q4_k_m.gguf")
     ap.add_argument("--dry-run", action="store_true", help="SwiftShader flags, to try the script on a machine without a GPU")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -242,6 +289,16 @@ async def main():
                       f"generation {s.get('n_ids')} tokens at {s.get('decode_tok_s')} tok/s "
                       f"(again: {((rec.get('second') or {}).get('stats') or {}).get('decode_tok_s')}) | "
                       f"subgroups {(rec.get('adapter') or {}).get('subgroups')} | {rec.get('error', 'ok')[:200]}", flush=True)
+    for run in range(a.runs if a.wllama else 0):
+        port += 1
+        rec = await wllama_visit(a, port)
+        rec["run"] = run
+        records.append(rec)
+        with open(os.path.join(a.out, "page.jsonl"), "a") as f:
+            f.write(json.dumps(rec) + "\n")
+        reps = rec.get("reps") or []
+        print(f"wllama run {run}: decode {[r.get('decode_tok_s') for r in reps]} prefill {[r.get('prefill_tok_s') for r in reps]} "
+              f"webgpu {rec.get('webgpu_supported')} threads {rec.get('n_threads')} | {rec.get('error', 'ok')[:200]}", flush=True)
     s = summary(records)
     with open(os.path.join(a.out, "page-summary.json"), "w") as f:
         json.dump(s, f, indent=1)

@@ -7,6 +7,7 @@
 #   libs.tar.xz  the Debian 12 libraries the device image lacks
 #   dist.tar.xz  the built page (dist/)
 #   coco         the native CLI, for `coco bench` on the same file in the same session
+#   wllama.tar.xz  wllama (npm, newest by default) for the side-by-side run
 #   model/partN  the page's default model (models/gemma-3-270m-q4_k_m.gguf) in 5 pieces + SHA256
 # Each piece is skipped when present; delete it to redo (the page and coco are always redone).
 set -euo pipefail
@@ -62,6 +63,15 @@ if [ ! -f "$CB/chrA.tar.xz" ] || [ ! -f "$CB/chrB.tar.xz" ] || [ ! -f "$CB/libs.
   tar -cJf "$CB/libs.tar.xz" -C "$W/libs" .
 fi
 
+# wllama, newest on npm, for the side-by-side run (only esm/ is served).
+WLLAMA=${WLLAMA:-3.13.0}
+if [ ! -f "$CB/wllama-$WLLAMA.tar.xz" ]; then
+  rm -rf "$W/wllama" && mkdir -p "$W/wllama"
+  (cd "$W/wllama" && npm pack "@wllama/wllama@$WLLAMA" >/dev/null && tar xzf wllama-wllama-$WLLAMA.tgz)
+  tar -cJf "$CB/wllama-$WLLAMA.tar.xz" -C "$W/wllama/package" esm package.json
+  cp "$CB/wllama-$WLLAMA.tar.xz" "$CB/wllama.tar.xz"
+fi
+
 # The page and the native CLI of this checkout.
 (cd "$ROOT" && source scripts/lib/install.sh && coco_build_page >/dev/null)
 tar -cJf "$CB/dist.tar.xz" -C "$ROOT" --transform 's|^dist|cocodist|' dist
@@ -80,5 +90,5 @@ echo "call 1: $(mib "$CB/gl" "$CB/chrA.tar.xz")"
 echo "call 2: $(mib "$CB/chrB.tar.xz" "$CB/model/part0")"
 echo "call 3: $(mib "$CB/libs.tar.xz" "$CB/model/part1")"
 echo "call 4: $(mib "$CB/model/part2" "$CB/dist.tar.xz" "$CB/coco")"
-echo "call 5: $(mib "$CB/model/part3")"
+echo "call 5: $(mib "$CB/model/part3" "$CB/wllama.tar.xz")"
 echo "call 6: $(mib "$CB/model/part4") + the benchmark"
