@@ -209,6 +209,8 @@ fn matmul_type(ty: GgmlType) {
             .bias()
             .accumulate(),
         Case::new(ty, 67, 2, Some(MatvecWorkgroup)).long(),
+        // The longest step the matvec runs (MATVEC_MAX_T: short prompts).
+        Case::new(ty, 67, 32, Some(MatvecWorkgroup)).accumulate(),
         Case::new(ty, 67, 1, Some(MatvecRows)),
         Case::new(ty, 67, 3, Some(MatvecRows)).long(),
         Case::new(ty, 67, 17, Some(Tiled)),
@@ -234,6 +236,7 @@ fn matmul_type(ty: GgmlType) {
             Case::new(ty, 67, 3, Some(MatvecSubgroup))
                 .bias()
                 .accumulate(),
+            Case::new(ty, 67, 32, Some(MatvecSubgroup)).bias(),
             Case::new(ty, 67, 1, Some(MatvecSubgroup))
                 .bias()
                 .accumulate()
@@ -241,6 +244,7 @@ fn matmul_type(ty: GgmlType) {
             Case::new(ty, 67, 1, Some(MatvecChunk)),
             Case::new(ty, 67, 2, Some(MatvecChunk)).long(),
             Case::new(ty, 67, 3, Some(MatvecChunk)).bias().accumulate(),
+            Case::new(ty, 67, 32, Some(MatvecChunk)).accumulate(),
             Case::new(ty, 67, 1, Some(MatvecChunk))
                 .bias()
                 .accumulate()

@@ -167,9 +167,11 @@ fn variants_cases(base: impl Fn(Case) -> Case) -> Vec<Case> {
             base(case(1, Some(MatvecSubgroup))),
             base(case(2, Some(MatvecSubgroup))).long(),
             base(case(3, Some(MatvecSubgroup))).no_norm(),
+            base(case(32, Some(MatvecSubgroup))),
             base(case(1, Some(MatvecChunk))),
             base(case(2, Some(MatvecChunk))).long(),
             base(case(3, Some(MatvecChunk))).no_norm(),
+            base(case(32, Some(MatvecChunk))).long(),
         ]);
     } else {
         println!("no SUBGROUP on this adapter; subgroup matvec not tested");

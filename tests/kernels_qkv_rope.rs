@@ -233,6 +233,8 @@ fn cases() -> Vec<Case> {
                 (2, 5, 6, true, true),
                 (3, 0, 6, false, true),
                 (1, 46, 8, false, false),
+                // A short prompt: the matvec runs steps of up to MATVEC_MAX_T tokens.
+                (32, 9, 8, true, true),
             ] {
                 cases.push(Case {
                     variant,

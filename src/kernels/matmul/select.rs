@@ -136,15 +136,36 @@ pub fn matvec_shape() -> MatvecShape {
 pub const TILE_N: u32 = 64;
 pub const TILE_T: u32 = 64;
 /// Up to this many tokens the matvec (which reads W once per token) beats the tiled kernel
-/// (which reads it once per 64 tokens but idles most of its tile).
-pub const MATVEC_MAX_T: u32 = 3;
+/// (which reads it once per 64 tokens, but whose few workgroups each walk all of K).
+/// Measured on the H200 (BENCHMARKS.md, session 14), prefill of T tokens, matvec vs tiles:
+/// Llama-3.2-1B shape T = 4: 3.2 vs 16.6 ms, 8: 4.6 vs 16.5, 16: 7.0 vs 16.5, 32: 11.7 vs
+/// 16.7; Gemma-3-270M shape T = 32: 6.1 vs 8.2 ms.
+pub const MATVEC_MAX_T: u32 = 32;
 
 /// The most tokens a step may have and still run the matvec on a device running `kernels`
 /// (`None`: every step). On a CPU adapter the tiled kernel's barriers cost more than reading
 /// W once per token, so prefill stays on the row-per-invocation matvec there too. The one
 /// rule [`MatmulKey::choose`] and `model::Plan` share.
 pub fn matvec_max_t(kernels: DeviceKernels) -> Option<u32> {
-    (kernels.matvec != MatmulVariant::MatvecRows).then_some(MATVEC_MAX_T)
+    (kernels.matvec != MatmulVariant::MatvecRows).then(matvec_max_t_setting)
+}
+
+/// [`MATVEC_MAX_T`], or the tuning override `COCO_MATVEC_MAX_T` (1..=512), read once per
+/// process: for measuring where the matvec stops beating the tiles on a new GPU.
+fn matvec_max_t_setting() -> u32 {
+    static MAX_T: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *MAX_T.get_or_init(|| {
+        let Ok(v) = std::env::var("COCO_MATVEC_MAX_T") else {
+            return MATVEC_MAX_T;
+        };
+        match v.trim().parse::<u32>() {
+            Ok(t) if (1..=512).contains(&t) => t,
+            _ => {
+                log::warn!("COCO_MATVEC_MAX_T={v:?} ignored: expected a whole number in 1..=512");
+                MATVEC_MAX_T
+            }
+        }
+    })
 }
 
 /// The kernel shapes a device runs: its decode matvec and its prefill tile kernel.
