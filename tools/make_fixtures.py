@@ -320,7 +320,12 @@ def write_fixture(path: Path, family: str, tname: str, cache: dict) -> None:
     n_vocab = int(_vocab_module().add_vocab(w, fam["vocab"]))
     if fam.get("chat_template"):
         w.add_chat_template(fam["chat_template"])
-    w.add_vocab_size(n_vocab)
+    if arch == "qwen3":
+        # What llama.cpp's converter writes for a Qwen3 checkpoint (tools/qwen3_convert.py
+        # compared them): `add_eos_token = false` from the tokenizer, and no `qwen3.vocab_size`.
+        w.add_add_eos_token(False)
+    else:
+        w.add_vocab_size(n_vocab)
 
     key = (family, n_vocab)
     if key not in cache:
