@@ -125,7 +125,7 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
                 name: "architecture",
                 status: Status::Ok,
                 detail: format!(
-                    "{}: {} layers, dim {}, heads {}/{} × {}, ffn {}, vocab {}",
+                    "{}: {} layers, dim {}, heads {}/{} × {}, ffn {}, vocab {}{}{}",
                     c.arch.name(),
                     c.n_layers,
                     c.dim,
@@ -133,7 +133,15 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
                     c.n_kv_heads,
                     c.head_dim,
                     c.ffn_dim,
-                    c.vocab_size
+                    c.vocab_size,
+                    // what the forward adds to the plain llama graph, so a qwen2/qwen3 file
+                    // shows which of the two it was read as
+                    if c.qkv_bias { ", Q/K/V biases" } else { "" },
+                    if c.qk_norm {
+                        ", per-head Q/K norms"
+                    } else {
+                        ""
+                    },
                 ),
             });
             Some(c)

@@ -703,7 +703,7 @@ const FFN: u64 = 16;
 const VOCAB: u64 = 12;
 
 impl TinyModel {
-    /// One layer of `arch` ("llama", "qwen2" or "gemma3"), all F32.
+    /// One layer of `arch` ("llama", "qwen2", "qwen3" or "gemma3"), all F32.
     fn new(arch: &str) -> TinyModel {
         let key = |k: &str| format!("{arch}.{k}");
         let kv = vec![
@@ -741,10 +741,14 @@ impl TinyModel {
                 ("blk.0.attn_v.bias".into(), vec![kvw]),
             ]);
         }
-        if arch == "gemma3" {
+        if arch == "qwen3" || arch == "gemma3" {
             tensors.extend([
                 ("blk.0.attn_q_norm.weight".into(), vec![HEAD_DIM]),
                 ("blk.0.attn_k_norm.weight".into(), vec![HEAD_DIM]),
+            ]);
+        }
+        if arch == "gemma3" {
+            tensors.extend([
                 ("blk.0.post_attention_norm.weight".into(), vec![DIM]),
                 ("blk.0.post_ffw_norm.weight".into(), vec![DIM]),
             ]);
@@ -811,7 +815,7 @@ impl TinyModel {
 
 #[test]
 fn tiny_models_are_valid() {
-    for arch in ["llama", "qwen2", "gemma3"] {
+    for arch in ["llama", "qwen2", "qwen3", "gemma3"] {
         let c = Config::from_gguf(&TinyModel::new(arch).header())
             .unwrap_or_else(|e| panic!("{arch}: {e}"));
         assert_eq!(
@@ -824,7 +828,7 @@ fn tiny_models_are_valid() {
 
 #[test]
 fn missing_required_keys_are_named() {
-    for arch in ["llama", "qwen2", "gemma3"] {
+    for arch in ["llama", "qwen2", "qwen3", "gemma3"] {
         for key in [
             "general.architecture".to_string(),
             format!("{arch}.block_count"),
@@ -954,6 +958,14 @@ fn shapes_that_contradict_the_architecture_are_named() {
             "blk.0.attn_q_norm.weight",
         ),
         (
+            TinyModel::new("qwen3").without_tensor("blk.0.attn_k_norm.weight"),
+            "blk.0.attn_k_norm.weight",
+        ),
+        (
+            TinyModel::new("qwen3").reshape("blk.0.attn_q_norm.weight", &[DIM], GgmlType::F32),
+            "blk.0.attn_q_norm.weight",
+        ),
+        (
             TinyModel::new("gemma3").reshape(
                 "blk.0.post_ffw_norm.weight",
                 &[HEAD_DIM],
@@ -973,6 +985,32 @@ fn shapes_that_contradict_the_architecture_are_named() {
             "`{name}` not named in: {msg}"
         );
     }
+}
+
+/// Qwen3's key size comes from `qwen3.attention.key_length`, not dim / heads; Q/K/V biases on
+/// an architecture without them would be ignored, so they are refused ("not yet").
+#[test]
+fn qwen3_head_size_and_biases() {
+    let c = Config::from_gguf(
+        &TinyModel::new("qwen3")
+            .set("qwen3.attention.key_length", Value::U32(HEAD_DIM as u32))
+            .header(),
+    )
+    .expect("qwen3 with key_length");
+    assert!(c.qk_norm && !c.qkv_bias && c.head_dim == HEAD_DIM as u32);
+    let wide = TinyModel::new("qwen3").set("qwen3.attention.key_length", Value::U32(8));
+    let msg = wide.config_err();
+    assert!(msg.contains("blk.0.attn_q.weight"), "{msg}");
+    let (q, kvw) = (HEADS as u64 * HEAD_DIM, KV_HEADS as u64 * HEAD_DIM);
+    let mut biased = TinyModel::new("qwen3");
+    for (n, d) in [("q", q), ("k", kvw), ("v", kvw)] {
+        biased
+            .tensors
+            .push((format!("blk.0.attn_{n}.bias"), vec![d], GgmlType::F32));
+    }
+    let err = Config::from_gguf(&biased.header()).expect_err("biases refused");
+    assert!(err.is_not_yet(), "{err}");
+    assert!(err.to_string().contains("Q/K/V biases on qwen3"), "{err}");
 }
 
 /// An adapter with lavapipe's limits, for capability checks that need no GPU.

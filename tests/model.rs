@@ -207,6 +207,13 @@ fn qwen2_fixtures_match_hugging_face() {
     family_matches_hugging_face("qwen2");
 }
 
+/// Qwen3 (per-head Q/K norms folded into the RoPE kernel, head_dim 128 ≠ dim / heads, tied),
+/// Q8_0 and Q4_K.
+#[test]
+fn qwen3_fixtures_match_hugging_face() {
+    family_matches_hugging_face("qwen3");
+}
+
 #[test]
 fn gemma3_fixtures_match_hugging_face() {
     family_matches_hugging_face("gemma3");
@@ -286,13 +293,15 @@ fn gpu_forward_matches_cpu_reference() {
         "gemma3-q8_0",
         "llama-spm-f16",
         "qwen2-q6_k",
+        "qwen3-q4_k",
     ] {
         check_gpu_vs_cpu(&ctx, name, 21, 9);
     }
 }
 
-/// The fixtures of the types with no HF goldens yet (`tools/make_fixtures.py` builds them;
-/// `tools/hf_goldens.py` needs torch): the six newer types streamed, re-laid out and run whole.
+/// The six newer weight types (one family each), streamed, re-laid out and run whole, against
+/// the CPU reference through every pipeline; their HF goldens are checked with their families
+/// (`*_fixtures_match_hugging_face`).
 #[test]
 fn more_weight_types_match_cpu_reference() {
     let ctx = gpu();
@@ -365,7 +374,9 @@ fn unsupported_architecture_is_refused_before_weights() {
         .to_string();
     let _ = std::fs::remove_file(&path);
     assert!(
-        err.contains("not yet") && err.contains("mamba") && err.contains("llama, qwen2, gemma3"),
+        err.contains("not yet")
+            && err.contains("mamba")
+            && err.contains("llama, qwen2, qwen3, gemma3"),
         "{err}"
     );
 }

@@ -81,6 +81,8 @@ fn every_step_records_what_the_plan_lists() {
         "llama3-f16",
         "qwen2-q8_0",
         "qwen2-q4_0",
+        "qwen3-q8_0",
+        "qwen3-q4_k",
         "gemma3-q4_k",
         "gemma3-q8_0",
     ] {
@@ -104,7 +106,7 @@ fn every_step_records_what_the_plan_lists() {
 #[test]
 fn fused_decode_step_has_the_promised_fusions() {
     let ctx = ctx();
-    for name in ["llama3-q8_0", "qwen2-q8_0", "gemma3-q8_0"] {
+    for name in ["llama3-q8_0", "qwen2-q8_0", "qwen3-q8_0", "gemma3-q8_0"] {
         let model = load(&ctx, name);
         let c = &model.config;
         let layers = c.n_layers;
@@ -138,6 +140,14 @@ fn fused_decode_step_has_the_promised_fusions() {
             assert_eq!(count(&l, |l| l == "norm_rms_add"), 2 * layers, "{name}");
             // per layer: qkv, rope+norms, attention, o-proj, post-norm, glu, down, post-norm
             assert_eq!(l.len() as u32, 2 + 8 * layers, "{name}: {l:#?}");
+        } else if c.arch == coco::model::Arch::Qwen3 {
+            // The same Q/K norm folding as gemma3, without the sandwich norms.
+            assert_eq!(count(&l, |l| l.contains("_qkv_norm")), layers, "{name}");
+            let qk = format!("rope_kv_write_{rope}_qk_norm");
+            assert_eq!(count(&l, |l| *l == qk), layers, "{name}");
+            assert_eq!(count(&l, |l| l == "norm_rms_add"), 0, "{name}");
+            // per layer: qkv, rope+norms, attention, o-proj, glu, down
+            assert_eq!(l.len() as u32, 2 + 6 * layers, "{name}: {l:#?}");
         } else {
             let fused = format!("_qkv_rope_{rope}_norm");
             assert_eq!(count(&l, |l| l.contains(&fused)), layers, "{name}");

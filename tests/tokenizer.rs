@@ -94,8 +94,11 @@ fn ids(v: &Value) -> Vec<u32> {
 
 /// Every golden string: ids (three ways), decoded text, and the stream decoder.
 fn check_goldens(kind: &str) {
-    let tok = tokenizer(kind);
-    let g = golden(kind);
+    check_cases(kind, tokenizer(kind), &golden(kind));
+}
+
+/// [`check_goldens`] for `tok`, whichever file it was read from.
+fn check_cases(kind: &str, tok: &Tokenizer, g: &Value) {
     let cases = g["cases"].as_array().expect("cases");
     let mut failures: Vec<String> = Vec::new();
     let mut matched = 0;
@@ -169,6 +172,25 @@ fn llama3_matches_hf() {
 #[test]
 fn qwen2_matches_hf() {
     check_goldens("qwen2");
+}
+
+/// Qwen3 ships the Qwen2 vocabulary (`tokenizer.ggml.pre = qwen2`, as llama.cpp's converter
+/// writes it for a Qwen3 checkpoint: tools/qwen3_convert.py): the qwen3 fixture's own
+/// `tokenizer.*` keys must give HF's Qwen ids for every qwen2 golden string.
+#[test]
+fn qwen3_fixture_matches_hf_qwen2_goldens() {
+    let path = repo().join("tests/fixtures/qwen3-q8_0.gguf");
+    assert!(
+        path.is_file(),
+        "{} is missing: run scripts/fixtures.sh",
+        path.display()
+    );
+    let header = coco::gguf::read_header(&path).unwrap_or_else(|e| panic!("{e}"));
+    let pre = header.metadata.str("tokenizer.ggml.pre").expect("pre");
+    assert_eq!(pre, "qwen2");
+    let tok = Tokenizer::from_gguf(&header.metadata).expect("qwen3 tokenizer");
+    assert_eq!(tok.kind(), "gpt2 (byte-level BPE, pre=qwen2)");
+    check_cases("qwen3 fixture", &tok, &golden("qwen2"));
 }
 
 #[test]

@@ -24,6 +24,8 @@ patched and the patch recorded under "config_overrides" (and checked):
   * llama3: HF ignores rope_freqs.weight; rope_parameters is set to rope_type
     "llama3" with the generator's parameters, and HF's inverse frequencies are
     checked against base^(-2i/d) / rope_freqs[i].
+  * qwen3: HF's GGUF config map reads no head_dim (key_length) and, without a
+    qwen3.vocab_size key, no vocabulary size; both are set from the file.
   * gemma3: HF's default query_pre_attn_scalar is 256; llama.cpp scales queries
     by 1/sqrt(head_dim) (key_length) for all Gemma 3 sizes but 27B, so it is
     set to head_dim.  (For the real 270M, head_dim is 256: no change.)
@@ -245,6 +247,19 @@ def load(path: Path, meta: Meta, fam: dict | None):
                        "HF's default (256) comes from the 270M/1B config.json, absent from GGUF",
             }
             config.query_pre_attn_scalar = hd
+    if meta.arch == "qwen3":
+        # HF's GGUF config map for qwen3 (transformers 5.24 GGUF_CONFIG_MAPPING) reads neither
+        # `qwen3.attention.key_length` nor, when the key is absent (llama.cpp's converter writes
+        # none), a vocabulary size: take both from the file, as llama.cpp does.
+        hd = int(meta.a("attention.key_length"))
+        rows = int(meta.tensor("token_embd.weight").shape[1])
+        for attr, want, why in [
+            ("head_dim", hd, "qwen3.attention.key_length is not in HF's GGUF config map"),
+            ("vocab_size", rows, "no qwen3.vocab_size key; the vocabulary is token_embd.weight's rows"),
+        ]:
+            if getattr(config, attr) != want:
+                overrides[attr] = {"from": getattr(config, attr), "to": want, "why": why}
+                setattr(config, attr, want)
     rope_freqs = meta.tensor("rope_freqs.weight")
     if rope_freqs is not None:
         if not fam or not fam.get("llama3_rope"):
@@ -306,6 +321,12 @@ def arch_checks(meta: Meta, model) -> dict:
         out["hidden_act"] = c.hidden_act
         if meta.arch == "qwen2":
             assert model.model.layers[0].self_attn.q_proj.bias is not None
+        if meta.arch == "qwen3":
+            attn = model.model.layers[0].self_attn
+            assert attn.q_proj.bias is None and attn.head_dim == hd
+            out["head_dim"] = attn.head_dim
+            out["qk_norm"] = f"{type(attn.q_norm).__name__} over head_dim {attn.q_norm.weight.numel()}, eps {attn.q_norm.variance_epsilon}"
+            assert attn.q_norm.weight.numel() == hd and attn.k_norm.weight.numel() == hd
     out["rms_norm_eps"] = c.rms_norm_eps
     return out
 
@@ -368,6 +389,15 @@ def sensitivity(meta: Meta, model, fam: dict | None, ids: list[int]) -> dict:
         r.inv_freq.copy_(1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float) / hd)))
         out["max_abs_logit_change_without_llama3_rope_scaling"] = float((logits_of(model, ids) - base).abs().max())
         r.inv_freq.copy_(saved)
+    if meta.arch == "qwen3":
+        # Without the per-head Q/K norms (what a qwen2-style forward would run).
+        layers = model.model.layers
+        saved = [(l.self_attn.q_norm, l.self_attn.k_norm) for l in layers]
+        for l in layers:
+            l.self_attn.q_norm, l.self_attn.k_norm = torch.nn.Identity(), torch.nn.Identity()
+        out["max_abs_logit_change_without_qk_norm"] = float((logits_of(model, ids) - base).abs().max())
+        for l, (qn, kn) in zip(layers, saved):
+            l.self_attn.q_norm, l.self_attn.k_norm = qn, kn
     if meta.arch == "gemma3":
         layers = model.model.layers
         saved = [l.self_attn.scaling for l in layers]

@@ -14,13 +14,15 @@ A built file whose sha256 differs from the manifest is an error (the goldens
 in tests/goldens/model_*.json were made from the manifest's bytes) unless
 --update-manifest is given, after which tools/hf_goldens.py must be rerun.
 
-Families (all: dim 256, head_dim 64, 4 query heads, context 256):
+Families (all: dim 256, 4 query heads, context 256; head_dim 64 except qwen3's 128):
   llama-spm  llama arch, Mistral SentencePiece vocab (32000), 2 layers, 2 KV heads, separate output.weight
   llama3     llama arch, Llama 3 BPE vocab (128256), 2 layers, 2 KV heads, tied embeddings
              (no output.weight), Llama-3 RoPE scaling stored as rope_freqs.weight
   qwen2      qwen2 arch, Qwen2 BPE vocab, 2 layers, 2 KV heads, q/k/v biases, separate output.weight
   gemma3     gemma3 arch, Mistral SentencePiece vocab, 6 layers (5 sliding + 1 global), 1 KV head,
              sliding window 8, q/k norms, sandwich norms, tied embeddings
+  qwen3      qwen3 arch, Qwen2 BPE vocab, 2 layers, 2 KV heads, head_dim 128 (≠ dim / heads), per-head
+             q/k norms, no biases, tied embeddings; laid out as llama.cpp's converter writes it
   llama-spm-chatml  llama-spm's model and weights (same seed, same bytes per tensor) plus a
              `tokenizer.chat_template`: SmolLM2-135M-Instruct's real ChatML template (the one in
              tests/goldens/chat_smollm2.json). Only q4_0: the page's chat e2e test needs a model
@@ -116,6 +118,17 @@ FAMILIES: dict[str, dict] = {
     ),
 }
 
+# Qwen3 dense, shaped like Qwen3-0.6B in miniature: head_dim 128 is not dim / heads (64), so
+# qwen3.attention.key_length matters; tied embeddings, no biases, per-head Q/K norms, rms eps
+# 1e-6 and rope base 1e6 as in the released Qwen3 configs. Tensor names and metadata are what
+# llama.cpp's convert_hf_to_gguf.py writes for a Qwen3ForCausalLM checkpoint (tools/qwen3_convert.py
+# runs the converter on the same weights and compares).
+FAMILIES["qwen3"] = dict(
+    COMMON, head_dim=128, arch="qwen3", vocab="qwen2", seed=0x0E3, n_layer=2, n_head_kv=2, ffn=512,
+    eps=1e-6, rope_base=1000000.0, tied=True, qkv_bias=False, permute_qk=False, llama3_rope=None,
+    qk_norm=True,
+)
+
 FAMILIES["llama-spm-chatml"] = dict(FAMILIES["llama-spm"], chat_template=SMOLLM2_CHAT_TEMPLATE)
 
 FIXTURES: list[tuple[str, str]] = [(fam, t) for fam in ("llama-spm", "llama3", "qwen2") for t in FAMILY_TYPES]
@@ -124,6 +137,9 @@ FIXTURES += [("gemma3", "q8_0"), ("gemma3", "q4_k"), ("llama-spm-chatml", "q4_0"
 # tests/model.rs holds them against the CPU reference forward; they have no HF goldens yet.
 FIXTURES += [("llama3", "q4_1"), ("qwen2", "q5_1"), ("llama-spm", "q2_k"), ("llama-spm", "q3_k")]
 FIXTURES += [("qwen2", "iq4_nl"), ("llama3", "iq4_xs")]
+# Qwen3 in the type a converter writes (Q8_0, gguf-py's quantizer, as `--outtype q8_0`) and the
+# one most released Qwen3 GGUFs carry for their bulk (Q4_K, kquants.py).
+FIXTURES += [("qwen3", "q8_0"), ("qwen3", "q4_k")]
 
 
 def fixture_name(family: str, tname: str) -> str:
@@ -232,6 +248,11 @@ def make_weights(fam: dict, n_vocab: int) -> list[tuple[str, np.ndarray, bool]]:
             mat(b + "attn_q.weight", nh * hd, d, 0.09, pq)
             mat(b + "attn_k.weight", nkv * hd, d, 0.09, pk)
             mat(b + "attn_v.weight", nkv * hd, d, 1 / 16)
+            if fam.get("qk_norm"):
+                # Qwen3: RMSNorm per head on q and k (weights [head_dim]); after it every head
+                # has rms 1, so the weights alone set the attention scores' spread (~1.5² ≈ 2).
+                norm(b + "attn_q_norm.weight", hd, 1.5)
+                norm(b + "attn_k_norm.weight", hd, 1.5)
             if fam["qkv_bias"]:
                 out.append((b + "attn_q.bias", ini.normal(b + "attn_q.bias", (nh * hd,), 0.5), False))
                 out.append((b + "attn_k.bias", ini.normal(b + "attn_k.bias", (nkv * hd,), 0.5), False))
@@ -290,14 +311,21 @@ def write_fixture(path: Path, family: str, tname: str, cache: dict) -> None:
     w.add_rope_freq_base(fam["rope_base"])
     if arch == "llama":
         w.add_rope_dimension_count(fam["head_dim"])
-    if arch == "gemma3":
+    if arch in ("gemma3", "qwen3"):
+        # llama.cpp's converter writes both from HF's `head_dim` (TextModel.set_gguf_parameters).
         w.add_key_length(fam["head_dim"])
         w.add_value_length(fam["head_dim"])
+    if arch == "gemma3":
         w.add_sliding_window(fam["sliding_window"])
     n_vocab = int(_vocab_module().add_vocab(w, fam["vocab"]))
     if fam.get("chat_template"):
         w.add_chat_template(fam["chat_template"])
-    w.add_vocab_size(n_vocab)
+    if arch == "qwen3":
+        # What llama.cpp's converter writes for a Qwen3 checkpoint (tools/qwen3_convert.py
+        # compared them): `add_eos_token = false` from the tokenizer, and no `qwen3.vocab_size`.
+        w.add_add_eos_token(False)
+    else:
+        w.add_vocab_size(n_vocab)
 
     key = (family, n_vocab)
     if key not in cache:

@@ -10,17 +10,21 @@ pub enum Arch {
     Llama,
     /// Qwen2 / Qwen2.5: llama plus Q/K/V biases and NeoX RoPE.
     Qwen2,
+    /// Qwen3 (dense): qwen2 without the Q/K/V biases, plus a per-head RMSNorm on Q and K
+    /// before RoPE; its head size may differ from dim / heads (`qwen3.attention.key_length`).
+    Qwen3,
     /// Gemma 3: sandwich norms, per-head Q/K norms, GELU-tanh, local/global attention.
     Gemma3,
 }
 
-pub const SUPPORTED_ARCHS: &str = "llama, qwen2, gemma3";
+pub const SUPPORTED_ARCHS: &str = "llama, qwen2, qwen3, gemma3";
 
 impl Arch {
     pub fn name(self) -> &'static str {
         match self {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
             Arch::Gemma3 => "gemma3",
         }
     }
@@ -31,7 +35,7 @@ impl Arch {
 pub enum RopeStyle {
     /// Adjacent pairs (2i, 2i+1). llama GGUFs use this because the converter permutes Q/K.
     Normal,
-    /// Halves (i, i + d/2), as HF's `rotate_half`. qwen2 and gemma3.
+    /// Halves (i, i + d/2), as HF's `rotate_half`. qwen2, qwen3 and gemma3.
     Neox,
 }
 
@@ -120,6 +124,9 @@ pub struct Config {
     /// Multiplier on the embedding rows (Gemma: √dim).
     pub embed_scale: f32,
     pub qkv_bias: bool,
+    /// A per-head RMSNorm (`blk.N.attn_q_norm` / `attn_k_norm`, `[head_dim]`) on Q and K
+    /// before RoPE: gemma3 and qwen3.
+    pub qk_norm: bool,
     /// No `output.weight`: logits use `token_embd.weight`.
     pub tied_embeddings: bool,
     /// Llama 3: a `rope_freqs.weight` tensor divides each frequency.
@@ -135,6 +142,7 @@ impl Config {
         let arch = match arch_name {
             "llama" => Arch::Llama,
             "qwen2" => Arch::Qwen2,
+            "qwen3" => Arch::Qwen3,
             "gemma3" => Arch::Gemma3,
             other => return Err(ConfigError::UnsupportedArch(other.to_string())),
         };
@@ -166,6 +174,8 @@ impl Config {
                 "head counts {n_heads}/{n_kv_heads}: query heads must be a positive multiple of KV heads"
             )));
         }
+        // `{arch}.attention.key_length` (llama.cpp's converter writes it from HF's `head_dim`
+        // where the config has one: Qwen3 and Gemma 3 heads are not dim / heads wide).
         let head_dim = md
             .opt_u32(&key("attention.key_length"))?
             .unwrap_or(dim / n_heads);
@@ -207,6 +217,9 @@ impl Config {
         let (rope_style, activation, default_base) = match arch {
             Arch::Llama => (RopeStyle::Normal, Activation::Silu, 10_000.0),
             Arch::Qwen2 => (RopeStyle::Neox, Activation::Silu, 10_000.0),
+            // HF Qwen3Config: rope_theta 10000 by default (the released models store 1e6 in
+            // `qwen3.rope.freq_base`); llama.cpp runs LLM_ARCH_QWEN3 with NeoX RoPE.
+            Arch::Qwen3 => (RopeStyle::Neox, Activation::Silu, 10_000.0),
             Arch::Gemma3 => (RopeStyle::Neox, Activation::GeluTanh, 1_000_000.0),
         };
         let rope_base = md.opt_f32(&key("rope.freq_base"))?.unwrap_or(default_base);
@@ -255,6 +268,7 @@ impl Config {
             attn_scale,
             embed_scale,
             qkv_bias: arch == Arch::Qwen2,
+            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3),
             tied_embeddings,
             rope_freq_factors: header.tensor("rope_freqs.weight").is_some(),
         };
@@ -375,11 +389,26 @@ impl Config {
                 expect(&b("attn_k.bias"), &[kv])?;
                 expect(&b("attn_v.bias"), &[kv])?;
             }
-            if self.arch == Arch::Gemma3 {
+            if self.qk_norm {
                 expect(&b("attn_q_norm.weight"), &[self.head_dim as u64])?;
                 expect(&b("attn_k_norm.weight"), &[self.head_dim as u64])?;
+            }
+            if self.arch == Arch::Gemma3 {
                 expect(&b("post_attention_norm.weight"), &[d])?;
                 expect(&b("post_ffw_norm.weight"), &[d])?;
+            }
+        }
+        // Biases on an architecture that has none would be dropped silently: refuse them.
+        if !self.qkv_bias {
+            if let Some(t) = header
+                .tensors
+                .iter()
+                .find(|t| t.name.ends_with("attn_q.bias"))
+            {
+                return Err(ConfigError::TensorNotYet {
+                    name: t.name.clone(),
+                    why: format!("Q/K/V biases on {}", self.arch.name()),
+                });
             }
         }
         // Norms and biases are read as f32 vectors by the norm kernels.

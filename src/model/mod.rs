@@ -1,5 +1,5 @@
 //! Model descriptions: typed configs per architecture, the GPU weights, and one readable
-//! forward pass per architecture family (`llama.rs` also serves qwen2; `gemma3.rs`).
+//! forward pass per architecture family (`llama.rs` also serves qwen2 and qwen3; `gemma3.rs`).
 //! Each forward lists its kernel calls in model order and writes into buffers that the
 //! session preallocated. Which fused form each call takes (norm folded, Q/K/V in one, RoPE in
 //! the matvec, split attention, …) is the session's [`Plan`] (`plan.rs`), decided once from
@@ -62,7 +62,7 @@ pub fn forward(
         plan,
     };
     match model.config.arch {
-        Arch::Llama | Arch::Qwen2 => llama::forward(rec, &step, logits_for),
+        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => llama::forward(rec, &step, logits_for),
         Arch::Gemma3 => gemma3::forward(rec, &step, logits_for),
     }
 }
@@ -71,7 +71,7 @@ pub fn forward(
 /// `Session::set_megakernel` runs through both paths to compare them.
 pub(crate) fn ffn(rec: &mut StepRecorder, step: &Step, l: usize) -> Result<(), KernelError> {
     match step.model.config.arch {
-        Arch::Llama | Arch::Qwen2 => llama::ffn(rec, step, l),
+        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => llama::ffn(rec, step, l),
         Arch::Gemma3 => gemma3::ffn(rec, step, l),
     }
 }
@@ -183,7 +183,7 @@ pub(crate) fn rope_layout(c: &Config) -> RopeLayout {
 }
 
 /// The attention half of a block, shared by every architecture: the attention RMSNorm,
-/// Q/K/V projections (+ biases), per-head Q/K norms (gemma3), RoPE, the KV-cache write and
+/// Q/K/V projections (+ biases), per-head Q/K norms (gemma3, qwen3), RoPE, the KV-cache write and
 /// causal attention into `s.attn`, each in the form the plan lists for this step. Reads the
 /// residual stream `s.x`.
 pub(crate) fn attention_block(
@@ -269,13 +269,13 @@ pub(crate) fn attention_block(
                     }
                 }
             }
-            // gemma3's per-head Q/K norms as their own dispatches
+            // the per-head Q/K norms (gemma3, qwen3) as their own dispatches
             Op::QkNorm => {
                 let (qn, kn) = qk_norm.as_ref().ok_or_else(|| misplaced(op))?;
                 rms_norm_in_place(rec, &q, qn, t * c.n_heads, c.head_dim, c.rms_eps)?;
                 rms_norm_in_place(rec, &k, kn, t * c.n_kv_heads, c.head_dim, c.rms_eps)?;
             }
-            // RoPE and the KV-cache write in one dispatch, with gemma3's Q/K norms folded in
+            // RoPE and the KV-cache write in one dispatch, with the Q/K norms folded in
             Op::RopeKvWrite { qk_norm: folded } => {
                 let norm = match (&qk_norm, folded) {
                     (Some((qn, kn)), true) => Some(QkNorm {

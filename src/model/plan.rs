@@ -4,9 +4,9 @@
 //! `COCO_COOPMAT`), the session's pipeline (`--unfused`) and its megakernel switch.
 //!
 //! Every structural choice the forward makes is made here, with its reason: norm folded or
-//! not, Q/K/V in one dispatch or three, RoPE and the KV write in the matvec, gemma3's Q/K
-//! norms folded into the RoPE kernel, gate/up + activation in one dispatch, the FFN
-//! megakernel, the LM head's norm. Two choices depend on the step itself, so the plan holds
+//! not, Q/K/V in one dispatch or three, RoPE and the KV write in the matvec, the per-head Q/K
+//! norms (gemma3, qwen3) folded into the RoPE kernel, gate/up + activation in one dispatch,
+//! the FFN megakernel, the LM head's norm. Two choices depend on the step itself, so the plan holds
 //! their rule and the forward asks it per step: whether a step is a matvec step (its token
 //! count; [`matvec_max_t`]) and whether attention splits its keys (the step's rows and
 //! context; [`attention::plan`]). [`Plan::layer_ops`] is the list a layer's forward runs,
@@ -51,9 +51,9 @@ pub enum Op {
     Qkv { norm: bool },
     /// Q, K and V as three products (each with the norm folded in when `norm`).
     QkvEach { norm: bool },
-    /// gemma3's per-head Q and K RMSNorms, in place: two dispatches.
+    /// The per-head Q and K RMSNorms (gemma3, qwen3), in place: two dispatches.
     QkNorm,
-    /// RoPE on q and k and the KV-cache write in one dispatch; `qk_norm`: gemma3's per-head
+    /// RoPE on q and k and the KV-cache write in one dispatch; `qk_norm`: the per-head
     /// norms folded in.
     RopeKvWrite { qk_norm: bool },
     /// RoPE on q, then on k: two dispatches.
@@ -121,7 +121,7 @@ pub struct LayerPlan {
     pub qkv_rope: Choice,
     /// [`Op::Qkv`] rather than [`Op::QkvEach`] (fused pipeline, steps without `qkv_rope`).
     pub qkv_one: Choice,
-    /// gemma3: its Q/K norms folded into [`Op::RopeKvWrite`]; `None` without Q/K norms.
+    /// gemma3, qwen3: their Q/K norms folded into [`Op::RopeKvWrite`]; `None` without Q/K norms.
     pub qk_norm: Option<Choice>,
     pub ffn: FfnPlan,
     /// Q/K/V biases (qwen2), bound into the products.

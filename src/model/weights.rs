@@ -18,8 +18,8 @@ pub struct LayerWeights {
     pub bq: Option<GpuTensor>,             // qwen2: [heads·head_dim] f32
     pub bk: Option<GpuTensor>,             // qwen2: [kv_heads·head_dim] f32
     pub bv: Option<GpuTensor>,             // qwen2: [kv_heads·head_dim] f32
-    pub q_norm: Option<GpuTensor>,         // gemma3: [head_dim] f32
-    pub k_norm: Option<GpuTensor>,         // gemma3: [head_dim] f32
+    pub q_norm: Option<GpuTensor>,         // gemma3, qwen3: [head_dim] f32
+    pub k_norm: Option<GpuTensor>,         // gemma3, qwen3: [head_dim] f32
     pub post_attn_norm: Option<GpuTensor>, // gemma3: [dim] f32
     pub ffn_norm: GpuTensor,               // [dim] f32
     pub w_gate: GpuTensor,                 // [dim → ffn]
@@ -77,12 +77,12 @@ impl Weights {
                 } else {
                     None
                 },
-                q_norm: if gemma {
+                q_norm: if config.qk_norm {
                     Some(take(b("attn_q_norm.weight"))?)
                 } else {
                     None
                 },
-                k_norm: if gemma {
+                k_norm: if config.qk_norm {
                     Some(take(b("attn_k_norm.weight"))?)
                 } else {
                     None

