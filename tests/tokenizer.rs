@@ -175,7 +175,7 @@ fn qwen2_matches_hf() {
 }
 
 /// Qwen3 ships the Qwen2 vocabulary (`tokenizer.ggml.pre = qwen2`, as llama.cpp's converter
-/// writes it for a Qwen3 checkpoint: tools/qwen3_convert.py): the qwen3 fixture's own
+/// writes it for a Qwen3 checkpoint: tools/convert_check.py --family qwen3): the qwen3 fixture's own
 /// `tokenizer.*` keys must give HF's Qwen ids for every qwen2 golden string.
 #[test]
 fn qwen3_fixture_matches_hf_qwen2_goldens() {

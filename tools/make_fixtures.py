@@ -121,7 +121,7 @@ FAMILIES: dict[str, dict] = {
 # Qwen3 dense, shaped like Qwen3-0.6B in miniature: head_dim 128 is not dim / heads (64), so
 # qwen3.attention.key_length matters; tied embeddings, no biases, per-head Q/K norms, rms eps
 # 1e-6 and rope base 1e6 as in the released Qwen3 configs. Tensor names and metadata are what
-# llama.cpp's convert_hf_to_gguf.py writes for a Qwen3ForCausalLM checkpoint (tools/qwen3_convert.py
+# llama.cpp's convert_hf_to_gguf.py writes for a Qwen3ForCausalLM checkpoint (tools/convert_check.py --family qwen3
 # runs the converter on the same weights and compares).
 FAMILIES["qwen3"] = dict(
     COMMON, head_dim=128, arch="qwen3", vocab="qwen2", seed=0x0E3, n_layer=2, n_head_kv=2, ffn=512,
@@ -321,7 +321,7 @@ def write_fixture(path: Path, family: str, tname: str, cache: dict) -> None:
     if fam.get("chat_template"):
         w.add_chat_template(fam["chat_template"])
     if arch == "qwen3":
-        # What llama.cpp's converter writes for a Qwen3 checkpoint (tools/qwen3_convert.py
+        # What llama.cpp's converter writes for a Qwen3 checkpoint (tools/convert_check.py --family qwen3
         # compared them): `add_eos_token = false` from the tokenizer, and no `qwen3.vocab_size`.
         w.add_add_eos_token(False)
     else:

