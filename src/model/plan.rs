@@ -17,7 +17,9 @@
 use std::fmt;
 
 use crate::gpu::{GpuContext, GpuTensor};
-use crate::kernels::attention::{self, AttentionPlan, AttentionShape, SPLIT_BLOCK, SPLIT_MAX_ROWS};
+use crate::kernels::attention::{
+    self, merge_in_split, AttentionPlan, AttentionShape, SPLIT_BLOCK, SPLIT_MAX_ROWS,
+};
 use crate::kernels::elementwise::Activation;
 use crate::kernels::get_rows::GetRowsKey;
 use crate::kernels::matmul::{
@@ -448,6 +450,9 @@ impl Plan {
                 (Op::Attention(a), ..) if a.splits <= 1 => {
                     out.push(format!("attention_tiled_hd{}", self.head_dim))
                 }
+                (Op::Attention(_), ..) if merge_in_split() => {
+                    out.push("attention_split_merge".into())
+                }
                 (Op::Attention(_), ..) => {
                     out.extend(["attention_split".into(), "attention_combine".into()])
                 }
@@ -607,10 +612,14 @@ impl Plan {
     }
 
     fn attention_rule(&self) -> String {
+        let split = if merge_in_split() {
+            "attention_split_merge: the last range's workgroup merges"
+        } else {
+            "attention_split + attention_combine: COCO_ATTN_COMBINE=separate"
+        };
         format!(
-            "flash-decoding (attention_split + attention_combine) while steps x {} heads <= \
-             {SPLIT_MAX_ROWS} rows and the last token sees > {SPLIT_BLOCK} keys, else one pass \
-             (attention_tiled_hd{})",
+            "flash-decoding ({split}) while steps x {} heads <= {SPLIT_MAX_ROWS} rows and the \
+             last token sees > {SPLIT_BLOCK} keys, else one pass (attention_tiled_hd{})",
             self.heads, self.head_dim
         )
     }
