@@ -498,7 +498,7 @@ fn main(
 #endif
 
 #ifdef COMBINE
-// The separate merge dispatch (COCO_ATTN_COMBINE=separate: the A/B baseline of
+// The separate merge dispatch (COCO_ATTN_MERGE=separate: the A/B baseline of
 // LAST_COMBINES): one workgroup per (head, query token).
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> partials: array<atomic<u32>>; // see RANGES

@@ -16,8 +16,7 @@ use std::sync::Arc;
 
 use coco::bench::{bench_prompt, profile_step, ProfileError, ProfiledStep, StepProfile};
 use coco::engine::{load_path, LogitsFor, Model, Session};
-use coco::gpu::GpuContext;
-use coco::kernels::attention;
+use coco::gpu::{AttentionMerge, GpuContext};
 use coco::model::{Op, Pipeline};
 
 fn load(ctx: &Arc<GpuContext>, name: &str) -> Arc<Model> {
@@ -171,7 +170,7 @@ fn attention_splits_on_long_decode_steps_only() {
     assert_eq!(count(&short, split), 0);
     let long = labels(&ctx, &model, 40, 1, Pipeline::Fused, false);
     assert_eq!(count(&long, split), layers);
-    if attention::merge_in_split() {
+    if ctx.attention_merge == AttentionMerge::InSplit {
         // one dispatch at any length: the last range's workgroup merges (issue 14)
         assert_eq!(count(&long, |l| l == "attention_split_merge"), layers);
         assert_eq!(long.len(), short.len());

@@ -19,8 +19,8 @@
 //!   write their running max, sum and unnormalized `Σ p·v` into a partials buffer; the last
 //!   workgroup of each (token, head) to finish, found by an atomic arrival counter, merges
 //!   the ranges with the log-sum-exp rescaling. One dispatch, where the first version took
-//!   two (`attention_split` + `attention_combine`, kept behind `COCO_ATTN_COMBINE=separate`
-//!   as the A/B baseline, [`merge_in_split`]).
+//!   two (`attention_split` + `attention_combine`, kept behind `COCO_ATTN_MERGE=separate`
+//!   as the A/B baseline: `GpuContext::attention_merge`).
 //!   A decode step (`t = 1`) otherwise runs only `heads` workgroups (32 for Llama-3.2-1B,
 //!   4 for Gemma-3-270M) on a GPU with 100+ SMs, each walking thousands of keys serially.
 //!   Its K/V reads are coalesced vec4 loads: neighbouring invocations read neighbouring
@@ -51,7 +51,7 @@ use bytemuck::{Pod, Zeroable};
 
 use super::elementwise::{check_len, grid};
 use super::KernelError;
-use crate::gpu::{preprocess, Binding, StepRecorder};
+use crate::gpu::{preprocess, AttentionMerge, Binding, StepRecorder};
 
 /// Largest head_dim the attention kernel handles (gemma3's 256); `MAX_HEAD_DIM` in the shader.
 pub const MAX_HEAD_DIM: u32 = 256;
@@ -84,27 +84,6 @@ pub const SPLIT_MAX_ROWS: u32 = TARGET_WORKGROUPS / 2;
 /// merges. They are 0 between dispatches (the last workgroup resets its own), so the partials
 /// buffer must start zeroed (WebGPU zero-initializes new buffers).
 pub const RANGE_COUNTERS: u64 = SPLIT_MAX_ROWS as u64;
-
-/// Whether the last split workgroup of each (token, head) merges the ranges (one dispatch),
-/// rather than a separate `attention_combine` dispatch: the default; `COCO_ATTN_COMBINE=
-/// separate` restores the two-dispatch form as the A/B baseline. Read once per process.
-pub fn merge_in_split() -> bool {
-    static CHOICE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *CHOICE.get_or_init(|| {
-        #[cfg(target_arch = "wasm32")]
-        let var: Option<String> = None;
-        #[cfg(not(target_arch = "wasm32"))]
-        let var = std::env::var("COCO_ATTN_COMBINE").ok();
-        match var.as_deref() {
-            None | Some("") | Some("last") => true,
-            Some("separate") => false,
-            Some(other) => {
-                log::warn!("COCO_ATTN_COMBINE={other:?} ignored: expected `last` or `separate`");
-                true
-            }
-        }
-    })
-}
 
 /// f32 per (token, head, range) in the partials: `vec4(m, l, 0, 0)`, then `acc[head_dim]`.
 fn partial_row(head_dim: u32) -> u64 {
@@ -432,7 +411,7 @@ pub fn attention_planned(
     }
     let partial_elems = RANGE_COUNTERS + rows * splits as u64 * partial_row(head_dim);
     check_len(KERNEL, "partials", partials, partial_elems)?;
-    let merged = merge_in_split();
+    let merged = rec.ctx().attention_merge == AttentionMerge::InSplit;
     let label = if merged {
         "attention_split_merge"
     } else {

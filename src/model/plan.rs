@@ -16,10 +16,8 @@
 
 use std::fmt;
 
-use crate::gpu::{GpuContext, GpuTensor};
-use crate::kernels::attention::{
-    self, merge_in_split, AttentionPlan, AttentionShape, SPLIT_BLOCK, SPLIT_MAX_ROWS,
-};
+use crate::gpu::{AttentionMerge, GpuContext, GpuTensor};
+use crate::kernels::attention::{self, AttentionPlan, AttentionShape, SPLIT_BLOCK, SPLIT_MAX_ROWS};
 use crate::kernels::elementwise::Activation;
 use crate::kernels::get_rows::GetRowsKey;
 use crate::kernels::matmul::{
@@ -145,6 +143,8 @@ pub struct Plan {
     pub kernels: DeviceKernels,
     /// Steps of at most this many tokens run the matvec (`None`: every step).
     pub matvec_max_t: Option<u32>,
+    /// Who merges flash-decoding's key ranges (the device's option).
+    pub attention_merge: AttentionMerge,
     pub layers: Vec<LayerPlan>,
     /// The final norm folded into the LM head.
     pub lm_head_norm: bool,
@@ -281,6 +281,7 @@ impl Plan {
             megakernel: mega,
             kernels,
             matvec_max_t: matvec_max_t(kernels),
+            attention_merge: ctx.attention_merge,
             layers,
             lm_head_norm: fused,
             heads: c.n_heads,
@@ -450,7 +451,7 @@ impl Plan {
                 (Op::Attention(a), ..) if a.splits <= 1 => {
                     out.push(format!("attention_tiled_hd{}", self.head_dim))
                 }
-                (Op::Attention(_), ..) if merge_in_split() => {
+                (Op::Attention(_), ..) if self.attention_merge == AttentionMerge::InSplit => {
                     out.push("attention_split_merge".into())
                 }
                 (Op::Attention(_), ..) => {
@@ -612,10 +613,11 @@ impl Plan {
     }
 
     fn attention_rule(&self) -> String {
-        let split = if merge_in_split() {
-            "attention_split_merge: the last range's workgroup merges"
-        } else {
-            "attention_split + attention_combine: COCO_ATTN_COMBINE=separate"
+        let split = match self.attention_merge {
+            AttentionMerge::InSplit => "attention_split_merge: the last range's workgroup merges",
+            AttentionMerge::Separate => {
+                "attention_split + attention_combine: attn_merge=separate / COCO_ATTN_MERGE"
+            }
         };
         format!(
             "flash-decoding ({split}) while steps x {} heads <= {SPLIT_MAX_ROWS} rows and the \
