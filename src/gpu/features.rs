@@ -212,6 +212,7 @@ mod tests {
         assert!(SubgroupDecision::browser(on, Some(full()), false).used);
         let off = DeviceOptions {
             subgroups: SubgroupChoice::Off,
+            ..DeviceOptions::default()
         };
         assert!(!SubgroupDecision::browser(off, Some(full()), false).used);
         assert!(!SubgroupDecision::browser(on, None, false).used);
@@ -247,6 +248,7 @@ mod tests {
         assert!(!SubgroupDecision::browser(on, Some(swiftshader), true).used);
         let forced = DeviceOptions {
             subgroups: SubgroupChoice::On,
+            ..DeviceOptions::default()
         };
         assert!(SubgroupDecision::browser(forced, Some(swiftshader), true).used);
     }
@@ -258,6 +260,7 @@ mod tests {
         assert!(!SubgroupDecision::native(on, false, (0, 0)).used);
         let off = DeviceOptions {
             subgroups: SubgroupChoice::Off,
+            ..DeviceOptions::default()
         };
         assert!(!SubgroupDecision::native(off, true, (32, 32)).used);
         assert_eq!(SubgroupChoice::parse("0"), SubgroupChoice::Off);
