@@ -51,6 +51,16 @@ echo "have: wllama=$([ -f /tmp/wllama/package.json ] && echo yes) chrome=$([ -x 
 for step in "$@"; do
   case $step in
     bench)
+      # Without the page, coco or the model (a call that carried them was refused or went to
+      # a fresh machine) the browser would wait on nothing until the device tool's limit.
+      missing=""
+      [ -f /tmp/cocodist/index.html ] || missing="$missing page"
+      [ -x /tmp/coco-native ] || missing="$missing coco"
+      [ -f $MODEL ] || missing="$missing model"
+      if [ -n "$missing" ]; then
+        echo "not benchmarking: missing$missing (rerun the calls that carry them, back to back)" >&2
+        exit 1
+      fi
       nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
       python3 $H/serve.py 8080 /tmp/cocodist /models=/tmp/models >> $OUT/logs.txt 2>&1 &
       python3 $H/serve.py --coi 8123 $H /wllama=/tmp/wllama /m=/tmp/models >> $OUT/logs.txt 2>&1 &
