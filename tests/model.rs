@@ -337,7 +337,10 @@ fn phi3_long_rope_factor_sets_match_cpu_reference() {
         .map(|(a, b)| (a - b).abs())
         .fold(0.0f32, f32::max);
     println!("phi3-q8_0: long vs short factor sets: max |Δlogit| {diff:.2}");
-    assert!(diff > 1.0, "long and short factor sets give the same logits");
+    assert!(
+        diff > 1.0,
+        "long and short factor sets give the same logits"
+    );
 }
 
 /// The six newer weight types (one family each), streamed, re-laid out and run whole, against

@@ -222,7 +222,17 @@ impl Config {
                 "head size {head_dim} (supported: multiples of 4, ≤ 256)"
             )));
         }
+        // `{arch}.rope.dimension_count` (llama.cpp n_rot): rotated dimensions per head, in pairs.
         if let Some(rope_dims) = md.opt_u32(&key("rope.dimension_count"))? {
+            if rope_dims == 0 || rope_dims % 2 != 0 || rope_dims > head_dim {
+                return Err(ConfigError::Invalid(format!(
+                    "{arch_name}.rope.dimension_count = {rope_dims}: RoPE rotates an even number of \
+                     dimensions, at most the head size {head_dim}"
+                )));
+            }
+            // Phi-4-mini rotates 96 of 128 (HF partial_rotary_factor 0.75): the RoPE kernels
+            // rotate whole heads, and LongRoPE's attention factor is folded into the attention
+            // scale only because every dimension is rotated.
             if rope_dims != head_dim {
                 return Err(ConfigError::NotYet(format!(
                     "partial RoPE ({rope_dims} of {head_dim} dimensions rotated)"
