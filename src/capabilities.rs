@@ -204,6 +204,20 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
         }
     };
 
+    // The tokenizer kind: a vocabulary coco can't tokenize yet (e.g. Phi-4-mini's GPT-4o-style
+    // `gpt-4o` pre-tokenizer) is refused here, before the weights. A broken or missing
+    // vocabulary is left to the loader's full read, which names the key.
+    use crate::tokenizer::{Tokenizer, TokenizerError};
+    if let Err(e @ (TokenizerError::UnsupportedModel(_) | TokenizerError::UnsupportedPre(_))) =
+        Tokenizer::check_kind(&header.metadata)
+    {
+        rows.push(Row {
+            name: "tokenizer",
+            status: Status::NotYet,
+            detail: e.to_string(),
+        });
+    }
+
     // Quant types.
     let mut counts: std::collections::BTreeMap<GgmlType, (usize, u64)> = Default::default();
     for t in &header.tensors {

@@ -1190,6 +1190,13 @@ fn broken_files_are_invalid_and_unsupported_ones_not_yet() {
             TinyModel::new("llama").set("llama.rope.dimension_count", Value::U32(2)),
             "partial RoPE",
         ),
+        // Phi-4-mini: phi3 with a GPT-4o-style byte-level BPE vocabulary
+        (
+            TinyModel::new("phi3")
+                .set("tokenizer.ggml.model", Value::String("gpt2".into()))
+                .set("tokenizer.ggml.pre", Value::String("gpt-4o".into())),
+            "pre-tokenizer \"gpt-4o\"",
+        ),
     ];
     for (model, needle) in &unsupported {
         let report = check(&model.header(), &facts, 64);
