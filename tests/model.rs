@@ -322,6 +322,32 @@ fn gpu_forward_matches_cpu_reference() {
     }
 }
 
+/// Phi-3's fused tensors split into pieces while they stream: with small odd staging writes
+/// (so writes end mid-block, mid-row and mid-piece, and re-laid Q4_K blocks straddle them)
+/// and odd chunks, the model gives bit-identical logits to the 4 MiB-staged load.
+#[test]
+fn phi3_split_survives_any_staging_and_chunking() {
+    let ctx = gpu();
+    for name in ["phi3-q4_k", "phi3-q8_0"] {
+        let path = fixture(name);
+        let whole = Arc::new(load_path(&ctx, &path, 512).unwrap());
+        let bytes = std::fs::read(&path).unwrap();
+        let mut loader = coco::engine::Loader::new(&ctx, 512, Some(bytes.len() as u64))
+            .with_staging_bytes(100_003);
+        for chunk in bytes.chunks(65_537) {
+            loader.push(chunk).unwrap();
+        }
+        let small = Arc::new(loader.finish().unwrap().0);
+        let ids: Vec<u32> = (0..9).map(|i| (i * 7919 + 13) % 32000).collect();
+        let logits = |m: &Arc<Model>| {
+            Session::new(&ctx, m, 512, LogitsFor::AllTokens)
+                .forward_blocking(&ids)
+                .unwrap()
+        };
+        assert_eq!(logits(&whole), logits(&small), "{name}");
+    }
+}
+
 /// LongRoPE's two factor sets: a session of more positions than the original context (1024
 /// vs 512 in the fixture) runs the long set, one of at most 512 the short set (llama.cpp's
 /// rule). Both through every pipeline against the CPU reference, and the two must differ

@@ -86,6 +86,8 @@ pub struct Loader {
     staging: Option<Staging>,
     /// CPU copies of the RoPE factor tensors (`ROPE_FACTOR_TENSORS`): file index, name, bytes.
     rope_factors: Vec<(usize, String, Vec<u8>)>,
+    /// Staged bytes per write ([`STAGING_BYTES`]; tests shrink it to cross piece boundaries).
+    staging_bytes: usize,
     tensors_done: usize,
     error: Option<LoadError>,
 }
@@ -107,9 +109,18 @@ impl Loader {
             tensors: Vec::new(),
             staging: None,
             rope_factors: Vec::new(),
+            staging_bytes: STAGING_BYTES,
             tensors_done: 0,
             error: None,
         }
+    }
+
+    /// Writes every `bytes` staged bytes instead of 4 MiB: tests use an odd size so that
+    /// writes end mid-block and mid-piece (`flush_staging`'s tails), which the small
+    /// fixtures' tensors never reach at 4 MiB.
+    pub fn with_staging_bytes(mut self, bytes: usize) -> Loader {
+        self.staging_bytes = bytes.max(1);
+        self
     }
 
     pub fn header(&self) -> Option<&Header> {
@@ -240,7 +251,7 @@ impl Loader {
         });
         debug_assert_eq!(staging.offset + staging.bytes.len() as u64, offset);
         staging.bytes.extend_from_slice(bytes);
-        if staging.bytes.len() >= STAGING_BYTES {
+        if staging.bytes.len() >= self.staging_bytes {
             self.flush_staging(false);
         }
     }
