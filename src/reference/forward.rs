@@ -8,9 +8,7 @@ use crate::gguf::Header;
 use crate::kernels::attention::AttentionShape;
 use crate::kernels::elementwise;
 use crate::kernels::rope::RopeLayout;
-use crate::model::{
-    fused_pieces, Activation, Arch, Config, RopeFactors, RopeStyle, ROPE_FACTOR_TENSORS,
-};
+use crate::model::{Activation, Arch, Config, RopeFactors, RopeStyle, ROPE_FACTOR_TENSORS};
 
 use super::matmul::{get_rows, matmul};
 use super::ops::{add, attention, glu, rms_norm, rope};
@@ -28,6 +26,7 @@ impl CpuModel {
     pub fn load(path: &std::path::Path) -> Result<CpuModel, String> {
         use super::quant::dequantize;
         use crate::gguf::Event;
+        use crate::model::fused_pieces;
         let mut raw: Vec<Vec<u8>> = Vec::new();
         let header = crate::gguf::read_path(path, &mut |e| match e {
             Event::Header(h) => {
