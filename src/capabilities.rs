@@ -95,11 +95,12 @@ fn phi3_extras(c: &Config, header: &Header, context: u32) -> String {
     if c.arch != crate::model::Arch::Phi3 {
         return String::new();
     }
-    let mut s = String::new();
-    if header.tensor("blk.0.attn_qkv.weight").is_some() {
-        s.push_str(", fused Q/K/V");
-    }
-    s.push_str(" and gate/up split into separate tensors at load");
+    let fused = if header.tensor("blk.0.attn_qkv.weight").is_some() {
+        "Q/K/V and gate/up"
+    } else {
+        "gate/up"
+    };
+    let mut s = format!(", fused {fused} split into separate tensors at load");
     if let Some(lr) = c.long_rope {
         // the session clamps its context to the trained one (engine::Session::new)
         let context = context.min(c.context_length);
