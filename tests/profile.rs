@@ -83,6 +83,8 @@ fn every_step_records_what_the_plan_lists() {
         "qwen2-q4_0",
         "qwen3-q8_0",
         "qwen3-q4_k",
+        "phi3-q8_0",
+        "phi3-q4_k",
         "gemma3-q4_k",
         "gemma3-q8_0",
     ] {
@@ -106,7 +108,15 @@ fn every_step_records_what_the_plan_lists() {
 #[test]
 fn fused_decode_step_has_the_promised_fusions() {
     let ctx = ctx();
-    for name in ["llama3-q8_0", "qwen2-q8_0", "qwen3-q8_0", "gemma3-q8_0"] {
+    // phi3: its fused file tensors are separate GPU tensors, so it takes llama's fusions
+    // (head_dim 96 in the QKV+RoPE matvec)
+    for name in [
+        "llama3-q8_0",
+        "qwen2-q8_0",
+        "qwen3-q8_0",
+        "phi3-q8_0",
+        "gemma3-q8_0",
+    ] {
         let model = load(&ctx, name);
         let c = &model.config;
         let layers = c.n_layers;
