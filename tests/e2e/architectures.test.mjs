@@ -13,6 +13,7 @@ import { nativeRun } from './lib/native.mjs';
 // fixture.test.mjs and gemma3 by default_model.test.mjs (the real Gemma 3 270M).
 const FIXTURES = [
   ['qwen3-q4_k', 'qwen3'],
+  ['phi3-q4_k', 'phi3'],
 ];
 const PROMPT = 'Once upon a time';
 // SwiftShader is slow and the vocabularies are large (Qwen's 151,669 rows per LM head).
