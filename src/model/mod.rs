@@ -1,5 +1,6 @@
 //! Model descriptions: typed configs per architecture, the GPU weights, and one readable
-//! forward pass per architecture family (`llama.rs` also serves qwen2 and qwen3; `gemma3.rs`).
+//! forward pass per architecture family (`llama.rs` also serves qwen2 and qwen3; `gemma.rs`
+//! serves gemma2 and gemma3).
 //! Each forward lists its kernel calls in model order and writes into buffers that the
 //! session preallocated. Which fused form each call takes (norm folded, Q/K/V in one, RoPE in
 //! the matvec, split attention, …) is the session's [`Plan`] (`plan.rs`), decided once from
@@ -7,7 +8,7 @@
 //! nothing itself.
 
 pub mod config;
-mod gemma3;
+mod gemma;
 mod llama;
 pub mod plan;
 pub mod state;
@@ -63,7 +64,7 @@ pub fn forward(
     };
     match model.config.arch {
         Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => llama::forward(rec, &step, logits_for),
-        Arch::Gemma3 => gemma3::forward(rec, &step, logits_for),
+        Arch::Gemma2 | Arch::Gemma3 => gemma::forward(rec, &step, logits_for),
     }
 }
 
@@ -72,7 +73,7 @@ pub fn forward(
 pub(crate) fn ffn(rec: &mut StepRecorder, step: &Step, l: usize) -> Result<(), KernelError> {
     match step.model.config.arch {
         Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => llama::ffn(rec, step, l),
-        Arch::Gemma3 => gemma3::ffn(rec, step, l),
+        Arch::Gemma2 | Arch::Gemma3 => gemma::ffn(rec, step, l),
     }
 }
 
@@ -308,7 +309,8 @@ pub(crate) fn attention_block(
     Ok(())
 }
 
-/// Final RMSNorm and the vocabulary projection, for the last token or every token.
+/// Final RMSNorm and the vocabulary projection (and gemma2's soft-cap), for the last token
+/// or every token.
 pub(crate) fn lm_head(
     rec: &mut StepRecorder,
     step: &Step,
@@ -338,6 +340,15 @@ pub(crate) fn lm_head(
             )?,
             Op::Norm(NormOf::Output) => rms_norm(rec, &x, &norm_w, &xn, rows, c.dim, c.rms_eps)?,
             Op::LmHead { norm: false } => matmul(rec, w.lm_head(), &xn, &logits, rows, none)?,
+            // gemma2: logits ← cap·tanh(logits / cap), in place, before anything samples them
+            Op::FinalSoftcap => {
+                let cap = c.final_softcap.ok_or_else(|| misplaced(op))?;
+                let n = rows.checked_mul(c.vocab_size).ok_or(KernelError::Shape {
+                    kernel: "elementwise_softcap",
+                    why: format!("{rows} rows of {} logits overflow u32", c.vocab_size),
+                })?;
+                elementwise::softcap(rec, &logits, n, cap)?
+            }
             op => return Err(misplaced(op)),
         }
     }

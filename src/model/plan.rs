@@ -6,7 +6,7 @@
 //! Every structural choice the forward makes is made here, with its reason: norm folded or
 //! not, Q/K/V in one dispatch or three, RoPE and the KV write in the matvec, the per-head Q/K
 //! norms (gemma3, qwen3) folded into the RoPE kernel, gate/up + activation in one dispatch,
-//! the FFN megakernel, the LM head's norm. Two choices depend on the step itself, so the plan holds
+//! the FFN megakernel, the LM head's norm, gemma2's final logit soft-cap (its own dispatch). Two choices depend on the step itself, so the plan holds
 //! their rule and the forward asks it per step: whether a step is a matvec step (its token
 //! count; [`matvec_max_t`]) and whether attention splits its keys (the step's rows and
 //! context; [`attention::plan`]). [`Plan::layer_ops`] is the list a layer's forward runs,
@@ -79,6 +79,8 @@ pub enum Op {
     Megakernel,
     /// The vocabulary product; `norm`: the final RMSNorm folded in.
     LmHead { norm: bool },
+    /// gemma2: the logits soft-capped in place, cap·tanh(z / cap), before any sampling.
+    FinalSoftcap,
 }
 
 /// A choice and the reason it went that way.
@@ -146,10 +148,13 @@ pub struct Plan {
     pub layers: Vec<LayerPlan>,
     /// The final norm folded into the LM head.
     pub lm_head_norm: bool,
+    /// gemma2's final logit soft-cap ([`Op::FinalSoftcap`] after the LM head).
+    pub final_softcap: Option<f32>,
     heads: u32,
     kv_heads: u32,
     head_dim: u32,
     attn_scale: f32,
+    attn_softcap: f32,
     rope: RopeLayout,
     act: Activation,
     /// What the device description and weights looked like, for the printed lines.
@@ -263,7 +268,7 @@ impl Plan {
                     qk_norm,
                     ffn,
                     biases,
-                    post_norms: c.arch == Arch::Gemma3,
+                    post_norms: c.post_norms,
                     window: c.window(l as u32),
                 }
             })
@@ -281,10 +286,12 @@ impl Plan {
             matvec_max_t: matvec_max_t(kernels),
             layers,
             lm_head_norm: fused,
+            final_softcap: c.final_softcap,
             heads: c.n_heads,
             kv_heads: c.n_kv_heads,
             head_dim: c.head_dim,
             attn_scale: c.attn_scale,
+            attn_softcap: c.attn_softcap.unwrap_or(0.0),
             rope,
             act: activation(c),
             facts: Facts {
@@ -310,6 +317,7 @@ impl Plan {
             pos0,
             window: self.layers[l].window,
             scale: self.attn_scale,
+            softcap: self.attn_softcap,
         }
     }
 
@@ -373,13 +381,17 @@ impl Plan {
         ops
     }
 
-    /// The final norm and the vocabulary product.
+    /// The final norm and the vocabulary product (then gemma2's soft-cap).
     pub fn head_ops(&self) -> Vec<Op> {
-        if self.lm_head_norm {
+        let mut ops = if self.lm_head_norm {
             vec![Op::LmHead { norm: true }]
         } else {
             vec![Op::Norm(NormOf::Output), Op::LmHead { norm: false }]
+        };
+        if self.final_softcap.is_some() {
+            ops.push(Op::FinalSoftcap);
         }
+        ops
     }
 
     /// The whole step in order.
@@ -483,6 +495,7 @@ impl Plan {
                     };
                     product(out, w.lm_head(), rows, false, norm, Fusion::None)
                 }
+                (Op::FinalSoftcap, ..) => out.push("elementwise_softcap".into()),
                 (op, ..) => unreachable!("{op:?} belongs to a layer"),
             }
         };
@@ -562,6 +575,15 @@ impl Plan {
                 )
             },
         );
+        if let Some(cap) = self.final_softcap {
+            line(
+                "softcap",
+                format!(
+                    "logits <- {cap}·tanh(logits / {cap}) in one dispatch after the vocabulary \
+                     product, before any sampling"
+                ),
+            );
+        }
         if let Some(m) = &self.megakernel {
             let state = if m.on { "on" } else { "asked for, not run" };
             line("megakernel", format!("{state}: {}", m.why));
@@ -607,10 +629,18 @@ impl Plan {
     }
 
     fn attention_rule(&self) -> String {
+        let cap = if self.attn_softcap > 0.0 {
+            format!(
+                "; scores soft-capped, {0}·tanh(s / {0}), in the score step of both",
+                self.attn_softcap
+            )
+        } else {
+            String::new()
+        };
         format!(
             "flash-decoding (attention_split + attention_combine) while steps x {} heads <= \
              {SPLIT_MAX_ROWS} rows and the last token sees > {SPLIT_BLOCK} keys, else one pass \
-             (attention_tiled_hd{})",
+             (attention_tiled_hd{}){cap}",
             self.heads, self.head_dim
         )
     }
