@@ -163,7 +163,7 @@ fn fixture_names(family: &str) -> Vec<String> {
 }
 
 /// Every weight type of one fixture family against its HF golden: teacher-forced top-1 at
-/// >= 99% of positions, and the greedy 24-token continuation identical. Returns each
+/// 99% of positions or more, and the greedy 24-token continuation identical. Returns each
 /// fixture's golden and largest |Δlogit| over the HF top-10s.
 fn family_matches_hugging_face(family: &str) -> Vec<(Value, f64)> {
     let ctx = gpu();

@@ -540,8 +540,10 @@ fn gemma2_query_scalar(
     head_dim: u32,
 ) -> Result<f32, ConfigError> {
     let per_head = dim / n_heads;
+    if head_dim == per_head && dim.is_multiple_of(n_heads) {
+        return Ok(head_dim as f32);
+    }
     match n_layers {
-        _ if head_dim == per_head && dim % n_heads == 0 => Ok(head_dim as f32),
         46 => Ok(dim as f32 / n_heads as f32),
         26 | 42 => Ok(head_dim as f32),
         _ => Err(ConfigError::NotYet(format!(
