@@ -4,11 +4,10 @@
 //   GLU + SILU        out = silu(gate) * up          (SwiGLU: llama, qwen2)
 //   GLU + GELU_TANH   out = gelu_tanh(gate) * up     (GeGLU: gemma3's gelu_pytorch_tanh)
 //   ADD               a += b                         (residual add, in place)
-//   SOFTCAP           a = cap * tanh(a / cap)        (gemma2's final logit soft-cap, in place)
 
 struct Params {
     n: u32,      // elements
-    cap: f32,    // SOFTCAP only
+    _pad0: u32,
     _pad1: u32,
     _pad2: u32,
 }
@@ -19,18 +18,14 @@ struct Params {
 @group(0) @binding(2) var<storage, read> up: array<f32>; // [T, ffn]
 @group(0) @binding(3) var<storage, read_write> out: array<f32>; // [T, ffn]
 #else
-@group(0) @binding(1) var<storage, read_write> a: array<f32>; // [T, dim] (SOFTCAP: [rows, vocab])
-#ifndef SOFTCAP
+@group(0) @binding(1) var<storage, read_write> a: array<f32>; // [T, dim]
 @group(0) @binding(2) var<storage, read> b: array<f32>; // [T, dim]
-#endif
 #endif
 
 const WG: u32 = 256u;
 
 // sigmoid and act(x) for the SILU / GELU_TANH defines, shared with the fused matmul.
 #include "common/activation.wgsl"
-// softcap(x, cap), shared with the attention kernels.
-#include "common/softcap.wgsl"
 
 @compute @workgroup_size(WG)
 fn main(
@@ -46,10 +41,6 @@ fn main(
 #ifdef GLU
     out[i] = act(gate[i]) * up[i];
 #else
-#ifdef SOFTCAP
-    a[i] = softcap(a[i], p.cap);
-#else
     a[i] = a[i] + b[i];
-#endif
 #endif
 }

@@ -1,6 +1,6 @@
 // Gemma 2's soft-cap, cap·tanh(x / cap): attention scores (attn_logit_softcapping) and the
-// final logits (final_logit_softcapping). Included by attention.wgsl and elementwise.wgsl, so
-// every path bends its values by the same function.
+// final logits (final_logit_softcapping, in the LM head's store). Included by attention.wgsl
+// and matmul.wgsl, so every path bends its values by the same function.
 //
 // tanh(u) = sign(u)·(1 − e)/(1 + e) with e = exp(−2|u|) ∈ (0, 1]: exp only sees a
 // non-positive argument, so no inf appears (WGSL lets implementations assume there are none,

@@ -1,5 +1,5 @@
-//! Elementwise kernels (`shaders/elementwise.wgsl`): the gated activation of the FFN, the
-//! residual add and the logit soft-cap. Also the small host-side helpers the kernels of this family share: the
+//! Elementwise kernels (`shaders/elementwise.wgsl`): the gated activation of the FFN and the
+//! residual add. Also the small host-side helpers the kernels of this family share: the
 //! binding-length check and the workgroup grid for more than 65,535 workgroups.
 
 use bytemuck::{Pod, Zeroable};
@@ -24,9 +24,7 @@ const WG: u32 = 256;
 #[derive(Clone, Copy, Pod, Zeroable)]
 struct Params {
     n: u32,
-    /// [`softcap`]'s cap; unread by the other variants.
-    cap: f32,
-    _pad: [u32; 2],
+    _pad: [u32; 3],
 }
 
 /// `out[i] = act(gate[i]) · up[i]` for `n` elements.
@@ -53,11 +51,7 @@ pub fn glu(
     let pipeline = rec
         .ctx()
         .pipeline(label, || preprocess("elementwise.wgsl", &["GLU", define]));
-    let params = Params {
-        n,
-        cap: 0.0,
-        _pad: [0; 2],
-    };
+    let params = Params { n, _pad: [0; 3] };
     let bindings = [gate.clone(), up.clone(), out.clone()];
     rec.dispatch(
         label,
@@ -81,50 +75,13 @@ pub fn add(rec: &mut StepRecorder, a: &Binding, b: &Binding, n: u32) -> Result<(
     let pipeline = rec
         .ctx()
         .pipeline(label, || preprocess("elementwise.wgsl", &["ADD"]));
-    let params = Params {
-        n,
-        cap: 0.0,
-        _pad: [0; 2],
-    };
+    let params = Params { n, _pad: [0; 3] };
     let bindings = [a.clone(), b.clone()];
     rec.dispatch(
         label,
         &pipeline,
         bytemuck::bytes_of(&params),
         &bindings,
-        grid(n.div_ceil(WG)),
-    )?;
-    Ok(())
-}
-
-/// `x[i] = cap · tanh(x[i] / cap)` for `n` elements, in place: Gemma 2's final logit
-/// soft-cap (HF `final_logit_softcapping`), run on the logits before anything samples them.
-///
-/// - `x`: `[rows, vocab]` f32, read and written
-/// - `cap`: finite and positive
-pub fn softcap(rec: &mut StepRecorder, x: &Binding, n: u32, cap: f32) -> Result<(), KernelError> {
-    const KERNEL: &str = "elementwise_softcap";
-    check_len(KERNEL, "x", x, n as u64)?;
-    if !(cap.is_finite() && cap > 0.0) {
-        return Err(KernelError::Shape {
-            kernel: KERNEL,
-            why: format!("cap {cap} is not finite and positive"),
-        });
-    }
-    let label = "elementwise_softcap";
-    let pipeline = rec
-        .ctx()
-        .pipeline(label, || preprocess("elementwise.wgsl", &["SOFTCAP"]));
-    let params = Params {
-        n,
-        cap,
-        _pad: [0; 2],
-    };
-    rec.dispatch(
-        label,
-        &pipeline,
-        bytemuck::bytes_of(&params),
-        std::slice::from_ref(x),
         grid(n.div_ceil(WG)),
     )?;
     Ok(())

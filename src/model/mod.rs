@@ -262,6 +262,7 @@ pub(crate) fn attention_block(
                     let args = MatmulArgs {
                         bias: b.as_ref().map(|b| &b.buffer),
                         accumulate: false,
+                        softcap: None,
                     };
                     if folded {
                         matmul_normed(rec, w, &x, norm.0, norm.1, out, t, args)?;
@@ -309,8 +310,8 @@ pub(crate) fn attention_block(
     Ok(())
 }
 
-/// Final RMSNorm and the vocabulary projection (and gemma2's soft-cap), for the last token
-/// or every token.
+/// Final RMSNorm and the vocabulary projection (with gemma2's soft-cap folded into its
+/// store), for the last token or every token.
 pub(crate) fn lm_head(
     rec: &mut StepRecorder,
     step: &Step,
@@ -324,7 +325,12 @@ pub(crate) fn lm_head(
     let logits = Binding::from(&s.logits);
     let norm_w = w.output_norm.vector();
     let xn = rows_of(&s.xn, 0, rows, c.dim);
-    let none = MatmulArgs::default();
+    // gemma2: logits ← cap·tanh(logits / cap) as the product stores them, before anything
+    // samples them (the plan's `final_softcap`)
+    let head = MatmulArgs {
+        softcap: step.plan.final_softcap,
+        ..MatmulArgs::default()
+    };
     for op in step.plan.head_ops() {
         match op {
             // the final norm folded into the vocabulary product
@@ -336,19 +342,10 @@ pub(crate) fn lm_head(
                 c.rms_eps,
                 &logits,
                 rows,
-                none,
+                head,
             )?,
             Op::Norm(NormOf::Output) => rms_norm(rec, &x, &norm_w, &xn, rows, c.dim, c.rms_eps)?,
-            Op::LmHead { norm: false } => matmul(rec, w.lm_head(), &xn, &logits, rows, none)?,
-            // gemma2: logits ← cap·tanh(logits / cap), in place, before anything samples them
-            Op::FinalSoftcap => {
-                let cap = c.final_softcap.ok_or_else(|| misplaced(op))?;
-                let n = rows.checked_mul(c.vocab_size).ok_or(KernelError::Shape {
-                    kernel: "elementwise_softcap",
-                    why: format!("{rows} rows of {} logits overflow u32", c.vocab_size),
-                })?;
-                elementwise::softcap(rec, &logits, n, cap)?
-            }
+            Op::LmHead { norm: false } => matmul(rec, w.lm_head(), &xn, &logits, rows, head)?,
             op => return Err(misplaced(op)),
         }
     }

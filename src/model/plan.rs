@@ -6,7 +6,7 @@
 //! Every structural choice the forward makes is made here, with its reason: norm folded or
 //! not, Q/K/V in one dispatch or three, RoPE and the KV write in the matvec, the per-head Q/K
 //! norms (gemma3, qwen3) folded into the RoPE kernel, gate/up + activation in one dispatch,
-//! the FFN megakernel, the LM head's norm, gemma2's final logit soft-cap (its own dispatch). Two choices depend on the step itself, so the plan holds
+//! the FFN megakernel, the LM head's norm (and gemma2's final logit soft-cap in its store). Two choices depend on the step itself, so the plan holds
 //! their rule and the forward asks it per step: whether a step is a matvec step (its token
 //! count; [`matvec_max_t`]) and whether attention splits its keys (the step's rows and
 //! context; [`attention::plan`]). [`Plan::layer_ops`] is the list a layer's forward runs,
@@ -77,10 +77,9 @@ pub enum Op {
     /// The whole FFN half (norm, gate/up, activation, down, residual, post-norm): one
     /// workgroup per token, the megakernel kept to measure that it loses.
     Megakernel,
-    /// The vocabulary product; `norm`: the final RMSNorm folded in.
+    /// The vocabulary product; `norm`: the final RMSNorm folded in. gemma2's final
+    /// soft-cap ([`Plan::final_softcap`]) is applied as it stores the logits.
     LmHead { norm: bool },
-    /// gemma2: the logits soft-capped in place, cap·tanh(z / cap), before any sampling.
-    FinalSoftcap,
 }
 
 /// A choice and the reason it went that way.
@@ -148,7 +147,7 @@ pub struct Plan {
     pub layers: Vec<LayerPlan>,
     /// The final norm folded into the LM head.
     pub lm_head_norm: bool,
-    /// gemma2's final logit soft-cap ([`Op::FinalSoftcap`] after the LM head).
+    /// gemma2's final logit soft-cap, folded into the LM head's store.
     pub final_softcap: Option<f32>,
     heads: u32,
     kv_heads: u32,
@@ -381,17 +380,13 @@ impl Plan {
         ops
     }
 
-    /// The final norm and the vocabulary product (then gemma2's soft-cap).
+    /// The final norm and the vocabulary product.
     pub fn head_ops(&self) -> Vec<Op> {
-        let mut ops = if self.lm_head_norm {
+        if self.lm_head_norm {
             vec![Op::LmHead { norm: true }]
         } else {
             vec![Op::Norm(NormOf::Output), Op::LmHead { norm: false }]
-        };
-        if self.final_softcap.is_some() {
-            ops.push(Op::FinalSoftcap);
         }
-        ops
     }
 
     /// The whole step in order.
@@ -495,7 +490,6 @@ impl Plan {
                     };
                     product(out, w.lm_head(), rows, false, norm, Fusion::None)
                 }
-                (Op::FinalSoftcap, ..) => out.push("elementwise_softcap".into()),
                 (op, ..) => unreachable!("{op:?} belongs to a layer"),
             }
         };
@@ -579,8 +573,8 @@ impl Plan {
             line(
                 "softcap",
                 format!(
-                    "logits <- {cap}·tanh(logits / {cap}) in one dispatch after the vocabulary \
-                     product, before any sampling"
+                    "logits <- {cap}·tanh(logits / {cap}) as the vocabulary product stores \
+                     them (no dispatch of its own), before any sampling"
                 ),
             );
         }
