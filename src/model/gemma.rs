@@ -14,8 +14,8 @@
 //! Per model (`Config` flags, applied where the shared steps run):
 //! - Gemma 3: per-head RMSNorm on Q and K before RoPE (`qk_norm`, in `attention_block`);
 //! - Gemma 2: attention scores soft-capped, cap·tanh(s / cap), before the mask and softmax
-//!   (`attn_softcap`, in the attention kernels), and the logits soft-capped after the LM head
-//!   (`final_softcap`, the plan's last step in `lm_head`).
+//!   (`attn_softcap`, in the attention kernels), and the logits soft-capped as the LM head
+//!   stores them (`final_softcap`, through `lm_head`'s `MatmulArgs::softcap`).
 
 use super::LogitsFor;
 use crate::gpu::{Binding, StepRecorder};
