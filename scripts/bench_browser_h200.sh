@@ -28,7 +28,7 @@ Device calls (run tool, from the repository root):
   1 carry [".carry-browser/gl", ".carry-browser/chrA.tar.xz"]                          bash $S
   2 carry [".carry-browser/chrB.tar.xz", ".carry-browser/model/part0"]                 bash $S
   3 carry [".carry-browser/libs.tar.xz", ".carry-browser/model/part1"]                 bash $S
-  4 carry [".carry-browser/model/part2", ".carry-browser/dist.tar.xz", ".carry-browser/coco"]  bash $S
+  4 carry [".carry-browser/model/part2", ".carry-browser/dist.tar.xz"]               bash $S
   5 carry [".carry-browser/model/part3", ".carry-browser/wllama.tar.xz"]             bash $S
-  6 carry [".carry-browser/model/part4", ".carry-browser/model/SHA256"]                bash $S bench
+  6 carry [".carry-browser/model/part4", ".carry-browser/model/SHA256", ".carry-browser/coco"]  bash $S bench
 CALLS

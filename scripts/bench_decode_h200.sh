@@ -6,7 +6,8 @@
 #   BINS="coco-base coco coco@16x1x2x0x1" bash scripts/bench_decode_h200.sh
 #
 # .bench/ holds release builds (each name in BINS, and shape_model); `name@shape` runs that
-# build with COCO_MATVEC=shape; .gl/ the Debian
+# build with COCO_MATVEC=shape, and `name+VAR=value` with that environment variable set
+# (e.g. `coco+COCO_ATTN_MERGE=separate`); .gl/ the Debian
 # libvulkan1 package (the device has the NVIDIA driver but no loader). MODELS picks shapes
 # (default: all five). Writes JSON lines to $OUT/decode.jsonl and prints a table last: tg128
 # and the decode step's matvec µs with their read bandwidth.
@@ -30,7 +31,7 @@ done
 wait
 first=${MODELS%% *}
 first_bin=${BINS%% *}
-first_bin=${first_bin%%@*}
+first_bin=${first_bin%%[@+]*}
 if ! "$B/$first_bin" -v info -m "$M/${first%%:*}-${first##*:}.gguf" 2>&1 | tee -a "$OUT/gpu.txt" | grep "^adapter.*H200" > /dev/null; then
   echo "no H200 adapter through Vulkan: see $OUT/gpu.txt" >&2
   exit 1
@@ -38,11 +39,14 @@ fi
 for spec in $MODELS; do
   m="${spec%%:*}-${spec##*:}"
   for spec_bin in $BINS; do
-    bin=${spec_bin%%@*}
-    shape=""
-    [ "$bin" != "$spec_bin" ] && shape=${spec_bin#*@}
+    bin=${spec_bin%%[@+]*}
+    shape="" var=""
+    case "$spec_bin" in
+      *@*) shape=${spec_bin#*@} ;;
+      *+*) var=${spec_bin#*+} ;;
+    esac
     echo "== $m $spec_bin"
-    env ${shape:+COCO_MATVEC=$shape} "$B/$bin" bench -m "$M/$m.gguf" -p 512 -n 128 --reps 3 --profile --json 2>>"$OUT/err.txt" \
+    env ${shape:+COCO_MATVEC=$shape} ${var:+"$var"} "$B/$bin" bench -m "$M/$m.gguf" -p 512 -n 128 --reps 3 --profile --json 2>>"$OUT/err.txt" \
       | python3 -c "import json,sys; r=json.load(sys.stdin); r['build']='$spec_bin'; r['shape']='$m'; print(json.dumps(r))" \
       | tee -a "$OUT/decode.jsonl" | cut -c1-300
   done

@@ -4,10 +4,12 @@
 //   KV_WRITE    k_cache[pos0 + t] = k[t], v_cache[pos0 + t] = v[t]; one invocation per element
 //   TILED       out = softmax(cap(scale * q k^T)) v, causal, optionally windowed, grouped-query;
 //               one workgroup per (head, tile of query tokens) walks all their keys
-//   SPLIT       flash-decoding, first half: one workgroup per (key range, head, query token)
-//               writes the range's running max m, sum l and unnormalized sum acc of p * v
-//   COMBINE     flash-decoding, second half: one workgroup per (head, query token) merges the
+//   SPLIT       flash-decoding: one workgroup per (key range, head, query token) writes the
+//               range's running max m, sum l and unnormalized sum acc of p * v; with
+//               LAST_COMBINES the last of them to finish for its (token, head) merges the
 //               ranges with the log-sum-exp rescaling and writes out
+//   COMBINE     the merge as its own dispatch, one workgroup per (head, query token)
+//   (SPLIT and COMBINE also take RANGES, the partials' layout; MERGE adds the merge)
 // (Dao et al., "Flash-Decoding for long-context inference", 2023; the merge is the online
 // softmax of Milakov & Gimelshein 2018 applied across workgroups.)
 //
@@ -220,7 +222,8 @@ fn main(
 }
 #endif
 
-#ifdef SPLIT
+#ifdef RANGES
+// Flash-decoding, shared by SPLIT and COMBINE: the partials buffer and the merge.
 struct Params {
     t: u32,
     heads: u32,
@@ -229,23 +232,139 @@ struct Params {
     pos0: u32,
     window: u32, // 0 = no window
     scale: f32,
-    splits: u32, // key ranges per (query token, head)
+    splits: u32, // key ranges per (query token, head); at most MAX_SPLITS
     chunk: u32,  // keys per range (a multiple of BLOCK); range s of token t starts at first(t) + s * chunk
     softcap: f32, // > 0: scores <- softcap * tanh(score / softcap) (gemma2); 0 = none
     _pad1: u32,
     _pad2: u32,
 }
 
+// The partials, as u32 words accessed atomically (floats by bitcast):
+//   [0, COUNTERS)  one arrival counter per (token, head), 0 between dispatches (attention.rs
+//                  RANGE_COUNTERS: SPLIT_MAX_ROWS, the most rows a split step has);
+//   then per (token, head, range) a record of 4 + head_dim words: m, l, 0, 0, acc[head_dim].
+// Atomic accesses because in LAST_COMBINES one workgroup reads what others wrote in the
+// same dispatch: an atomic load is never served from a stale cache line, and the writers'
+// storageBarrier before their counter increment orders their records before it.
+const COUNTERS: u32 = 512u;
+const MAX_SPLITS: u32 = 1024u; // attention.rs MAX_SPLITS; 2 * 4 KiB of workgroup memory
+const WG: u32 = 128u; // under SwiftShader's and WebGPU's default 256 cap
+const LOWEST: f32 = -3.0e38; // as in TILED: finite, below any real score
+// Ranges whose acc loads one invocation has in flight at once in the merge.
+const UNROLL: u32 = 4u;
+
+fn record_of(t: u32, h: u32, s: u32) -> u32 {
+    return COUNTERS + ((t * p.heads + h) * p.splits + s) * (4u + p.head_dim);
+}
+
+fn load_f32(i: u32) -> f32 {
+    return bitcast<f32>(atomicLoad(&partials[i]));
+}
+
+fn load_vec4(i: u32) -> vec4<f32> {
+    return vec4<f32>(load_f32(i), load_f32(i + 1u), load_f32(i + 2u), load_f32(i + 3u));
+}
+
+fn store_vec4(i: u32, v: vec4<f32>) {
+    atomicStore(&partials[i], bitcast<u32>(v.x));
+    atomicStore(&partials[i + 1u], bitcast<u32>(v.y));
+    atomicStore(&partials[i + 2u], bitcast<u32>(v.z));
+    atomicStore(&partials[i + 3u], bitcast<u32>(v.w));
+}
+
+#ifdef MERGE
+var<workgroup> range_m: array<f32, MAX_SPLITS>; // [splits] m of each range, then its weight
+var<workgroup> range_l: array<f32, MAX_SPLITS>; // [splits] l of each range
+var<workgroup> red: array<f32, WG>;             // [WG] tree reduction scratch
+#endif
+var<workgroup> sums: array<vec4<f32>, WG>;      // [groups, head_dim / 4] acc per group (SPLIT: per value group)
+#ifdef MERGE
+
+// The max (or sum) of x over the workgroup, in log2(WG) steps rather than a serial scan
+// over up to MAX_SPLITS ranges. Call from uniform control flow.
+fn reduce(lid: u32, x: f32, is_max: bool) -> f32 {
+    red[lid] = x;
+    workgroupBarrier();
+    for (var stride = WG / 2u; stride > 0u; stride /= 2u) {
+        if (lid < stride) {
+            let a = red[lid];
+            let b = red[lid + stride];
+            red[lid] = select(a + b, max(a, b), is_max);
+        }
+        workgroupBarrier();
+    }
+    let r = red[0];
+    workgroupBarrier(); // red is rewritten by the next reduction
+    return r;
+}
+
+// Merges the ranges of (token t, head h) with the log-sum-exp rescaling and writes out.
+// Call from uniform control flow.
+fn merge_ranges(t: u32, h: u32, lid: u32) {
+    let hd4 = p.head_dim / 4u;
+    var m_mine = LOWEST;
+    for (var s = lid; s < p.splits; s += WG) {
+        let r = record_of(t, h, s);
+        let m_s = load_f32(r);
+        range_m[s] = m_s;
+        range_l[s] = load_f32(r + 1u);
+        m_mine = max(m_mine, m_s);
+    }
+    // Range 0 is never empty (it starts at the query's first visible key), so m is a real
+    // score and the empty ranges (m = LOWEST) get weight 0.
+    let m = reduce(lid, m_mine, true);
+    // Each invocation rewrites only its own ranges; reduce's barriers publish the weights.
+    var l_mine = 0.0;
+    for (var s = lid; s < p.splits; s += WG) {
+        let w = exp(range_m[s] - m);
+        range_m[s] = w;
+        l_mine += w * range_l[s];
+    }
+    // softmax · v = (sum_s w_s acc_s) / (sum_s w_s l_s). l >= 1: the range holding the
+    // largest score has w = 1, and that score contributed exp(0) to its l.
+    let l = reduce(lid, l_mine, false);
+
+    // acc: hd4 neighbouring invocations read one range's acc row; the groups of them take
+    // every groups-th range, UNROLL ranges per trip.
+    let groups = WG / hd4;
+    let v_lane = lid % hd4;
+    let g = lid / hd4;
+    if (g < groups) {
+        var a = vec4<f32>(0.0);
+        for (var s0 = g; s0 < p.splits; s0 += UNROLL * groups) {
+            for (var u = 0u; u < UNROLL; u++) {
+                let s = s0 + u * groups;
+                if (s < p.splits) {
+                    a += range_m[s] * load_vec4(record_of(t, h, s) + 4u + 4u * v_lane);
+                }
+            }
+        }
+        sums[lid] = a;
+    }
+    workgroupBarrier();
+    if (lid < hd4) {
+        var a = vec4<f32>(0.0);
+        for (var gg = 0u; gg < groups; gg++) {
+            a += sums[gg * hd4 + lid];
+        }
+        out[(t * p.heads + h) * hd4 + lid] = a / l;
+    }
+}
+#endif
+#endif
+
+#ifdef SPLIT
 // Everything as vec4: a row of head_dim floats is head_dim / 4 16-byte loads.
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> q: array<vec4<f32>>; // [T, heads, head_dim / 4]
 @group(0) @binding(2) var<storage, read> k_cache: array<vec4<f32>>; // [ctx, kv_heads, head_dim / 4]
 @group(0) @binding(3) var<storage, read> v_cache: array<vec4<f32>>; // [ctx, kv_heads, head_dim / 4]
-// [T, heads, splits, 1 + head_dim / 4]: per range vec4(m, l, 0, 0), then acc[head_dim]
-@group(0) @binding(4) var<storage, read_write> partials: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read_write> partials: array<atomic<u32>>; // see RANGES
+#ifdef LAST_COMBINES
+@group(0) @binding(5) var<storage, read_write> out: array<vec4<f32>>; // [T, heads, head_dim / 4]
+var<workgroup> arrived: u32; // the counter's value before this workgroup's increment
+#endif
 
-// 128 invocations stay under SwiftShader's and WebGPU's default 256 cap.
-const WG: u32 = 128u;
 const MAX_HD4: u32 = 64u; // MAX_HEAD_DIM / 4
 // Keys per step of the online softmax (attention.rs SPLIT_BLOCK). A decode range is often
 // a single block, so the work of a workgroup is about one round trip to memory.
@@ -255,12 +374,10 @@ const BLOCK: u32 = 16u;
 const LANES: u32 = WG / BLOCK;
 // Values: head_dim / 4 neighbouring invocations read one whole value row (one vec4 each);
 // the WG / (head_dim / 4) >= 2 such groups take every group-th key of the block.
-const LOWEST: f32 = -3.0e38; // as in TILED: finite, below any real score
 
 var<workgroup> q_row: array<vec4<f32>, MAX_HD4>; // [head_dim / 4] the query
 var<workgroup> dots: array<f32, WG>;         // [LANES, BLOCK] partial q·k
 var<workgroup> scores: array<f32, BLOCK>;    // [BLOCK] scaled q·k of the block, LOWEST past its end
-var<workgroup> sums: array<vec4<f32>, WG>;   // [v_groups, head_dim / 4] acc per value group
 
 #include "common/softcap.wgsl"
 
@@ -359,119 +476,50 @@ fn main(
         sums[lid] = acc; // lid = v_group * hd4 + v_lane
     }
     workgroupBarrier();
-    let out_base = ((t * p.heads + h) * p.splits + s) * (hd4 + 1u);
+    let record = record_of(t, h, s);
     if (lid == 0u) {
-        partials[out_base] = vec4<f32>(m, l, 0.0, 0.0);
+        store_vec4(record, vec4<f32>(m, l, 0.0, 0.0));
     }
     if (lid < hd4) {
         var a = vec4<f32>(0.0);
         for (var g = 0u; g < v_groups; g++) {
             a += sums[g * hd4 + lid];
         }
-        partials[out_base + 1u + lid] = a;
+        store_vec4(record + 4u + 4u * lid, a);
     }
+#ifdef LAST_COMBINES
+    // The workgroup that finishes last for (t, h) merges the ranges, so flash-decoding is one
+    // dispatch (issue 14: a global dependency is what a second dispatch costs). Its
+    // storageBarrier is device-scoped release/acquire in naga's SPIR-V (OpControlBarrier
+    // with memory scope Device); the counter is back at 0 for the next dispatch.
+    storageBarrier();
+    let counter = t * p.heads + h;
+    if (lid == 0u) {
+        arrived = atomicAdd(&partials[counter], 1u);
+    }
+    if (workgroupUniformLoad(&arrived) == p.splits - 1u) {
+        storageBarrier();
+        if (lid == 0u) {
+            atomicStore(&partials[counter], 0u);
+        }
+        merge_ranges(t, h, lid);
+    }
+#endif
 }
 #endif
 
 #ifdef COMBINE
-struct Params {
-    heads: u32,
-    head_dim: u32, // a multiple of 4
-    splits: u32,   // key ranges per (query token, head); at most MAX_SPLITS
-    _pad: u32,
-}
-
+// The separate merge dispatch (COCO_ATTN_MERGE=separate: the A/B baseline of
+// LAST_COMBINES): one workgroup per (head, query token).
 @group(0) @binding(0) var<uniform> p: Params;
-// [T, heads, splits, 1 + head_dim / 4]: per range vec4(m, l, 0, 0), then acc, from SPLIT
-@group(0) @binding(1) var<storage, read> partials: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> partials: array<atomic<u32>>; // see RANGES
 @group(0) @binding(2) var<storage, read_write> out: array<vec4<f32>>; // [T, heads, head_dim / 4]
-
-const WG: u32 = 128u;
-// Bounds the host's split count (attention.rs MAX_SPLITS); 2 * 4 KiB of workgroup memory.
-const MAX_SPLITS: u32 = 1024u;
-// Ranges whose acc loads one invocation has in flight at once.
-const UNROLL: u32 = 4u;
-const LOWEST: f32 = -3.0e38;
-
-var<workgroup> range_m: array<f32, MAX_SPLITS>; // [splits] m of each range, then its weight
-var<workgroup> range_l: array<f32, MAX_SPLITS>; // [splits] l of each range
-var<workgroup> red: array<f32, WG>;             // [WG] tree reduction scratch
-var<workgroup> sums: array<vec4<f32>, WG>;      // [groups, head_dim / 4] acc per group
-
-// The max (or sum) of x over the workgroup, in log2(WG) steps rather than a serial scan
-// over up to MAX_SPLITS ranges. Call from uniform control flow.
-fn reduce(lid: u32, x: f32, is_max: bool) -> f32 {
-    red[lid] = x;
-    workgroupBarrier();
-    for (var stride = WG / 2u; stride > 0u; stride /= 2u) {
-        if (lid < stride) {
-            let a = red[lid];
-            let b = red[lid + stride];
-            red[lid] = select(a + b, max(a, b), is_max);
-        }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier(); // red is rewritten by the next reduction
-    return r;
-}
 
 @compute @workgroup_size(WG)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let h = wid.x;
-    let t = wid.y;
-    let hd4 = p.head_dim / 4u;
-    let row4 = hd4 + 1u;
-    let base = (t * p.heads + h) * p.splits * row4;
-
-    var m_mine = LOWEST;
-    for (var s = lid; s < p.splits; s += WG) {
-        let ml = partials[base + s * row4];
-        range_m[s] = ml.x;
-        range_l[s] = ml.y;
-        m_mine = max(m_mine, ml.x);
-    }
-    // Range 0 is never empty (it starts at the query's first visible key), so m is a real
-    // score and the empty ranges (m = LOWEST) get weight 0.
-    let m = reduce(lid, m_mine, true);
-    // Each invocation rewrites only its own ranges; reduce's barriers publish the weights.
-    var l_mine = 0.0;
-    for (var s = lid; s < p.splits; s += WG) {
-        let w = exp(range_m[s] - m);
-        range_m[s] = w;
-        l_mine += w * range_l[s];
-    }
-    // softmax · v = (sum_s w_s acc_s) / (sum_s w_s l_s). l >= 1: the range holding the
-    // largest score has w = 1, and that score contributed exp(0) to its l.
-    let l = reduce(lid, l_mine, false);
-
-    // acc: hd4 neighbouring invocations read one range's acc row; the groups of them take
-    // every groups-th range, UNROLL ranges per trip.
-    let groups = WG / hd4;
-    let v_lane = lid % hd4;
-    let g = lid / hd4;
-    if (g < groups) {
-        var a = vec4<f32>(0.0);
-        for (var s0 = g; s0 < p.splits; s0 += UNROLL * groups) {
-            for (var u = 0u; u < UNROLL; u++) {
-                let s = s0 + u * groups;
-                if (s < p.splits) {
-                    a += range_m[s] * partials[base + s * row4 + 1u + v_lane];
-                }
-            }
-        }
-        sums[lid] = a;
-    }
-    workgroupBarrier();
-    if (lid < hd4) {
-        var a = vec4<f32>(0.0);
-        for (var gg = 0u; gg < groups; gg++) {
-            a += sums[gg * hd4 + lid];
-        }
-        out[(t * p.heads + h) * hd4 + lid] = a / l;
-    }
+    merge_ranges(wid.y, wid.x, lid);
 }
 #endif

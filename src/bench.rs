@@ -69,6 +69,12 @@ pub struct BenchResult {
     /// Host time per decoded token spent recording, encoding and submitting (median of
     /// reps; GPU path only, NaN otherwise): if near ms/token, recording bounds decode.
     pub record_ms_per_token: f64,
+    /// Host time per decoded token spent waiting for the ids of a batch (median of reps; GPU
+    /// path only, NaN otherwise): what is left of ms/token after recording and waiting is
+    /// the host's other work (token handling, callbacks).
+    pub wait_ms_per_token: f64,
+    /// The part of `record_ms_per_token` spent encoding the pass and submitting it.
+    pub encode_ms_per_token: f64,
     /// Bytes of weights one decode step reads (every matrix, the full LM head, one embedding row).
     pub weight_bytes_per_token: u64,
     pub probe: Option<Probe>,
@@ -257,6 +263,13 @@ pub async fn run_with(
                 .map(|r| r.record_ms_per_token)
                 .collect::<Vec<_>>(),
         ),
+        wait_ms_per_token: median(&runs.iter().map(|r| r.wait_ms_per_token).collect::<Vec<_>>()),
+        encode_ms_per_token: median(
+            &runs
+                .iter()
+                .map(|r| r.encode_ms_per_token)
+                .collect::<Vec<_>>(),
+        ),
         weight_bytes_per_token: weight_bytes_per_token(model),
         probe: None,
         megakernel: MegakernelAb {
@@ -277,6 +290,8 @@ struct TgRun {
     sampler_on_gpu: bool,
     steps_per_submit: u32,
     record_ms_per_token: f64,
+    wait_ms_per_token: f64,
+    encode_ms_per_token: f64,
 }
 
 /// What [`pp_tg`] runs: `cfg`'s sizes on `prompt`, each side of the FFN megakernel switch,
@@ -361,6 +376,16 @@ async fn pp_tg(
             f64::NAN
         } else {
             s.stats.record_seconds * 1000.0 / tokens
+        },
+        wait_ms_per_token: if cpu_sampling {
+            f64::NAN
+        } else {
+            s.stats.wait_seconds * 1000.0 / tokens
+        },
+        encode_ms_per_token: if cpu_sampling {
+            f64::NAN
+        } else {
+            s.stats.encode_seconds * 1000.0 / tokens
         },
     })
 }
@@ -593,6 +618,8 @@ pub struct BenchRecord {
     pub sampler_on_gpu: bool,
     pub steps_per_submit: u32,
     pub record_ms_per_token: Option<f64>,
+    pub wait_ms_per_token: Option<f64>,
+    pub encode_ms_per_token: Option<f64>,
     pub weight_bytes_per_token: u64,
     pub effective_gb_s: Option<f64>,
     /// With `--probe` only.
@@ -667,6 +694,8 @@ impl BenchResult {
             sampler_on_gpu: self.sampler_on_gpu,
             steps_per_submit: self.steps_per_submit,
             record_ms_per_token: num(self.record_ms_per_token),
+            wait_ms_per_token: num(self.wait_ms_per_token),
+            encode_ms_per_token: num(self.encode_ms_per_token),
             weight_bytes_per_token: self.weight_bytes_per_token,
             effective_gb_s: num(self.effective_gb_s()),
             probe: self.probe.clone(),

@@ -88,6 +88,43 @@ impl Report {
     }
 }
 
+/// What a phi3 file was read as: its fused tensors split at load, LongRoPE's factor set for
+/// this context and its attention factor, and the sliding window that (as in llama.cpp) is
+/// not applied.
+fn phi3_extras(c: &Config, header: &Header, context: u32) -> String {
+    if c.arch != crate::model::Arch::Phi3 {
+        return String::new();
+    }
+    let fused = if header.tensor("blk.0.attn_qkv.weight").is_some() {
+        "Q/K/V and gate/up"
+    } else {
+        "gate/up"
+    };
+    let mut s = format!(", fused {fused} split into separate tensors at load");
+    if let Some(lr) = c.long_rope {
+        // the session clamps its context to the trained one (engine::Session::new)
+        let context = context.min(c.context_length);
+        let set = if context > lr.original_context {
+            "long"
+        } else {
+            "short"
+        };
+        s.push_str(&format!(
+            ", LongRoPE ({set} factors: {context} positions vs original context {}; attention factor {:.4})",
+            lr.original_context, c.rope_attn_factor
+        ));
+    }
+    let key = "phi3.attention.sliding_window";
+    if let Ok(Some(w)) = header.metadata.opt_u32(key) {
+        if w > 0 {
+            s.push_str(&format!(
+                ", sliding window {w} not applied (full causal attention, as llama.cpp)"
+            ));
+        }
+    }
+    s
+}
+
 fn mib(b: u64) -> String {
     format!("{:.1} MiB", b as f64 / (1 << 20) as f64)
 }
@@ -125,7 +162,7 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
                 name: "architecture",
                 status: Status::Ok,
                 detail: format!(
-                    "{}: {} layers, dim {}, heads {}/{} × {}, ffn {}, vocab {}{}{}{}",
+                    "{}: {} layers, dim {}, heads {}/{} × {}, ffn {}, vocab {}{}{}{}{}",
                     c.arch.name(),
                     c.n_layers,
                     c.dim,
@@ -142,6 +179,7 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
                     } else {
                         ""
                     },
+                    phi3_extras(&c, header, context),
                     softcaps(&c),
                 ),
             });
@@ -167,6 +205,20 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
             None
         }
     };
+
+    // The tokenizer kind: a vocabulary coco can't tokenize yet (e.g. Phi-4-mini's GPT-4o-style
+    // `gpt-4o` pre-tokenizer) is refused here, before the weights. A broken or missing
+    // vocabulary is left to the loader's full read, which names the key.
+    use crate::tokenizer::{Tokenizer, TokenizerError};
+    if let Err(e @ (TokenizerError::UnsupportedModel(_) | TokenizerError::UnsupportedPre(_))) =
+        Tokenizer::check_kind(&header.metadata)
+    {
+        rows.push(Row {
+            name: "tokenizer",
+            status: Status::NotYet,
+            detail: e.to_string(),
+        });
+    }
 
     // Quant types.
     let mut counts: std::collections::BTreeMap<GgmlType, (usize, u64)> = Default::default();

@@ -266,6 +266,8 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
         sampler_on_gpu: true,
         steps_per_submit: 4,
         record_ms_per_token: Some(0.01),
+        wait_ms_per_token: Some(0.02),
+        encode_ms_per_token: Some(0.005),
         weight_bytes_per_token: 1 << 20,
         effective_gb_s: Some(0.01),
         probe: Some(Probe {

@@ -307,9 +307,15 @@ fn gpu_loop_matches_cpu_path_llama() {
 }
 
 #[test]
-fn gpu_loop_matches_cpu_path_qwen_and_gemma() {
+fn gpu_loop_matches_cpu_path_qwen_phi3_and_gemma() {
     let ctx = gpu();
-    for name in ["qwen2-q8_0", "qwen3-q8_0", "gemma3-q4_k", "gemma2-q8_0"] {
+    for name in [
+        "qwen2-q8_0",
+        "qwen3-q8_0",
+        "phi3-q4_k",
+        "gemma3-q4_k",
+        "gemma2-q8_0",
+    ] {
         let model = Arc::new(load(&ctx, name));
         compare(&ctx, &model, Pipeline::Fused, false);
     }

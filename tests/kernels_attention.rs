@@ -80,10 +80,14 @@ fn check_attention(seed: u64, shape: AttentionShape) -> attention::AttentionPlan
     }
     let qb = upload_f32("q", &q);
     let out = ctx().storage_buffer("out", (t * heads * hd * 4) as u64);
-    // Sized as the engine sizes it, for this step's tokens and cache rows; NaN-filled, so a
-    // partial the split pass failed to write shows.
+    // Sized as the engine sizes it, for this step's tokens and cache rows; the arrival
+    // counters zeroed as a new buffer is, and the records NaN-filled, so a partial the split
+    // pass failed to write shows.
     let n_partials = attention::partials_len(heads as u32, hd as u32, t as u32, ctx_len as u32);
-    let partials = upload_f32("partials", &vec![f32::NAN; n_partials.max(1) as usize]);
+    let mut partials = vec![f32::NAN; n_partials.max(1) as usize];
+    let counters = (attention::RANGE_COUNTERS as usize).min(partials.len());
+    partials[..counters].fill(0.0);
+    let partials = upload_f32("partials", &partials);
     let plan = attention::plan(&shape);
     attention::attention(
         &mut rec,

@@ -57,6 +57,48 @@ fn rope_matches_reference() {
     }
 }
 
+/// LongRoPE (Phi-3): the frequencies divided by a short (1–3) or long (1–60) factor set, as
+/// `Config::inv_freq` folds `rope_factors_short/long.weight` in, at Phi-3's head size 96 and
+/// at positions up to Phi-3.5's 128k context, where the long set's slow frequencies matter.
+#[test]
+fn rope_with_longrope_factors_matches_reference() {
+    let hd = 96;
+    let short: Vec<f32> = (0..hd / 2).map(|i| 1.0 + 2.0 * i as f32 / 47.0).collect();
+    let long: Vec<f32> = (0..hd / 2)
+        .map(|i| 1.0 + 59.0 * (i as f32 / 47.0).powi(2))
+        .collect();
+    for (seed, (factors, pos0)) in [(&short, 0), (&short, 4000), (&long, 4100), (&long, 131_000)]
+        .into_iter()
+        .enumerate()
+    {
+        let (t, heads) = (5, 4);
+        let f: Vec<f32> = inv_freq(hd, 10_000.0)
+            .iter()
+            .zip(factors)
+            .map(|(f, d)| f / d)
+            .collect();
+        let x = random_uniform(90 + seed as u64, t * heads * hd, 2.0);
+        let mut want = x.clone();
+        ops::rope(&mut want, &f, t, heads, hd, pos0, RopeLayout::Neox);
+        let (xb, fb) = (upload_f32("x", &x), upload_f32("inv_freq", &f));
+        let mut rec = StepRecorder::new(ctx());
+        rope::rope(
+            &mut rec,
+            &(&xb).into(),
+            &(&fb).into(),
+            t as u32,
+            heads as u32,
+            hd as u32,
+            pos0 as u32,
+            RopeLayout::Neox,
+        )
+        .unwrap();
+        rec.submit();
+        let what = format!("rope longrope factors {:.0}.. pos0={pos0}", factors[47]);
+        assert_close_f32(&what, &read_f32(&xb, x.len()), &want, 2e-6, 1e-5);
+    }
+}
+
 #[test]
 fn rope_kv_write_matches_rope_then_kv_write() {
     // (t, heads, kv_heads, head_dim, pos0): GQA decode deep in the context, a prefill chunk,

@@ -703,7 +703,9 @@ const FFN: u64 = 16;
 const VOCAB: u64 = 12;
 
 impl TinyModel {
-    /// One layer of `arch` ("llama", "qwen2", "qwen3", "gemma2" or "gemma3"), all F32.
+    /// One layer of `arch` ("llama", "qwen2", "qwen3", "gemma2", "gemma3" or "phi3"), all
+    /// F32. phi3: Q/K/V fused in `attn_qkv`, gate/up in `ffn_up`, LongRoPE factors (context
+    /// 64 over 32).
     fn new(arch: &str) -> TinyModel {
         let key = |k: &str| format!("{arch}.{k}");
         let kv = vec![
@@ -751,6 +753,23 @@ impl TinyModel {
             tensors.extend([
                 ("blk.0.post_attention_norm.weight".into(), vec![DIM]),
                 ("blk.0.post_ffw_norm.weight".into(), vec![DIM]),
+            ]);
+        }
+        let mut kv = kv;
+        if arch == "phi3" {
+            let fused = ["attn_q", "attn_k", "attn_v", "ffn_gate", "ffn_up"];
+            tensors.retain(|(n, _)| !fused.iter().any(|f| n == &format!("blk.0.{f}.weight")));
+            tensors.extend([
+                ("blk.0.attn_qkv.weight".into(), vec![DIM, q + 2 * kvw]),
+                ("blk.0.ffn_up.weight".into(), vec![DIM, 2 * FFN]),
+                ("rope_factors_long.weight".into(), vec![HEAD_DIM / 2]),
+                ("rope_factors_short.weight".into(), vec![HEAD_DIM / 2]),
+            ]);
+            kv.extend([
+                (key("rope.dimension_count"), Value::U32(HEAD_DIM as u32)),
+                (key("rope.scaling.original_context_length"), Value::U32(32)),
+                (key("rope.scaling.attn_factor"), Value::F32(1.1)),
+                (key("attention.sliding_window"), Value::U32(2047)),
             ]);
         }
         TinyModel {
@@ -815,7 +834,7 @@ impl TinyModel {
 
 #[test]
 fn tiny_models_are_valid() {
-    for arch in ["llama", "qwen2", "qwen3", "gemma2", "gemma3"] {
+    for arch in ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"] {
         let c = Config::from_gguf(&TinyModel::new(arch).header())
             .unwrap_or_else(|e| panic!("{arch}: {e}"));
         assert_eq!(
@@ -828,7 +847,7 @@ fn tiny_models_are_valid() {
 
 #[test]
 fn missing_required_keys_are_named() {
-    for arch in ["llama", "qwen2", "qwen3", "gemma2", "gemma3"] {
+    for arch in ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"] {
         for key in [
             "general.architecture".to_string(),
             format!("{arch}.block_count"),
@@ -1107,6 +1126,116 @@ fn gemma2_keys_are_read_and_bounded() {
 }
 
 /// An adapter with lavapipe's limits, for capability checks that need no GPU.
+/// Phi-3's fused tensors, RoPE dimension count and LongRoPE factors: each broken form named.
+#[test]
+fn phi3_fused_shapes_rope_dims_and_factors() {
+    let c = Config::from_gguf(&TinyModel::new("phi3").header()).expect("phi3");
+    let lr = c.long_rope.expect("LongRoPE");
+    assert_eq!(lr.original_context, 32);
+    // HEAD_DIM^-0.5 · attn_factor²
+    assert!(
+        (c.attn_scale - 0.5 * 1.1 * 1.1).abs() < 1e-6,
+        "{}",
+        c.attn_scale
+    );
+    // Q/K/V may also come separate (llama.cpp's create_tensor_qkv takes either).
+    let (q, kvw) = (HEADS as u64 * HEAD_DIM, KV_HEADS as u64 * HEAD_DIM);
+    let mut separate = TinyModel::new("phi3").without_tensor("blk.0.attn_qkv.weight");
+    for (n, rows) in [("attn_q", q), ("attn_k", kvw), ("attn_v", kvw)] {
+        separate
+            .tensors
+            .push((format!("blk.0.{n}.weight"), vec![DIM, rows], GgmlType::F32));
+    }
+    Config::from_gguf(&separate.header()).expect("phi3 with separate Q/K/V");
+
+    let cases: Vec<(TinyModel, &[&str])> = vec![
+        (
+            TinyModel::new("phi3").reshape("blk.0.attn_qkv.weight", &[DIM, q + kvw], GgmlType::F32),
+            &[
+                "blk.0.attn_qkv.weight",
+                "contradicts the metadata",
+                "[8, 16]",
+            ],
+        ),
+        (
+            TinyModel::new("phi3").reshape("blk.0.ffn_up.weight", &[DIM, FFN], GgmlType::F32),
+            &["blk.0.ffn_up.weight", "contradicts the metadata", "[8, 32]"],
+        ),
+        (
+            TinyModel::new("phi3").without_tensor("blk.0.attn_qkv.weight"),
+            &["blk.0.attn_q.weight", "missing"],
+        ),
+        (
+            TinyModel::new("phi3").set("phi3.rope.dimension_count", Value::U32(8)),
+            &["phi3.rope.dimension_count = 8", "at most the head size 4"],
+        ),
+        (
+            TinyModel::new("phi3").set("phi3.rope.dimension_count", Value::U32(3)),
+            &["phi3.rope.dimension_count = 3", "even"],
+        ),
+        (
+            TinyModel::new("phi3").set("phi3.rope.dimension_count", Value::U32(2)),
+            &["not yet: partial RoPE (2 of 4 dimensions rotated)"],
+        ),
+        (
+            TinyModel::new("phi3").reshape("rope_factors_long.weight", &[HEAD_DIM], GgmlType::F32),
+            &[
+                "rope_factors_long.weight",
+                "contradicts the metadata",
+                "[2]",
+            ],
+        ),
+        (
+            TinyModel::new("phi3").reshape("rope_factors_short.weight", &[1], GgmlType::F32),
+            &[
+                "rope_factors_short.weight",
+                "contradicts the metadata",
+                "[2]",
+            ],
+        ),
+        (
+            TinyModel::new("phi3").without_tensor("rope_factors_short.weight"),
+            &["needs both rope_factors_long.weight and rope_factors_short.weight"],
+        ),
+        (
+            TinyModel::new("phi3").set("phi3.rope.scaling.original_context_length", Value::U32(65)),
+            &["phi3.rope.scaling.original_context_length = 65 is outside 1..=64"],
+        ),
+        (
+            TinyModel::new("phi3").set("phi3.rope.scaling.attn_factor", Value::F32(9.0)),
+            &["phi3.rope.scaling.attn_factor = 9 is outside"],
+        ),
+        (
+            // every dimension rotated: fine
+            TinyModel::new("llama").set("llama.rope.dimension_count", Value::U32(HEAD_DIM as u32)),
+            &[],
+        ),
+    ];
+    for (model, needles) in cases {
+        if needles.is_empty() {
+            Config::from_gguf(&model.header()).expect("valid");
+            continue;
+        }
+        let err = model.config_err();
+        for n in needles {
+            assert!(err.contains(n), "{err:?} lacks {n:?}");
+        }
+    }
+    // LongRoPE factors on an architecture that would ignore them: not yet.
+    let mut llama = TinyModel::new("llama");
+    llama.tensors.push((
+        "rope_factors_long.weight".into(),
+        vec![HEAD_DIM / 2],
+        GgmlType::F32,
+    ));
+    let err = Config::from_gguf(&llama.header()).unwrap_err();
+    assert!(err.is_not_yet(), "{err}");
+    assert!(
+        err.to_string().contains("LongRoPE factors on llama"),
+        "{err}"
+    );
+}
+
 fn lavapipe_like_facts() -> AdapterFacts {
     AdapterFacts {
         description: "malformed.rs".into(),
@@ -1154,6 +1283,13 @@ fn broken_files_are_invalid_and_unsupported_ones_not_yet() {
         (
             TinyModel::new("llama").set("llama.rope.dimension_count", Value::U32(2)),
             "partial RoPE",
+        ),
+        // Phi-4-mini: phi3 with a GPT-4o-style byte-level BPE vocabulary
+        (
+            TinyModel::new("phi3")
+                .set("tokenizer.ggml.model", Value::String("gpt2".into()))
+                .set("tokenizer.ggml.pre", Value::String("gpt-4o".into())),
+            "pre-tokenizer \"gpt-4o\"",
         ),
     ];
     for (model, needle) in &unsupported {

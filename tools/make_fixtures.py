@@ -14,7 +14,8 @@ A built file whose sha256 differs from the manifest is an error (the goldens
 in tests/goldens/model_*.json were made from the manifest's bytes) unless
 --update-manifest is given, after which tools/hf_goldens.py must be rerun.
 
-Families (all: dim 256, 4 query heads, context 256; head_dim 64 except qwen3's 128):
+Families (all: dim 256, 4 query heads, context 256; head_dim 64; except qwen3: head_dim 128, and
+phi3: dim 768, 8 heads of 96, context 1024):
   llama-spm  llama arch, Mistral SentencePiece vocab (32000), 2 layers, 2 KV heads, separate output.weight
   llama3     llama arch, Llama 3 BPE vocab (128256), 2 layers, 2 KV heads, tied embeddings
              (no output.weight), Llama-3 RoPE scaling stored as rope_freqs.weight
@@ -23,6 +24,10 @@ Families (all: dim 256, 4 query heads, context 256; head_dim 64 except qwen3's 1
              sliding window 8, q/k norms, sandwich norms, tied embeddings
   qwen3      qwen3 arch, Qwen2 BPE vocab, 2 layers, 2 KV heads, head_dim 128 (≠ dim / heads), per-head
              q/k norms, no biases, tied embeddings; laid out as llama.cpp's converter writes it
+  phi3       phi3 arch, Mistral SentencePiece vocab, dim 768, 8 heads x 96 (Phi-3's head size), 4 KV
+             heads, 2 layers, fused attn_qkv and gate/up ffn_up, LongRoPE (long/short factor tensors,
+             context 1024 over original 512, attention factor), separate output.weight; laid out
+             as llama.cpp's converter writes it
   gemma2     gemma2 arch, Mistral SentencePiece vocab, 2 layers (0 sliding, 1 global), 2 KV heads,
              sliding window 8, attention soft-cap 5 and final soft-cap 30 (small enough that both
              bend this model's scores and logits), sandwich norms, no q/k norms, tied embeddings,
@@ -150,6 +155,25 @@ FAMILIES["gemma2"] = dict(
 
 FAMILIES["llama-spm-chatml"] = dict(FAMILIES["llama-spm"], chat_template=SMOLLM2_CHAT_TEMPLATE)
 
+# Phi-3 / Phi-3.5-mini in miniature: head_dim 96 as the real models (dim 768 = 8 heads x 96, a
+# multiple of 256 so Q4_K rows are whole super-blocks), GQA 8/4, untied output, rms eps 1e-5,
+# rope base 10000, NeoX RoPE; Q/K/V stacked in one attn_qkv and gate/up in one ffn_up, and
+# LongRoPE: context 1024 over an original 512 (attention factor sqrt(1 + ln 2 / ln 512)), a
+# short and a long factor set of 48 divisors each (the real Phi-3.5 short set is ~1-3, the long
+# one ~1-60). sliding_window 2047 as Phi-3-mini-4k's config (written, not applied: llama.cpp).
+# Written as llama.cpp's convert_hf_to_gguf.py writes a Phi3ForCausalLM checkpoint
+# (tools/convert_check.py --family phi3).
+PHI3_ROPE = {
+    "original_max_position_embeddings": 512,
+    "short_factor": [round(1.0 + 2.0 * i / 47, 6) for i in range(48)],
+    "long_factor": [round(1.0 + 39.0 * (i / 47) ** 2, 6) for i in range(48)],
+}
+FAMILIES["phi3"] = dict(
+    COMMON, dim=768, head_dim=96, n_head=8, ctx=1024, arch="phi3", vocab="mistral-spm", seed=0x9813,
+    n_layer=2, n_head_kv=4, ffn=512, eps=1e-5, rope_base=10000.0, tied=False, qkv_bias=False,
+    permute_qk=False, llama3_rope=None, long_rope=PHI3_ROPE, sliding_window=2047,
+)
+
 FIXTURES: list[tuple[str, str]] = [(fam, t) for fam in ("llama-spm", "llama3", "qwen2") for t in FAMILY_TYPES]
 FIXTURES += [("gemma3", "q8_0"), ("gemma3", "q4_k"), ("llama-spm-chatml", "q4_0")]
 # The newer types in one family each (Q4_1/Q5_1 by gguf-py, the rest by more_quants.py):
@@ -159,6 +183,8 @@ FIXTURES += [("qwen2", "iq4_nl"), ("llama3", "iq4_xs")]
 # Qwen3 in the type a converter writes (Q8_0, gguf-py's quantizer, as `--outtype q8_0`) and the
 # one most released Qwen3 GGUFs carry for their bulk (Q4_K, kquants.py).
 FIXTURES += [("qwen3", "q8_0"), ("qwen3", "q4_k")]
+# Phi-3 in the converter's Q8_0 and in Q4_K, the bulk type of the released Q4_K_M files.
+FIXTURES += [("phi3", "q8_0"), ("phi3", "q4_k")]
 # Gemma 2 likewise: the converter's Q8_0 and the K-quant the released GGUFs' bulk carries.
 FIXTURES += [("gemma2", "q8_0"), ("gemma2", "q4_k")]
 
@@ -245,6 +271,11 @@ def make_weights(fam: dict, n_vocab: int) -> list[tuple[str, np.ndarray, bool]]:
         out.append((name, w, True))
 
     out.append(("token_embd.weight", ini.normal("token_embd.weight", (n_vocab, d), 0.6), True))
+    if fam.get("long_rope"):
+        # f32 of the config's floats, as the converter's torch.tensor(..., dtype=float32)
+        for which in ("long", "short"):
+            factors = np.array(fam["long_rope"][f"{which}_factor"], dtype=np.float32)
+            out.append((f"rope_factors_{which}.weight", factors, False))
     if fam["llama3_rope"]:
         out.append(("rope_freqs.weight", llama3_rope_factors(fam["rope_base"], hd, fam["llama3_rope"]), False))
     for i in range(fam["n_layer"]):
@@ -266,6 +297,20 @@ def make_weights(fam: dict, n_vocab: int) -> list[tuple[str, np.ndarray, bool]]:
             mat(b + "ffn_up.weight", ff, d, 1 / 16)
             mat(b + "ffn_down.weight", d, ff, 0.05)
             norm(b + "post_ffw_norm.weight", d, 23.0, 2.0)
+        elif fam["arch"] == "phi3":
+            # drawn as separate q/k/v and gate/up matrices, stored stacked by rows (HF qkv_proj,
+            # gate_up_proj: gate rows first)
+            norm(b + "attn_norm.weight", d)
+            q = ini.normal(b + "attn_q.weight", (nh * hd, d), 0.09)
+            k = ini.normal(b + "attn_k.weight", (nkv * hd, d), 0.09)
+            v = ini.normal(b + "attn_v.weight", (nkv * hd, d), 1 / 16)
+            out.append((b + "attn_qkv.weight", np.concatenate([q, k, v]), True))
+            mat(b + "attn_output.weight", d, nh * hd, 6.0 / 16)
+            norm(b + "ffn_norm.weight", d)
+            gate = ini.normal(b + "ffn_gate.weight", (ff, d), 1 / 16)
+            up = ini.normal(b + "ffn_up.weight", (ff, d), 1 / 16)
+            out.append((b + "ffn_up.weight", np.concatenate([gate, up]), True))
+            mat(b + "ffn_down.weight", d, ff, 6.0 / (0.5 * math.sqrt(ff)))
         else:
             norm(b + "attn_norm.weight", d)
             mat(b + "attn_q.weight", nh * hd, d, 0.09, pq)
@@ -334,8 +379,16 @@ def write_fixture(path: Path, family: str, tname: str, cache: dict) -> None:
     if arch != "gemma2":
         # llama.cpp's Gemma2Model.set_gguf_parameters writes no rope.freq_base.
         w.add_rope_freq_base(fam["rope_base"])
-    if arch == "llama":
+    if arch in ("llama", "phi3"):
         w.add_rope_dimension_count(fam["head_dim"])
+    if arch == "phi3":
+        # Phi3MiniModel.set_gguf_parameters / generate_extra_tensors
+        lr = fam["long_rope"]
+        orig = lr["original_max_position_embeddings"]
+        w.add_rope_scaling_orig_ctx_len(orig)
+        w.add_sliding_window(fam["sliding_window"])
+        scale = fam["ctx"] / orig
+        w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1.0 else 1.0)
     if arch in ("gemma2", "gemma3", "qwen3"):
         # llama.cpp's converter writes both from HF's `head_dim` (TextModel.set_gguf_parameters).
         w.add_key_length(fam["head_dim"])
@@ -358,7 +411,7 @@ def write_fixture(path: Path, family: str, tname: str, cache: dict) -> None:
         # Gemma2Model.set_vocab: the SentencePiece vocabulary, then add_space_prefix = false; no
         # `gemma2.vocab_size` (tools/convert_check.py --family gemma2 compared them).
         w.add_add_space_prefix(False)
-    else:
+    elif arch != "phi3":  # Phi3MiniModel writes no phi3.vocab_size (convert_check.py --family phi3)
         w.add_vocab_size(n_vocab)
 
     key = (family, n_vocab)

@@ -23,6 +23,7 @@ export const page = {
   benchResult: null,
   cpuSampling: false, // a link's cpu_sampling=1: sample on the CPU (A/B, debugging)
   subgroups: undefined, // a link's subgroups=0 / 1: false / true (A/B runs); undefined: the engine decides
+  attnMerge: undefined, // a link's attn_merge=separate: "separate" (A/B runs); undefined: in the split kernel
   adapterName: "", // the browser's name for the GPU (wgpu's browser backend reports none)
 };
 window.cocoPage = page;

@@ -113,6 +113,9 @@ export function readShareParams(search = location.search) {
   if (params.has("cpu_sampling")) out.cpuSampling = params.get("cpu_sampling") === "1";
   // The other A/B switch: subgroups off (0) or on wherever granted (1).
   if (params.has("subgroups")) out.subgroups = params.get("subgroups") === "1";
+  // And who merges flash-decoding's key ranges: "separate" (a second dispatch, the A/B
+  // baseline) or the split kernel's last workgroup (anything else, the default).
+  if (params.has("attn_merge")) out.attnMerge = params.get("attn_merge") === "separate" ? "separate" : "in_split";
   out.bench = params.get("bench") === "1";
   out.any = [...params.keys()].length > 0;
   return out;
@@ -120,7 +123,7 @@ export function readShareParams(search = location.search) {
 
 /**
  * Builds the share link for the current state.
- * state: {model, mode, prompt, chat (messages), fields: {id: value}, megakernel, cpuSampling, subgroups}
+ * state: {model, mode, prompt, chat (messages), fields: {id: value}, megakernel, cpuSampling, subgroups, attnMerge}
  */
 export function buildShareUrl(state, base = location.href) {
   const url = new URL(base);
@@ -139,6 +142,7 @@ export function buildShareUrl(state, base = location.href) {
   params.set("mk", state.megakernel ? "1" : "0");
   if (state.cpuSampling) params.set("cpu_sampling", "1");
   if (state.subgroups !== undefined) params.set("subgroups", state.subgroups ? "1" : "0");
+  if (state.attnMerge === "separate") params.set("attn_merge", "separate");
   url.search = params.toString();
   return url.href;
 }

@@ -5,7 +5,8 @@
 #   bench   the page in Chromium on the H200 (page_bench.py: auto and subgroups=0), wllama on
 #           the same file in the same browser (wllama.html), then native `coco bench` on the
 #           same file (default, COCO_SUBGROUPS=0)
-# Env: RUNS (2), PP/TG (128), REPS (3), TOKENS (128). $OUT gets page.jsonl, page-summary.json,
+# Env: RUNS (2), PP/TG (128), REPS (3), TOKENS (128), VARIANTS (page link variants, "auto
+# subgroups=0"), NATIVE_ENVS (native runs besides the default, "COCO_SUBGROUPS=0"). $OUT gets page.jsonl, page-summary.json,
 # page.png, native.jsonl and logs.txt (the device tool brings back 8 files a call).
 CB=.carry-browser
 H=$(cd "$(dirname "$0")" && pwd)
@@ -50,19 +51,29 @@ echo "have: wllama=$([ -f /tmp/wllama/package.json ] && echo yes) chrome=$([ -x 
 for step in "$@"; do
   case $step in
     bench)
+      # Without the page, coco or the model (a call that carried them was refused or went to
+      # a fresh machine) the browser would wait on nothing until the device tool's limit.
+      missing=""
+      [ -f /tmp/cocodist/index.html ] || missing="$missing page"
+      [ -x /tmp/coco-native ] || missing="$missing coco"
+      [ -f $MODEL ] || missing="$missing model"
+      if [ -n "$missing" ]; then
+        echo "not benchmarking: missing$missing (rerun the calls that carry them, back to back)" >&2
+        exit 1
+      fi
       nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
       python3 $H/serve.py 8080 /tmp/cocodist /models=/tmp/models >> $OUT/logs.txt 2>&1 &
       python3 $H/serve.py --coi 8123 $H /wllama=/tmp/wllama /m=/tmp/models >> $OUT/logs.txt 2>&1 &
       sleep 1.5
       PYTHONUNBUFFERED=1 python3 $H/page_bench.py --runs ${RUNS:-2} --pp ${PP:-128} --tg ${TG:-128} \
-        --reps ${REPS:-3} --tokens ${TOKENS:-128} --variant auto --variant subgroups=0 --out $OUT \
+        --reps ${REPS:-3} --tokens ${TOKENS:-128} $(for v in ${VARIANTS:-auto subgroups=0}; do echo --variant $v; done) --out $OUT \
         $([ -f /tmp/wllama/package.json ] && echo --wllama http://127.0.0.1:8123/wllama.html)
       # Native on the same file: Vulkan through a manifest naming the EGL build of NVIDIA's
       # driver (headless, the image's GLX manifest gives no vkCreateInstance to wgpu).
       printf '{"file_format_version":"1.0.1","ICD":{"library_path":"libEGL_nvidia.so.0","api_version":"1.4.312"}}\n' > /tmp/nvidia_egl_icd.json
       export VK_DRIVER_FILES=/tmp/nvidia_egl_icd.json VK_ICD_FILENAMES=/tmp/nvidia_egl_icd.json XDG_RUNTIME_DIR=$(mktemp -d)
       WGPU_BACKEND=vulkan /tmp/coco-native -v info -m $MODEL 2>&1 | grep '^adapter' || echo "native: no adapter line"
-      for env in "" COCO_SUBGROUPS=0; do
+      for env in "" ${NATIVE_ENVS-COCO_SUBGROUPS=0}; do
         echo "native ${env:-default}:"
         env $env WGPU_BACKEND=vulkan /tmp/coco-native bench -m $MODEL -p ${PP:-128} -n ${TG:-128} --reps ${REPS:-3} --profile --json \
           > /tmp/native.json 2>> $OUT/logs.txt

@@ -129,7 +129,9 @@ impl Session {
                     .pop_front()
                     .expect("a batch is in flight while ids are still producible");
                 read += batch.k;
+                let waiting = crate::util::Clock::start();
                 ready.extend(self.read_batch(batch).await?);
+                self.stats.wait_seconds += waiting.seconds();
                 first_id_seconds.get_or_insert(clock.seconds());
                 since_first.get_or_insert((clock.seconds(), read));
             }
@@ -262,6 +264,7 @@ impl Session {
         if let Some(n) = step_dispatches {
             self.stats.dispatches_per_token = n;
         }
+        let encoding = crate::util::Clock::start();
         let index = rec.submit_with(|encoder| {
             encoder.copy_buffer_to_buffer(
                 &self.scratch.generated,
@@ -272,6 +275,7 @@ impl Session {
             );
         });
         self.stats.steps_per_submit = self.stats.steps_per_submit.max(k);
+        self.stats.encode_seconds += encoding.seconds();
         self.stats.record_seconds += clock.seconds();
         Ok(InFlight { k, half, index })
     }

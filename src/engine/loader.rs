@@ -1,6 +1,11 @@
 //! Streams a GGUF file into GPU buffers: bytes in any chunking (file reads or a `fetch()`
 //! stream) → `gguf::Parser` → each tensor written to its buffers as its bytes arrive.
 //! The whole file is never held in memory: at most one staging piece per tensor.
+//!
+//! A file tensor usually becomes one GPU tensor. Phi-3's fused tensors (Q/K/V stacked in
+//! `attn_qkv`, gate/up in `ffn_up`) become one GPU tensor per row range instead
+//! (`model::fused_pieces`): a row range is a byte range of the stream, so each staged piece
+//! of bytes is written into the GPU tensors it overlaps, at the offset within each.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,7 +14,7 @@ use crate::capabilities::{self, Report};
 use crate::chat::ChatTemplate;
 use crate::gguf::{Event, GgmlType, GgufError, Header, Parser};
 use crate::gpu::{GpuContext, GpuTensor};
-use crate::model::{Config, ConfigError, Weights};
+use crate::model::{fused_pieces, Config, ConfigError, RopeFactors, Weights, ROPE_FACTOR_TENSORS};
 use crate::tokenizer::{Tokenizer, TokenizerError};
 
 use super::Model;
@@ -46,6 +51,20 @@ pub struct LoadProgress {
     pub tensors_total: usize,
 }
 
+/// One GPU tensor filled from a byte range of a file tensor (the whole of it, or one row
+/// range of a fused tensor).
+struct Piece {
+    /// Where the piece starts in the file tensor's bytes.
+    first_byte: u64,
+    tensor: GpuTensor,
+}
+
+impl Piece {
+    fn end_byte(&self) -> u64 {
+        self.first_byte + self.tensor.total_bytes()
+    }
+}
+
 struct Staging {
     index: usize,
     /// Tensor byte offset where `bytes` starts (a multiple of the tensor's write unit).
@@ -62,9 +81,13 @@ pub struct Loader {
     config: Option<Config>,
     tokenizer: Option<Tokenizer>,
     report: Option<Report>,
-    tensors: Vec<Option<GpuTensor>>,
+    /// Per file tensor, the GPU tensors its bytes go to, in byte order.
+    tensors: Vec<Vec<Piece>>,
     staging: Option<Staging>,
-    rope_freqs: Option<(usize, Vec<u8>)>,
+    /// CPU copies of the RoPE factor tensors (`ROPE_FACTOR_TENSORS`): file index, name, bytes.
+    rope_factors: Vec<(usize, String, Vec<u8>)>,
+    /// Staged bytes per write ([`STAGING_BYTES`]; tests shrink it to cross piece boundaries).
+    staging_bytes: usize,
     tensors_done: usize,
     error: Option<LoadError>,
 }
@@ -85,10 +108,19 @@ impl Loader {
             report: None,
             tensors: Vec::new(),
             staging: None,
-            rope_freqs: None,
+            rope_factors: Vec::new(),
+            staging_bytes: STAGING_BYTES,
             tensors_done: 0,
             error: None,
         }
+    }
+
+    /// Writes every `bytes` staged bytes instead of 4 MiB: tests use an odd size so that
+    /// writes end mid-block and mid-piece (`flush_staging`'s tails), which the small
+    /// fixtures' tensors never reach at 4 MiB.
+    pub fn with_staging_bytes(mut self, bytes: usize) -> Loader {
+        self.staging_bytes = bytes.max(1);
+        self
     }
 
     pub fn header(&self) -> Option<&Header> {
@@ -136,7 +168,7 @@ impl Loader {
                 offset,
                 bytes,
             } => {
-                if let Some((i, buf)) = &mut self.rope_freqs {
+                for (i, _, buf) in &mut self.rope_factors {
                     if *i == index {
                         buf.extend_from_slice(bytes);
                     }
@@ -173,25 +205,34 @@ impl Loader {
             .tensors
             .iter()
             .map(|t| {
-                Some(GpuTensor::allocate(
-                    &self.ctx,
-                    &t.name,
-                    t.ty,
-                    t.row_len(),
-                    t.n_rows(),
-                    max_part,
-                ))
+                let pieces = fused_pieces(&config, &t.name)
+                    .unwrap_or_else(|| vec![(t.name.clone(), t.n_rows())]);
+                let mut first_byte = 0;
+                pieces
+                    .into_iter()
+                    .map(|(name, rows)| {
+                        let tensor = GpuTensor::allocate(
+                            &self.ctx,
+                            &name,
+                            t.ty,
+                            t.row_len(),
+                            rows,
+                            max_part,
+                        );
+                        let piece = Piece { first_byte, tensor };
+                        first_byte = piece.end_byte();
+                        piece
+                    })
+                    .collect()
             })
             .collect();
-        if config.rope_freq_factors {
-            if let Some(i) = header
-                .tensors
-                .iter()
-                .position(|t| t.name == "rope_freqs.weight")
-            {
-                self.rope_freqs = Some((i, Vec::new()));
-            }
-        }
+        self.rope_factors = header
+            .tensors
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| ROPE_FACTOR_TENSORS.contains(&t.name.as_str()))
+            .map(|(i, t)| (i, t.name.clone(), Vec::new()))
+            .collect();
         self.config = Some(config);
         self.tokenizer = Some(tokenizer);
         self.report = Some(report);
@@ -210,23 +251,39 @@ impl Loader {
         });
         debug_assert_eq!(staging.offset + staging.bytes.len() as u64, offset);
         staging.bytes.extend_from_slice(bytes);
-        if staging.bytes.len() >= STAGING_BYTES {
+        if staging.bytes.len() >= self.staging_bytes {
             self.flush_staging(false);
         }
     }
 
-    /// Writes the staged bytes; keeps a tail shorter than the tensor's write unit (4 bytes,
-    /// or two blocks of a re-laid type: `gpu::layout`) unless `all` (end of tensor).
+    /// Writes the staged bytes into the pieces they overlap; keeps a tail shorter than the
+    /// write unit (4 bytes, or two blocks of a re-laid type: `gpu::layout`) of the piece it
+    /// falls in, counted from that piece's start, unless `all` (end of tensor). A piece's own
+    /// end may take a short tail (`GpuTensor::write_at`).
     fn flush_staging(&mut self, all: bool) {
         let Some(mut staging) = self.staging.take() else {
             return;
         };
-        let tensor = self.tensors.get(staging.index).and_then(|t| t.as_ref());
-        let unit = tensor.map_or(4, |t| t.write_unit());
+        let pieces = self
+            .tensors
+            .get(staging.index)
+            .map_or(&[][..], |p| p.as_slice());
         let len = staging.bytes.len();
-        let n = if all { len } else { len - len % unit };
-        if let Some(tensor) = tensor {
-            tensor.write_at(&self.ctx, staging.offset, &staging.bytes[..n]);
+        let end = staging.offset + len as u64;
+        let tail = pieces
+            .iter()
+            .find(|p| p.first_byte < end && end < p.end_byte())
+            .map_or(0, |p| {
+                ((end - p.first_byte) % p.tensor.write_unit() as u64) as usize
+            });
+        let n = if all { len } else { len - tail };
+        let (from, to) = (staging.offset, staging.offset + n as u64);
+        for p in pieces {
+            let (lo, hi) = (from.max(p.first_byte), to.min(p.end_byte()));
+            if lo < hi {
+                let bytes = &staging.bytes[(lo - from) as usize..(hi - from) as usize];
+                p.tensor.write_at(&self.ctx, lo - p.first_byte, bytes);
+            }
         }
         if !all {
             staging.bytes.drain(..n);
@@ -256,19 +313,24 @@ impl Loader {
             .tokenizer
             .take()
             .ok_or_else(|| LoadError::Incomplete("no tokenizer".into()))?;
-        let mut by_name = HashMap::new();
-        for (info, tensor) in header.tensors.iter().zip(self.tensors.iter_mut()) {
-            if let Some(t) = tensor.take() {
-                by_name.insert(info.name.clone(), t);
-            }
-        }
-        let rope_freq_factors = self.rope_freqs.take().map(|(_, bytes)| {
-            bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect()
-        });
-        let weights = Weights::from_tensors(&config, by_name, rope_freq_factors)?;
+        let by_name: HashMap<String, GpuTensor> = std::mem::take(&mut self.tensors)
+            .into_iter()
+            .flatten()
+            .map(|p| (p.tensor.name.clone(), p.tensor))
+            .collect();
+        let rope_factors = RopeFactors::from_named(
+            std::mem::take(&mut self.rope_factors)
+                .into_iter()
+                .map(|(_, name, bytes)| {
+                    let values = bytes
+                        .chunks_exact(4)
+                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                        .collect();
+                    (name, values)
+                })
+                .collect(),
+        );
+        let weights = Weights::from_tensors(&config, by_name, rope_factors)?;
         let chat_template = ChatTemplate::from_gguf(&header.metadata, &tokenizer).transpose();
         let weight_bytes = header.total_tensor_bytes();
         let type_summary = summarize_types(header);

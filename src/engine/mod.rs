@@ -53,6 +53,12 @@ pub struct Stats {
     /// Host time spent recording, encoding and submitting GPU-loop decode batches: with
     /// `generated_tokens` it tells whether recording or the GPU bounds decode speed.
     pub record_seconds: f64,
+    /// The part of `record_seconds` spent encoding the recorded dispatches into a compute pass
+    /// and submitting it (bind groups, pass commands: in the browser, calls into WebGPU).
+    pub encode_seconds: f64,
+    /// Host time the GPU decode loop spent waiting for batches' ids (readback included): near
+    /// the wall time, the GPU (or the browser's GPU process) bounds decode; near 0, the host.
+    pub wait_seconds: f64,
     /// Why the last generation ended.
     pub stop: StopReason,
 }
@@ -184,23 +190,33 @@ impl Session {
     /// not submitted: the dispatch structure, which needs no timestamp queries.
     pub fn step_labels(&mut self, t: u32) -> Result<Vec<String>, EngineError> {
         self.refresh_plan();
-        let logits = if self.scratch.logit_rows > 1 {
-            LogitsFor::AllTokens
-        } else {
-            LogitsFor::LastToken
-        };
         let mut rec = StepRecorder::new(&self.ctx);
+        self.record_step(&mut rec, t)?;
+        Ok(rec.labels())
+    }
+
+    /// Records (doesn't submit) the forward of a `t`-token step at the session's position,
+    /// with the logits rows the scratch was sized for (every token's, or the last one's).
+    fn record_step(&self, rec: &mut StepRecorder, t: u32) -> Result<(), EngineError> {
         model::forward(
-            &mut rec,
+            rec,
             &self.model,
             &self.kv,
             &self.scratch,
             t,
             self.pos,
-            logits,
+            self.logits_for(),
             &self.plan,
         )?;
-        Ok(rec.labels())
+        Ok(())
+    }
+
+    fn logits_for(&self) -> LogitsFor {
+        if self.scratch.logit_rows > 1 {
+            LogitsFor::AllTokens
+        } else {
+            LogitsFor::LastToken
+        }
     }
 
     /// Forgets the conversation (the cache is overwritten from position 0).
@@ -256,12 +272,7 @@ impl Session {
                 vocab: c.vocab_size,
             });
         }
-        let all = self.scratch.logit_rows > 1;
-        let logits = if all {
-            LogitsFor::AllTokens
-        } else {
-            LogitsFor::LastToken
-        };
+        let all = self.logits_for() == LogitsFor::AllTokens;
         let vocab = c.vocab_size as u64;
         let mut out = Vec::new();
         let mut last_row = 0;
@@ -271,16 +282,7 @@ impl Session {
                 .queue
                 .write_buffer(&self.scratch.ids, 0, bytemuck::cast_slice(chunk));
             let mut rec = StepRecorder::new(&self.ctx);
-            model::forward(
-                &mut rec,
-                &self.model,
-                &self.kv,
-                &self.scratch,
-                t,
-                self.pos,
-                logits,
-                &self.plan,
-            )?;
+            self.record_step(&mut rec, t)?;
             if t == 1 {
                 self.stats.dispatches_per_token = rec.dispatch_count() as u32;
             }

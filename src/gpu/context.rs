@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::features::{DeviceOptions, SubgroupDecision};
+use super::features::{AttentionMerge, DeviceOptions, SubgroupDecision};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
@@ -52,6 +52,8 @@ pub struct GpuContext {
     /// Whether the subgroup kernels run and why (in the browser coco requests the feature
     /// itself: `features.rs`).
     pub subgroups: SubgroupDecision,
+    /// Who merges flash-decoding's key ranges (the caller's choice; one dispatch by default).
+    pub attention_merge: AttentionMerge,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
     /// One grow-only uniform buffer for every step's dispatch parameters. Rewriting it with
     /// `queue.write_buffer` before each submit is safe: writes and submits are ordered on the
@@ -280,6 +282,7 @@ impl GpuContext {
             features,
             cooperative_matrix,
             subgroups,
+            attention_merge: options.attention_merge,
             pipelines: Mutex::new(HashMap::new()),
             params: Mutex::new(None),
             submit_lock: Mutex::new(()),

@@ -30,19 +30,45 @@ impl SubgroupChoice {
     }
 }
 
+/// Who merges flash-decoding's key ranges (`kernels::attention`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AttentionMerge {
+    /// The last split workgroup of each (token, head), found by an atomic arrival counter:
+    /// one dispatch.
+    #[default]
+    InSplit,
+    /// A second dispatch (`attention_combine`), the A/B baseline: the page's
+    /// `attn_merge=separate`, `COCO_ATTN_MERGE=separate`.
+    Separate,
+}
+
+impl AttentionMerge {
+    /// "separate" / anything else (in the split kernel), as links and the environment spell it.
+    pub fn parse(v: &str) -> Self {
+        match v.trim() {
+            "separate" => AttentionMerge::Separate,
+            _ => AttentionMerge::InSplit,
+        }
+    }
+}
+
 /// What the caller wants from the device.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct DeviceOptions {
     pub subgroups: SubgroupChoice,
+    pub attention_merge: AttentionMerge,
 }
 
 impl DeviceOptions {
-    /// The defaults, with `COCO_SUBGROUPS` (0 / 1) choosing subgroups (native A/B runs).
+    /// The defaults, with `COCO_SUBGROUPS` (0 / 1) choosing subgroups and `COCO_ATTN_MERGE`
+    /// (`separate`) the attention merge (native A/B runs).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn from_env() -> Self {
         DeviceOptions {
             subgroups: std::env::var("COCO_SUBGROUPS")
                 .map_or(SubgroupChoice::Auto, |v| SubgroupChoice::parse(&v)),
+            attention_merge: std::env::var("COCO_ATTN_MERGE")
+                .map_or(AttentionMerge::InSplit, |v| AttentionMerge::parse(&v)),
         }
     }
 
@@ -186,6 +212,7 @@ mod tests {
         assert!(SubgroupDecision::browser(on, Some(full()), false).used);
         let off = DeviceOptions {
             subgroups: SubgroupChoice::Off,
+            ..DeviceOptions::default()
         };
         assert!(!SubgroupDecision::browser(off, Some(full()), false).used);
         assert!(!SubgroupDecision::browser(on, None, false).used);
@@ -221,6 +248,7 @@ mod tests {
         assert!(!SubgroupDecision::browser(on, Some(swiftshader), true).used);
         let forced = DeviceOptions {
             subgroups: SubgroupChoice::On,
+            ..DeviceOptions::default()
         };
         assert!(SubgroupDecision::browser(forced, Some(swiftshader), true).used);
     }
@@ -232,6 +260,7 @@ mod tests {
         assert!(!SubgroupDecision::native(on, false, (0, 0)).used);
         let off = DeviceOptions {
             subgroups: SubgroupChoice::Off,
+            ..DeviceOptions::default()
         };
         assert!(!SubgroupDecision::native(off, true, (32, 32)).used);
         assert_eq!(SubgroupChoice::parse("0"), SubgroupChoice::Off);

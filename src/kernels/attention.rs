@@ -14,10 +14,13 @@
 //!   where the tiles already fill the GPU. Each key and value row is read once per tile
 //!   rather than once per query: a 512-token Llama-3.2-1B prefill spent 30.7 ms of its
 //!   81 ms in the one-query-per-workgroup kernel this replaced (H200, BENCHMARKS.md).
-//! - **flash-decoding** (`attention_split` + `attention_combine`; Dao et al. 2023): the
-//!   visible keys of each (token, head) are cut into `splits` ranges of `chunk` keys, one
-//!   workgroup each, which write their running max, sum and unnormalized `Σ p·v` into a
-//!   partials buffer; a second dispatch merges the ranges with the log-sum-exp rescaling.
+//! - **flash-decoding** (`attention_split_merge`; Dao et al. 2023): the visible keys of each
+//!   (token, head) are cut into `splits` ranges of `chunk` keys, one workgroup each, which
+//!   write their running max, sum and unnormalized `Σ p·v` into a partials buffer; the last
+//!   workgroup of each (token, head) to finish, found by an atomic arrival counter, merges
+//!   the ranges with the log-sum-exp rescaling. One dispatch, where the first version took
+//!   two (`attention_split` + `attention_combine`, kept behind `COCO_ATTN_MERGE=separate`
+//!   as the A/B baseline: `GpuContext::attention_merge`).
 //!   A decode step (`t = 1`) otherwise runs only `heads` workgroups (32 for Llama-3.2-1B,
 //!   4 for Gemma-3-270M) on a GPU with 100+ SMs, each walking thousands of keys serially.
 //!   Its K/V reads are coalesced vec4 loads: neighbouring invocations read neighbouring
@@ -48,7 +51,7 @@ use bytemuck::{Pod, Zeroable};
 
 use super::elementwise::{check_len, grid};
 use super::KernelError;
-use crate::gpu::{preprocess, Binding, StepRecorder};
+use crate::gpu::{preprocess, AttentionMerge, Binding, StepRecorder};
 
 /// Largest head_dim the attention kernel handles (gemma3's 256); `MAX_HEAD_DIM` in the shader.
 pub const MAX_HEAD_DIM: u32 = 256;
@@ -75,6 +78,12 @@ const _: () = assert!(TARGET_WORKGROUPS <= MAX_SPLITS);
 /// Most (token, head) rows a step may have and still split its keys ([`plan`]'s first rule):
 /// beyond it the single pass already has enough workgroups.
 pub const SPLIT_MAX_ROWS: u32 = TARGET_WORKGROUPS / 2;
+
+/// Arrival counters at the front of the partials, one per (token, head) of a split step
+/// (the shader's `COUNTERS`): the split workgroups count themselves in, and the last one
+/// merges. They are 0 between dispatches (the last workgroup resets its own), so the partials
+/// buffer must start zeroed (WebGPU zero-initializes new buffers).
+pub const RANGE_COUNTERS: u64 = SPLIT_MAX_ROWS as u64;
 
 /// f32 per (token, head, range) in the partials: `vec4(m, l, 0, 0)`, then `acc[head_dim]`.
 fn partial_row(head_dim: u32) -> u64 {
@@ -175,7 +184,7 @@ pub fn partials_len(heads: u32, head_dim: u32, max_t: u32, context: u32) -> u64 
             Some(rows * want.min(blocks) * partial_row(head_dim))
         })
         .max()
-        .unwrap_or(0)
+        .map_or(0, |records| RANGE_COUNTERS + records)
 }
 
 /// Query tokens (BQ) and keys (BK) per tile of the `TILED` kernel for `head_dim`: powers of
@@ -220,7 +229,7 @@ struct AttentionParams {
     softcap: f32,
 }
 
-/// Mirrors `Params` of the SPLIT variant.
+/// Mirrors `Params` of the RANGES variants (SPLIT and COMBINE).
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 struct SplitParams {
@@ -235,16 +244,6 @@ struct SplitParams {
     chunk: u32,
     softcap: f32,
     _pad: [u32; 2],
-}
-
-/// Mirrors `Params` of the COMBINE variant.
-#[repr(C)]
-#[derive(Clone, Copy, Pod, Zeroable)]
-struct CombineParams {
-    heads: u32,
-    head_dim: u32,
-    splits: u32,
-    _pad: u32,
 }
 
 /// Copies this step's keys and values into cache rows `pos0..pos0 + t`.
@@ -412,12 +411,28 @@ pub fn attention_planned(
         return Ok(());
     }
 
-    let partial_elems = elems / head_dim as u64 * splits as u64 * partial_row(head_dim);
+    let rows = elems / head_dim as u64;
+    if rows > RANGE_COUNTERS {
+        return bad(format!(
+            "{rows} (token, head) rows split: more than the {RANGE_COUNTERS} arrival counters"
+        ));
+    }
+    let partial_elems = RANGE_COUNTERS + rows * splits as u64 * partial_row(head_dim);
     check_len(KERNEL, "partials", partials, partial_elems)?;
-    let label = "attention_split";
-    let pipeline = rec
-        .ctx()
-        .pipeline(label, || preprocess("attention.wgsl", &["SPLIT"]));
+    let merged = rec.ctx().attention_merge == AttentionMerge::InSplit;
+    let label = if merged {
+        "attention_split_merge"
+    } else {
+        "attention_split"
+    };
+    let pipeline = rec.ctx().pipeline(label, || {
+        let defines: &[&str] = if merged {
+            &["RANGES", "MERGE", "SPLIT", "LAST_COMBINES"]
+        } else {
+            &["RANGES", "SPLIT"]
+        };
+        preprocess("attention.wgsl", defines)
+    });
     let params = SplitParams {
         t,
         heads,
@@ -431,37 +446,27 @@ pub fn attention_planned(
         softcap,
         _pad: [0; 2],
     };
-    let bindings = [
+    let mut bindings = vec![
         q.clone(),
         k_cache.clone(),
         v_cache.clone(),
         partials.clone(),
     ];
-    rec.dispatch(
-        label,
-        &pipeline,
-        bytemuck::bytes_of(&params),
-        &bindings,
-        [splits, heads, t],
-    )?;
+    if merged {
+        bindings.push(out.clone());
+    }
+    let params = bytemuck::bytes_of(&params);
+    rec.dispatch(label, &pipeline, params, &bindings, [splits, heads, t])?;
+    if merged {
+        return Ok(());
+    }
 
     let label = "attention_combine";
-    let pipeline = rec
-        .ctx()
-        .pipeline(label, || preprocess("attention.wgsl", &["COMBINE"]));
-    let params = CombineParams {
-        heads,
-        head_dim,
-        splits,
-        _pad: 0,
-    };
-    rec.dispatch(
-        label,
-        &pipeline,
-        bytemuck::bytes_of(&params),
-        &[partials.clone(), out.clone()],
-        [heads, t, 1],
-    )?;
+    let pipeline = rec.ctx().pipeline(label, || {
+        preprocess("attention.wgsl", &["RANGES", "MERGE", "COMBINE"])
+    });
+    let bindings = [partials.clone(), out.clone()];
+    rec.dispatch(label, &pipeline, params, &bindings, [heads, t, 1])?;
     Ok(())
 }
 

@@ -18,9 +18,14 @@ pub enum Arch {
     Gemma2,
     /// Gemma 3: sandwich norms, per-head Q/K norms, GELU-tanh, local/global attention.
     Gemma3,
+    /// Phi-3 / Phi-3.5 (llama.cpp `LLM_ARCH_PHI3`, HF `Phi3ForCausalLM`): llama's graph with
+    /// NeoX RoPE, Q/K/V stacked in one `attn_qkv` tensor and gate/up in one `ffn_up` (split
+    /// into separate GPU tensors while they load: `weights::fused_pieces`), and LongRoPE's
+    /// long/short per-frequency factors ([`LongRope`]).
+    Phi3,
 }
 
-pub const SUPPORTED_ARCHS: &str = "llama, qwen2, qwen3, gemma2, gemma3";
+pub const SUPPORTED_ARCHS: &str = "llama, qwen2, qwen3, gemma2, gemma3, phi3";
 
 impl Arch {
     pub fn name(self) -> &'static str {
@@ -30,6 +35,7 @@ impl Arch {
             Arch::Qwen3 => "qwen3",
             Arch::Gemma2 => "gemma2",
             Arch::Gemma3 => "gemma3",
+            Arch::Phi3 => "phi3",
         }
     }
 
@@ -64,6 +70,19 @@ pub enum RopeScaling {
         high_freq_factor: f32,
         original_context: u32,
     },
+}
+
+/// LongRoPE (Phi-3 128k / Phi-3.5): the file carries two sets of per-frequency divisors,
+/// `rope_factors_long.weight` and `rope_factors_short.weight` (`[head_dim / 2]`, applied like
+/// llama3's `rope_freqs.weight`), and an attention factor that scales RoPE's cos and sin.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LongRope {
+    /// `{arch}.rope.scaling.original_context_length` (llama.cpp `n_ctx_orig_yarn`, HF
+    /// `original_max_position_embeddings`): a session holding more positions than this uses
+    /// the long factors, any other the short ones (llama.cpp `llama_model::get_rope_factors`).
+    /// HF switches by the length of the sequence instead (`longrope_frequency_update`); the
+    /// two agree on every prompt that fits the original context, which the goldens are.
+    pub original_context: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -154,6 +173,14 @@ pub struct Config {
     pub tied_embeddings: bool,
     /// Llama 3: a `rope_freqs.weight` tensor divides each frequency.
     pub rope_freq_factors: bool,
+    /// Phi-3: long and short factor tensors, chosen by the session's context.
+    pub long_rope: Option<LongRope>,
+    /// Phi-3: LongRoPE's attention factor (`{arch}.rope.scaling.attn_factor`, 1 when absent),
+    /// which multiplies RoPE's cos and sin for Q and K alike (HF `attention_scaling`, ggml
+    /// rope's `attn_factor`). Scaling both rotated vectors by a scales q·k by a², so coco
+    /// folds a² into [`Config::attn_scale`] instead of touching the RoPE kernels; exact
+    /// because RoPE rotates every dimension (partial RoPE is refused) and V is not rotated.
+    pub rope_attn_factor: f32,
 }
 
 impl Config {
@@ -168,6 +195,7 @@ impl Config {
             "qwen3" => Arch::Qwen3,
             "gemma2" => Arch::Gemma2,
             "gemma3" => Arch::Gemma3,
+            "phi3" => Arch::Phi3,
             other => return Err(ConfigError::UnsupportedArch(other.to_string())),
         };
         let key = |k: &str| format!("{arch_name}.{k}");
@@ -218,7 +246,17 @@ impl Config {
                 "head size {head_dim} (supported: multiples of 4, ≤ 256)"
             )));
         }
+        // `{arch}.rope.dimension_count` (llama.cpp n_rot): rotated dimensions per head, in pairs.
         if let Some(rope_dims) = md.opt_u32(&key("rope.dimension_count"))? {
+            if rope_dims == 0 || rope_dims % 2 != 0 || rope_dims > head_dim {
+                return Err(ConfigError::Invalid(format!(
+                    "{arch_name}.rope.dimension_count = {rope_dims}: RoPE rotates an even number of \
+                     dimensions, at most the head size {head_dim}"
+                )));
+            }
+            // Phi-4-mini rotates 96 of 128 (HF partial_rotary_factor 0.75): the RoPE kernels
+            // rotate whole heads, and LongRoPE's attention factor is folded into the attention
+            // scale only because every dimension is rotated.
             if rope_dims != head_dim {
                 return Err(ConfigError::NotYet(format!(
                     "partial RoPE ({rope_dims} of {head_dim} dimensions rotated)"
@@ -248,6 +286,9 @@ impl Config {
             // `gemma2.rope.freq_base`, so the released files rely on this default.
             Arch::Gemma2 => (RopeStyle::Neox, Activation::GeluTanh, 10_000.0),
             Arch::Gemma3 => (RopeStyle::Neox, Activation::GeluTanh, 1_000_000.0),
+            // llama.cpp runs LLM_ARCH_PHI3 with NeoX RoPE (HF Phi3 `rotate_half`); the
+            // converter does not permute Q/K. HF Phi3Config: rope_theta 10000.
+            Arch::Phi3 => (RopeStyle::Neox, Activation::Silu, 10_000.0),
         };
         let rope_base = md.opt_f32(&key("rope.freq_base"))?.unwrap_or(default_base);
         let rope_scaling = read_rope_scaling(header, arch_name)?;
@@ -293,6 +334,11 @@ impl Config {
                     (dim as f32).sqrt(),
                 )
             }
+            // Phi-3 configs carry `sliding_window` (2047 for Phi-3-mini-4k), written as
+            // `phi3.attention.sliding_window`; llama.cpp reads it and then runs full causal
+            // attention ("Phi SWA is currently disabled", llama_model_phi3::load_arch_hparams),
+            // and so does coco: the window is not applied. Up to the window's length the two
+            // are the same computation.
             _ => (None, rope_base, (head_dim as f32).powf(-0.5), 1.0),
         };
         if let Some(0) = sliding_window {
@@ -341,6 +387,8 @@ impl Config {
             }
             _ => (None, None),
         };
+        let (long_rope, rope_attn_factor) = read_long_rope(header, arch, context_length)?;
+        let attn_scale = attn_scale * rope_attn_factor * rope_attn_factor;
 
         let config = Config {
             arch,
@@ -369,6 +417,8 @@ impl Config {
             post_norms: arch.is_gemma(),
             tied_embeddings,
             rope_freq_factors: header.tensor("rope_freqs.weight").is_some(),
+            long_rope,
+            rope_attn_factor,
         };
         config.check_tensors(header)?;
         Ok(config)
@@ -470,19 +520,35 @@ impl Config {
         if !self.tied_embeddings {
             expect("output.weight", &[d, self.vocab_size as u64])?;
         }
+        let half_head = self.head_dim as u64 / 2;
         if self.rope_freq_factors {
-            expect("rope_freqs.weight", &[self.head_dim as u64 / 2])?;
+            expect("rope_freqs.weight", &[half_head])?;
+        }
+        if self.long_rope.is_some() {
+            expect("rope_factors_long.weight", &[half_head])?;
+            expect("rope_factors_short.weight", &[half_head])?;
         }
         for l in 0..self.n_layers {
             let b = |s: &str| format!("blk.{l}.{s}");
             expect(&b("attn_norm.weight"), &[d])?;
-            expect(&b("attn_q.weight"), &[d, q])?;
-            expect(&b("attn_k.weight"), &[d, kv])?;
-            expect(&b("attn_v.weight"), &[d, kv])?;
+            // Phi-3: Q, K, V rows stacked in one tensor (llama.cpp's create_tensor_qkv also
+            // takes them separate, and so does coco).
+            if self.arch == Arch::Phi3 && header.tensor(&b("attn_qkv.weight")).is_some() {
+                expect(&b("attn_qkv.weight"), &[d, q + 2 * kv])?;
+            } else {
+                expect(&b("attn_q.weight"), &[d, q])?;
+                expect(&b("attn_k.weight"), &[d, kv])?;
+                expect(&b("attn_v.weight"), &[d, kv])?;
+            }
             expect(&b("attn_output.weight"), &[q, d])?;
             expect(&b("ffn_norm.weight"), &[d])?;
-            expect(&b("ffn_gate.weight"), &[d, f])?;
-            expect(&b("ffn_up.weight"), &[d, f])?;
+            if self.arch == Arch::Phi3 {
+                // gate rows, then up rows (llama_model_phi3::load_arch_tensors: {n_embd, 2 n_ff})
+                expect(&b("ffn_up.weight"), &[d, 2 * f])?;
+            } else {
+                expect(&b("ffn_gate.weight"), &[d, f])?;
+                expect(&b("ffn_up.weight"), &[d, f])?;
+            }
             expect(&b("ffn_down.weight"), &[f, d])?;
             if self.qkv_bias {
                 expect(&b("attn_q.bias"), &[q])?;
@@ -580,6 +646,62 @@ fn read_rope_scaling(header: &Header, arch: &str) -> Result<RopeScaling, ConfigE
             )))
         }
     })
+}
+
+/// Phi-3's LongRoPE: present when the file has `rope_factors_long.weight` (llama.cpp's
+/// converter writes both factor tensors and the attention factor only for long-context
+/// models). Returns it and the attention factor (1 when absent).
+fn read_long_rope(
+    header: &Header,
+    arch: Arch,
+    context_length: u32,
+) -> Result<(Option<LongRope>, f32), ConfigError> {
+    let present = ["rope_factors_long.weight", "rope_factors_short.weight"]
+        .map(|n| header.tensor(n).is_some());
+    if arch != Arch::Phi3 {
+        if let Some(name) = ["rope_factors_long.weight", "rope_factors_short.weight"]
+            .into_iter()
+            .find(|n| header.tensor(n).is_some())
+        {
+            return Err(ConfigError::TensorNotYet {
+                name: name.into(),
+                why: format!("LongRoPE factors on {}", arch.name()),
+            });
+        }
+        return Ok((None, 1.0));
+    }
+    let md = &header.metadata;
+    // `phi3.rope.scaling.attn_factor` (llama-arch.cpp LLM_KV_ROPE_SCALING_ATTN_FACTOR)
+    let attn_factor = md.opt_f32("phi3.rope.scaling.attn_factor")?.unwrap_or(1.0);
+    // The converter writes sqrt(1 + ln(s) / ln(original)) for a context ratio s: between 1
+    // and ~1.5 for any real ratio.
+    if !(attn_factor.is_finite() && (0.5..=4.0).contains(&attn_factor)) {
+        return Err(ConfigError::Invalid(format!(
+            "phi3.rope.scaling.attn_factor = {attn_factor} is outside 0.5..=4"
+        )));
+    }
+    let long_rope = match present {
+        [false, false] => None,
+        [true, true] => {
+            // `phi3.rope.scaling.original_context_length` (LLM_KV_ROPE_SCALING_ORIG_CTX_LEN);
+            // llama.cpp defaults it to the trained context, as here.
+            let original_context = md
+                .opt_u32("phi3.rope.scaling.original_context_length")?
+                .unwrap_or(context_length);
+            if original_context == 0 || original_context > context_length {
+                return Err(ConfigError::Invalid(format!(
+                    "phi3.rope.scaling.original_context_length = {original_context} is outside 1..={context_length} (the context length)"
+                )));
+            }
+            Some(LongRope { original_context })
+        }
+        _ => {
+            return Err(ConfigError::Invalid(
+                "LongRoPE needs both rope_factors_long.weight and rope_factors_short.weight; the file has one".into(),
+            ))
+        }
+    };
+    Ok((long_rope, attn_factor))
 }
 
 /// HF `_compute_llama3_parameters`, for one inverse frequency.

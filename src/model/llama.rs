@@ -1,10 +1,13 @@
 //! Llama-family forward pass (Llama 2/3.x, Mistral, TinyLlama, SmolLM2), Qwen2 (the same
 //! graph plus Q/K/V biases and NeoX RoPE) and Qwen3 (NeoX RoPE, no biases, and a per-head
 //! RMSNorm on Q and K before RoPE, with its own `[head_dim]` weights: HF `Qwen3Attention`
-//! applies `q_norm` / `k_norm` to `q_proj(x)` viewed as `[.., heads, head_dim]`).
+//! applies `q_norm` / `k_norm` to `q_proj(x)` viewed as `[.., heads, head_dim]`), and Phi-3
+//! (NeoX RoPE with LongRoPE factors; its fused `qkv_proj` / `gate_up_proj` tensors are split
+//! into separate Q/K/V and gate/up weights at load, `weights::fused_pieces`, so the graph is
+//! llama's).
 //!
 //! Touvron et al. 2023, "Llama 2"; HF `modeling_llama.py` / `modeling_qwen2.py` /
-//! `modeling_qwen3.py`.
+//! `modeling_qwen3.py` / `modeling_phi3.py`.
 //! Pre-norm blocks: h += Attn(RMSNorm(h)); h += W_down(SiLU(W_gate x) ⊙ W_up x) with x = RMSNorm(h).
 
 use crate::gpu::{Binding, StepRecorder};

@@ -1,6 +1,6 @@
 //! Model descriptions: typed configs per architecture, the GPU weights, and one readable
-//! forward pass per architecture family (`llama.rs` also serves qwen2 and qwen3; `gemma.rs`
-//! serves gemma2 and gemma3).
+//! forward pass per architecture family (`llama.rs` also serves qwen2, qwen3 and phi3;
+//! `gemma.rs` serves gemma2 and gemma3).
 //! Each forward lists its kernel calls in model order and writes into buffers that the
 //! session preallocated. Which fused form each call takes (norm folded, Q/K/V in one, RoPE in
 //! the matvec, split attention, …) is the session's [`Plan`] (`plan.rs`), decided once from
@@ -14,9 +14,9 @@ pub mod plan;
 pub mod state;
 pub mod weights;
 
-pub use config::{Activation, Arch, Config, ConfigError, RopeScaling, RopeStyle};
+pub use config::{Activation, Arch, Config, ConfigError, LongRope, RopeScaling, RopeStyle};
 pub use plan::{NormOf, Op, Plan, PlanLine};
-pub use weights::{LayerWeights, Weights};
+pub use weights::{fused_pieces, LayerWeights, RopeFactors, Weights, ROPE_FACTOR_TENSORS};
 
 use crate::gpu::{Binding, StepRecorder};
 use crate::kernels::attention::{attention_planned, kv_write};
@@ -63,7 +63,9 @@ pub fn forward(
         plan,
     };
     match model.config.arch {
-        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => llama::forward(rec, &step, logits_for),
+        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 => {
+            llama::forward(rec, &step, logits_for)
+        }
         Arch::Gemma2 | Arch::Gemma3 => gemma::forward(rec, &step, logits_for),
     }
 }
@@ -72,7 +74,7 @@ pub fn forward(
 /// `Session::set_megakernel` runs through both paths to compare them.
 pub(crate) fn ffn(rec: &mut StepRecorder, step: &Step, l: usize) -> Result<(), KernelError> {
     match step.model.config.arch {
-        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => llama::ffn(rec, step, l),
+        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 => llama::ffn(rec, step, l),
         Arch::Gemma2 | Arch::Gemma3 => gemma::ffn(rec, step, l),
     }
 }

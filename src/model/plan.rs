@@ -16,7 +16,7 @@
 
 use std::fmt;
 
-use crate::gpu::{GpuContext, GpuTensor};
+use crate::gpu::{AttentionMerge, GpuContext, GpuTensor};
 use crate::kernels::attention::{self, AttentionPlan, AttentionShape, SPLIT_BLOCK, SPLIT_MAX_ROWS};
 use crate::kernels::elementwise::Activation;
 use crate::kernels::get_rows::GetRowsKey;
@@ -144,6 +144,8 @@ pub struct Plan {
     pub kernels: DeviceKernels,
     /// Steps of at most this many tokens run the matvec (`None`: every step).
     pub matvec_max_t: Option<u32>,
+    /// Who merges flash-decoding's key ranges (the device's option).
+    pub attention_merge: AttentionMerge,
     pub layers: Vec<LayerPlan>,
     /// The final norm folded into the LM head.
     pub lm_head_norm: bool,
@@ -283,6 +285,7 @@ impl Plan {
             megakernel: mega,
             kernels,
             matvec_max_t: matvec_max_t(kernels),
+            attention_merge: ctx.attention_merge,
             layers,
             lm_head_norm: fused,
             final_softcap: c.final_softcap,
@@ -455,6 +458,9 @@ impl Plan {
                 (Op::Attention(a), ..) if a.splits <= 1 => {
                     out.push(format!("attention_tiled_hd{}", self.head_dim))
                 }
+                (Op::Attention(_), ..) if self.attention_merge == AttentionMerge::InSplit => {
+                    out.push("attention_split_merge".into())
+                }
                 (Op::Attention(_), ..) => {
                     out.extend(["attention_split".into(), "attention_combine".into()])
                 }
@@ -623,6 +629,12 @@ impl Plan {
     }
 
     fn attention_rule(&self) -> String {
+        let split = match self.attention_merge {
+            AttentionMerge::InSplit => "attention_split_merge: the last range's workgroup merges",
+            AttentionMerge::Separate => {
+                "attention_split + attention_combine: attn_merge=separate / COCO_ATTN_MERGE"
+            }
+        };
         let cap = if self.attn_softcap > 0.0 {
             format!(
                 "; scores soft-capped, {0}·tanh(s / {0}), in the score step of both",
@@ -632,9 +644,8 @@ impl Plan {
             String::new()
         };
         format!(
-            "flash-decoding (attention_split + attention_combine) while steps x {} heads <= \
-             {SPLIT_MAX_ROWS} rows and the last token sees > {SPLIT_BLOCK} keys, else one pass \
-             (attention_tiled_hd{}){cap}",
+            "flash-decoding ({split}) while steps x {} heads <= {SPLIT_MAX_ROWS} rows and the \
+             last token sees > {SPLIT_BLOCK} keys, else one pass (attention_tiled_hd{}){cap}",
             self.heads, self.head_dim
         )
     }

@@ -123,7 +123,9 @@ impl Scratch {
         let f32s = |label: &str, n: u64| ctx.storage_buffer(label, n * 4);
         let inv_freq = (0..c.n_layers)
             .map(|l| {
-                let f = c.inv_freq(l, model.weights.rope_freq_factors.as_deref());
+                // LongRoPE picks its factor set by this session's context.
+                let factors = model.weights.rope_factors.for_context(c, context);
+                let f = c.inv_freq(l, factors);
                 ctx.storage_buffer_init(&format!("inv_freq.{l}"), bytemuck::cast_slice(&f))
             })
             .collect();

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use crate::gpu::GpuTensor;
 
-use super::{Config, ConfigError};
+use super::{Arch, Config, ConfigError};
 
 /// One transformer block.
 pub struct LayerWeights {
@@ -34,8 +34,84 @@ pub struct Weights {
     /// `None` when tied to `token_embd`.
     pub output: Option<GpuTensor>,
     pub layers: Vec<LayerWeights>,
-    /// Llama 3 `rope_freqs.weight` `[head_dim/2]`, kept on the CPU to build inverse frequencies.
-    pub rope_freq_factors: Option<Vec<f32>>,
+    /// RoPE's per-frequency divisors, kept on the CPU to build inverse frequencies.
+    pub rope_factors: RopeFactors,
+}
+
+/// The 1-D tensors that divide RoPE's frequencies, `[head_dim / 2]` f32 each; the loader keeps
+/// a CPU copy of these (they are a few hundred bytes).
+pub const ROPE_FACTOR_TENSORS: [&str; 3] = [
+    "rope_freqs.weight",
+    "rope_factors_long.weight",
+    "rope_factors_short.weight",
+];
+
+/// RoPE's per-frequency divisors as the file carries them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RopeFactors {
+    /// Llama 3 `rope_freqs.weight`.
+    pub freqs: Option<Vec<f32>>,
+    /// Phi-3 LongRoPE `rope_factors_long.weight`.
+    pub long: Option<Vec<f32>>,
+    /// Phi-3 LongRoPE `rope_factors_short.weight`.
+    pub short: Option<Vec<f32>>,
+}
+
+impl RopeFactors {
+    /// From the named f32 vectors ([`ROPE_FACTOR_TENSORS`]).
+    pub fn from_named(mut named: HashMap<String, Vec<f32>>) -> RopeFactors {
+        let mut take = |n: &str| named.remove(n);
+        RopeFactors {
+            freqs: take(ROPE_FACTOR_TENSORS[0]),
+            long: take(ROPE_FACTOR_TENSORS[1]),
+            short: take(ROPE_FACTOR_TENSORS[2]),
+        }
+    }
+
+    /// The divisors a session of `context` positions uses: llama3's, or LongRoPE's long set
+    /// when the session holds more than the original context and the short set otherwise
+    /// (llama.cpp `llama_model::get_rope_factors`, which also prefers `rope_freqs`).
+    pub fn for_context(&self, config: &Config, context: u32) -> Option<&[f32]> {
+        if let Some(f) = &self.freqs {
+            return Some(f);
+        }
+        let long_rope = config.long_rope?;
+        let set = if context > long_rope.original_context {
+            &self.long
+        } else {
+            &self.short
+        };
+        set.as_deref()
+    }
+}
+
+/// Phi-3 stores Q, K and V stacked by rows in one `blk.N.attn_qkv.weight` and the FFN's gate
+/// and up in one `blk.N.ffn_up.weight`, gate rows first (HF `Phi3MLP` chunks `gate_up_proj`'s
+/// output into gate, up; ggml's swiglu takes the first half as the gate). coco's fused
+/// Q/K/V and gate/up kernels take separate weights, so the file tensor is loaded as separate
+/// GPU tensors under the names a llama file uses: each piece is a range of whole rows, and a
+/// row is whole quant blocks, so a piece is a byte range of the stream (`engine::loader`).
+/// Returns the pieces `(name, rows)` in file order, or `None` for a tensor loaded as is.
+pub fn fused_pieces(config: &Config, name: &str) -> Option<Vec<(String, u64)>> {
+    if config.arch != Arch::Phi3 {
+        return None;
+    }
+    let (layer, rest) = name.strip_prefix("blk.")?.split_once('.')?;
+    let b = |s: &str| format!("blk.{layer}.{s}");
+    let (q, kv, f) = (
+        (config.n_heads * config.head_dim) as u64,
+        (config.n_kv_heads * config.head_dim) as u64,
+        config.ffn_dim as u64,
+    );
+    match rest {
+        "attn_qkv.weight" => Some(vec![
+            (b("attn_q.weight"), q),
+            (b("attn_k.weight"), kv),
+            (b("attn_v.weight"), kv),
+        ]),
+        "ffn_up.weight" => Some(vec![(b("ffn_gate.weight"), f), (b("ffn_up.weight"), f)]),
+        _ => None,
+    }
 }
 
 impl Weights {
@@ -44,7 +120,7 @@ impl Weights {
     pub fn from_tensors(
         config: &Config,
         mut tensors: HashMap<String, GpuTensor>,
-        rope_freq_factors: Option<Vec<f32>>,
+        rope_factors: RopeFactors,
     ) -> Result<Weights, ConfigError> {
         let mut take = |name: String| {
             tensors.remove(&name).ok_or(ConfigError::Tensor {
@@ -112,7 +188,7 @@ impl Weights {
                 Some(take("output.weight".into())?)
             },
             layers,
-            rope_freq_factors,
+            rope_factors,
         })
     }
 

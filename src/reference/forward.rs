@@ -8,7 +8,7 @@ use crate::gguf::Header;
 use crate::kernels::attention::AttentionShape;
 use crate::kernels::elementwise;
 use crate::kernels::rope::RopeLayout;
-use crate::model::{Activation, Config, RopeStyle};
+use crate::model::{Activation, Config, RopeFactors, RopeStyle, ROPE_FACTOR_TENSORS};
 
 use super::matmul::{get_rows, matmul};
 use super::ops::{add, attention, glu, rms_norm, rope, softcap};
@@ -26,6 +26,7 @@ impl CpuModel {
     pub fn load(path: &std::path::Path) -> Result<CpuModel, String> {
         use super::quant::dequantize;
         use crate::gguf::Event;
+        use crate::model::fused_pieces;
         let mut raw: Vec<Vec<u8>> = Vec::new();
         let header = crate::gguf::read_path(path, &mut |e| match e {
             Event::Header(h) => {
@@ -42,9 +43,22 @@ impl CpuModel {
         let config = Config::from_gguf(&header).map_err(|e| e.to_string())?;
         let mut tensors = HashMap::new();
         for (info, bytes) in header.tensors.iter().zip(raw) {
-            let values = dequantize(info.ty, &bytes, info.n_elements() as usize)
+            let mut values = dequantize(info.ty, &bytes, info.n_elements() as usize)
                 .map_err(|e| format!("{}: {e}", info.name))?;
-            tensors.insert(info.name.clone(), values);
+            // Phi-3's fused Q/K/V and gate/up tensors, split into their row ranges by name as
+            // the GPU loader does.
+            match fused_pieces(&config, &info.name) {
+                Some(pieces) => {
+                    let row = info.row_len() as usize;
+                    for (name, rows) in pieces {
+                        let rest = values.split_off(rows as usize * row);
+                        tensors.insert(name, std::mem::replace(&mut values, rest));
+                    }
+                }
+                None => {
+                    tensors.insert(info.name.clone(), values);
+                }
+            }
         }
         Ok(CpuModel {
             config,
@@ -64,8 +78,16 @@ impl CpuModel {
         self.tensors.get(name).map(|v| v.as_slice())
     }
 
-    /// Logits `[ids.len(), vocab]` for every position (teacher forcing).
+    /// Logits `[ids.len(), vocab]` for every position (teacher forcing), as a session holding
+    /// exactly these positions computes them (which LongRoPE factor set applies: HF's rule,
+    /// by sequence length).
     pub fn forward(&self, ids: &[u32]) -> Vec<f32> {
+        self.forward_in_context(ids, ids.len() as u32)
+    }
+
+    /// [`CpuModel::forward`] as a session of `context` positions computes it: LongRoPE's
+    /// long factors when `context` exceeds the original context (llama.cpp's rule).
+    pub fn forward_in_context(&self, ids: &[u32], context: u32) -> Vec<f32> {
         let c = &self.config;
         let (t, dim, hd) = (ids.len(), c.dim as usize, c.head_dim as usize);
         let (heads, kv_heads, ffn) = (
@@ -82,7 +104,13 @@ impl CpuModel {
             Activation::GeluTanh => elementwise::Activation::GeluTanh,
         };
         let gemma = c.post_norms;
-        let freq_factors = self.opt("rope_freqs.weight");
+        let factors = RopeFactors::from_named(
+            ROPE_FACTOR_TENSORS
+                .iter()
+                .filter_map(|n| Some((n.to_string(), self.opt(n)?.to_vec())))
+                .collect(),
+        );
+        let freq_factors = factors.for_context(c, context);
         let eps = c.rms_eps;
 
         // token embeddings (× √dim for gemma)
@@ -111,7 +139,7 @@ impl CpuModel {
                 q = rms_norm(&q, self.w(&b("attn_q_norm.weight")), t * heads, hd, eps);
                 k = rms_norm(&k, self.w(&b("attn_k_norm.weight")), t * kv_heads, hd, eps);
             }
-            // RoPE
+            // RoPE (LongRoPE's attention factor is in c.attn_scale: config::Config)
             let inv_freq = c.inv_freq(l as u32, freq_factors);
             rope(&mut q, &inv_freq, t, heads, hd, 0, layout);
             rope(&mut k, &inv_freq, t, kv_heads, hd, 0, layout);

@@ -41,6 +41,13 @@ use spm::{MergeOrder, Spm};
 
 const KEY_MODEL: &str = "tokenizer.ggml.model";
 const KEY_PRE: &str = "tokenizer.ggml.pre";
+
+/// The byte-level BPE pre-tokenizer `tokenizer.ggml.pre` names (absent: `default`).
+fn bpe_pre_tokenizer(md: &Metadata) -> Result<PreTokenizer, TokenizerError> {
+    let pre_name = md.opt_str(KEY_PRE)?.unwrap_or("default");
+    PreTokenizer::from_name(pre_name)
+        .ok_or_else(|| TokenizerError::UnsupportedPre(pre_name.to_string()))
+}
 const KEY_TOKENS: &str = "tokenizer.ggml.tokens";
 const KEY_SCORES: &str = "tokenizer.ggml.scores";
 const KEY_TYPES: &str = "tokenizer.ggml.token_type";
@@ -172,11 +179,23 @@ fn opt_id(md: &Metadata, key: &'static str, n: usize) -> Result<Option<u32>, Tok
 }
 
 impl Tokenizer {
-    pub fn from_gguf(md: &Metadata) -> Result<Tokenizer, TokenizerError> {
+    /// The tokenizer model and, for byte-level BPE, the pre-tokenizer, refused as "not yet"
+    /// when coco has no implementation: the cheap part of [`Tokenizer::from_gguf`]'s checks,
+    /// which the capability report runs before the weights (e.g. Phi-4-mini's `gpt-4o`
+    /// pre-tokenizer). Returns the model name.
+    pub fn check_kind(md: &Metadata) -> Result<&str, TokenizerError> {
         let model_name = md.str(KEY_MODEL)?;
         if model_name != "llama" && model_name != "gpt2" {
             return Err(TokenizerError::UnsupportedModel(model_name.to_string()));
         }
+        if model_name == "gpt2" {
+            bpe_pre_tokenizer(md)?;
+        }
+        Ok(model_name)
+    }
+
+    pub fn from_gguf(md: &Metadata) -> Result<Tokenizer, TokenizerError> {
+        let model_name = Self::check_kind(md)?;
         let tokens = md.str_array(KEY_TOKENS)?;
         let n = tokens.len();
         if n == 0 || n > u32::MAX as usize {
@@ -282,9 +301,8 @@ impl Tokenizer {
             eos = eos_key.or(default_id(2));
             add_bos = add_bos_key.unwrap_or(true);
         } else {
+            let pre = bpe_pre_tokenizer(md)?;
             let pre_name = md.opt_str(KEY_PRE)?.unwrap_or("default");
-            let pre = PreTokenizer::from_name(pre_name)
-                .ok_or_else(|| TokenizerError::UnsupportedPre(pre_name.to_string()))?;
             let merges = md.str_array(KEY_MERGES)?;
             let mut special_entries = Vec::new();
             for (i, &t) in tokens.iter().enumerate() {

@@ -412,6 +412,9 @@ pub struct OpenOptions {
     /// Subgroups: true wherever the browser grants them, false never, null/absent where
     /// granted on a hardware adapter (not on a software one, where they are slower).
     pub subgroups: Option<bool>,
+    /// Who merges flash-decoding's key ranges: "separate" (a second dispatch, the A/B
+    /// baseline) or "in_split" / null / absent (the split kernel's last workgroup).
+    pub attention_merge: Option<String>,
 }
 
 /// The `options` of `bench`.

@@ -35,7 +35,7 @@ use crate::capabilities::{self, Report};
 use crate::chat::Message;
 use crate::engine::{Loader, LogitsFor, Model, Scratch, Session, PREFILL_CHUNK};
 use crate::gguf::Parser;
-use crate::gpu::{DeviceOptions, GpuContext, SubgroupChoice};
+use crate::gpu::{AttentionMerge, DeviceOptions, GpuContext, SubgroupChoice};
 use crate::model::Pipeline;
 use crate::util::Clock;
 
@@ -200,6 +200,19 @@ impl Coco {
                 None => SubgroupChoice::Auto,
                 Some(true) => SubgroupChoice::On,
                 Some(false) => SubgroupChoice::Off,
+            },
+            attention_merge: match options.attention_merge.as_deref() {
+                None | Some("in_split") => AttentionMerge::InSplit,
+                Some("separate") => AttentionMerge::Separate,
+                Some(other) => {
+                    return Err(throw(PageError::new(
+                        super::error::ErrorKind::InvalidRequest,
+                        format!(
+                        "open options: attention_merge {:?} is not \"in_split\" or \"separate\"",
+                        other.chars().take(40).collect::<String>()
+                    ),
+                    )))
+                }
             },
         };
         let ctx = GpuContext::with_options(device).await.map_err(|e| {
