@@ -2,7 +2,7 @@
 //
 // Variants (defines; the binding layouts differ):
 //   KV_WRITE    k_cache[pos0 + t] = k[t], v_cache[pos0 + t] = v[t]; one invocation per element
-//   TILED       out = softmax(scale * q k^T) v, causal, optionally windowed, grouped-query;
+//   TILED       out = softmax(cap(scale * q k^T)) v, causal, optionally windowed, grouped-query;
 //               one workgroup per (head, tile of query tokens) walks all their keys
 //   SPLIT       flash-decoding: one workgroup per (key range, head, query token) writes the
 //               range's running max m, sum l and unnormalized sum acc of p * v; with
@@ -71,7 +71,7 @@ struct Params {
     pos0: u32,
     window: u32, // 0 = no window
     scale: f32,
-    _pad: u32,
+    softcap: f32, // > 0: scores <- softcap * tanh(score / softcap) (gemma2); 0 = none
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -94,6 +94,8 @@ const LOWEST: f32 = -3.0e38;
 var<workgroup> q_tile: array<vec4<f32>, BQ * ROW>;
 var<workgroup> kv_tile: array<vec4<f32>, BK * ROW>; // the block's K rows, then its V rows
 var<workgroup> scores: array<f32, BQ * SROW>;
+
+#include "common/softcap.wgsl"
 
 // First cache row that the query at position `pos` sees.
 fn first_key(pos: u32) -> u32 {
@@ -172,6 +174,9 @@ fn main(
                     dot4 = fma(q_tile[qi * ROW + d], kv_tile[jj * ROW + d], dot4);
                 }
                 s = ((dot4.x + dot4.y) + (dot4.z + dot4.w)) * p.scale;
+                if (p.softcap > 0.0) {
+                    s = softcap(s, p.softcap);
+                }
             }
             scores[qi * SROW + jj] = s;
         }
@@ -229,7 +234,7 @@ struct Params {
     scale: f32,
     splits: u32, // key ranges per (query token, head); at most MAX_SPLITS
     chunk: u32,  // keys per range (a multiple of BLOCK); range s of token t starts at first(t) + s * chunk
-    _pad0: u32,
+    softcap: f32, // > 0: scores <- softcap * tanh(score / softcap) (gemma2); 0 = none
     _pad1: u32,
     _pad2: u32,
 }
@@ -374,6 +379,8 @@ var<workgroup> q_row: array<vec4<f32>, MAX_HD4>; // [head_dim / 4] the query
 var<workgroup> dots: array<f32, WG>;         // [LANES, BLOCK] partial q·k
 var<workgroup> scores: array<f32, BLOCK>;    // [BLOCK] scaled q·k of the block, LOWEST past its end
 
+#include "common/softcap.wgsl"
+
 @compute @workgroup_size(WG)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -434,7 +441,11 @@ fn main(
             for (var i = 0u; i < LANES; i++) {
                 dot_sum += dots[i * BLOCK + lid];
             }
-            scores[lid] = select(LOWEST, dot_sum * p.scale, lid < count);
+            var score = dot_sum * p.scale;
+            if (p.softcap > 0.0) {
+                score = softcap(score, p.softcap);
+            }
+            scores[lid] = select(LOWEST, score, lid < count);
         }
         workgroupBarrier();
         // The next block writes dots only after this barrier and scores only after its

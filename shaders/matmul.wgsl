@@ -48,6 +48,8 @@
 #ifdef ROPE_KV
 #include "common/rotary.wgsl"
 #endif
+// softcap(x, cap) for store()'s epilogue (gemma2's LM head), shared with the attention kernels.
+#include "common/softcap.wgsl"
 
 struct Params {
     k: u32,          // K: elements per row of every W and of x
@@ -57,7 +59,7 @@ struct Params {
     accumulate: u32, // 1: y += x'·Wᵀ (residual adds fused in), 0: y = x'·Wᵀ
     eps: f32,        // RMSNorm epsilon (NORM)
     pos0: u32,       // position of the step's token 0 (ROPE_KV)
-    _pad3: u32,
+    softcap: f32,    // > 0: y = softcap·tanh(y / softcap) (gemma2's LM head); 0: none
     rows: vec4<u32>, // rows of W, W1, W2 in this dispatch (a part's rows when split)
     n: vec4<u32>,    // row strides of y, y1, y2 (the whole weights' rows)
     head_dim: u32,   // ROPE_KV
@@ -310,7 +312,10 @@ fn bias_of(m: u32, r: u32) -> f32 {
 // Writes output (t, row) of weight m from its finished dot product `v`.
 fn store(m: u32, t: u32, row: u32, v: f32) {
     let r = p.row0 + row;
-    let out = v + bias_of(m, r);
+    var out = v + bias_of(m, r);
+    if (p.softcap > 0.0) {
+        out = softcap(out, p.softcap);
+    }
 #ifdef QKV
     if (m == 1u) {
         y1[t * p.n.y + r] = out;

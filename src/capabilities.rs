@@ -162,7 +162,7 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
                 name: "architecture",
                 status: Status::Ok,
                 detail: format!(
-                    "{}: {} layers, dim {}, heads {}/{} × {}, ffn {}, vocab {}{}{}{}",
+                    "{}: {} layers, dim {}, heads {}/{} × {}, ffn {}, vocab {}{}{}{}{}",
                     c.arch.name(),
                     c.n_layers,
                     c.dim,
@@ -180,6 +180,7 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
                         ""
                     },
                     phi3_extras(&c, header, context),
+                    softcaps(&c),
                 ),
             });
             Some(c)
@@ -334,4 +335,16 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
         ));
     }
     Report { rows, gpu_bytes }
+}
+
+/// Gemma 2's soft-caps, for the architecture row: ", attention soft-cap 50, final soft-cap 30".
+fn softcaps(c: &Config) -> String {
+    let mut out = String::new();
+    if let Some(cap) = c.attn_softcap {
+        out += &format!(", attention soft-cap {cap}");
+    }
+    if let Some(cap) = c.final_softcap {
+        out += &format!(", final soft-cap {cap}");
+    }
+    out
 }

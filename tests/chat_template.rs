@@ -242,9 +242,23 @@ fn long_conversations_fit_the_render_budget() {
             str_field(&golden, "eos_token"),
         )
         .expect("compiles");
+        // Gemma 2's template has no system role (its golden's `system_refused` case): the
+        // same conversation without the system message.
+        let no_system = golden["cases"].as_array().is_some_and(|cases| {
+            cases.iter().any(|c| {
+                c["error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("System role not supported"))
+            })
+        });
+        let messages = if no_system {
+            &messages[1..]
+        } else {
+            &messages[..]
+        };
         let start = std::time::Instant::now();
         let text = template
-            .render(&messages, true)
+            .render(messages, true)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(text.contains("Question 1999"), "{name}");
         eprintln!(

@@ -222,6 +222,8 @@ fn sampled_gpu_loop_matches_cpu_sampler() {
     // forward (sandwich norms, per-head Q/K norms, sliding windows) is the other family.
     compare_sampled(&ctx, &Arc::new(load(&ctx, "llama-spm-q4_0")), 3);
     compare_sampled(&ctx, &Arc::new(load(&ctx, "gemma3-q4_k")), 1);
+    // gemma2: both samplers draw from the soft-capped logits the forward's last step leaves.
+    compare_sampled(&ctx, &Arc::new(load(&ctx, "gemma2-q4_k")), 1);
 }
 
 #[test]
@@ -305,9 +307,15 @@ fn gpu_loop_matches_cpu_path_llama() {
 }
 
 #[test]
-fn gpu_loop_matches_cpu_path_qwen_phi3_and_gemma3() {
+fn gpu_loop_matches_cpu_path_qwen_phi3_and_gemma() {
     let ctx = gpu();
-    for name in ["qwen2-q8_0", "qwen3-q8_0", "phi3-q4_k", "gemma3-q4_k"] {
+    for name in [
+        "qwen2-q8_0",
+        "qwen3-q8_0",
+        "phi3-q4_k",
+        "gemma3-q4_k",
+        "gemma2-q8_0",
+    ] {
         let model = Arc::new(load(&ctx, name));
         compare(&ctx, &model, Pipeline::Fused, false);
     }

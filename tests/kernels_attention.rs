@@ -134,6 +134,7 @@ fn shape(
         pos0,
         window,
         scale: 1.0 / (head_dim as f32).sqrt(),
+        softcap: 0.0,
     }
 }
 
@@ -181,6 +182,50 @@ fn attention_gemma_scale_and_long_window() {
     let mut s = shape(5, 4, 1, 256, 300, 200);
     s.scale = 1.0 / 256f32.sqrt();
     check_attention(300, s);
+}
+
+#[test]
+fn attention_softcap_matches_reference_on_every_path() {
+    // Gemma 2's attention soft-cap, cap·tanh(s / cap), on each path the plan picks: a decode
+    // step that splits its keys, a decode step of at most 16 keys (single pass), and a
+    // prefill (single pass, several query tiles), with and without a sliding window.
+    // Amplitude-2 inputs over head_dim 64 give scaled scores of a few units, so a cap of 1.5
+    // bends most of them; the uncapped result must then differ, or the cap was not applied.
+    let cases = [
+        (4000, shape(1, 4, 2, 64, 300, 0), true),
+        (4010, shape(3, 4, 1, 64, 200, 40), true),
+        (4020, shape(1, 8, 4, 256, 9, 0), false),
+        (4030, shape(40, 16, 8, 64, 0, 0), false),
+        (4040, shape(33, 32, 8, 64, 0, 20), false),
+        (4050, shape(9, 4, 1, 256, 0, 4), false),
+    ];
+    for (seed, mut s, splits) in cases {
+        s.softcap = 1.5;
+        let plan = check_attention(seed, s);
+        assert_eq!(plan.splits > 1, splits, "{s:?}: {plan:?}");
+        // The cap matters at these scales: the reference without it is far off.
+        let (t, heads, kv, hd) = (
+            s.t as usize,
+            s.heads as usize,
+            s.kv_heads as usize,
+            s.head_dim as usize,
+        );
+        let rows = (s.pos0 as usize + t) * kv * hd;
+        let k = random_uniform(seed, rows, 2.0);
+        let v = random_uniform(seed + 1, rows, 2.0);
+        let q = random_uniform(seed + 2, t * heads * hd, 2.0);
+        let capped = ops::attention(&q, &k, &v, &s);
+        let plain = ops::attention(&q, &k, &v, &AttentionShape { softcap: 0.0, ..s });
+        let diff = capped
+            .iter()
+            .zip(&plain)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        assert!(
+            diff > 0.05,
+            "{s:?}: the soft-cap moves the output by only {diff}"
+        );
+    }
 }
 
 #[test]

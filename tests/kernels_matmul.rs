@@ -19,7 +19,7 @@ use coco::kernels::matmul::MatmulVariant::{
     self, MatvecChunk, MatvecRows, MatvecSubgroup, MatvecWorkgroup, Tiled, TiledCoop,
 };
 use coco::kernels::matmul::{matmul_variant, MatmulArgs};
-use coco::reference::{matmul as reference, quant};
+use coco::reference::{matmul as reference, ops, quant};
 use common::{ctx, is_k_quant, ATOL_PER_ABS_SUM, COOP_ATOL_PER_ABS_SUM, RTOL};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -70,6 +70,9 @@ struct Case {
     accumulate: bool,
     /// Rows per part when the weight is split (a multiple of 4, see `GpuTensor::rows_per_part`).
     part_rows: Option<usize>,
+    /// Soft-cap the outputs in the store (gemma2's LM head), with a cap of a third of the
+    /// largest |output|, so most outputs bend and the largest saturate.
+    softcap: bool,
 }
 
 impl Case {
@@ -83,6 +86,13 @@ impl Case {
             bias: false,
             accumulate: false,
             part_rows: None,
+            softcap: false,
+        }
+    }
+    fn softcap(self) -> Case {
+        Case {
+            softcap: true,
+            ..self
         }
     }
     fn bias(self) -> Case {
@@ -143,10 +153,31 @@ fn run_matmul(case: Case, seed: u64) -> f64 {
     let xb = ctx.storage_buffer_init("x", bytemuck::cast_slice(&x));
     let yb = ctx.storage_buffer_init("y", bytemuck::cast_slice(&y0));
     let bb = ctx.storage_buffer_init("bias", bytemuck::cast_slice(&bias));
+
+    let mut want = reference::matmul(&w, &x, n, k, t);
+    let abs = reference::matmul_abs(&w, &x, n, k, t);
+    for (i, v) in want.iter_mut().enumerate() {
+        if case.bias {
+            *v += bias[i % n];
+        }
+        if case.accumulate {
+            *v += y0[i];
+        }
+    }
+    let cap = case
+        .softcap
+        .then(|| want.iter().fold(0f32, |m, v| m.max(v.abs())) / 3.0);
+    if let Some(cap) = cap {
+        for v in want.iter_mut() {
+            *v = ops::softcap(*v as f64, cap) as f32;
+        }
+    }
+
     let mut rec = StepRecorder::new(ctx);
     let args = MatmulArgs {
         bias: case.bias.then_some(&bb),
         accumulate: case.accumulate,
+        softcap: cap,
     };
     matmul_variant(
         &mut rec,
@@ -161,17 +192,6 @@ fn run_matmul(case: Case, seed: u64) -> f64 {
     let labels = rec.labels();
     rec.submit();
     let got = ctx.read_f32(&yb, 0, (t * n) as u64).expect("readback");
-
-    let mut want = reference::matmul(&w, &x, n, k, t);
-    let abs = reference::matmul_abs(&w, &x, n, k, t);
-    for (i, v) in want.iter_mut().enumerate() {
-        if case.bias {
-            *v += bias[i % n];
-        }
-        if case.accumulate {
-            *v += y0[i];
-        }
-    }
     // Unforced cases pick the device's kernel, which is the f16 one on tensor-core adapters.
     let atol_per_abs = if labels[0].contains("_coop") {
         COOP_ATOL_PER_ABS_SUM
@@ -188,7 +208,7 @@ fn run_matmul(case: Case, seed: u64) -> f64 {
     )
     .abs;
     println!(
-        "{:<34} T={:<3} N={:<4} K={:<4} bias={:<5} acc={:<5} parts={:<2} max|err| {max_err:.2e}",
+        "{:<34} T={:<3} N={:<4} K={:<4} bias={:<5} acc={:<5} cap={cap:<9?} parts={:<2} max|err| {max_err:.2e}",
         labels[0],
         t,
         n,
@@ -228,6 +248,11 @@ fn matmul_type(ty: GgmlType) {
             .accumulate()
             .split(12),
         Case::new(ty, 67, 5, Some(Tiled)).split(12),
+        // gemma2's LM head: the final soft-cap in the store, on every product shape.
+        Case::new(ty, 67, 1, Some(MatvecWorkgroup)).softcap(),
+        Case::new(ty, 67, 3, Some(MatvecRows)).bias().softcap(),
+        Case::new(ty, 67, 33, Some(Tiled)).softcap(),
+        Case::new(ty, 67, 17, Some(Tiled)).split(12).softcap(),
     ];
     if sg {
         cases.extend([
@@ -250,6 +275,11 @@ fn matmul_type(ty: GgmlType) {
                 .accumulate()
                 .split(12),
             Case::new(ty, 19, 1, Some(MatvecChunk)).wide(),
+            Case::new(ty, 67, 1, Some(MatvecSubgroup))
+                .split(12)
+                .softcap(),
+            Case::new(ty, 67, 2, Some(MatvecChunk)).softcap(),
+            Case::new(ty, 19, 1, Some(MatvecChunk)).wide().softcap(),
         ]);
     } else {
         println!("{ty}: no SUBGROUP on this adapter; subgroup matvec not tested");
@@ -259,6 +289,7 @@ fn matmul_type(ty: GgmlType) {
             Case::new(ty, 67, 17, Some(TiledCoop)),
             Case::new(ty, 131, 33, Some(TiledCoop)).bias().accumulate(),
             Case::new(ty, 67, 70, Some(TiledCoop)).accumulate(),
+            Case::new(ty, 67, 33, Some(TiledCoop)).softcap(),
             Case::new(ty, 67, 17, Some(TiledCoop))
                 .bias()
                 .accumulate()
@@ -581,6 +612,7 @@ fn time_matmul(
             let args = MatmulArgs {
                 bias: None,
                 accumulate: true,
+                softcap: None,
             };
             matmul_variant(
                 &mut rec,

@@ -703,8 +703,9 @@ const FFN: u64 = 16;
 const VOCAB: u64 = 12;
 
 impl TinyModel {
-    /// One layer of `arch` ("llama", "qwen2", "qwen3", "gemma3" or "phi3"), all F32. phi3:
-    /// Q/K/V fused in `attn_qkv`, gate/up in `ffn_up`, LongRoPE factors (context 64 over 32).
+    /// One layer of `arch` ("llama", "qwen2", "qwen3", "gemma2", "gemma3" or "phi3"), all
+    /// F32. phi3: Q/K/V fused in `attn_qkv`, gate/up in `ffn_up`, LongRoPE factors (context
+    /// 64 over 32).
     fn new(arch: &str) -> TinyModel {
         let key = |k: &str| format!("{arch}.{k}");
         let kv = vec![
@@ -748,7 +749,7 @@ impl TinyModel {
                 ("blk.0.attn_k_norm.weight".into(), vec![HEAD_DIM]),
             ]);
         }
-        if arch == "gemma3" {
+        if arch == "gemma2" || arch == "gemma3" {
             tensors.extend([
                 ("blk.0.post_attention_norm.weight".into(), vec![DIM]),
                 ("blk.0.post_ffw_norm.weight".into(), vec![DIM]),
@@ -833,7 +834,7 @@ impl TinyModel {
 
 #[test]
 fn tiny_models_are_valid() {
-    for arch in ["llama", "qwen2", "qwen3", "gemma3", "phi3"] {
+    for arch in ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"] {
         let c = Config::from_gguf(&TinyModel::new(arch).header())
             .unwrap_or_else(|e| panic!("{arch}: {e}"));
         assert_eq!(
@@ -846,7 +847,7 @@ fn tiny_models_are_valid() {
 
 #[test]
 fn missing_required_keys_are_named() {
-    for arch in ["llama", "qwen2", "qwen3", "gemma3", "phi3"] {
+    for arch in ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"] {
         for key in [
             "general.architecture".to_string(),
             format!("{arch}.block_count"),
@@ -984,6 +985,10 @@ fn shapes_that_contradict_the_architecture_are_named() {
             "blk.0.attn_q_norm.weight",
         ),
         (
+            TinyModel::new("gemma2").without_tensor("blk.0.post_attention_norm.weight"),
+            "blk.0.post_attention_norm.weight",
+        ),
+        (
             TinyModel::new("gemma3").reshape(
                 "blk.0.post_ffw_norm.weight",
                 &[HEAD_DIM],
@@ -1029,6 +1034,95 @@ fn qwen3_head_size_and_biases() {
     let err = Config::from_gguf(&biased.header()).expect_err("biases refused");
     assert!(err.is_not_yet(), "{err}");
     assert!(err.to_string().contains("Q/K/V biases on qwen3"), "{err}");
+}
+
+/// Gemma 2's keys: the soft-caps (`gemma2.attn_logit_softcapping`,
+/// `gemma2.final_logit_softcapping`; defaults 50 and 30 when absent, as HF's and llama.cpp's),
+/// the window, the sliding pattern and the query scale. Out-of-range values are broken files;
+/// what coco could run but doesn't yet, or can't determine from the file, is "not yet".
+#[test]
+fn gemma2_keys_are_read_and_bounded() {
+    let c = Config::from_gguf(
+        &TinyModel::new("gemma2")
+            .set("gemma2.attn_logit_softcapping", Value::F32(5.0))
+            .set("gemma2.final_logit_softcapping", Value::F32(30.0))
+            .set("gemma2.attention.sliding_window", Value::U32(3))
+            .header(),
+    )
+    .expect("gemma2");
+    assert_eq!((c.attn_softcap, c.final_softcap), (Some(5.0), Some(30.0)));
+    assert_eq!(c.sliding_window, Some(3));
+    assert!(c.post_norms && !c.qk_norm && c.embed_scale == (DIM as f32).sqrt());
+    assert_eq!(c.rope_base, 10_000.0, "no rope.freq_base key: HF's default");
+    assert_eq!(c.rope_base_local, c.rope_base, "one base for every layer");
+    assert_eq!(c.attn_scale, (HEAD_DIM as f32).powf(-0.5));
+    // Even layers slide, odd ones are global (HF layer_types, llama.cpp's pattern 2).
+    let sliding: Vec<bool> = (0..5).map(|l| c.is_sliding_layer(l)).collect();
+    assert_eq!(sliding, [true, false, true, false, true]);
+    assert_eq!((c.window(0), c.window(1)), (3, 0));
+    let defaults = Config::from_gguf(&TinyModel::new("gemma2").header()).expect("defaults");
+    assert_eq!(
+        (
+            defaults.attn_softcap,
+            defaults.final_softcap,
+            defaults.sliding_window
+        ),
+        (Some(50.0), Some(30.0), Some(4096))
+    );
+
+    let invalid: Vec<(TinyModel, &str)> = vec![
+        (
+            TinyModel::new("gemma2").set("gemma2.attn_logit_softcapping", Value::F32(-1.0)),
+            "gemma2.attn_logit_softcapping = -1 is outside",
+        ),
+        (
+            TinyModel::new("gemma2")
+                .set("gemma2.final_logit_softcapping", Value::F32(f32::INFINITY)),
+            "gemma2.final_logit_softcapping = inf is outside",
+        ),
+        (
+            TinyModel::new("gemma2").set("gemma2.final_logit_softcapping", Value::F32(0.0)),
+            "gemma2.final_logit_softcapping = 0 is outside",
+        ),
+        (
+            TinyModel::new("gemma2")
+                .set("gemma2.attn_logit_softcapping", Value::String("50".into())),
+            "`gemma2.attn_logit_softcapping`",
+        ),
+        (
+            TinyModel::new("gemma2").set("gemma2.attention.sliding_window", Value::U32(0)),
+            "gemma2.attention.sliding_window = 0",
+        ),
+    ];
+    for (model, needle) in invalid {
+        let err = Config::from_gguf(&model.header()).expect_err(needle);
+        assert!(!err.is_not_yet(), "{err}");
+        assert!(err.to_string().contains(needle), "`{needle}` not in: {err}");
+    }
+    let not_yet: Vec<(TinyModel, &str)> = vec![
+        (
+            TinyModel::new("gemma2").set("gemma2.attention.sliding_window_pattern", Value::U32(3)),
+            "sliding_window_pattern other than 2",
+        ),
+        (
+            TinyModel::new("gemma2").set("gemma2.rope.freq_base_swa", Value::F32(1e6)),
+            "sliding-layer RoPE base",
+        ),
+        // head size 8 ≠ dim / heads 4 on a 1-layer model: HF's query_pre_attn_scalar could be
+        // either, and GGUF doesn't carry it.
+        (
+            TinyModel::new("gemma2").set("gemma2.attention.key_length", Value::U32(8)),
+            "gemma2 query scale",
+        ),
+    ];
+    for (model, needle) in not_yet {
+        let err = Config::from_gguf(&model.header()).expect_err(needle);
+        assert!(err.is_not_yet(), "{err}");
+        assert!(err.to_string().contains(needle), "`{needle}` not in: {err}");
+    }
+    let pattern_two =
+        TinyModel::new("gemma2").set("gemma2.attention.sliding_window_pattern", Value::U32(2));
+    assert!(Config::from_gguf(&pattern_two.header()).is_ok());
 }
 
 /// An adapter with lavapipe's limits, for capability checks that need no GPU.

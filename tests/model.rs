@@ -163,12 +163,14 @@ fn fixture_names(family: &str) -> Vec<String> {
 }
 
 /// Every weight type of one fixture family against its HF golden: teacher-forced top-1 at
-/// >= 99% of positions, and the greedy 24-token continuation identical.
-fn family_matches_hugging_face(family: &str) {
+/// 99% of positions or more, and the greedy 24-token continuation identical. Returns each
+/// fixture's golden and largest |Δlogit| over the HF top-10s.
+fn family_matches_hugging_face(family: &str) -> Vec<(Value, f64)> {
     let ctx = gpu();
     let names = fixture_names(family);
     assert!(!names.is_empty(), "no {family} goldens in tests/goldens");
     let mut report = Vec::new();
+    let mut deltas = Vec::new();
     for name in &names {
         let g = golden(name);
         let model = Arc::new(
@@ -188,8 +190,10 @@ fn family_matches_hugging_face(family: &str) {
             "{name}: top-1 agreement {:.1}% < 99%",
             rate * 100.0
         );
+        deltas.push((g, a.max_delta));
     }
     println!("{}", report.join("\n"));
+    deltas
 }
 
 #[test]
@@ -225,6 +229,51 @@ fn phi3_fixtures_match_hugging_face() {
 #[test]
 fn gemma3_fixtures_match_hugging_face() {
     family_matches_hugging_face("gemma3");
+}
+
+/// Gemma 2 (attention and final logit soft-caps, layer 0 sliding with an 8-position window
+/// under 14–25-token prompts, layer 1 global, sandwich norms, no Q/K norms), Q8_0 and Q4_K.
+/// The logits must sit far closer to HF's than where either soft-cap, the window or HF's
+/// default query scale would put them (the golden's sensitivity checks): top-1 and greedy
+/// alone could not see the final cap, which keeps every row's order.
+#[test]
+fn gemma2_fixtures_match_hugging_face() {
+    for (g, max_delta) in family_matches_hugging_face("gemma2") {
+        let name = g["fixture"].as_str().unwrap_or("?").to_string();
+        let sens = &g["checks"]["sensitivity"];
+        let moved = |key: &str| {
+            sens[key]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{name}: {key}"))
+        };
+        let window = sens["sliding_window_effect"]
+            ["max_abs_logit_change_without_window_later_positions"]
+            .as_f64()
+            .expect("window effect");
+        for (what, by) in [
+            (
+                "attention soft-cap",
+                moved("max_abs_logit_change_without_attn_softcap"),
+            ),
+            (
+                "final soft-cap",
+                moved("max_abs_logit_change_without_final_softcap"),
+            ),
+            (
+                "query scale from the file (HF's default 256)",
+                moved("max_abs_logit_change_with_hf_default_query_scale"),
+            ),
+            ("sliding window", window),
+        ] {
+            println!("{name}: without the {what} HF's logits move by {by:.2}; coco's are within {max_delta:.2e}");
+            assert!(by > 1.0, "{name}: the {what} barely matters ({by})");
+            assert!(
+                max_delta < by / 100.0,
+                "{name}: max|Δlogit| {max_delta} vs {what} {by}"
+            );
+        }
+        assert!(max_delta < 1e-2, "{name}: max|Δlogit| {max_delta}");
+    }
 }
 
 /// GPU logits for `ids` against the CPU reference forward: fused in `prefill`-sized chunks,
@@ -317,6 +366,7 @@ fn gpu_forward_matches_cpu_reference() {
         "qwen2-q6_k",
         "qwen3-q4_k",
         "phi3-q4_k",
+        "gemma2-q4_k",
     ] {
         check_gpu_vs_cpu(&ctx, name, 21, 9);
     }
@@ -388,11 +438,12 @@ fn more_weight_types_match_cpu_reference() {
 }
 
 /// Long enough that decode steps take the split-K (flash-decoding) attention path and
-/// gemma3's sliding window (8 positions in the fixture) is crossed many times.
+/// gemma3's and gemma2's sliding windows (8 positions in the fixtures) are crossed many
+/// times, with gemma2's soft-capped scores on the split path.
 #[test]
 fn long_sequences_match_cpu_reference() {
     let ctx = gpu();
-    for name in ["gemma3-q8_0", "llama-spm-q4_0"] {
+    for name in ["gemma3-q8_0", "llama-spm-q4_0", "gemma2-q8_0"] {
         check_gpu_vs_cpu(&ctx, name, 150, 70);
     }
 }
@@ -446,7 +497,7 @@ fn unsupported_architecture_is_refused_before_weights() {
     assert!(
         err.contains("not yet")
             && err.contains("mamba")
-            && err.contains("llama, qwen2, qwen3, gemma3, phi3"),
+            && err.contains("llama, qwen2, qwen3, gemma2, gemma3, phi3"),
         "{err}"
     );
 }

@@ -87,6 +87,8 @@ fn every_step_records_what_the_plan_lists() {
         "phi3-q4_k",
         "gemma3-q4_k",
         "gemma3-q8_0",
+        "gemma2-q8_0",
+        "gemma2-q4_k",
     ] {
         let model = load(&ctx, name);
         for pipeline in [Pipeline::Fused, Pipeline::Unfused] {
@@ -116,6 +118,7 @@ fn fused_decode_step_has_the_promised_fusions() {
         "qwen3-q8_0",
         "phi3-q8_0",
         "gemma3-q8_0",
+        "gemma2-q8_0",
     ] {
         let model = load(&ctx, name);
         let c = &model.config;
@@ -158,6 +161,17 @@ fn fused_decode_step_has_the_promised_fusions() {
             assert_eq!(count(&l, |l| l == "norm_rms_add"), 0, "{name}");
             // per layer: qkv, rope+norms, attention, o-proj, glu, down
             assert_eq!(l.len() as u32, 2 + 6 * layers, "{name}: {l:#?}");
+        } else if c.arch == coco::model::Arch::Gemma2 {
+            // No Q/K norms: norm, Q/K/V, RoPE and the cache write in one matvec, as llama;
+            // gemma3's sandwich norms; the final soft-cap in the LM head's store, so no
+            // dispatch of its own and the LM head is the last.
+            let fused = format!("_qkv_rope_{rope}_norm");
+            assert_eq!(count(&l, |l| l.contains(&fused)), layers, "{name}");
+            assert_eq!(count(&l, |l| l.starts_with("rope_kv_write")), 0, "{name}");
+            assert_eq!(count(&l, |l| l == "norm_rms_add"), 2 * layers, "{name}");
+            assert!(l.iter().all(|l| !l.contains("softcap")), "{name}: {l:#?}");
+            // per layer: qkv+rope, attention, o-proj, post-norm, glu, down, post-norm
+            assert_eq!(l.len() as u32, 2 + 7 * layers, "{name}: {l:#?}");
         } else {
             let fused = format!("_qkv_rope_{rope}_norm");
             assert_eq!(count(&l, |l| l.contains(&fused)), layers, "{name}");

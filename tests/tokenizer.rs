@@ -193,6 +193,49 @@ fn qwen3_fixture_matches_hf_qwen2_goldens() {
     check_cases("qwen3 fixture", &tok, &golden("qwen2"));
 }
 
+/// The gemma2 fixtures carry the Mistral SentencePiece vocabulary with
+/// `tokenizer.ggml.add_space_prefix = false`, as llama.cpp's converter writes every Gemma 2
+/// file (tools/convert_check.py --family gemma2): no "▁" before the first word. HF's own
+/// tokenizer built from the same GGUF (a GemmaTokenizer, which adds no prefix either) gave
+/// the ids tools/hf_goldens.py recorded as `hf_gguf_tokenizer_ids`; coco must give them too,
+/// and they must differ from the prefixed ids the model goldens feed the model.
+#[test]
+fn gemma2_fixture_has_no_space_prefix_like_hf() {
+    for name in ["gemma2-q8_0", "gemma2-q4_k"] {
+        let path = repo().join(format!("tests/fixtures/{name}.gguf"));
+        assert!(
+            path.is_file(),
+            "{} is missing: run scripts/fixtures.sh",
+            path.display()
+        );
+        let header = coco::gguf::read_header(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            header
+                .metadata
+                .opt_bool("tokenizer.ggml.add_space_prefix")
+                .unwrap(),
+            Some(false)
+        );
+        let tok = Tokenizer::from_gguf(&header.metadata).expect("gemma2 tokenizer");
+        let text = std::fs::read_to_string(repo().join(format!("tests/goldens/model_{name}.json")))
+            .expect("model golden");
+        let g: Value = serde_json::from_str(&text).expect("golden JSON");
+        let hf = g["tokenizer"]["hf_gguf_tokenizer_ids"]
+            .as_array()
+            .expect("HF GGUF ids");
+        let prompts = g["prompts"].as_array().expect("prompts");
+        assert_eq!(hf.len(), prompts.len());
+        for (p, want) in prompts.iter().zip(hf) {
+            let text = p["text"].as_str().expect("text");
+            let got = tok.encode(text, false, true);
+            assert_eq!(got, ids(want), "{name}: {text:?}");
+            // The model goldens' ids (after BOS) come from Mistral's own SentencePiece, with
+            // its dummy prefix: the first piece differs.
+            assert_ne!(got, ids(&p["ids"])[1..], "{name}: {text:?}");
+        }
+    }
+}
+
 /// No package ships Phi-3's own tokenizer offline (npm @lenml has no phi3 tokenizer; Phi-3's
 /// is the Llama-2 SentencePiece vocabulary plus added tokens to 32,064): the phi3 fixtures
 /// carry the Mistral SentencePiece vocabulary, written as llama.cpp's Phi3MiniModel.set_vocab

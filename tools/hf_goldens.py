@@ -35,6 +35,10 @@ patched and the patch recorded under "config_overrides" (and checked):
   * gemma3: HF's default query_pre_attn_scalar is 256; llama.cpp scales queries
     by 1/sqrt(head_dim) (key_length) for all Gemma 3 sizes but 27B, so it is
     set to head_dim.  (For the real 270M, head_dim is 256: no change.)
+  * gemma2: HF's GGUF config map reads neither `gemma2.attn_logit_softcapping` nor
+    `gemma2.final_logit_softcapping`; both are set from the file.  query_pre_attn_scalar
+    (absent from GGUF, HF default 256) is set as llama.cpp takes it: dim / heads for the
+    46-layer 27B, else head_dim (the fixture's head_dim is dim / heads: no choice).
 """
 
 from __future__ import annotations
@@ -207,7 +211,7 @@ def hf_name(meta: Meta, name: str) -> str | None:
         return HF_NAMES[name]
     if name.startswith("blk."):
         _, i, rest = name.split(".", 2)
-        if meta.arch == "gemma3":
+        if meta.arch in ("gemma2", "gemma3"):
             extra = {
                 "attn_norm.weight": "input_layernorm.weight",
                 "post_attention_norm.weight": "post_attention_layernorm.weight",
@@ -237,7 +241,7 @@ def check_weights(meta: Meta, model) -> dict:
             w = unpermute_rows(w, nh)
         if meta.arch == "llama" and t.name.endswith("attn_k.weight"):
             w = unpermute_rows(w, nkv)
-        if meta.arch == "gemma3" and t.name.endswith("norm.weight"):
+        if meta.arch in ("gemma2", "gemma3") and t.name.endswith("norm.weight"):
             w = w - np.float32(1.0)
         hf = sd[name].detach().numpy()
         if hf.shape != w.shape or not np.array_equal(hf, w):
@@ -261,6 +265,23 @@ def load(path: Path, meta: Meta, fam: dict | None):
                        "HF's default (256) comes from the 270M/1B config.json, absent from GGUF",
             }
             config.query_pre_attn_scalar = hd
+    if meta.arch == "gemma2":
+        hd = int(meta.a("attention.key_length"))
+        dim, nh, nl = int(meta.a("embedding_length")), int(meta.a("attention.head_count")), int(meta.a("block_count"))
+        scalar = dim // nh if nl == 46 else hd
+        fixes = [
+            ("query_pre_attn_scalar", scalar,
+             "absent from GGUF; llama.cpp scales Gemma 2 queries by 1/sqrt(dim / heads) for the 46-layer 27B, "
+             "else 1/sqrt(key_length); HF's default 256 is the 2B/9B config.json's"),
+            ("attn_logit_softcapping", float(meta.a("attn_logit_softcapping")),
+             "gemma2.attn_logit_softcapping is not in HF's GGUF config map"),
+            ("final_logit_softcapping", float(meta.a("final_logit_softcapping")),
+             "gemma2.final_logit_softcapping is not in HF's GGUF config map"),
+        ]
+        for attr, want, why in fixes:
+            if getattr(config, attr) != want:
+                overrides[attr] = {"from": getattr(config, attr), "to": want, "why": why}
+                setattr(config, attr, want)
     if meta.arch == "qwen3":
         # HF's GGUF config map for qwen3 (transformers 5.24 GGUF_CONFIG_MAPPING) reads neither
         # `qwen3.attention.key_length` nor, when the key is absent (llama.cpp's converter writes
@@ -356,6 +377,30 @@ def arch_checks(meta: Meta, model) -> dict:
         out["hidden_activation"] = c.hidden_activation
         out["final_logit_softcapping"] = c.final_logit_softcapping
         out["attn_logit_softcapping"] = c.attn_logit_softcapping
+    elif meta.arch == "gemma2":
+        scal = {float(l.self_attn.scaling) for l in model.model.layers}
+        assert scal == {hd ** -0.5}, scal
+        out["query_scale"] = hd ** -0.5
+        out["layer_types"] = list(c.layer_types)
+        assert c.layer_types == ["sliding_attention" if i % 2 == 0 else "full_attention"
+                                 for i in range(c.num_hidden_layers)], c.layer_types
+        out["sliding_window"] = c.sliding_window
+        assert c.sliding_window == meta.a("attention.sliding_window")
+        base = float(meta.a("rope.freq_base", 10000.0))
+        out["rope_theta"] = c.rope_parameters["rope_theta"]
+        assert out["rope_theta"] == base, (out["rope_theta"], base)
+        want = 1.0 / (base ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
+        np.testing.assert_allclose(rope_inv_freq(model).numpy(), want, rtol=1e-6)
+        out["embed_scale"] = float(math.sqrt(c.hidden_size))
+        out["hidden_activation"] = c.hidden_activation
+        out["attn_implementation"] = c._attn_implementation
+        out["final_logit_softcapping"] = c.final_logit_softcapping
+        out["attn_logit_softcapping"] = c.attn_logit_softcapping
+        assert c.final_logit_softcapping == meta.a("final_logit_softcapping")
+        assert c.attn_logit_softcapping == meta.a("attn_logit_softcapping")
+        assert {l.self_attn.attn_logit_softcapping for l in model.model.layers} == {c.attn_logit_softcapping}
+        attn = model.model.layers[0].self_attn
+        assert not hasattr(attn, "q_norm"), "Gemma 2 has no per-head Q/K norms"
     else:
         base = float(meta.a("rope.freq_base"))
         inv = rope_inv_freq(model).numpy().astype(np.float64)
@@ -474,6 +519,34 @@ def sensitivity(meta: Meta, model, fam: dict | None, ids: list[int]) -> dict:
         out["max_abs_logit_change_without_attention_factor"] = float((logits_of(model, ids) - base).abs().max())
         r.attention_scaling = saved_scaling
         assert float((logits_of(model, ids) - base).abs().max()) == 0.0
+    if meta.arch == "gemma2":
+        # Without each soft-cap, without the sliding window, and with HF's default query scale.
+        layers = model.model.layers
+        cap = model.config.attn_logit_softcapping
+        for l in layers:
+            l.self_attn.attn_logit_softcapping = None
+        out["max_abs_logit_change_without_attn_softcap"] = float((logits_of(model, ids) - base).abs().max())
+        for l in layers:
+            l.self_attn.attn_logit_softcapping = cap
+        cap = model.config.final_logit_softcapping
+        model.config.final_logit_softcapping = None
+        out["max_abs_logit_change_without_final_softcap"] = float((logits_of(model, ids) - base).abs().max())
+        model.config.final_logit_softcapping = cap
+        saved = [l.self_attn.scaling for l in layers]
+        for l in layers:
+            l.self_attn.scaling = 256 ** -0.5
+        out["max_abs_logit_change_with_hf_default_query_scale"] = float((logits_of(model, ids) - base).abs().max())
+        for l, sc in zip(layers, saved):
+            l.self_attn.scaling = sc
+        sw = model.config.sliding_window
+        model.config.sliding_window = 10 ** 6
+        d = (logits_of(model, ids) - base).abs().max(dim=-1).values
+        model.config.sliding_window = sw
+        out["sliding_window_effect"] = {
+            "max_abs_logit_change_without_window_first_positions": float(d[:sw].max()),
+            "max_abs_logit_change_without_window_later_positions": float(d[sw:].max()) if len(ids) > sw else None,
+        }
+        assert logits_of(model, ids).equal(base), "the patches were not undone"
     if meta.arch == "gemma3":
         layers = model.model.layers
         saved = [l.self_attn.scaling for l in layers]

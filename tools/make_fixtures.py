@@ -28,6 +28,11 @@ phi3: dim 768, 8 heads of 96, context 1024):
              heads, 2 layers, fused attn_qkv and gate/up ffn_up, LongRoPE (long/short factor tensors,
              context 1024 over original 512, attention factor), separate output.weight; laid out
              as llama.cpp's converter writes it
+  gemma2     gemma2 arch, Mistral SentencePiece vocab, 2 layers (0 sliding, 1 global), 2 KV heads,
+             sliding window 8, attention soft-cap 5 and final soft-cap 30 (small enough that both
+             bend this model's scores and logits), sandwich norms, no q/k norms, tied embeddings,
+             no rope.freq_base key (HF's and llama.cpp's default 10000); laid out as llama.cpp's
+             converter writes it
   llama-spm-chatml  llama-spm's model and weights (same seed, same bytes per tensor) plus a
              `tokenizer.chat_template`: SmolLM2-135M-Instruct's real ChatML template (the one in
              tests/goldens/chat_smollm2.json). Only q4_0: the page's chat e2e test needs a model
@@ -134,6 +139,20 @@ FAMILIES["qwen3"] = dict(
     qk_norm=True,
 )
 
+# Gemma 2 in miniature: layer 0 slides (window 8, shorter than every golden prompt), layer 1 is
+# global. The released models cap attention scores at 50, far above this model's scores, so the
+# attention cap here is 5 (q/k weights of std 1/8 give scaled scores of std ~4); the final cap is
+# the released 30, which this model's logits (top ones ~50 uncapped) already reach. Both bend the
+# logits by tens of units (tools/hf_goldens.py records how far they move without either cap). head_dim = dim / heads, so the query scale (HF
+# query_pre_attn_scalar, absent from GGUF) is determined: 64^-0.5. Tensor names and metadata are
+# what llama.cpp's convert_hf_to_gguf.py writes for a Gemma2ForCausalLM checkpoint
+# (tools/convert_check.py --family gemma2 runs the converter on the same weights and compares).
+FAMILIES["gemma2"] = dict(
+    COMMON, arch="gemma2", vocab="mistral-spm", seed=0x6E32, n_layer=2, n_head_kv=2, ffn=512,
+    eps=1e-6, rope_base=10000.0, tied=True, qkv_bias=False, permute_qk=False, llama3_rope=None,
+    sliding_window=8, attn_softcap=5.0, final_softcap=30.0,
+)
+
 FAMILIES["llama-spm-chatml"] = dict(FAMILIES["llama-spm"], chat_template=SMOLLM2_CHAT_TEMPLATE)
 
 # Phi-3 / Phi-3.5-mini in miniature: head_dim 96 as the real models (dim 768 = 8 heads x 96, a
@@ -166,6 +185,8 @@ FIXTURES += [("qwen2", "iq4_nl"), ("llama3", "iq4_xs")]
 FIXTURES += [("qwen3", "q8_0"), ("qwen3", "q4_k")]
 # Phi-3 in the converter's Q8_0 and in Q4_K, the bulk type of the released Q4_K_M files.
 FIXTURES += [("phi3", "q8_0"), ("phi3", "q4_k")]
+# Gemma 2 likewise: the converter's Q8_0 and the K-quant the released GGUFs' bulk carries.
+FIXTURES += [("gemma2", "q8_0"), ("gemma2", "q4_k")]
 
 
 def fixture_name(family: str, tname: str) -> str:
@@ -232,7 +253,8 @@ def make_weights(fam: dict, n_vocab: int) -> list[tuple[str, np.ndarray, bool]]:
     """
     ini = Init(fam["seed"])
     d, hd, nh, nkv, ff = fam["dim"], fam["head_dim"], fam["n_head"], fam["n_head_kv"], fam["ffn"]
-    gemma = fam["arch"] == "gemma3"
+    gemma = fam["arch"] in ("gemma2", "gemma3")
+    qk_std = 1 / 8 if fam["arch"] == "gemma2" else 1 / 16
     out: list[tuple[str, np.ndarray, bool]] = []
 
     def norm(name: str, n: int, hf_mean: float = 1.0, std: float = 0.1) -> None:
@@ -262,11 +284,12 @@ def make_weights(fam: dict, n_vocab: int) -> list[tuple[str, np.ndarray, bool]]:
         pk = nkv if fam["permute_qk"] else 0
         if gemma:
             norm(b + "attn_norm.weight", d, 0.0)
-            mat(b + "attn_q.weight", nh * hd, d, 1 / 16)
-            mat(b + "attn_k.weight", nkv * hd, d, 1 / 16)
+            mat(b + "attn_q.weight", nh * hd, d, qk_std)
+            mat(b + "attn_k.weight", nkv * hd, d, qk_std)
             mat(b + "attn_v.weight", nkv * hd, d, 1 / 16)
-            norm(b + "attn_q_norm.weight", hd, 0.5)
-            norm(b + "attn_k_norm.weight", hd, 0.5)
+            if fam["arch"] == "gemma3":
+                norm(b + "attn_q_norm.weight", hd, 0.5)
+                norm(b + "attn_k_norm.weight", hd, 0.5)
             mat(b + "attn_output.weight", d, nh * hd, 1 / 16)
             norm(b + "post_attention_norm.weight", d, 23.0, 2.0)
             norm(b + "ffn_norm.weight", d, 0.0)
@@ -353,7 +376,9 @@ def write_fixture(path: Path, family: str, tname: str, cache: dict) -> None:
     w.add_head_count(fam["n_head"])
     w.add_head_count_kv(fam["n_head_kv"])
     w.add_layer_norm_rms_eps(fam["eps"])
-    w.add_rope_freq_base(fam["rope_base"])
+    if arch != "gemma2":
+        # llama.cpp's Gemma2Model.set_gguf_parameters writes no rope.freq_base.
+        w.add_rope_freq_base(fam["rope_base"])
     if arch in ("llama", "phi3"):
         w.add_rope_dimension_count(fam["head_dim"])
     if arch == "phi3":
@@ -364,11 +389,16 @@ def write_fixture(path: Path, family: str, tname: str, cache: dict) -> None:
         w.add_sliding_window(fam["sliding_window"])
         scale = fam["ctx"] / orig
         w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1.0 else 1.0)
-    if arch in ("gemma3", "qwen3"):
+    if arch in ("gemma2", "gemma3", "qwen3"):
         # llama.cpp's converter writes both from HF's `head_dim` (TextModel.set_gguf_parameters).
         w.add_key_length(fam["head_dim"])
         w.add_value_length(fam["head_dim"])
     if arch == "gemma3":
+        w.add_sliding_window(fam["sliding_window"])
+    if arch == "gemma2":
+        # In the converter's order (Gemma2Model.set_gguf_parameters), after the file type.
+        w.add_attn_logit_softcapping(fam["attn_softcap"])
+        w.add_final_logit_softcapping(fam["final_softcap"])
         w.add_sliding_window(fam["sliding_window"])
     n_vocab = int(_vocab_module().add_vocab(w, fam["vocab"]))
     if fam.get("chat_template"):
@@ -377,6 +407,10 @@ def write_fixture(path: Path, family: str, tname: str, cache: dict) -> None:
         # What llama.cpp's converter writes for a Qwen3 checkpoint (tools/convert_check.py --family qwen3
         # compared them): `add_eos_token = false` from the tokenizer, and no `qwen3.vocab_size`.
         w.add_add_eos_token(False)
+    elif arch == "gemma2":
+        # Gemma2Model.set_vocab: the SentencePiece vocabulary, then add_space_prefix = false; no
+        # `gemma2.vocab_size` (tools/convert_check.py --family gemma2 compared them).
+        w.add_add_space_prefix(False)
     elif arch != "phi3":  # Phi3MiniModel writes no phi3.vocab_size (convert_check.py --family phi3)
         w.add_vocab_size(n_vocab)
 

@@ -436,8 +436,8 @@ fn info(path: &Path, ctx_len: u32, verbose: bool, pipeline: coco::model::Pipelin
                 c.context_length
             );
             println!(
-                "  rms eps {:e} | rope {:?} base {} (local {}) {:?} | window {:?} | attn scale {:.5} | tied {}",
-                c.rms_eps, c.rope_style, c.rope_base, c.rope_base_local, c.rope_scaling, c.sliding_window, c.attn_scale, c.tied_embeddings
+                "  rms eps {:e} | rope {:?} base {} (local {}) {:?} | window {:?} | attn scale {:.5} | softcap attn {:?} final {:?} | tied {}",
+                c.rms_eps, c.rope_style, c.rope_base, c.rope_base_local, c.rope_scaling, c.sliding_window, c.attn_scale, c.attn_softcap, c.final_softcap, c.tied_embeddings
             );
         }
         Err(e) => println!("architecture: {e}"),

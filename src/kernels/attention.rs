@@ -106,8 +106,11 @@ pub struct AttentionShape {
     /// Sliding window in positions (see the module docs); 0 = full causal attention.
     pub window: u32,
     /// Multiplies `q·k` before the softmax: `1/sqrt(head_dim)` for llama/qwen2,
-    /// `query_pre_attn_scalar^-0.5` for gemma3.
+    /// `query_pre_attn_scalar^-0.5` for gemma2 and gemma3.
     pub scale: f32,
+    /// Gemma 2's attention soft-cap: each scaled score `s` becomes `cap·tanh(s / cap)` before
+    /// the mask and softmax (HF `attn_logit_softcapping`). 0 = none.
+    pub softcap: f32,
 }
 
 /// How one attention call runs; see the module docs.
@@ -223,7 +226,7 @@ struct AttentionParams {
     pos0: u32,
     window: u32,
     scale: f32,
-    _pad: u32,
+    softcap: f32,
 }
 
 /// Mirrors `Params` of the RANGES variants (SPLIT and COMBINE).
@@ -239,7 +242,8 @@ struct SplitParams {
     scale: f32,
     splits: u32,
     chunk: u32,
-    _pad: [u32; 3],
+    softcap: f32,
+    _pad: [u32; 2],
 }
 
 /// Copies this step's keys and values into cache rows `pos0..pos0 + t`.
@@ -287,7 +291,7 @@ pub fn kv_write(
     Ok(())
 }
 
-/// `out = softmax(scale · q·kᵀ + mask) · v` for the step's `t` query tokens, reading cache
+/// `out = softmax(cap(scale · q·kᵀ) + mask) · v` (`cap` the identity unless `shape.softcap`) for the step's `t` query tokens, reading cache
 /// rows `0..pos0 + t` under the module's mask convention. Runs the path [`plan`] picks: one
 /// dispatch, or two when the keys are split (see [`attention_planned`]).
 pub fn attention(
@@ -330,6 +334,7 @@ pub fn attention_planned(
         pos0,
         window,
         scale,
+        softcap,
     } = *shape;
     let bad = |why: String| {
         Err(KernelError::Shape {
@@ -350,6 +355,9 @@ pub fn attention_planned(
     }
     if !scale.is_finite() {
         return bad(format!("scale {scale} is not finite"));
+    }
+    if !(softcap.is_finite() && softcap >= 0.0) {
+        return bad(format!("softcap {softcap} is not finite and >= 0"));
     }
     // Workgroups are (head, token) or (range, head, token); each must fit one dispatch
     // dimension (ranges are at most MAX_SPLITS).
@@ -390,7 +398,7 @@ pub fn attention_planned(
             pos0,
             window,
             scale,
-            _pad: 0,
+            softcap,
         };
         let bindings = [q.clone(), k_cache.clone(), v_cache.clone(), out.clone()];
         rec.dispatch(
@@ -435,7 +443,8 @@ pub fn attention_planned(
         scale,
         splits,
         chunk,
-        _pad: [0; 3],
+        softcap,
+        _pad: [0; 2],
     };
     let mut bindings = vec![
         q.clone(),

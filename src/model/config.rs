@@ -13,6 +13,9 @@ pub enum Arch {
     /// Qwen3 (dense): qwen2 without the Q/K/V biases, plus a per-head RMSNorm on Q and K
     /// before RoPE; its head size may differ from dim / heads (`qwen3.attention.key_length`).
     Qwen3,
+    /// Gemma 2: sandwich norms, GELU-tanh, sliding and global layers alternating, attention
+    /// and final logit soft-capping; no per-head Q/K norms.
+    Gemma2,
     /// Gemma 3: sandwich norms, per-head Q/K norms, GELU-tanh, local/global attention.
     Gemma3,
     /// Phi-3 / Phi-3.5 (llama.cpp `LLM_ARCH_PHI3`, HF `Phi3ForCausalLM`): llama's graph with
@@ -22,7 +25,7 @@ pub enum Arch {
     Phi3,
 }
 
-pub const SUPPORTED_ARCHS: &str = "llama, qwen2, qwen3, gemma3, phi3";
+pub const SUPPORTED_ARCHS: &str = "llama, qwen2, qwen3, gemma2, gemma3, phi3";
 
 impl Arch {
     pub fn name(self) -> &'static str {
@@ -30,9 +33,16 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Gemma2 => "gemma2",
             Arch::Gemma3 => "gemma3",
             Arch::Phi3 => "phi3",
         }
+    }
+
+    /// Gemma 2 and 3: sandwich norms (`post_attention_norm`, `post_ffw_norm`), embeddings
+    /// scaled by √dim, GELU-tanh, sliding-window layers.
+    pub fn is_gemma(self) -> bool {
+        matches!(self, Arch::Gemma2 | Arch::Gemma3)
     }
 }
 
@@ -132,11 +142,21 @@ pub struct Config {
     pub rms_eps: f32,
     pub rope_style: RopeStyle,
     pub rope_base: f32,
-    /// Gemma 3's local (sliding-window) layers use their own base.
+    /// The base of the sliding-window layers: Gemma 3's own (10k); the global base elsewhere.
     pub rope_base_local: f32,
     pub rope_scaling: RopeScaling,
-    /// Gemma 3 local layers see this many most recent keys (including their own).
+    /// Gemma's sliding-window layers see this many most recent keys (including their own).
     pub sliding_window: Option<u32>,
+    /// Layer `l` is global (full causal attention) when `(l + 1) % sliding_period == 0`, the
+    /// others slide: Gemma 3 6 (5 local per global), Gemma 2 2 (even layers slide). 0: no
+    /// sliding layers.
+    pub sliding_period: u32,
+    /// Gemma 2: attention scores ← cap·tanh(score / cap) after the query scale, before the
+    /// mask and softmax (`gemma2.attn_logit_softcapping`).
+    pub attn_softcap: Option<f32>,
+    /// Gemma 2: logits ← cap·tanh(logits / cap) after the LM head, before any sampling
+    /// (`gemma2.final_logit_softcapping`).
+    pub final_softcap: Option<f32>,
     pub activation: Activation,
     /// Multiplier on q·k.
     pub attn_scale: f32,
@@ -146,6 +166,9 @@ pub struct Config {
     /// A per-head RMSNorm (`blk.N.attn_q_norm` / `attn_k_norm`, `[head_dim]`) on Q and K
     /// before RoPE: gemma3 and qwen3.
     pub qk_norm: bool,
+    /// Gemma's sandwich norms: a post-norm on the attention and the FFN output before each
+    /// residual add (`post_attention_norm`, `post_ffw_norm`).
+    pub post_norms: bool,
     /// No `output.weight`: logits use `token_embd.weight`.
     pub tied_embeddings: bool,
     /// Llama 3: a `rope_freqs.weight` tensor divides each frequency.
@@ -170,6 +193,7 @@ impl Config {
             "llama" => Arch::Llama,
             "qwen2" => Arch::Qwen2,
             "qwen3" => Arch::Qwen3,
+            "gemma2" => Arch::Gemma2,
             "gemma3" => Arch::Gemma3,
             "phi3" => Arch::Phi3,
             other => return Err(ConfigError::UnsupportedArch(other.to_string())),
@@ -258,6 +282,9 @@ impl Config {
             // HF Qwen3Config: rope_theta 10000 by default (the released models store 1e6 in
             // `qwen3.rope.freq_base`); llama.cpp runs LLM_ARCH_QWEN3 with NeoX RoPE.
             Arch::Qwen3 => (RopeStyle::Neox, Activation::Silu, 10_000.0),
+            // HF Gemma2Config: rope_theta 10000; llama.cpp's converter writes no
+            // `gemma2.rope.freq_base`, so the released files rely on this default.
+            Arch::Gemma2 => (RopeStyle::Neox, Activation::GeluTanh, 10_000.0),
             Arch::Gemma3 => (RopeStyle::Neox, Activation::GeluTanh, 1_000_000.0),
             // llama.cpp runs LLM_ARCH_PHI3 with NeoX RoPE (HF Phi3 `rotate_half`); the
             // converter does not permute Q/K. HF Phi3Config: rope_theta 10000.
@@ -267,6 +294,27 @@ impl Config {
         let rope_scaling = read_rope_scaling(header, arch_name)?;
 
         let (sliding_window, rope_base_local, attn_scale, embed_scale) = match arch {
+            Arch::Gemma2 => {
+                // HF Gemma2Config: sliding_window 4096 by default (also llama.cpp's n_swa).
+                let window = md
+                    .opt_u32(&key("attention.sliding_window"))?
+                    .unwrap_or(4096);
+                // llama.cpp reads `rope.freq_base_swa` for gemma2's sliding layers; HF Gemma 2
+                // has one base for every layer, so a different one is refused.
+                if let Some(swa) = md.opt_f32(&key("rope.freq_base_swa"))? {
+                    if swa != rope_base {
+                        return Err(ConfigError::NotYet(format!(
+                            "gemma2 with a sliding-layer RoPE base {swa} ≠ {rope_base}"
+                        )));
+                    }
+                }
+                (
+                    Some(window),
+                    rope_base,
+                    gemma2_query_scalar(n_layers, dim, n_heads, head_dim)?.powf(-0.5),
+                    (dim as f32).sqrt(),
+                )
+            }
             Arch::Gemma3 => {
                 // HF Gemma3TextConfig: sliding_window 4096 default, rope_local_base_freq 10000.
                 let window = md
@@ -293,6 +341,52 @@ impl Config {
             // are the same computation.
             _ => (None, rope_base, (head_dim as f32).powf(-0.5), 1.0),
         };
+        if let Some(0) = sliding_window {
+            return Err(ConfigError::Invalid(format!(
+                "{arch_name}.attention.sliding_window = 0"
+            )));
+        }
+        let sliding_period = match arch {
+            Arch::Gemma2 => {
+                // llama.cpp's gemma2 takes `attention.sliding_window_pattern` when present
+                // (a period or a per-layer array); HF Gemma 2 always alternates, period 2.
+                if md.contains(&key("attention.sliding_window_pattern")) {
+                    match md.opt_u32(&key("attention.sliding_window_pattern")) {
+                        Ok(Some(2)) => {}
+                        _ => {
+                            return Err(ConfigError::NotYet(format!(
+                                "{arch_name}.attention.sliding_window_pattern other than 2 \
+                                 (Gemma 2 alternates sliding and global layers)"
+                            )))
+                        }
+                    }
+                }
+                2
+            }
+            Arch::Gemma3 => 6,
+            _ => 0,
+        };
+        // Gemma 2's soft-caps (llama.cpp `%s.attn_logit_softcapping`,
+        // `%s.final_logit_softcapping`, written by its converter from HF's config; when absent,
+        // HF's and llama.cpp's defaults 50 and 30).
+        let (attn_softcap, final_softcap) = match arch {
+            Arch::Gemma2 => {
+                let cap = |k: &str, default: f32| -> Result<Option<f32>, ConfigError> {
+                    let v = md.opt_f32(&key(k))?.unwrap_or(default);
+                    if !(v.is_finite() && v > 0.0 && v <= 1e6) {
+                        return Err(ConfigError::Invalid(format!(
+                            "{arch_name}.{k} = {v} is outside (0, 1e6]"
+                        )));
+                    }
+                    Ok(Some(v))
+                };
+                (
+                    cap("attn_logit_softcapping", 50.0)?,
+                    cap("final_logit_softcapping", 30.0)?,
+                )
+            }
+            _ => (None, None),
+        };
         let (long_rope, rope_attn_factor) = read_long_rope(header, arch, context_length)?;
         let attn_scale = attn_scale * rope_attn_factor * rope_attn_factor;
 
@@ -312,11 +406,15 @@ impl Config {
             rope_base_local,
             rope_scaling,
             sliding_window,
+            sliding_period,
+            attn_softcap,
+            final_softcap,
             activation,
             attn_scale,
             embed_scale,
             qkv_bias: arch == Arch::Qwen2,
             qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3),
+            post_norms: arch.is_gemma(),
             tied_embeddings,
             rope_freq_factors: header.tensor("rope_freqs.weight").is_some(),
             long_rope,
@@ -326,10 +424,12 @@ impl Config {
         Ok(config)
     }
 
-    /// Gemma 3 interleaves 5 sliding-window layers with 1 global layer (HF
-    /// `sliding_window_pattern = 6`: layer i is global when (i + 1) % 6 == 0).
+    /// Whether `layer` attends through the sliding window. Gemma 3 interleaves 5 sliding
+    /// layers with 1 global (HF `sliding_window_pattern = 6`: layer i is global when
+    /// (i + 1) % 6 == 0); Gemma 2 alternates, from a sliding layer 0 (HF `layer_types`:
+    /// sliding when (i + 1) % 2 != 0; llama.cpp's swa pattern 2).
     pub fn is_sliding_layer(&self, layer: u32) -> bool {
-        self.arch == Arch::Gemma3 && !(layer + 1).is_multiple_of(6)
+        self.sliding_period > 0 && !(layer + 1).is_multiple_of(self.sliding_period)
     }
 
     /// The attention window for `layer`: 0 = full causal attention.
@@ -459,7 +559,7 @@ impl Config {
                 expect(&b("attn_q_norm.weight"), &[self.head_dim as u64])?;
                 expect(&b("attn_k_norm.weight"), &[self.head_dim as u64])?;
             }
-            if self.arch == Arch::Gemma3 {
+            if self.post_norms {
                 expect(&b("post_attention_norm.weight"), &[d])?;
                 expect(&b("post_ffw_norm.weight"), &[d])?;
             }
@@ -491,6 +591,32 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+/// HF Gemma 2 scales queries by `query_pre_attn_scalar^-0.5`, a value GGUF doesn't carry.
+/// llama.cpp (and Google's gemma_pytorch config) take `dim / heads` for the 27B (46 layers)
+/// and the head size otherwise; the released 2B (26 layers) and 9B (42) use head_dim 256,
+/// which is their `query_pre_attn_scalar`. Where head size and `dim / heads` agree there is
+/// nothing to choose; any other shape is refused rather than guessed.
+fn gemma2_query_scalar(
+    n_layers: u32,
+    dim: u32,
+    n_heads: u32,
+    head_dim: u32,
+) -> Result<f32, ConfigError> {
+    let per_head = dim / n_heads;
+    if head_dim == per_head && dim.is_multiple_of(n_heads) {
+        return Ok(head_dim as f32);
+    }
+    match n_layers {
+        46 => Ok(dim as f32 / n_heads as f32),
+        26 | 42 => Ok(head_dim as f32),
+        _ => Err(ConfigError::NotYet(format!(
+            "gemma2 query scale: head size {head_dim} ≠ dim / heads {per_head} on a \
+             {n_layers}-layer model, and the file doesn't say which one HF's \
+             query_pre_attn_scalar is (known: 26 and 42 layers head size, 46 layers dim / heads)"
+        ))),
     }
 }
 

@@ -27,6 +27,7 @@ pub(crate) fn forward(
     let accumulate = MatmulArgs {
         bias: None,
         accumulate: true,
+        softcap: None,
     };
 
     // token embeddings
@@ -59,6 +60,7 @@ pub(crate) fn ffn(rec: &mut StepRecorder, step: &Step, l: usize) -> Result<(), K
     let accumulate = MatmulArgs {
         bias: None,
         accumulate: true,
+        softcap: None,
     };
     for op in step.plan.ffn_ops(l) {
         match op {

@@ -1,6 +1,6 @@
 //! Model descriptions: typed configs per architecture, the GPU weights, and one readable
 //! forward pass per architecture family (`llama.rs` also serves qwen2, qwen3 and phi3;
-//! `gemma3.rs`).
+//! `gemma.rs` serves gemma2 and gemma3).
 //! Each forward lists its kernel calls in model order and writes into buffers that the
 //! session preallocated. Which fused form each call takes (norm folded, Q/K/V in one, RoPE in
 //! the matvec, split attention, …) is the session's [`Plan`] (`plan.rs`), decided once from
@@ -8,7 +8,7 @@
 //! nothing itself.
 
 pub mod config;
-mod gemma3;
+mod gemma;
 mod llama;
 pub mod plan;
 pub mod state;
@@ -66,7 +66,7 @@ pub fn forward(
         Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 => {
             llama::forward(rec, &step, logits_for)
         }
-        Arch::Gemma3 => gemma3::forward(rec, &step, logits_for),
+        Arch::Gemma2 | Arch::Gemma3 => gemma::forward(rec, &step, logits_for),
     }
 }
 
@@ -75,7 +75,7 @@ pub fn forward(
 pub(crate) fn ffn(rec: &mut StepRecorder, step: &Step, l: usize) -> Result<(), KernelError> {
     match step.model.config.arch {
         Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 => llama::ffn(rec, step, l),
-        Arch::Gemma3 => gemma3::ffn(rec, step, l),
+        Arch::Gemma2 | Arch::Gemma3 => gemma::ffn(rec, step, l),
     }
 }
 
@@ -264,6 +264,7 @@ pub(crate) fn attention_block(
                     let args = MatmulArgs {
                         bias: b.as_ref().map(|b| &b.buffer),
                         accumulate: false,
+                        softcap: None,
                     };
                     if folded {
                         matmul_normed(rec, w, &x, norm.0, norm.1, out, t, args)?;
@@ -311,7 +312,8 @@ pub(crate) fn attention_block(
     Ok(())
 }
 
-/// Final RMSNorm and the vocabulary projection, for the last token or every token.
+/// Final RMSNorm and the vocabulary projection (with gemma2's soft-cap folded into its
+/// store), for the last token or every token.
 pub(crate) fn lm_head(
     rec: &mut StepRecorder,
     step: &Step,
@@ -325,7 +327,12 @@ pub(crate) fn lm_head(
     let logits = Binding::from(&s.logits);
     let norm_w = w.output_norm.vector();
     let xn = rows_of(&s.xn, 0, rows, c.dim);
-    let none = MatmulArgs::default();
+    // gemma2: logits ← cap·tanh(logits / cap) as the product stores them, before anything
+    // samples them (the plan's `final_softcap`)
+    let head = MatmulArgs {
+        softcap: step.plan.final_softcap,
+        ..MatmulArgs::default()
+    };
     for op in step.plan.head_ops() {
         match op {
             // the final norm folded into the vocabulary product
@@ -337,10 +344,10 @@ pub(crate) fn lm_head(
                 c.rms_eps,
                 &logits,
                 rows,
-                none,
+                head,
             )?,
             Op::Norm(NormOf::Output) => rms_norm(rec, &x, &norm_w, &xn, rows, c.dim, c.rms_eps)?,
-            Op::LmHead { norm: false } => matmul(rec, w.lm_head(), &xn, &logits, rows, none)?,
+            Op::LmHead { norm: false } => matmul(rec, w.lm_head(), &xn, &logits, rows, head)?,
             op => return Err(misplaced(op)),
         }
     }

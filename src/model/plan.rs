@@ -6,7 +6,7 @@
 //! Every structural choice the forward makes is made here, with its reason: norm folded or
 //! not, Q/K/V in one dispatch or three, RoPE and the KV write in the matvec, the per-head Q/K
 //! norms (gemma3, qwen3) folded into the RoPE kernel, gate/up + activation in one dispatch,
-//! the FFN megakernel, the LM head's norm. Two choices depend on the step itself, so the plan holds
+//! the FFN megakernel, the LM head's norm (and gemma2's final logit soft-cap in its store). Two choices depend on the step itself, so the plan holds
 //! their rule and the forward asks it per step: whether a step is a matvec step (its token
 //! count; [`matvec_max_t`]) and whether attention splits its keys (the step's rows and
 //! context; [`attention::plan`]). [`Plan::layer_ops`] is the list a layer's forward runs,
@@ -77,7 +77,8 @@ pub enum Op {
     /// The whole FFN half (norm, gate/up, activation, down, residual, post-norm): one
     /// workgroup per token, the megakernel kept to measure that it loses.
     Megakernel,
-    /// The vocabulary product; `norm`: the final RMSNorm folded in.
+    /// The vocabulary product; `norm`: the final RMSNorm folded in. gemma2's final
+    /// soft-cap ([`Plan::final_softcap`]) is applied as it stores the logits.
     LmHead { norm: bool },
 }
 
@@ -148,10 +149,13 @@ pub struct Plan {
     pub layers: Vec<LayerPlan>,
     /// The final norm folded into the LM head.
     pub lm_head_norm: bool,
+    /// gemma2's final logit soft-cap, folded into the LM head's store.
+    pub final_softcap: Option<f32>,
     heads: u32,
     kv_heads: u32,
     head_dim: u32,
     attn_scale: f32,
+    attn_softcap: f32,
     rope: RopeLayout,
     act: Activation,
     /// What the device description and weights looked like, for the printed lines.
@@ -265,7 +269,7 @@ impl Plan {
                     qk_norm,
                     ffn,
                     biases,
-                    post_norms: c.arch == Arch::Gemma3,
+                    post_norms: c.post_norms,
                     window: c.window(l as u32),
                 }
             })
@@ -284,10 +288,12 @@ impl Plan {
             attention_merge: ctx.attention_merge,
             layers,
             lm_head_norm: fused,
+            final_softcap: c.final_softcap,
             heads: c.n_heads,
             kv_heads: c.n_kv_heads,
             head_dim: c.head_dim,
             attn_scale: c.attn_scale,
+            attn_softcap: c.attn_softcap.unwrap_or(0.0),
             rope,
             act: activation(c),
             facts: Facts {
@@ -313,6 +319,7 @@ impl Plan {
             pos0,
             window: self.layers[l].window,
             scale: self.attn_scale,
+            softcap: self.attn_softcap,
         }
     }
 
@@ -568,6 +575,15 @@ impl Plan {
                 )
             },
         );
+        if let Some(cap) = self.final_softcap {
+            line(
+                "softcap",
+                format!(
+                    "logits <- {cap}·tanh(logits / {cap}) as the vocabulary product stores \
+                     them (no dispatch of its own), before any sampling"
+                ),
+            );
+        }
         if let Some(m) = &self.megakernel {
             let state = if m.on { "on" } else { "asked for, not run" };
             line("megakernel", format!("{state}: {}", m.why));
@@ -619,9 +635,17 @@ impl Plan {
                 "attention_split + attention_combine: attn_merge=separate / COCO_ATTN_MERGE"
             }
         };
+        let cap = if self.attn_softcap > 0.0 {
+            format!(
+                "; scores soft-capped, {0}·tanh(s / {0}), in the score step of both",
+                self.attn_softcap
+            )
+        } else {
+            String::new()
+        };
         format!(
             "flash-decoding ({split}) while steps x {} heads <= {SPLIT_MAX_ROWS} rows and the \
-             last token sees > {SPLIT_BLOCK} keys, else one pass (attention_tiled_hd{})",
+             last token sees > {SPLIT_BLOCK} keys, else one pass (attention_tiled_hd{}){cap}",
             self.heads, self.head_dim
         )
     }

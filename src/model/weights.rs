@@ -20,12 +20,12 @@ pub struct LayerWeights {
     pub bv: Option<GpuTensor>,             // qwen2: [kv_heads·head_dim] f32
     pub q_norm: Option<GpuTensor>,         // gemma3, qwen3: [head_dim] f32
     pub k_norm: Option<GpuTensor>,         // gemma3, qwen3: [head_dim] f32
-    pub post_attn_norm: Option<GpuTensor>, // gemma3: [dim] f32
+    pub post_attn_norm: Option<GpuTensor>, // gemma2, gemma3: [dim] f32
     pub ffn_norm: GpuTensor,               // [dim] f32
     pub w_gate: GpuTensor,                 // [dim → ffn]
     pub w_up: GpuTensor,                   // [dim → ffn]
     pub w_down: GpuTensor,                 // [ffn → dim]
-    pub post_ffn_norm: Option<GpuTensor>,  // gemma3: [dim] f32
+    pub post_ffn_norm: Option<GpuTensor>,  // gemma2, gemma3: [dim] f32
 }
 
 pub struct Weights {
@@ -128,7 +128,7 @@ impl Weights {
                 why: "missing after load".into(),
             })
         };
-        let gemma = config.arch == Arch::Gemma3;
+        let gemma = config.post_norms;
         let mut layers = Vec::with_capacity(config.n_layers as usize);
         for l in 0..config.n_layers {
             let b = |s: &str| format!("blk.{l}.{s}");

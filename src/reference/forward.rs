@@ -8,10 +8,10 @@ use crate::gguf::Header;
 use crate::kernels::attention::AttentionShape;
 use crate::kernels::elementwise;
 use crate::kernels::rope::RopeLayout;
-use crate::model::{Activation, Arch, Config, RopeFactors, RopeStyle, ROPE_FACTOR_TENSORS};
+use crate::model::{Activation, Config, RopeFactors, RopeStyle, ROPE_FACTOR_TENSORS};
 
 use super::matmul::{get_rows, matmul};
-use super::ops::{add, attention, glu, rms_norm, rope};
+use super::ops::{add, attention, glu, rms_norm, rope, softcap};
 
 /// Every tensor dequantized to f32, by name.
 pub struct CpuModel {
@@ -103,7 +103,7 @@ impl CpuModel {
             Activation::Silu => elementwise::Activation::Silu,
             Activation::GeluTanh => elementwise::Activation::GeluTanh,
         };
-        let gemma = c.arch == Arch::Gemma3;
+        let gemma = c.post_norms;
         let factors = RopeFactors::from_named(
             ROPE_FACTOR_TENSORS
                 .iter()
@@ -113,7 +113,7 @@ impl CpuModel {
         let freq_factors = factors.for_context(c, context);
         let eps = c.rms_eps;
 
-        // token embeddings (× √dim for gemma3)
+        // token embeddings (× √dim for gemma)
         let mut x = get_rows(self.w("token_embd.weight"), dim, ids, c.embed_scale);
         for l in 0..c.n_layers as usize {
             let b = |s: &str| format!("blk.{l}.{s}");
@@ -143,7 +143,7 @@ impl CpuModel {
             let inv_freq = c.inv_freq(l as u32, freq_factors);
             rope(&mut q, &inv_freq, t, heads, hd, 0, layout);
             rope(&mut k, &inv_freq, t, kv_heads, hd, 0, layout);
-            // causal attention (sliding window on gemma3's local layers)
+            // causal attention (sliding window on gemma's local layers, scores soft-capped on gemma2)
             let shape = AttentionShape {
                 t: t as u32,
                 heads: c.n_heads,
@@ -152,15 +152,16 @@ impl CpuModel {
                 pos0: 0,
                 window: c.window(l as u32),
                 scale: c.attn_scale,
+                softcap: c.attn_softcap.unwrap_or(0.0),
             };
             let att = attention(&q, &k, &v, &shape);
-            // output projection (+ gemma3 post-norm) and residual
+            // output projection (+ gemma post-norm) and residual
             let mut o = matmul(self.w(&b("attn_output.weight")), &att, dim, heads * hd, t);
             if gemma {
                 o = rms_norm(&o, self.w(&b("post_attention_norm.weight")), t, dim, eps);
             }
             add(&mut x, &o);
-            // FFN norm, gated FFN, (+ gemma3 post-norm) and residual
+            // FFN norm, gated FFN, (+ gemma post-norm) and residual
             let xn = rms_norm(&x, self.w(&b("ffn_norm.weight")), t, dim, eps);
             let gate = matmul(self.w(&b("ffn_gate.weight")), &xn, ffn, dim, t);
             let up = matmul(self.w(&b("ffn_up.weight")), &xn, ffn, dim, t);
@@ -171,11 +172,17 @@ impl CpuModel {
             }
             add(&mut x, &down);
         }
-        // final norm and logits
+        // final norm and logits (soft-capped on gemma2)
         let xn = rms_norm(&x, self.w("output_norm.weight"), t, dim, eps);
         let head = self
             .opt("output.weight")
             .unwrap_or_else(|| self.w("token_embd.weight"));
-        matmul(head, &xn, c.vocab_size as usize, dim, t)
+        let mut logits = matmul(head, &xn, c.vocab_size as usize, dim, t);
+        if let Some(cap) = c.final_softcap {
+            logits
+                .iter_mut()
+                .for_each(|z| *z = softcap(*z as f64, cap) as f32);
+        }
+        logits
     }
 }

@@ -90,12 +90,21 @@ pub fn first_key(pos: usize, window: usize) -> usize {
     }
 }
 
+/// `cap·tanh(x / cap)` in f64 (Gemma 2's soft-cap); `cap == 0` leaves `x` as it is.
+pub fn softcap(x: f64, cap: f32) -> f64 {
+    if cap > 0.0 {
+        cap as f64 * (x / cap as f64).tanh()
+    } else {
+        x
+    }
+}
+
 /// Causal (optionally sliding-window) grouped-query attention over a KV cache.
 ///
 /// - `q`: `[t, heads, head_dim]`, query `tok` sits at position `pos0 + tok`
 /// - `k_cache`, `v_cache`: `[ctx, kv_heads, head_dim]` with rows `0..pos0 + t` filled
 ///
-/// Returns `[t, heads, head_dim]`: `softmax(scale · q·kᵀ) · v` over the keys that
+/// Returns `[t, heads, head_dim]`: `softmax(softcap(scale · q·kᵀ)) · v` over the keys that
 /// [`first_key`] allows; query head `h` reads kv head `h / (heads / kv_heads)`.
 pub fn attention(q: &[f32], k_cache: &[f32], v_cache: &[f32], shape: &AttentionShape) -> Vec<f32> {
     let t = shape.t as usize;
@@ -139,7 +148,7 @@ pub fn attention(q: &[f32], k_cache: &[f32], v_cache: &[f32], shape: &AttentionS
                     .zip(krow)
                     .map(|(&a, &b)| a as f64 * b as f64)
                     .sum();
-                scores.push(dot * shape.scale as f64);
+                scores.push(softcap(dot * shape.scale as f64, shape.softcap));
             }
             let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let mut sum = 0.0;
@@ -211,7 +220,7 @@ pub fn attention_split(
                             .zip(krow)
                             .map(|(&a, &b)| a as f64 * b as f64)
                             .sum();
-                        dot * shape.scale as f64
+                        softcap(dot * shape.scale as f64, shape.softcap)
                     })
                     .collect();
                 let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -337,6 +346,7 @@ mod tests {
                 pos0,
                 window,
                 scale: 0.7,
+                softcap: if window > 0 { 1.5 } else { 0.0 },
             };
             let rows = (pos0 + t) as usize * (kv * hd) as usize;
             let (k, v) = (values(rows, 1), values(rows, 2));
@@ -364,6 +374,7 @@ mod tests {
             pos0: 0,
             window: 0,
             scale: 0.5,
+            softcap: 0.0,
         };
         let out = attention(&[1.0, 2.0, 3.0, 4.0], &[5.0, 6.0], &[7.0, 8.0], &shape);
         assert_eq!(out, vec![7.0, 8.0, 7.0, 8.0]);

@@ -381,7 +381,8 @@ pub(in crate::kernels) struct Params {
     pub(in crate::kernels) accumulate: u32,
     pub(in crate::kernels) eps: f32,
     pub(in crate::kernels) pos0: u32,
-    pub(in crate::kernels) _pad3: u32,
+    /// > 0: the output soft-capped, cap·tanh(y / cap), in the store (gemma2's LM head).
+    pub(in crate::kernels) softcap: f32,
     pub(in crate::kernels) rows: [u32; 4],
     pub(in crate::kernels) n: [u32; 4],
     pub(in crate::kernels) head_dim: u32,

@@ -136,6 +136,10 @@ pub struct MatmulArgs<'a> {
     pub bias: Option<&'a wgpu::Buffer>,
     /// y += x·Wᵀ instead of y = x·Wᵀ (residual adds fused into the producing matmul).
     pub accumulate: bool,
+    /// Each output soft-capped as it is stored, y = cap·tanh(y / cap): Gemma 2's final
+    /// logit soft-cap folded into the LM head (HF `final_logit_softcapping`). Not with
+    /// `accumulate`.
+    pub softcap: Option<f32>,
 }
 
 /// RMSNorm folded into a matmul: `(norm_w[K] f32, eps)`; x is then the raw residual stream.
@@ -166,7 +170,17 @@ pub fn matmul_variant(
     variant: Option<MatmulVariant>,
 ) -> Result<(), KernelError> {
     let bias = args.bias.map(Binding::from);
-    single(rec, w, x, None, y, t, bias, args.accumulate, variant)
+    single(
+        rec,
+        w,
+        x,
+        None,
+        y,
+        t,
+        bias,
+        (args.accumulate, args.softcap),
+        variant,
+    )
 }
 
 /// Records y[T, N] (+)= (x · rsqrt(mean(x²) + eps) · norm_w) · w[N, K]ᵀ (+ bias[N]): the
@@ -201,7 +215,17 @@ pub fn matmul_normed_variant(
 ) -> Result<(), KernelError> {
     let bias = args.bias.map(Binding::from);
     let norm = Some((norm_w, eps));
-    single(rec, w, x, norm, y, t, bias, args.accumulate, variant)
+    single(
+        rec,
+        w,
+        x,
+        norm,
+        y,
+        t,
+        bias,
+        (args.accumulate, args.softcap),
+        variant,
+    )
 }
 
 /// Records out[T, ffn] = act(x'·w_gateᵀ) ⊙ (x'·w_upᵀ) in one dispatch (per part pair), with
@@ -400,7 +424,17 @@ pub fn matmul_qkv_variant(
     if !qkv_fuses(rec.ctx(), wq, wk, wv, norm.is_some(), bias.is_some()) {
         for i in 0..3 {
             let b = bias.map(|b| b[i].clone());
-            single(rec, weights[i], x, norm, outputs[i], t, b, false, variant)?;
+            single(
+                rec,
+                weights[i],
+                x,
+                norm,
+                outputs[i],
+                t,
+                b,
+                (false, None),
+                variant,
+            )?;
         }
         return Ok(());
     }
@@ -495,7 +529,8 @@ pub fn planned_label(
         .label()
 }
 
-/// The unfused (optionally normed) product, one dispatch per part of `w`.
+/// The unfused (optionally normed) product, one dispatch per part of `w`; `(accumulate,
+/// softcap)` is the store's epilogue ([`MatmulArgs`]).
 #[allow(clippy::too_many_arguments)]
 fn single(
     rec: &mut StepRecorder,
@@ -505,10 +540,18 @@ fn single(
     y: &Binding,
     t: u32,
     bias: Option<Binding>,
-    accumulate: bool,
+    (accumulate, softcap): (bool, Option<f32>),
     variant: Option<MatmulVariant>,
 ) -> Result<(), KernelError> {
     const KERNEL: &str = "matmul";
+    let capped = softcap.is_some();
+    let softcap = softcap.unwrap_or(0.0);
+    if capped && (accumulate || !(softcap.is_finite() && softcap > 0.0)) {
+        return Err(KernelError::Shape {
+            kernel: KERNEL,
+            why: format!("softcap {softcap} must be finite and positive, and not with accumulate"),
+        });
+    }
     check_weight(KERNEL, w, rec.ctx().max_binding_bytes())?;
     if t == 0 {
         return Ok(());
@@ -538,6 +581,7 @@ fn single(
             row0: part.first_row as u32,
             accumulate: accumulate as u32,
             eps: norm.map_or(0.0, |n| n.1),
+            softcap,
             rows: [rows, 0, 0, 0],
             n: [n as u32, 0, 0, 0],
             ..Params::default()

@@ -1,14 +1,21 @@
-//! Gemma 3 forward pass.
+//! Gemma 2 and Gemma 3 forward pass: one structure, the differences are config flags.
 //!
-//! Gemma Team 2025, "Gemma 3 Technical Report"; HF `modeling_gemma3.py`. Differences from
-//! Llama, each matched against HF:
+//! Gemma Team 2024, "Gemma 2: Improving Open Language Models at a Practical Size"; Gemma Team
+//! 2025, "Gemma 3 Technical Report"; HF `modeling_gemma2.py`, `modeling_gemma3.py`. What both
+//! do differently from Llama, each matched against HF:
 //! - embeddings scaled by √dim;
 //! - sandwich norms: h += PostNorm(Attn(PreNorm(h))), likewise around the FFN;
-//! - per-head RMSNorm on Q and K before RoPE;
 //! - GELU-tanh gated FFN;
-//! - 5 sliding-window (local, RoPE base 10k) layers per global (base 1M) layer;
+//! - sliding-window (local) layers between global ones: Gemma 3 5 per global layer, with its
+//!   own RoPE base (10k vs 1M); Gemma 2 every other layer (0, 2, …), one base for all;
 //! - GGUF norm weights already hold HF's `(1 + w)` (llama.cpp's converter adds the 1), so
 //!   the plain RMSNorm kernel applies.
+//!
+//! Per model (`Config` flags, applied where the shared steps run):
+//! - Gemma 3: per-head RMSNorm on Q and K before RoPE (`qk_norm`, in `attention_block`);
+//! - Gemma 2: attention scores soft-capped, cap·tanh(s / cap), before the mask and softmax
+//!   (`attn_softcap`, in the attention kernels), and the logits soft-capped as the LM head
+//!   stores them (`final_softcap`, through `lm_head`'s `MatmulArgs::softcap`).
 
 use super::LogitsFor;
 use crate::gpu::{Binding, StepRecorder};
@@ -38,7 +45,8 @@ pub(crate) fn forward(
         c.embed_scale,
     )?;
     for (l, lw) in w.layers.iter().enumerate() {
-        // pre-attention norm, Q/K/V, per-head Q/K norms, RoPE, KV-cache write, (sliding) attention
+        // pre-attention norm, Q/K/V, per-head Q/K norms (gemma3), RoPE, KV-cache write,
+        // (sliding, soft-capped) attention
         attention_block(rec, step, l as u32)?;
         // output projection; post-attention norm added into the residual stream
         matmul(
@@ -57,13 +65,13 @@ pub(crate) fn forward(
         // FFN: pre-norm, GELU-tanh gated FFN, down projection, post-norm added into x
         ffn(rec, step, l)?;
     }
-    // final norm and logits (tied to the embeddings)
+    // final norm and logits (tied to the embeddings; soft-capped on gemma2)
     lm_head(rec, step, logits_for)
 }
 
 fn missing(what: &str) -> KernelError {
     KernelError::Shape {
-        kernel: "gemma3",
+        kernel: "gemma",
         why: format!("missing {what}"),
     }
 }
