@@ -23,6 +23,8 @@ Families (all: dim 256, 4 query heads, context 256; head_dim 64 except qwen3's 1
              sliding window 8, q/k norms, sandwich norms, tied embeddings
   qwen3      qwen3 arch, Qwen2 BPE vocab, 2 layers, 2 KV heads, head_dim 128 (≠ dim / heads), per-head
              q/k norms, no biases, tied embeddings; laid out as llama.cpp's converter writes it
+  smollm3    smollm3 arch, Llama 3 BPE vocab (pre smaug-bpe, no BOS), 4 layers (layer 3 without RoPE), 1 KV head, Q/K
+             permuted as llama, tied embeddings; laid out as llama.cpp's converter writes it
   llama-spm-chatml  llama-spm's model and weights (same seed, same bytes per tensor) plus a
              `tokenizer.chat_template`: SmolLM2-135M-Instruct's real ChatML template (the one in
              tests/goldens/chat_smollm2.json). Only q4_0: the page's chat e2e test needs a model
@@ -129,6 +131,20 @@ FAMILIES["qwen3"] = dict(
     qk_norm=True,
 )
 
+# SmolLM3 (HF SmolLM3ForCausalLM), shaped like SmolLM3-3B in miniature: the llama graph with no
+# RoPE on every 4th layer (HF `no_rope_layer_interval = 4`: layer i is NoPE when (i + 1) % 4 == 0;
+# llama.cpp fixes `n_no_rope_layer_step = 4` for LLM_ARCH_SMOLLM3 and no GGUF key carries it), so
+# 4 layers make layer 3 the NoPE one. GQA 4:1 like the 3B (16/4 heads), tied embeddings, rms eps
+# 1e-6, rope base 2e6 (SmolLM3Config.default_theta), the Llama-3 vocabulary (as the converter
+# writes it from the npm files: pre smaug-bpe, add_bos false; tools/vocab.py). llama.cpp's converter
+# writes it through its LlamaModel: Q/K rows permuted (ggml's normal RoPE), `rope.dimension_count`
+# and `vocab_size` written (tools/convert_check.py --family smollm3 compares).
+FAMILIES["smollm3"] = dict(
+    COMMON, arch="smollm3", vocab="smollm3", seed=0x5303, n_layer=4, n_head_kv=1, ffn=512,
+    eps=1e-6, rope_base=2000000.0, tied=True, qkv_bias=False, permute_qk=True, llama3_rope=None,
+    no_rope_layer_interval=4,
+)
+
 FAMILIES["llama-spm-chatml"] = dict(FAMILIES["llama-spm"], chat_template=SMOLLM2_CHAT_TEMPLATE)
 
 FIXTURES: list[tuple[str, str]] = [(fam, t) for fam in ("llama-spm", "llama3", "qwen2") for t in FAMILY_TYPES]
@@ -140,6 +156,9 @@ FIXTURES += [("qwen2", "iq4_nl"), ("llama3", "iq4_xs")]
 # Qwen3 in the type a converter writes (Q8_0, gguf-py's quantizer, as `--outtype q8_0`) and the
 # one most released Qwen3 GGUFs carry for their bulk (Q4_K, kquants.py).
 FIXTURES += [("qwen3", "q8_0"), ("qwen3", "q4_k")]
+# SmolLM3 likewise: Q8_0 (the converter's `--outtype q8_0`) and Q4_K (the bulk of its released
+# Q4_K_M files).
+FIXTURES += [("smollm3", "q8_0"), ("smollm3", "q4_k")]
 
 
 def fixture_name(family: str, tname: str) -> str:
@@ -309,7 +328,8 @@ def write_fixture(path: Path, family: str, tname: str, cache: dict) -> None:
     w.add_head_count_kv(fam["n_head_kv"])
     w.add_layer_norm_rms_eps(fam["eps"])
     w.add_rope_freq_base(fam["rope_base"])
-    if arch == "llama":
+    if arch in ("llama", "smollm3"):
+        # LlamaModel.set_gguf_parameters writes it (from head_dim or dim / heads).
         w.add_rope_dimension_count(fam["head_dim"])
     if arch in ("gemma3", "qwen3"):
         # llama.cpp's converter writes both from HF's `head_dim` (TextModel.set_gguf_parameters).
