@@ -121,11 +121,20 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
     }
     let config = match Config::from_gguf(header) {
         Ok(c) => {
+            // smollm3: which layers attend without positions (layer l when (l + 1) % step == 0)
+            let no_rope = match c.no_rope_layer_step {
+                Some(step) => format!(
+                    ", no RoPE on every layer l with (l + 1) % {step} == 0 ({} of {})",
+                    c.n_layers / step,
+                    c.n_layers
+                ),
+                None => String::new(),
+            };
             rows.push(Row {
                 name: "architecture",
                 status: Status::Ok,
                 detail: format!(
-                    "{}: {} layers, dim {}, heads {}/{} × {}, ffn {}, vocab {}{}{}",
+                    "{}: {} layers, dim {}, heads {}/{} × {}, ffn {}, vocab {}{}{}{no_rope}",
                     c.arch.name(),
                     c.n_layers,
                     c.dim,
@@ -134,8 +143,8 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
                     c.head_dim,
                     c.ffn_dim,
                     c.vocab_size,
-                    // what the forward adds to the plain llama graph, so a qwen2/qwen3 file
-                    // shows which of the two it was read as
+                    // what the forward adds to the plain llama graph, so a qwen2/qwen3 (or
+                    // llama/smollm3) file shows which of the two it was read as
                     if c.qkv_bias { ", Q/K/V biases" } else { "" },
                     if c.qk_norm {
                         ", per-head Q/K norms"

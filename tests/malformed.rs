@@ -703,7 +703,7 @@ const FFN: u64 = 16;
 const VOCAB: u64 = 12;
 
 impl TinyModel {
-    /// One layer of `arch` ("llama", "qwen2", "qwen3" or "gemma3"), all F32.
+    /// One layer of `arch` ("llama", "qwen2", "qwen3", "smollm3" or "gemma3"), all F32.
     fn new(arch: &str) -> TinyModel {
         let key = |k: &str| format!("{arch}.{k}");
         let kv = vec![
@@ -815,7 +815,7 @@ impl TinyModel {
 
 #[test]
 fn tiny_models_are_valid() {
-    for arch in ["llama", "qwen2", "qwen3", "gemma3"] {
+    for arch in ["llama", "qwen2", "qwen3", "smollm3", "gemma3"] {
         let c = Config::from_gguf(&TinyModel::new(arch).header())
             .unwrap_or_else(|e| panic!("{arch}: {e}"));
         assert_eq!(
@@ -828,7 +828,7 @@ fn tiny_models_are_valid() {
 
 #[test]
 fn missing_required_keys_are_named() {
-    for arch in ["llama", "qwen2", "qwen3", "gemma3"] {
+    for arch in ["llama", "qwen2", "qwen3", "smollm3", "gemma3"] {
         for key in [
             "general.architecture".to_string(),
             format!("{arch}.block_count"),
@@ -1011,6 +1011,86 @@ fn qwen3_head_size_and_biases() {
     let err = Config::from_gguf(&biased.header()).expect_err("biases refused");
     assert!(err.is_not_yet(), "{err}");
     assert!(err.to_string().contains("Q/K/V biases on qwen3"), "{err}");
+}
+
+/// SmolLM3 skips RoPE on every 4th layer. No GGUF key holds the interval (llama.cpp fixes
+/// it at 4), so there is no interval value to get wrong; what a file can say about it is
+/// llama.cpp's per-layer `{arch}.attention.rope_pattern`, which must then agree with the layers
+/// coco rotates, be as long as the model and hold bools. SmolLM3 options coco does not run
+/// (partial RoPE, YaRN for long context, attention biases) are refused as "not yet".
+#[test]
+fn smollm3_nope_layers_and_what_is_refused() {
+    let c = Config::from_gguf(&TinyModel::new("smollm3").header()).expect("smollm3");
+    assert_eq!(c.rope_style, coco::model::RopeStyle::Normal);
+    let rotated: Vec<bool> = (0..8).map(|l| c.uses_rope(l)).collect();
+    assert_eq!(rotated, [true, true, true, false, true, true, true, false]);
+    let llama = Config::from_gguf(&TinyModel::new("llama").header()).expect("llama");
+    assert!(
+        (0..8).all(|l| llama.uses_rope(l)),
+        "llama rotates every layer"
+    );
+
+    let pattern = |arch: &str, p: Vec<Value>| {
+        TinyModel::new(arch).set(&format!("{arch}.attention.rope_pattern"), Value::Array(p))
+    };
+    // agrees with the one layer (layer 0 rotates): accepted
+    Config::from_gguf(&pattern("smollm3", vec![Value::Bool(true)]).header())
+        .expect("a rope_pattern that agrees");
+    let cases: Vec<(TinyModel, bool, &[&str])> = vec![
+        (
+            pattern("smollm3", vec![Value::Bool(false)]),
+            true,
+            &["not yet: smollm3.attention.rope_pattern: layer 0 has no RoPE"],
+        ),
+        (
+            pattern("llama", vec![Value::Bool(false)]),
+            true,
+            &["llama.attention.rope_pattern: layer 0 has no RoPE, but llama runs RoPE on every layer"],
+        ),
+        (
+            pattern("smollm3", vec![Value::Bool(true); 2]),
+            false,
+            &["smollm3.attention.rope_pattern has 2 entries for 1 layers"],
+        ),
+        (
+            pattern("smollm3", vec![Value::U32(1)]),
+            false,
+            &["smollm3.attention.rope_pattern", "array of bool"],
+        ),
+        (
+            TinyModel::new("smollm3").set("smollm3.attention.rope_pattern", Value::U32(4)),
+            false,
+            &["smollm3.attention.rope_pattern", "array"],
+        ),
+        (
+            TinyModel::new("smollm3").set("smollm3.rope.dimension_count", Value::U32(2)),
+            true,
+            &["partial RoPE (2 of 4"],
+        ),
+        (
+            TinyModel::new("smollm3")
+                .set("smollm3.rope.scaling.type", Value::String("yarn".into()))
+                .set("smollm3.rope.scaling.factor", Value::F32(2.0)),
+            true,
+            &["RoPE scaling `yarn`"],
+        ),
+    ];
+    for (model, not_yet, needles) in cases {
+        let err = Config::from_gguf(&model.header()).expect_err("refused");
+        assert_eq!(err.is_not_yet(), not_yet, "{err}");
+        for n in needles {
+            assert!(err.to_string().contains(n), "`{n}` not in: {err}");
+        }
+    }
+    let (q, kvw) = (HEADS as u64 * HEAD_DIM, KV_HEADS as u64 * HEAD_DIM);
+    let mut biased = TinyModel::new("smollm3");
+    for (n, d) in [("q", q), ("k", kvw), ("v", kvw)] {
+        biased
+            .tensors
+            .push((format!("blk.0.attn_{n}.bias"), vec![d], GgmlType::F32));
+    }
+    let err = Config::from_gguf(&biased.header()).expect_err("biases refused");
+    assert!(err.to_string().contains("Q/K/V biases on smollm3"), "{err}");
 }
 
 /// An adapter with lavapipe's limits, for capability checks that need no GPU.

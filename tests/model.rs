@@ -214,6 +214,14 @@ fn qwen3_fixtures_match_hugging_face() {
     family_matches_hugging_face("qwen3");
 }
 
+/// SmolLM3 (llama's permuted Q/K and normal RoPE, no RoPE on layer 3 of 4, GQA 4:1, tied),
+/// Q8_0 and Q4_K. HF's GGUF loader has no smollm3: the goldens come from SmolLM3ForCausalLM
+/// built from the file's metadata and dequantized tensors (tools/hf_goldens.py).
+#[test]
+fn smollm3_fixtures_match_hugging_face() {
+    family_matches_hugging_face("smollm3");
+}
+
 #[test]
 fn gemma3_fixtures_match_hugging_face() {
     family_matches_hugging_face("gemma3");
@@ -294,6 +302,8 @@ fn gpu_forward_matches_cpu_reference() {
         "llama-spm-f16",
         "qwen2-q6_k",
         "qwen3-q4_k",
+        "smollm3-q8_0",
+        "smollm3-q4_k",
     ] {
         check_gpu_vs_cpu(&ctx, name, 21, 9);
     }
@@ -376,7 +386,7 @@ fn unsupported_architecture_is_refused_before_weights() {
     assert!(
         err.contains("not yet")
             && err.contains("mamba")
-            && err.contains("llama, qwen2, qwen3, gemma3"),
+            && err.contains("llama, qwen2, qwen3, smollm3, gemma3"),
         "{err}"
     );
 }

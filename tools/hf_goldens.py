@@ -26,6 +26,11 @@ patched and the patch recorded under "config_overrides" (and checked):
     checked against base^(-2i/d) / rope_freqs[i].
   * qwen3: HF's GGUF config map reads no head_dim (key_length) and, without a
     qwen3.vocab_size key, no vocabulary size; both are set from the file.
+  * smollm3: HF's GGUF loader has no smollm3 (transformers 5.24 GGUF_CONFIG_MAPPING);
+    the model is built as SmolLM3ForCausalLM from a SmolLM3Config holding the file's
+    metadata (no_rope_layer_interval left at HF's default 4, llama.cpp's fixed step) and
+    gguf-py's dequantization of every tensor, Q/K un-permuted; recorded under
+    "config_overrides" as "hf_gguf_loader".
   * gemma3: HF's default query_pre_attn_scalar is 256; llama.cpp scales queries
     by 1/sqrt(head_dim) (key_length) for all Gemma 3 sizes but 27B, so it is
     set to head_dim.  (For the real 270M, head_dim is 256: no change.)
@@ -219,9 +224,10 @@ def check_weights(meta: Meta, model) -> dict:
             skipped.append(t.name)
             continue
         w = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
-        if meta.arch == "llama" and t.name.endswith("attn_q.weight"):
+        permuted = meta.arch in ("llama", "smollm3")
+        if permuted and t.name.endswith("attn_q.weight"):
             w = unpermute_rows(w, nh)
-        if meta.arch == "llama" and t.name.endswith("attn_k.weight"):
+        if permuted and t.name.endswith("attn_k.weight"):
             w = unpermute_rows(w, nkv)
         if meta.arch == "gemma3" and t.name.endswith("norm.weight"):
             w = w - np.float32(1.0)
@@ -235,7 +241,53 @@ def check_weights(meta: Meta, model) -> dict:
     return {"tensors_equal_to_gguf": checked, "tensors_not_used_by_hf": skipped}
 
 
+def load_smollm3(meta: Meta):
+    """SmolLM3ForCausalLM from the GGUF by hand: HF's GGUF loader does not know smollm3."""
+    from transformers import SmolLM3Config, SmolLM3ForCausalLM
+
+    if meta.tensor("rope_freqs.weight") is not None or meta.a("rope.scaling.type") is not None:
+        raise SystemExit("smollm3 with RoPE scaling: not built here")
+    rows = int(meta.tensor("token_embd.weight").shape[1])
+    config = SmolLM3Config(
+        vocab_size=rows,
+        hidden_size=int(meta.a("embedding_length")),
+        intermediate_size=int(meta.a("feed_forward_length")),
+        num_hidden_layers=int(meta.a("block_count")),
+        num_attention_heads=int(meta.a("attention.head_count")),
+        num_key_value_heads=int(meta.a("attention.head_count_kv")),
+        max_position_embeddings=int(meta.a("context_length")),
+        rms_norm_eps=float(meta.a("attention.layer_norm_rms_epsilon")),
+        rope_parameters={"rope_type": "default", "rope_theta": float(meta.a("rope.freq_base"))},
+        tie_word_embeddings=meta.tensor("output.weight") is None,
+        bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
+        eos_token_id=meta.get("tokenizer.ggml.eos_token_id"),
+        pad_token_id=meta.get("tokenizer.ggml.padding_token_id"),
+    )
+    torch.manual_seed(0)
+    model = SmolLM3ForCausalLM(config).to(torch.float32)
+    sd = model.state_dict()
+    nh, nkv = config.num_attention_heads, config.num_key_value_heads
+    with torch.no_grad():
+        for t in meta.reader.tensors:
+            w = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
+            if t.name.endswith("attn_q.weight"):
+                w = unpermute_rows(w, nh)
+            if t.name.endswith("attn_k.weight"):
+                w = unpermute_rows(w, nkv)
+            sd[hf_name(meta, t.name)].copy_(torch.from_numpy(np.ascontiguousarray(w)))
+    model.eval()
+    overrides = {"hf_gguf_loader": {
+        "from": "transformers' GGUF loader (no smollm3 in GGUF_CONFIG_MAPPING)",
+        "to": "SmolLM3ForCausalLM(SmolLM3Config(file's metadata)) + gguf-py-dequantized tensors, Q/K un-permuted",
+        "why": "HF cannot load a smollm3 GGUF; no_rope_layer_interval stays at SmolLM3Config's default "
+               f"{config.no_rope_layer_interval} (no GGUF key; llama.cpp fixes n_no_rope_layer_step = 4)",
+    }}
+    return model, overrides
+
+
 def load(path: Path, meta: Meta, fam: dict | None):
+    if meta.arch == "smollm3":
+        return load_smollm3(meta)
     config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
     overrides = {}
     if meta.arch == "gemma3":
@@ -327,6 +379,13 @@ def arch_checks(meta: Meta, model) -> dict:
             out["head_dim"] = attn.head_dim
             out["qk_norm"] = f"{type(attn.q_norm).__name__} over head_dim {attn.q_norm.weight.numel()}, eps {attn.q_norm.variance_epsilon}"
             assert attn.q_norm.weight.numel() == hd and attn.k_norm.weight.numel() == hd
+        if meta.arch == "smollm3":
+            use_rope = [int(l.self_attn.use_rope) for l in model.model.layers]
+            assert use_rope == [int((i + 1) % 4 != 0) for i in range(len(use_rope))], use_rope
+            assert 0 in use_rope, "no NoPE layer: the fixture would not show the feature"
+            out["no_rope_layers"] = use_rope
+            out["layer_types"] = list(c.layer_types)
+            assert set(c.layer_types) == {"full_attention"}
     out["rms_norm_eps"] = c.rms_norm_eps
     return out
 
@@ -398,6 +457,15 @@ def sensitivity(meta: Meta, model, fam: dict | None, ids: list[int]) -> dict:
         out["max_abs_logit_change_without_qk_norm"] = float((logits_of(model, ids) - base).abs().max())
         for l, (qn, kn) in zip(layers, saved):
             l.self_attn.q_norm, l.self_attn.k_norm = qn, kn
+    if meta.arch == "smollm3":
+        # RoPE on the NoPE layers too (what a plain llama forward would run).
+        layers = model.model.layers
+        saved = [l.self_attn.use_rope for l in layers]
+        for l in layers:
+            l.self_attn.use_rope = 1
+        out["max_abs_logit_change_with_rope_on_nope_layers"] = float((logits_of(model, ids) - base).abs().max())
+        for l, u in zip(layers, saved):
+            l.self_attn.use_rope = u
     if meta.arch == "gemma3":
         layers = model.model.layers
         saved = [l.self_attn.scaling for l in layers]

@@ -13,11 +13,14 @@ pub enum Arch {
     /// Qwen3 (dense): qwen2 without the Q/K/V biases, plus a per-head RMSNorm on Q and K
     /// before RoPE; its head size may differ from dim / heads (`qwen3.attention.key_length`).
     Qwen3,
+    /// SmolLM3: llama (permuted Q/K, normal RoPE) with no RoPE on every 4th layer
+    /// ([`Config::uses_rope`]).
+    Smollm3,
     /// Gemma 3: sandwich norms, per-head Q/K norms, GELU-tanh, local/global attention.
     Gemma3,
 }
 
-pub const SUPPORTED_ARCHS: &str = "llama, qwen2, qwen3, gemma3";
+pub const SUPPORTED_ARCHS: &str = "llama, qwen2, qwen3, smollm3, gemma3";
 
 impl Arch {
     pub fn name(self) -> &'static str {
@@ -25,6 +28,7 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Smollm3 => "smollm3",
             Arch::Gemma3 => "gemma3",
         }
     }
@@ -33,7 +37,8 @@ impl Arch {
 /// How RoPE pairs dimensions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RopeStyle {
-    /// Adjacent pairs (2i, 2i+1). llama GGUFs use this because the converter permutes Q/K.
+    /// Adjacent pairs (2i, 2i+1). llama and smollm3 GGUFs use this because the converter
+    /// permutes Q/K.
     Normal,
     /// Halves (i, i + d/2), as HF's `rotate_half`. qwen2, qwen3 and gemma3.
     Neox,
@@ -131,6 +136,8 @@ pub struct Config {
     pub tied_embeddings: bool,
     /// Llama 3: a `rope_freqs.weight` tensor divides each frequency.
     pub rope_freq_factors: bool,
+    /// SmolLM3: layer l runs without RoPE ("NoPE") when (l + 1) is a multiple of this.
+    pub no_rope_layer_step: Option<u32>,
 }
 
 impl Config {
@@ -143,6 +150,7 @@ impl Config {
             "llama" => Arch::Llama,
             "qwen2" => Arch::Qwen2,
             "qwen3" => Arch::Qwen3,
+            "smollm3" => Arch::Smollm3,
             "gemma3" => Arch::Gemma3,
             other => return Err(ConfigError::UnsupportedArch(other.to_string())),
         };
@@ -220,6 +228,11 @@ impl Config {
             // HF Qwen3Config: rope_theta 10000 by default (the released models store 1e6 in
             // `qwen3.rope.freq_base`); llama.cpp runs LLM_ARCH_QWEN3 with NeoX RoPE.
             Arch::Qwen3 => (RopeStyle::Neox, Activation::Silu, 10_000.0),
+            // llama.cpp runs LLM_ARCH_SMOLLM3 with normal RoPE (llama_model_rope_type) because
+            // its converter (SmolLM3Model, a LlamaModel) permutes Q/K as for llama; without
+            // `smollm3.rope.freq_base` it takes its general default 10000, as for llama (the
+            // converter always writes the key; HF's SmolLM3Config default would be 2e6).
+            Arch::Smollm3 => (RopeStyle::Normal, Activation::Silu, 10_000.0),
             Arch::Gemma3 => (RopeStyle::Neox, Activation::GeluTanh, 1_000_000.0),
         };
         let rope_base = md.opt_f32(&key("rope.freq_base"))?.unwrap_or(default_base);
@@ -271,7 +284,13 @@ impl Config {
             qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3),
             tied_embeddings,
             rope_freq_factors: header.tensor("rope_freqs.weight").is_some(),
+            // No GGUF key carries the interval: llama.cpp's converter writes none of HF's
+            // `no_rope_layers` / `no_rope_layer_interval`, and llama.cpp fixes
+            // `n_no_rope_layer_step = 4` for LLM_ARCH_SMOLLM3 (src/models/smollm3.cpp), which is
+            // HF SmolLM3Config's default: `no_rope_layers[i] = int((i + 1) % 4 != 0)`.
+            no_rope_layer_step: (arch == Arch::Smollm3).then_some(4),
         };
+        config.check_rope_pattern(header, &key("attention.rope_pattern"))?;
         config.check_tensors(header)?;
         Ok(config)
     }
@@ -280,6 +299,13 @@ impl Config {
     /// `sliding_window_pattern = 6`: layer i is global when (i + 1) % 6 == 0).
     pub fn is_sliding_layer(&self, layer: u32) -> bool {
         self.arch == Arch::Gemma3 && !(layer + 1).is_multiple_of(6)
+    }
+
+    /// Whether `layer` rotates Q and K. SmolLM3's NoPE layers (every 4th: 3, 7, …) attend
+    /// without positions (HF `SmolLM3Attention.use_rope`; llama.cpp `use_rope`).
+    pub fn uses_rope(&self, layer: u32) -> bool {
+        self.no_rope_layer_step
+            .is_none_or(|step| !(layer + 1).is_multiple_of(step))
     }
 
     /// The attention window for `layer`: 0 = full causal attention.
@@ -341,6 +367,43 @@ impl Config {
     /// KV cache bytes for `context` positions (f32 K and V for every layer).
     pub fn kv_cache_bytes(&self, context: u32) -> u64 {
         2 * self.n_layers as u64 * self.kv_layer_bytes(context)
+    }
+
+    /// `{arch}.attention.rope_pattern` (llama.cpp's LLM_KV_ATTENTION_ROPE_PATTERN: one bool per
+    /// layer, true = RoPE; its converter writes it from HF's `no_rope_layers` for granite_swa,
+    /// for no architecture coco runs). A file that has one must agree with the layers the
+    /// forward rotates ([`Config::uses_rope`]), or its pattern would be silently ignored.
+    fn check_rope_pattern(&self, header: &Header, key: &str) -> Result<(), ConfigError> {
+        if !header.metadata.contains(key) {
+            return Ok(());
+        }
+        let values = header.metadata.array(key)?;
+        if values.len() != self.n_layers as usize {
+            return Err(ConfigError::Invalid(format!(
+                "{key} has {} entries for {} layers",
+                values.len(),
+                self.n_layers
+            )));
+        }
+        for (l, v) in values.iter().enumerate() {
+            let rope = v.as_bool().ok_or_else(|| MetadataError::WrongType {
+                key: key.to_string(),
+                expected: "array of bool",
+                found: v.type_name(),
+            })?;
+            if rope != self.uses_rope(l as u32) {
+                let runs = match self.no_rope_layer_step {
+                    Some(step) => format!("every layer but each {step}th"),
+                    None => "every layer".to_string(),
+                };
+                return Err(ConfigError::NotYet(format!(
+                    "{key}: layer {l} {} RoPE, but {} runs RoPE on {runs}",
+                    if rope { "has" } else { "has no" },
+                    self.arch.name()
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Checks every tensor the forward pass reads: present, and shaped as the config says.

@@ -1,10 +1,12 @@
 //! Llama-family forward pass (Llama 2/3.x, Mistral, TinyLlama, SmolLM2), Qwen2 (the same
 //! graph plus Q/K/V biases and NeoX RoPE) and Qwen3 (NeoX RoPE, no biases, and a per-head
 //! RMSNorm on Q and K before RoPE, with its own `[head_dim]` weights: HF `Qwen3Attention`
-//! applies `q_norm` / `k_norm` to `q_proj(x)` viewed as `[.., heads, head_dim]`).
+//! applies `q_norm` / `k_norm` to `q_proj(x)` viewed as `[.., heads, head_dim]`), and
+//! SmolLM3 (llama with no RoPE on every 4th layer: HF `SmolLM3Attention` skips
+//! `apply_rotary_pos_emb` where `no_rope_layers[l] == 0`; the plan drops the RoPE kernels there).
 //!
 //! Touvron et al. 2023, "Llama 2"; HF `modeling_llama.py` / `modeling_qwen2.py` /
-//! `modeling_qwen3.py`.
+//! `modeling_qwen3.py` / `modeling_smollm3.py`.
 //! Pre-norm blocks: h += Attn(RMSNorm(h)); h += W_down(SiLU(W_gate x) ⊙ W_up x) with x = RMSNorm(h).
 
 use crate::gpu::{Binding, StepRecorder};
@@ -36,8 +38,8 @@ pub(crate) fn forward(
         c.embed_scale,
     )?;
     for (l, lw) in w.layers.iter().enumerate() {
-        // attention RMSNorm, Q/K/V (+ qwen2 biases), qwen3's per-head Q/K norms, RoPE,
-        // KV-cache write, causal attention
+        // attention RMSNorm, Q/K/V (+ qwen2 biases), qwen3's per-head Q/K norms, RoPE (none
+        // on smollm3's NoPE layers), KV-cache write, causal attention
         attention_block(rec, step, l as u32)?;
         // output projection, added into the residual stream
         matmul(rec, &lw.wo, &Binding::from(&s.attn), &x, t, accumulate)?;

@@ -1,5 +1,6 @@
 //! Model descriptions: typed configs per architecture, the GPU weights, and one readable
-//! forward pass per architecture family (`llama.rs` also serves qwen2 and qwen3; `gemma3.rs`).
+//! forward pass per architecture family (`llama.rs` also serves qwen2, qwen3 and smollm3;
+//! `gemma3.rs`).
 //! Each forward lists its kernel calls in model order and writes into buffers that the
 //! session preallocated. Which fused form each call takes (norm folded, Q/K/V in one, RoPE in
 //! the matvec, split attention, …) is the session's [`Plan`] (`plan.rs`), decided once from
@@ -62,7 +63,9 @@ pub fn forward(
         plan,
     };
     match model.config.arch {
-        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => llama::forward(rec, &step, logits_for),
+        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Smollm3 => {
+            llama::forward(rec, &step, logits_for)
+        }
         Arch::Gemma3 => gemma3::forward(rec, &step, logits_for),
     }
 }
@@ -71,7 +74,7 @@ pub fn forward(
 /// `Session::set_megakernel` runs through both paths to compare them.
 pub(crate) fn ffn(rec: &mut StepRecorder, step: &Step, l: usize) -> Result<(), KernelError> {
     match step.model.config.arch {
-        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => llama::ffn(rec, step, l),
+        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Smollm3 => llama::ffn(rec, step, l),
         Arch::Gemma3 => gemma3::ffn(rec, step, l),
     }
 }

@@ -111,10 +111,12 @@ impl CpuModel {
                 q = rms_norm(&q, self.w(&b("attn_q_norm.weight")), t * heads, hd, eps);
                 k = rms_norm(&k, self.w(&b("attn_k_norm.weight")), t * kv_heads, hd, eps);
             }
-            // RoPE
-            let inv_freq = c.inv_freq(l as u32, freq_factors);
-            rope(&mut q, &inv_freq, t, heads, hd, 0, layout);
-            rope(&mut k, &inv_freq, t, kv_heads, hd, 0, layout);
+            // RoPE (not on smollm3's NoPE layers)
+            if c.uses_rope(l as u32) {
+                let inv_freq = c.inv_freq(l as u32, freq_factors);
+                rope(&mut q, &inv_freq, t, heads, hd, 0, layout);
+                rope(&mut k, &inv_freq, t, kv_heads, hd, 0, layout);
+            }
             // causal attention (sliding window on gemma3's local layers)
             let shape = AttentionShape {
                 t: t as u32,
