@@ -124,7 +124,9 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
             // smollm3: which layers attend without positions (layer l when (l + 1) % step == 0)
             let no_rope = match c.no_rope_layer_step {
                 Some(step) => format!(
-                    ", no RoPE on every layer l with (l + 1) % {step} == 0 ({} of {})",
+                    ", no RoPE on every {step}th layer (layers {}, {}, …: {} of {})",
+                    step - 1,
+                    2 * step - 1,
                     c.n_layers / step,
                     c.n_layers
                 ),

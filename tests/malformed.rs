@@ -1024,6 +1024,20 @@ fn smollm3_nope_layers_and_what_is_refused() {
     assert_eq!(c.rope_style, coco::model::RopeStyle::Normal);
     let rotated: Vec<bool> = (0..8).map(|l| c.uses_rope(l)).collect();
     assert_eq!(rotated, [true, true, true, false, true, true, true, false]);
+    // the capability report says which layers go without positions
+    let report = check(
+        &TinyModel::new("smollm3").header(),
+        &lavapipe_like_facts(),
+        64,
+    );
+    assert!(
+        report.to_text().contains(
+            "smollm3: 1 layers, dim 8, heads 2/1 × 4, ffn 16, vocab 12, no RoPE on every 4th \
+             layer (layers 3, 7, …: 0 of 1)"
+        ),
+        "{}",
+        report.to_text()
+    );
     let llama = Config::from_gguf(&TinyModel::new("llama").header()).expect("llama");
     assert!(
         (0..8).all(|l| llama.uses_rope(l)),
