@@ -57,7 +57,7 @@ struct Params {
     accumulate: u32, // 1: y += x'·Wᵀ (residual adds fused in), 0: y = x'·Wᵀ
     eps: f32,        // RMSNorm epsilon (NORM)
     pos0: u32,       // position of the step's token 0 (ROPE_KV)
-    _pad3: u32,
+    scale: f32,      // y (+)= scale · (x'·Wᵀ + bias): granite's residual and logit scales, else 1
     rows: vec4<u32>, // rows of W, W1, W2 in this dispatch (a part's rows when split)
     n: vec4<u32>,    // row strides of y, y1, y2 (the whole weights' rows)
     head_dim: u32,   // ROPE_KV
@@ -323,9 +323,9 @@ fn store(m: u32, t: u32, row: u32, v: f32) {
 #endif
     let i = t * p.n.x + r;
     if (p.accumulate != 0u) {
-        y[i] = y[i] + out;
+        y[i] = y[i] + p.scale * out;
     } else {
-        y[i] = out;
+        y[i] = p.scale * out;
     }
 }
 

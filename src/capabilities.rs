@@ -132,11 +132,20 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
                 ),
                 None => String::new(),
             };
+            // granite: its four multipliers, as read (1 / 1/√head_dim where unset)
+            let multipliers = if c.arch == crate::model::Arch::Granite {
+                format!(
+                    ", multipliers: embedding {}, attention {}, residual {}, logits ÷ {}",
+                    c.embed_scale, c.attn_scale, c.residual_scale, c.logit_scale
+                )
+            } else {
+                String::new()
+            };
             rows.push(Row {
                 name: "architecture",
                 status: Status::Ok,
                 detail: format!(
-                    "{}: {} layers, dim {}, heads {}/{} × {}, ffn {}, vocab {}{}{}{no_rope}",
+                    "{}: {} layers, dim {}, heads {}/{} × {}, ffn {}, vocab {}{}{}{no_rope}{multipliers}",
                     c.arch.name(),
                     c.n_layers,
                     c.dim,

@@ -703,7 +703,8 @@ const FFN: u64 = 16;
 const VOCAB: u64 = 12;
 
 impl TinyModel {
-    /// One layer of `arch` ("llama", "qwen2", "qwen3", "smollm3" or "gemma3"), all F32.
+    /// One layer of `arch` ("llama", "qwen2", "qwen3", "smollm3", "granite" or "gemma3"), all
+    /// F32.
     fn new(arch: &str) -> TinyModel {
         let key = |k: &str| format!("{arch}.{k}");
         let kv = vec![
@@ -746,6 +747,11 @@ impl TinyModel {
                 ("blk.0.attn_q_norm.weight".into(), vec![HEAD_DIM]),
                 ("blk.0.attn_k_norm.weight".into(), vec![HEAD_DIM]),
             ]);
+        }
+        let mut kv = kv;
+        if arch == "granite" {
+            // the one granite key llama.cpp requires
+            kv.push((key("logit_scale"), Value::F32(8.0)));
         }
         if arch == "gemma3" {
             tensors.extend([
@@ -815,7 +821,7 @@ impl TinyModel {
 
 #[test]
 fn tiny_models_are_valid() {
-    for arch in ["llama", "qwen2", "qwen3", "smollm3", "gemma3"] {
+    for arch in ["llama", "qwen2", "qwen3", "smollm3", "granite", "gemma3"] {
         let c = Config::from_gguf(&TinyModel::new(arch).header())
             .unwrap_or_else(|e| panic!("{arch}: {e}"));
         assert_eq!(
@@ -828,7 +834,7 @@ fn tiny_models_are_valid() {
 
 #[test]
 fn missing_required_keys_are_named() {
-    for arch in ["llama", "qwen2", "qwen3", "smollm3", "gemma3"] {
+    for arch in ["llama", "qwen2", "qwen3", "smollm3", "granite", "gemma3"] {
         for key in [
             "general.architecture".to_string(),
             format!("{arch}.block_count"),
@@ -1105,6 +1111,75 @@ fn smollm3_nope_layers_and_what_is_refused() {
     }
     let err = Config::from_gguf(&biased.header()).expect_err("biases refused");
     assert!(err.to_string().contains("Q/K/V biases on smollm3"), "{err}");
+}
+
+/// Granite's four multipliers: read where present (0 or absent: llama's value, as llama.cpp
+/// reads them), bounded (NaN too, by the same range test; a NaN key cannot be written here:
+/// the harness compares two parses), `logit_scale` required; RoPE switched off is refused.
+#[test]
+fn granite_multipliers_are_read_and_bounded() {
+    let c = Config::from_gguf(&TinyModel::new("granite").header()).expect("granite");
+    assert_eq!(
+        (c.embed_scale, c.attn_scale, c.residual_scale, c.logit_scale),
+        (1.0, 0.5, 1.0, 8.0),
+        "unset multipliers: llama's (attention 1/√head_dim = 1/2)"
+    );
+    let full = TinyModel::new("granite")
+        .set("granite.embedding_scale", Value::F32(12.0))
+        .set("granite.attention.scale", Value::F32(0.015625))
+        .set("granite.residual_scale", Value::F32(0.22))
+        .set("granite.logit_scale", Value::F32(6.0));
+    let c = Config::from_gguf(&full.header()).expect("granite with multipliers");
+    assert_eq!(
+        (c.embed_scale, c.attn_scale, c.residual_scale, c.logit_scale),
+        (12.0, 0.015625, 0.22, 6.0)
+    );
+    assert_eq!(c.rope_style, coco::model::RopeStyle::Normal);
+    let report = check(&full.header(), &lavapipe_like_facts(), 64);
+    assert!(
+        report
+            .to_text()
+            .contains("multipliers: embedding 12, attention 0.015625, residual 0.22, logits ÷ 6"),
+        "{}",
+        report.to_text()
+    );
+    let zero = TinyModel::new("granite").set("granite.residual_scale", Value::F32(0.0));
+    assert_eq!(
+        Config::from_gguf(&zero.header()).unwrap().residual_scale,
+        1.0
+    );
+
+    let msg = TinyModel::new("granite")
+        .without_key("granite.logit_scale")
+        .config_err();
+    assert!(
+        msg.contains("missing metadata key `granite.logit_scale`"),
+        "{msg}"
+    );
+    for (key, v) in [
+        ("granite.residual_scale", Value::F32(-0.22)),
+        ("granite.embedding_scale", Value::F32(1e-6)),
+        ("granite.attention.scale", Value::F32(1e9)),
+        ("granite.logit_scale", Value::F32(f32::INFINITY)),
+    ] {
+        let err = Config::from_gguf(&TinyModel::new("granite").set(key, v).header())
+            .expect_err("refused");
+        assert!(!err.is_not_yet(), "{err}");
+        assert!(err.to_string().contains(&format!("{key} = ")), "{err}");
+        assert!(err.to_string().contains("outside 1e-4..=1e4"), "{err}");
+    }
+    let msg = TinyModel::new("granite")
+        .set("granite.logit_scale", Value::String("8".into()))
+        .config_err();
+    assert!(msg.contains("`granite.logit_scale`"), "{msg}");
+    let err = Config::from_gguf(
+        &TinyModel::new("granite")
+            .set("granite.rope.scaling.finetuned", Value::Bool(false))
+            .header(),
+    )
+    .expect_err("no RoPE refused");
+    assert!(err.is_not_yet(), "{err}");
+    assert!(err.to_string().contains("granite without RoPE"), "{err}");
 }
 
 /// An adapter with lavapipe's limits, for capability checks that need no GPU.

@@ -85,6 +85,7 @@ fn every_step_records_what_the_plan_lists() {
         "qwen3-q4_k",
         "smollm3-q8_0",
         "smollm3-q4_k",
+        "granite-q8_0",
         "gemma3-q4_k",
         "gemma3-q8_0",
     ] {
@@ -113,6 +114,7 @@ fn fused_decode_step_has_the_promised_fusions() {
         "qwen2-q8_0",
         "qwen3-q8_0",
         "smollm3-q8_0",
+        "granite-q8_0",
         "gemma3-q8_0",
     ] {
         let model = load(&ctx, name);
@@ -120,7 +122,9 @@ fn fused_decode_step_has_the_promised_fusions() {
         let layers = c.n_layers;
         let l = labels(&ctx, &model, PROMPT, 1, Pipeline::Fused, false);
         let rope = match c.arch {
-            coco::model::Arch::Llama | coco::model::Arch::Smollm3 => "normal",
+            coco::model::Arch::Llama | coco::model::Arch::Smollm3 | coco::model::Arch::Granite => {
+                "normal"
+            }
             _ => "neox",
         };
         // SmolLM3's NoPE layers (every 4th; the fixture has 4 layers, so layer 3): no RoPE

@@ -124,6 +124,33 @@ def smollm3_config(fam: dict, n_vocab: int):
     )
 
 
+def granite_config(fam: dict, n_vocab: int):
+    from transformers import GraniteConfig
+
+    g = fam["granite"]
+    # bos/eos/pad as smollm3's: the vocabulary is the same npm Llama 3 files.
+    return GraniteConfig(
+        vocab_size=n_vocab,
+        hidden_size=fam["dim"],
+        intermediate_size=fam["ffn"],
+        num_hidden_layers=fam["n_layer"],
+        num_attention_heads=fam["n_head"],
+        num_key_value_heads=fam["n_head_kv"],
+        max_position_embeddings=fam["ctx"],
+        rms_norm_eps=fam["eps"],
+        rope_parameters={"rope_type": "default", "rope_theta": fam["rope_base"]},
+        tie_word_embeddings=fam["tied"],
+        embedding_multiplier=g["embedding_multiplier"],
+        attention_multiplier=g["attention_multiplier"],
+        residual_multiplier=g["residual_multiplier"],
+        logits_scaling=g["logits_scaling"],
+        bos_token_id=128000,
+        eos_token_id=128001,
+        pad_token_id=128004,
+        torch_dtype="float32",
+    )
+
+
 def unpermute_qk(fam: dict):
     """The generator stores Q/K rows permuted, as the converter writes them (LlamaModel.permute);
     the HF model holds them unpermuted."""
@@ -175,6 +202,18 @@ SPECS: dict[str, Spec] = {
         tokenizer_files=("tokenizer.json", "tokenizer_config.json"),
         converter_files=("convert_hf_to_gguf.py", "conversion/base.py", "conversion/llama.py"),
         to_hf=unpermute_qk(make_fixtures.FAMILIES["smollm3"]),
+    ),
+    "granite": Spec(
+        fixture="granite-q8_0",
+        hf_class="GraniteForCausalLM",
+        hf_config=granite_config,
+        layer=LLAMA_LIKE_LAYER,
+        top=LLAMA_LIKE_TOP,
+        tokenizer_dir=lambda: vocab.npm_models_dir("smollm3"),
+        tokenizer_files=("tokenizer.json", "tokenizer_config.json"),
+        converter_files=("convert_hf_to_gguf.py", "conversion/base.py", "conversion/llama.py",
+                         "conversion/granite.py"),
+        to_hf=unpermute_qk(make_fixtures.FAMILIES["granite"]),
     ),
 }
 

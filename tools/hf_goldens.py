@@ -31,6 +31,9 @@ patched and the patch recorded under "config_overrides" (and checked):
     metadata (no_rope_layer_interval left at HF's default 4, llama.cpp's fixed step) and
     gguf-py's dequantization of every tensor, Q/K un-permuted; recorded under
     "config_overrides" as "hf_gguf_loader".
+  * granite: likewise no granite in HF's GGUF loader: GraniteForCausalLM from a
+    GraniteConfig with the file's metadata, its four multipliers from
+    granite.embedding_scale / attention.scale / residual_scale / logit_scale.
   * gemma3: HF's default query_pre_attn_scalar is 256; llama.cpp scales queries
     by 1/sqrt(head_dim) (key_length) for all Gemma 3 sizes but 27B, so it is
     set to head_dim.  (For the real 270M, head_dim is 256: no change.)
@@ -224,7 +227,7 @@ def check_weights(meta: Meta, model) -> dict:
             skipped.append(t.name)
             continue
         w = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
-        permuted = meta.arch in ("llama", "smollm3")
+        permuted = meta.arch in ("llama", "smollm3", "granite")
         if permuted and t.name.endswith("attn_q.weight"):
             w = unpermute_rows(w, nh)
         if permuted and t.name.endswith("attn_k.weight"):
@@ -241,14 +244,27 @@ def check_weights(meta: Meta, model) -> dict:
     return {"tensors_equal_to_gguf": checked, "tensors_not_used_by_hf": skipped}
 
 
-def load_smollm3(meta: Meta):
-    """SmolLM3ForCausalLM from the GGUF by hand: HF's GGUF loader does not know smollm3."""
-    from transformers import SmolLM3Config, SmolLM3ForCausalLM
+def load_by_hand(meta: Meta):
+    """SmolLM3ForCausalLM / GraniteForCausalLM from the GGUF by hand: HF's GGUF loader knows
+    neither architecture."""
+    import transformers as tf
 
     if meta.tensor("rope_freqs.weight") is not None or meta.a("rope.scaling.type") is not None:
-        raise SystemExit("smollm3 with RoPE scaling: not built here")
+        raise SystemExit(f"{meta.arch} with RoPE scaling: not built here")
     rows = int(meta.tensor("token_embd.weight").shape[1])
-    config = SmolLM3Config(
+    extra = {}
+    if meta.arch == "granite":
+        extra = dict(
+            embedding_multiplier=float(meta.a("embedding_scale")),
+            attention_multiplier=float(meta.a("attention.scale")),
+            residual_multiplier=float(meta.a("residual_scale")),
+            logits_scaling=float(meta.a("logit_scale")),
+        )
+    config_class, model_class = {
+        "smollm3": (tf.SmolLM3Config, tf.SmolLM3ForCausalLM),
+        "granite": (tf.GraniteConfig, tf.GraniteForCausalLM),
+    }[meta.arch]
+    config = config_class(
         vocab_size=rows,
         hidden_size=int(meta.a("embedding_length")),
         intermediate_size=int(meta.a("feed_forward_length")),
@@ -262,9 +278,10 @@ def load_smollm3(meta: Meta):
         bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
         eos_token_id=meta.get("tokenizer.ggml.eos_token_id"),
         pad_token_id=meta.get("tokenizer.ggml.padding_token_id"),
+        **extra,
     )
     torch.manual_seed(0)
-    model = SmolLM3ForCausalLM(config).to(torch.float32)
+    model = model_class(config).to(torch.float32)
     sd = model.state_dict()
     nh, nkv = config.num_attention_heads, config.num_key_value_heads
     with torch.no_grad():
@@ -276,18 +293,24 @@ def load_smollm3(meta: Meta):
                 w = unpermute_rows(w, nkv)
             sd[hf_name(meta, t.name)].copy_(torch.from_numpy(np.ascontiguousarray(w)))
     model.eval()
+    why = f"HF cannot load a {meta.arch} GGUF"
+    if meta.arch == "smollm3":
+        why += (f"; no_rope_layer_interval stays at SmolLM3Config's default {config.no_rope_layer_interval} "
+                "(no GGUF key; llama.cpp fixes n_no_rope_layer_step = 4)")
+    else:
+        why += f"; multipliers from the file: {extra}"
     overrides = {"hf_gguf_loader": {
-        "from": "transformers' GGUF loader (no smollm3 in GGUF_CONFIG_MAPPING)",
-        "to": "SmolLM3ForCausalLM(SmolLM3Config(file's metadata)) + gguf-py-dequantized tensors, Q/K un-permuted",
-        "why": "HF cannot load a smollm3 GGUF; no_rope_layer_interval stays at SmolLM3Config's default "
-               f"{config.no_rope_layer_interval} (no GGUF key; llama.cpp fixes n_no_rope_layer_step = 4)",
+        "from": f"transformers' GGUF loader (no {meta.arch} in GGUF_CONFIG_MAPPING)",
+        "to": f"{model_class.__name__}({config_class.__name__}(file's metadata)) + gguf-py-dequantized tensors, "
+              "Q/K un-permuted",
+        "why": why,
     }}
     return model, overrides
 
 
 def load(path: Path, meta: Meta, fam: dict | None):
-    if meta.arch == "smollm3":
-        return load_smollm3(meta)
+    if meta.arch in ("smollm3", "granite"):
+        return load_by_hand(meta)
     config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
     overrides = {}
     if meta.arch == "gemma3":
@@ -369,7 +392,8 @@ def arch_checks(meta: Meta, model) -> dict:
         np.testing.assert_allclose(inv, want, rtol=1e-6)
         out["rope_theta"] = base
         out["query_scale"] = float(model.model.layers[0].self_attn.scaling)
-        assert abs(out["query_scale"] - hd ** -0.5) < 1e-7
+        want_scale = float(meta.a("attention.scale")) if meta.arch == "granite" else hd ** -0.5
+        assert abs(out["query_scale"] - want_scale) < 1e-7
         out["hidden_act"] = c.hidden_act
         if meta.arch == "qwen2":
             assert model.model.layers[0].self_attn.q_proj.bias is not None
@@ -386,6 +410,13 @@ def arch_checks(meta: Meta, model) -> dict:
             out["no_rope_layers"] = use_rope
             out["layer_types"] = list(c.layer_types)
             assert set(c.layer_types) == {"full_attention"}
+    if meta.arch == "granite":
+        out["embedding_multiplier"] = float(model.model.embedding_multiplier)
+        out["residual_multiplier"] = float(model.model.layers[0].residual_multiplier)
+        out["logits_scaling"] = float(c.logits_scaling)
+        assert out["embedding_multiplier"] == np.float32(meta.a("embedding_scale"))
+        assert out["residual_multiplier"] == np.float32(meta.a("residual_scale"))
+        assert out["logits_scaling"] == np.float32(meta.a("logit_scale"))
     out["rms_norm_eps"] = c.rms_norm_eps
     return out
 
@@ -457,6 +488,25 @@ def sensitivity(meta: Meta, model, fam: dict | None, ids: list[int]) -> dict:
         out["max_abs_logit_change_without_qk_norm"] = float((logits_of(model, ids) - base).abs().max())
         for l, (qn, kn) in zip(layers, saved):
             l.self_attn.q_norm, l.self_attn.k_norm = qn, kn
+    if meta.arch == "granite":
+        # Each multiplier left out (llama's value instead), one at a time.
+        m, layers = model.model, model.model.layers
+        hd = layers[0].self_attn.head_dim
+        for what, get, put, plain in [
+            ("embedding_multiplier", lambda: m.embedding_multiplier,
+             lambda v: setattr(m, "embedding_multiplier", v), 1.0),
+            ("attention_multiplier", lambda: layers[0].self_attn.scaling,
+             lambda v: [setattr(l.self_attn, "scaling", v) for l in layers], hd ** -0.5),
+            ("residual_multiplier", lambda: layers[0].residual_multiplier,
+             lambda v: [setattr(l, "residual_multiplier", v) for l in layers], 1.0),
+            ("logits_scaling", lambda: model.config.logits_scaling,
+             lambda v: setattr(model.config, "logits_scaling", v), 1.0),
+        ]:
+            saved = get()
+            put(plain)
+            out[f"max_abs_logit_change_without_{what}"] = float((logits_of(model, ids) - base).abs().max())
+            put(saved)
+        assert float((logits_of(model, ids) - base).abs().max()) == 0.0
     if meta.arch == "smollm3":
         # RoPE on the NoPE layers too (what a plain llama forward would run).
         layers = model.model.layers

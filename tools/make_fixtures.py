@@ -23,6 +23,8 @@ Families (all: dim 256, 4 query heads, context 256; head_dim 64 except qwen3's 1
              sliding window 8, q/k norms, sandwich norms, tied embeddings
   qwen3      qwen3 arch, Qwen2 BPE vocab, 2 layers, 2 KV heads, head_dim 128 (≠ dim / heads), per-head
              q/k norms, no biases, tied embeddings; laid out as llama.cpp's converter writes it
+  granite    granite arch, smollm3's vocab, 2 layers, 2 KV heads, Q/K permuted, tied, the four
+             granite-3.3-2b multipliers (embedding 12, attention 1/64, residual 0.22, logits ÷ 8)
   smollm3    smollm3 arch, Llama 3 BPE vocab (pre smaug-bpe, no BOS), 4 layers (layer 3 without RoPE), 1 KV head, Q/K
              permuted as llama, tied embeddings; laid out as llama.cpp's converter writes it
   llama-spm-chatml  llama-spm's model and weights (same seed, same bytes per tensor) plus a
@@ -145,6 +147,23 @@ FAMILIES["smollm3"] = dict(
     no_rope_layer_interval=4,
 )
 
+# IBM Granite 3.x dense (HF GraniteForCausalLM), shaped like granite-3.3-2b in miniature: the
+# llama graph (llama.cpp's GraniteModel is a LlamaModel: Q/K permuted, normal RoPE) with its four
+# multipliers at granite-3.3-2b's values: embeddings × 12, attention scores × 1/64 (its
+# head_dim is 64 too, so not 1/√64), each residual branch × 0.22, logits ÷ 8. Tied, GQA 2:1,
+# rms eps 1e-5, rope base 1e4, the Llama-3 vocabulary as smollm3's (the converter's view of
+# the npm files). So that each multiplier matters as llama's weights do, the generator
+# compensates in the weights: Q/K × √8 (scores spread as with 1/√64), W_o / W_down × 12 / 0.22
+# (branches add as much, relative to the 12× embeddings, as llama's do: else each position
+# predicts its own token through the tied embeddings), output_norm centred on 8 (logits
+# spread as llama's).
+FAMILIES["granite"] = dict(
+    COMMON, arch="granite", vocab="smollm3", seed=0x6A417E, n_layer=2, n_head_kv=2, ffn=512,
+    eps=1e-5, rope_base=10000.0, tied=True, qkv_bias=False, permute_qk=True, llama3_rope=None,
+    granite=dict(embedding_multiplier=12.0, attention_multiplier=0.015625, residual_multiplier=0.22,
+                 logits_scaling=8.0),
+)
+
 FAMILIES["llama-spm-chatml"] = dict(FAMILIES["llama-spm"], chat_template=SMOLLM2_CHAT_TEMPLATE)
 
 FIXTURES: list[tuple[str, str]] = [(fam, t) for fam in ("llama-spm", "llama3", "qwen2") for t in FAMILY_TYPES]
@@ -159,6 +178,7 @@ FIXTURES += [("qwen3", "q8_0"), ("qwen3", "q4_k")]
 # SmolLM3 likewise: Q8_0 (the converter's `--outtype q8_0`) and Q4_K (the bulk of its released
 # Q4_K_M files).
 FIXTURES += [("smollm3", "q8_0"), ("smollm3", "q4_k")]
+FIXTURES += [("granite", "q8_0"), ("granite", "q4_k")]
 
 
 def fixture_name(family: str, tname: str) -> str:
@@ -225,6 +245,10 @@ def make_weights(fam: dict, n_vocab: int) -> list[tuple[str, np.ndarray, bool]]:
     """
     ini = Init(fam["seed"])
     d, hd, nh, nkv, ff = fam["dim"], fam["head_dim"], fam["n_head"], fam["n_head_kv"], fam["ffn"]
+    # granite: weights that undo its multipliers' effect on the spreads (see FAMILIES["granite"])
+    g = fam.get("granite")
+    qk_gain = math.sqrt(hd ** -0.5 / g["attention_multiplier"]) if g else 1.0
+    branch_gain = g["embedding_multiplier"] / g["residual_multiplier"] if g else 1.0
     gemma = fam["arch"] == "gemma3"
     out: list[tuple[str, np.ndarray, bool]] = []
 
@@ -264,8 +288,8 @@ def make_weights(fam: dict, n_vocab: int) -> list[tuple[str, np.ndarray, bool]]:
             norm(b + "post_ffw_norm.weight", d, 23.0, 2.0)
         else:
             norm(b + "attn_norm.weight", d)
-            mat(b + "attn_q.weight", nh * hd, d, 0.09, pq)
-            mat(b + "attn_k.weight", nkv * hd, d, 0.09, pk)
+            mat(b + "attn_q.weight", nh * hd, d, 0.09 * qk_gain, pq)
+            mat(b + "attn_k.weight", nkv * hd, d, 0.09 * qk_gain, pk)
             mat(b + "attn_v.weight", nkv * hd, d, 1 / 16)
             if fam.get("qk_norm"):
                 # Qwen3: RMSNorm per head on q and k (weights [head_dim]); after it every head
@@ -276,12 +300,12 @@ def make_weights(fam: dict, n_vocab: int) -> list[tuple[str, np.ndarray, bool]]:
                 out.append((b + "attn_q.bias", ini.normal(b + "attn_q.bias", (nh * hd,), 0.5), False))
                 out.append((b + "attn_k.bias", ini.normal(b + "attn_k.bias", (nkv * hd,), 0.5), False))
                 out.append((b + "attn_v.bias", ini.normal(b + "attn_v.bias", (nkv * hd,), 0.5), False))
-            mat(b + "attn_output.weight", d, nh * hd, 6.0 / 16)
+            mat(b + "attn_output.weight", d, nh * hd, 6.0 / 16 * branch_gain)
             norm(b + "ffn_norm.weight", d)
             mat(b + "ffn_gate.weight", ff, d, 1 / 16)
             mat(b + "ffn_up.weight", ff, d, 1 / 16)
-            mat(b + "ffn_down.weight", d, ff, 6.0 / (0.5 * math.sqrt(ff)))
-    norm("output_norm.weight", d, 0.0 if gemma else 1.0)
+            mat(b + "ffn_down.weight", d, ff, 6.0 / (0.5 * math.sqrt(ff)) * branch_gain)
+    norm("output_norm.weight", d, 0.0 if gemma else (g["logits_scaling"] if g else 1.0))
     if not fam["tied"]:
         out.append(("output.weight", ini.normal("output.weight", (n_vocab, d), 0.6), True))
     return out
@@ -328,7 +352,7 @@ def write_fixture(path: Path, family: str, tname: str, cache: dict) -> None:
     w.add_head_count_kv(fam["n_head_kv"])
     w.add_layer_norm_rms_eps(fam["eps"])
     w.add_rope_freq_base(fam["rope_base"])
-    if arch in ("llama", "smollm3"):
+    if arch in ("llama", "smollm3", "granite"):
         # LlamaModel.set_gguf_parameters writes it (from head_dim or dim / heads).
         w.add_rope_dimension_count(fam["head_dim"])
     if arch in ("gemma3", "qwen3"):
@@ -337,6 +361,13 @@ def write_fixture(path: Path, family: str, tname: str, cache: dict) -> None:
         w.add_value_length(fam["head_dim"])
     if arch == "gemma3":
         w.add_sliding_window(fam["sliding_window"])
+    if arch == "granite":
+        # GraniteModel.set_gguf_parameters: HF's *_multiplier / logits_scaling as *_scale keys.
+        g = fam["granite"]
+        w.add_attention_scale(g["attention_multiplier"])
+        w.add_embedding_scale(g["embedding_multiplier"])
+        w.add_residual_scale(g["residual_multiplier"])
+        w.add_logit_scale(g["logits_scaling"])
     n_vocab = int(_vocab_module().add_vocab(w, fam["vocab"]))
     if fam.get("chat_template"):
         w.add_chat_template(fam["chat_template"])

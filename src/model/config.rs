@@ -16,11 +16,14 @@ pub enum Arch {
     /// SmolLM3: llama (permuted Q/K, normal RoPE) with no RoPE on every 4th layer
     /// ([`Config::uses_rope`]).
     Smollm3,
+    /// IBM Granite (3.x dense): llama with four scalar multipliers on the embeddings, the
+    /// attention scores, each residual branch and the logits.
+    Granite,
     /// Gemma 3: sandwich norms, per-head Q/K norms, GELU-tanh, local/global attention.
     Gemma3,
 }
 
-pub const SUPPORTED_ARCHS: &str = "llama, qwen2, qwen3, smollm3, gemma3";
+pub const SUPPORTED_ARCHS: &str = "llama, qwen2, qwen3, smollm3, granite, gemma3";
 
 impl Arch {
     pub fn name(self) -> &'static str {
@@ -29,6 +32,7 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::Smollm3 => "smollm3",
+            Arch::Granite => "granite",
             Arch::Gemma3 => "gemma3",
         }
     }
@@ -37,8 +41,8 @@ impl Arch {
 /// How RoPE pairs dimensions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RopeStyle {
-    /// Adjacent pairs (2i, 2i+1). llama and smollm3 GGUFs use this because the converter
-    /// permutes Q/K.
+    /// Adjacent pairs (2i, 2i+1). llama, smollm3 and granite GGUFs use this because the
+    /// converter permutes Q/K.
     Normal,
     /// Halves (i, i + d/2), as HF's `rotate_half`. qwen2, qwen3 and gemma3.
     Neox,
@@ -126,8 +130,13 @@ pub struct Config {
     pub activation: Activation,
     /// Multiplier on q·k.
     pub attn_scale: f32,
-    /// Multiplier on the embedding rows (Gemma: √dim).
+    /// Multiplier on the embedding rows (Gemma: √dim; granite: `embedding_scale`).
     pub embed_scale: f32,
+    /// Multiplier on each residual branch (W_o's and W_down's outputs) before it is added:
+    /// granite's `residual_scale`, else 1.
+    pub residual_scale: f32,
+    /// The logits are divided by this: granite's `logit_scale`, else 1.
+    pub logit_scale: f32,
     pub qkv_bias: bool,
     /// A per-head RMSNorm (`blk.N.attn_q_norm` / `attn_k_norm`, `[head_dim]`) on Q and K
     /// before RoPE: gemma3 and qwen3.
@@ -151,6 +160,7 @@ impl Config {
             "qwen2" => Arch::Qwen2,
             "qwen3" => Arch::Qwen3,
             "smollm3" => Arch::Smollm3,
+            "granite" => Arch::Granite,
             "gemma3" => Arch::Gemma3,
             other => return Err(ConfigError::UnsupportedArch(other.to_string())),
         };
@@ -233,6 +243,8 @@ impl Config {
             // `smollm3.rope.freq_base` it takes its general default 10000, as for llama (the
             // converter always writes the key; HF's SmolLM3Config default would be 2e6).
             Arch::Smollm3 => (RopeStyle::Normal, Activation::Silu, 10_000.0),
+            // Granite's converter is a LlamaModel too (permuted Q/K; llama.cpp: normal RoPE).
+            Arch::Granite => (RopeStyle::Normal, Activation::Silu, 10_000.0),
             Arch::Gemma3 => (RopeStyle::Neox, Activation::GeluTanh, 1_000_000.0),
         };
         let rope_base = md.opt_f32(&key("rope.freq_base"))?.unwrap_or(default_base);
@@ -258,7 +270,36 @@ impl Config {
                     (dim as f32).sqrt(),
                 )
             }
+            Arch::Granite => {
+                // llama.cpp (src/models/granite.cpp): 0 or absent means 1/√head_dim resp. 1.
+                let attn = read_multiplier(md, &key("attention.scale"))?;
+                let embed = read_multiplier(md, &key("embedding_scale"))?;
+                (
+                    None,
+                    rope_base,
+                    attn.unwrap_or((head_dim as f32).powf(-0.5)),
+                    embed.unwrap_or(1.0),
+                )
+            }
             _ => (None, rope_base, (head_dim as f32).powf(-0.5), 1.0),
+        };
+        let (residual_scale, logit_scale) = if arch == Arch::Granite {
+            // `granite.logit_scale` is required by llama.cpp (HF `logits_scaling`, which
+            // divides the logits); `granite.residual_scale` is optional (HF
+            // `residual_multiplier`).
+            let logit = read_multiplier(md, &key("logit_scale"))?
+                .ok_or_else(|| MetadataError::Missing(key("logit_scale")))?;
+            let residual = read_multiplier(md, &key("residual_scale"))?.unwrap_or(1.0);
+            // llama.cpp: `rope.scaling.finetuned = false` switches RoPE off on every layer.
+            if md.opt_bool(&key("rope.scaling.finetuned"))? == Some(false) {
+                return Err(ConfigError::NotYet(format!(
+                    "{} = false (granite without RoPE)",
+                    key("rope.scaling.finetuned")
+                )));
+            }
+            (residual, logit)
+        } else {
+            (1.0, 1.0)
         };
 
         let config = Config {
@@ -280,6 +321,8 @@ impl Config {
             activation,
             attn_scale,
             embed_scale,
+            residual_scale,
+            logit_scale,
             qkv_bias: arch == Arch::Qwen2,
             qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3),
             tied_embeddings,
@@ -488,6 +531,19 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+/// A granite multiplier: absent or 0 is `None` (llama.cpp's "unset"), else finite and within
+/// 1e-4..=1e4 (the released models: 0.0078125 to 16), which keeps every product finite.
+fn read_multiplier(md: &crate::gguf::Metadata, key: &str) -> Result<Option<f32>, ConfigError> {
+    match md.opt_f32(key)? {
+        None => Ok(None),
+        Some(0.0) => Ok(None),
+        Some(v) if v.is_finite() && (1e-4..=1e4).contains(&v) => Ok(Some(v)),
+        Some(v) => Err(ConfigError::Invalid(format!(
+            "{key} = {v} is outside 1e-4..=1e4"
+        ))),
     }
 }
 

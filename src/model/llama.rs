@@ -6,7 +6,10 @@
 //! `apply_rotary_pos_emb` where `no_rope_layers[l] == 0`; the plan drops the RoPE kernels there).
 //!
 //! Touvron et al. 2023, "Llama 2"; HF `modeling_llama.py` / `modeling_qwen2.py` /
-//! `modeling_qwen3.py` / `modeling_smollm3.py`.
+//! `modeling_qwen3.py` / `modeling_smollm3.py`. Granite (HF `modeling_granite.py`) is the
+//! llama graph with four multipliers: embeddings × `embedding_multiplier`, q·k ×
+//! `attention_multiplier`, each residual branch × `residual_multiplier`, logits ÷
+//! `logits_scaling`; the products apply the last two as they store.
 //! Pre-norm blocks: h += Attn(RMSNorm(h)); h += W_down(SiLU(W_gate x) ⊙ W_up x) with x = RMSNorm(h).
 
 use crate::gpu::{Binding, StepRecorder};
@@ -23,12 +26,14 @@ pub(crate) fn forward(
 ) -> Result<(), KernelError> {
     let (c, w, s, t) = (&step.model.config, &step.model.weights, step.s, step.t);
     let x = Binding::from(&s.x);
+    // the residual adds (granite scales each branch first)
     let accumulate = MatmulArgs {
-        bias: None,
         accumulate: true,
+        scale: c.residual_scale,
+        ..MatmulArgs::default()
     };
 
-    // token embeddings
+    // token embeddings (× granite's embedding_scale)
     get_rows(
         rec,
         &w.token_embd,
@@ -56,8 +61,9 @@ pub(crate) fn ffn(rec: &mut StepRecorder, step: &Step, l: usize) -> Result<(), K
     let (s, t) = (step.s, step.t);
     let lw = &step.model.weights.layers[l];
     let accumulate = MatmulArgs {
-        bias: None,
         accumulate: true,
+        scale: step.model.config.residual_scale,
+        ..MatmulArgs::default()
     };
     for op in step.plan.ffn_ops(l) {
         match op {

@@ -133,6 +133,8 @@ impl CpuModel {
             if gemma {
                 o = rms_norm(&o, self.w(&b("post_attention_norm.weight")), t, dim, eps);
             }
+            // granite: the branch × residual_scale (1 elsewhere)
+            o.iter_mut().for_each(|v| *v *= c.residual_scale);
             add(&mut x, &o);
             // FFN norm, gated FFN, (+ gemma3 post-norm) and residual
             let xn = rms_norm(&x, self.w(&b("ffn_norm.weight")), t, dim, eps);
@@ -143,6 +145,7 @@ impl CpuModel {
             if gemma {
                 down = rms_norm(&down, self.w(&b("post_ffw_norm.weight")), t, dim, eps);
             }
+            down.iter_mut().for_each(|v| *v *= c.residual_scale);
             add(&mut x, &down);
         }
         // final norm and logits
@@ -150,6 +153,10 @@ impl CpuModel {
         let head = self
             .opt("output.weight")
             .unwrap_or_else(|| self.w("token_embd.weight"));
-        matmul(head, &xn, c.vocab_size as usize, dim, t)
+        let mut logits = matmul(head, &xn, c.vocab_size as usize, dim, t);
+        // granite: ÷ logit_scale (as the GPU product: × its reciprocal)
+        let inv = 1.0 / c.logit_scale;
+        logits.iter_mut().for_each(|v| *v *= inv);
+        logits
     }
 }

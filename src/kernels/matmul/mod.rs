@@ -130,12 +130,25 @@ pub(crate) fn fold(groups: u32, max: u32) -> [u32; 2] {
 }
 
 /// Optional parts of a matmul.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct MatmulArgs<'a> {
     /// bias[N] f32, added to every token's row.
     pub bias: Option<&'a wgpu::Buffer>,
     /// y += x·Wᵀ instead of y = x·Wᵀ (residual adds fused into the producing matmul).
     pub accumulate: bool,
+    /// Multiplies the product (bias included) before it is stored or added: granite's
+    /// residual multiplier on W_o and W_down, and its 1 / logits scaling on the LM head.
+    pub scale: f32,
+}
+
+impl Default for MatmulArgs<'_> {
+    fn default() -> Self {
+        MatmulArgs {
+            bias: None,
+            accumulate: false,
+            scale: 1.0,
+        }
+    }
 }
 
 /// RMSNorm folded into a matmul: `(norm_w[K] f32, eps)`; x is then the raw residual stream.
@@ -166,7 +179,7 @@ pub fn matmul_variant(
     variant: Option<MatmulVariant>,
 ) -> Result<(), KernelError> {
     let bias = args.bias.map(Binding::from);
-    single(rec, w, x, None, y, t, bias, args.accumulate, variant)
+    single(rec, w, x, None, y, t, bias, args, variant)
 }
 
 /// Records y[T, N] (+)= (x · rsqrt(mean(x²) + eps) · norm_w) · w[N, K]ᵀ (+ bias[N]): the
@@ -201,7 +214,7 @@ pub fn matmul_normed_variant(
 ) -> Result<(), KernelError> {
     let bias = args.bias.map(Binding::from);
     let norm = Some((norm_w, eps));
-    single(rec, w, x, norm, y, t, bias, args.accumulate, variant)
+    single(rec, w, x, norm, y, t, bias, args, variant)
 }
 
 /// Records out[T, ffn] = act(x'·w_gateᵀ) ⊙ (x'·w_upᵀ) in one dispatch (per part pair), with
@@ -400,7 +413,17 @@ pub fn matmul_qkv_variant(
     if !qkv_fuses(rec.ctx(), wq, wk, wv, norm.is_some(), bias.is_some()) {
         for i in 0..3 {
             let b = bias.map(|b| b[i].clone());
-            single(rec, weights[i], x, norm, outputs[i], t, b, false, variant)?;
+            single(
+                rec,
+                weights[i],
+                x,
+                norm,
+                outputs[i],
+                t,
+                b,
+                MatmulArgs::default(),
+                variant,
+            )?;
         }
         return Ok(());
     }
@@ -505,7 +528,7 @@ fn single(
     y: &Binding,
     t: u32,
     bias: Option<Binding>,
-    accumulate: bool,
+    args: MatmulArgs,
     variant: Option<MatmulVariant>,
 ) -> Result<(), KernelError> {
     const KERNEL: &str = "matmul";
@@ -536,7 +559,8 @@ fn single(
             k: k as u32,
             t,
             row0: part.first_row as u32,
-            accumulate: accumulate as u32,
+            accumulate: args.accumulate as u32,
+            scale: args.scale,
             eps: norm.map_or(0.0, |n| n.1),
             rows: [rows, 0, 0, 0],
             n: [n as u32, 0, 0, 0],
