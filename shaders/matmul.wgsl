@@ -63,7 +63,7 @@ struct Params {
     rows: vec4<u32>, // rows of W, W1, W2 in this dispatch (a part's rows when split)
     n: vec4<u32>,    // row strides of y, y1, y2 (the whole weights' rows)
     head_dim: u32,   // ROPE_KV
-    _pad0: u32,
+    scale: f32,      // y (+)= scale · (x'·Wᵀ + bias): granite's residual and logit scales, else 1
     _pad1: u32,
     _pad2: u32,
 }
@@ -312,10 +312,7 @@ fn bias_of(m: u32, r: u32) -> f32 {
 // Writes output (t, row) of weight m from its finished dot product `v`.
 fn store(m: u32, t: u32, row: u32, v: f32) {
     let r = p.row0 + row;
-    var out = v + bias_of(m, r);
-    if (p.softcap > 0.0) {
-        out = softcap(out, p.softcap);
-    }
+    let out = v + bias_of(m, r);
 #ifdef QKV
     if (m == 1u) {
         y1[t * p.n.y + r] = out;
@@ -326,11 +323,17 @@ fn store(m: u32, t: u32, row: u32, v: f32) {
         return;
     }
 #endif
+    // granite's multipliers scale the product; gemma2's final soft-cap bends the scaled
+    // logits (no model has both; llama.cpp scales, then caps).
+    var scaled = p.scale * out;
+    if (p.softcap > 0.0) {
+        scaled = softcap(scaled, p.softcap);
+    }
     let i = t * p.n.x + r;
     if (p.accumulate != 0u) {
-        y[i] = y[i] + out;
+        y[i] = y[i] + scaled;
     } else {
-        y[i] = out;
+        y[i] = scaled;
     }
 }
 

@@ -158,11 +158,31 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
     }
     let config = match Config::from_gguf(header) {
         Ok(c) => {
+            // smollm3: which layers attend without positions (layer l when (l + 1) % step == 0)
+            let no_rope = match c.no_rope_layer_step {
+                Some(step) => format!(
+                    ", no RoPE on every {step}th layer (layers {}, {}, …: {} of {})",
+                    step - 1,
+                    2 * step - 1,
+                    c.n_layers / step,
+                    c.n_layers
+                ),
+                None => String::new(),
+            };
+            // granite: its four multipliers, as read (1 / 1/√head_dim where unset)
+            let multipliers = if c.arch == crate::model::Arch::Granite {
+                format!(
+                    ", multipliers: embedding {}, attention {}, residual {}, logits ÷ {}",
+                    c.embed_scale, c.attn_scale, c.residual_scale, c.logit_scale
+                )
+            } else {
+                String::new()
+            };
             rows.push(Row {
                 name: "architecture",
                 status: Status::Ok,
                 detail: format!(
-                    "{}: {} layers, dim {}, heads {}/{} × {}, ffn {}, vocab {}{}{}{}{}",
+                    "{}: {} layers, dim {}, heads {}/{} × {}, ffn {}, vocab {}{}{}{}{}{no_rope}{multipliers}",
                     c.arch.name(),
                     c.n_layers,
                     c.dim,
@@ -171,8 +191,8 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
                     c.head_dim,
                     c.ffn_dim,
                     c.vocab_size,
-                    // what the forward adds to the plain llama graph, so a qwen2/qwen3 file
-                    // shows which of the two it was read as
+                    // what the forward adds to the plain llama graph, so a qwen2/qwen3 (or
+                    // llama/smollm3) file shows which of the two it was read as
                     if c.qkv_bias { ", Q/K/V biases" } else { "" },
                     if c.qk_norm {
                         ", per-head Q/K norms"

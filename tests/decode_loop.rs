@@ -321,6 +321,14 @@ fn gpu_loop_matches_cpu_path_qwen_phi3_and_gemma() {
     }
 }
 
+/// SmolLM3's NoPE layer (layer 3: the KV write without RoPE) through the decode loop.
+#[test]
+fn gpu_loop_matches_cpu_path_smollm3() {
+    let ctx = gpu();
+    let model = Arc::new(load(&ctx, "smollm3-q8_0"));
+    compare(&ctx, &model, Pipeline::Fused, false);
+}
+
 /// An end-of-generation token mid-batch: the model's own greedy sequence with its 10th token
 /// made the EOS id. Both paths stop at its first occurrence, drop it, and leave the same
 /// state; generating on continues identically. Also a context that fills mid-batch.

@@ -68,6 +68,8 @@ struct Case {
     variant: Option<MatmulVariant>,
     bias: bool,
     accumulate: bool,
+    /// MatmulArgs::scale (granite's residual and logit scales): 1 in most cases.
+    scale: f32,
     /// Rows per part when the weight is split (a multiple of 4, see `GpuTensor::rows_per_part`).
     part_rows: Option<usize>,
     /// Soft-cap the outputs in the store (gemma2's LM head), with a cap of a third of the
@@ -85,6 +87,7 @@ impl Case {
             variant,
             bias: false,
             accumulate: false,
+            scale: 1.0,
             part_rows: None,
             softcap: false,
         }
@@ -97,6 +100,13 @@ impl Case {
     }
     fn bias(self) -> Case {
         Case { bias: true, ..self }
+    }
+    /// y (+)= 0.22 · (x·Wᵀ + b) (granite-3.x's residual multiplier).
+    fn scaled(self) -> Case {
+        Case {
+            scale: 0.22,
+            ..self
+        }
     }
     fn accumulate(self) -> Case {
         Case {
@@ -160,10 +170,12 @@ fn run_matmul(case: Case, seed: u64) -> f64 {
         if case.bias {
             *v += bias[i % n];
         }
+        *v *= case.scale;
         if case.accumulate {
             *v += y0[i];
         }
     }
+    // (the soft-capped cases never accumulate: the cap applies to the stored value)
     let cap = case
         .softcap
         .then(|| want.iter().fold(0f32, |m, v| m.max(v.abs())) / 3.0);
@@ -178,6 +190,7 @@ fn run_matmul(case: Case, seed: u64) -> f64 {
         bias: case.bias.then_some(&bb),
         accumulate: case.accumulate,
         softcap: cap,
+        scale: case.scale,
     };
     matmul_variant(
         &mut rec,
@@ -208,13 +221,14 @@ fn run_matmul(case: Case, seed: u64) -> f64 {
     )
     .abs;
     println!(
-        "{:<34} T={:<3} N={:<4} K={:<4} bias={:<5} acc={:<5} cap={cap:<9?} parts={:<2} max|err| {max_err:.2e}",
+        "{:<34} T={:<3} N={:<4} K={:<4} bias={:<5} acc={:<5} cap={cap:<9?} scale={:<4} parts={:<2} max|err| {max_err:.2e}",
         labels[0],
         t,
         n,
         k,
         case.bias,
         case.accumulate,
+        case.scale,
         wt.parts.len()
     );
     max_err
@@ -227,16 +241,20 @@ fn matmul_type(ty: GgmlType) {
         Case::new(ty, 67, 1, Some(MatvecWorkgroup)),
         Case::new(ty, 67, 3, Some(MatvecWorkgroup))
             .bias()
-            .accumulate(),
+            .accumulate()
+            .scaled(),
         Case::new(ty, 67, 2, Some(MatvecWorkgroup)).long(),
         // The longest step the matvec runs (MATVEC_MAX_T: short prompts).
         Case::new(ty, 67, 32, Some(MatvecWorkgroup)).accumulate(),
         Case::new(ty, 67, 1, Some(MatvecRows)),
         Case::new(ty, 67, 3, Some(MatvecRows)).long(),
         Case::new(ty, 67, 17, Some(Tiled)),
-        Case::new(ty, 131, 33, Some(Tiled)).bias().accumulate(),
+        Case::new(ty, 131, 33, Some(Tiled))
+            .bias()
+            .accumulate()
+            .scaled(),
         Case::new(ty, 67, 70, Some(Tiled)).accumulate(), // two token tiles, the last of 6
-        Case::new(ty, 67, 1, None).bias(),
+        Case::new(ty, 67, 1, None).bias().scaled(),
         Case::new(ty, 67, 33, None).accumulate(),
         // Split weights: 67 rows in parts of 12 → 6 parts, the last of 7 rows.
         Case::new(ty, 67, 1, Some(MatvecWorkgroup))
@@ -260,7 +278,8 @@ fn matmul_type(ty: GgmlType) {
             Case::new(ty, 67, 2, Some(MatvecSubgroup)).long(),
             Case::new(ty, 67, 3, Some(MatvecSubgroup))
                 .bias()
-                .accumulate(),
+                .accumulate()
+                .scaled(),
             Case::new(ty, 67, 32, Some(MatvecSubgroup)).bias(),
             Case::new(ty, 67, 1, Some(MatvecSubgroup))
                 .bias()
@@ -268,7 +287,10 @@ fn matmul_type(ty: GgmlType) {
                 .split(12),
             Case::new(ty, 67, 1, Some(MatvecChunk)),
             Case::new(ty, 67, 2, Some(MatvecChunk)).long(),
-            Case::new(ty, 67, 3, Some(MatvecChunk)).bias().accumulate(),
+            Case::new(ty, 67, 3, Some(MatvecChunk))
+                .bias()
+                .accumulate()
+                .scaled(),
             Case::new(ty, 67, 32, Some(MatvecChunk)).accumulate(),
             Case::new(ty, 67, 1, Some(MatvecChunk))
                 .bias()
@@ -287,7 +309,10 @@ fn matmul_type(ty: GgmlType) {
     if ctx().has_coop_gemm() {
         cases.extend([
             Case::new(ty, 67, 17, Some(TiledCoop)),
-            Case::new(ty, 131, 33, Some(TiledCoop)).bias().accumulate(),
+            Case::new(ty, 131, 33, Some(TiledCoop))
+                .bias()
+                .accumulate()
+                .scaled(),
             Case::new(ty, 67, 70, Some(TiledCoop)).accumulate(),
             Case::new(ty, 67, 33, Some(TiledCoop)).softcap(),
             Case::new(ty, 67, 17, Some(TiledCoop))
@@ -610,9 +635,8 @@ fn time_matmul(
         let mut rec = StepRecorder::new(ctx);
         for _ in 0..per_step {
             let args = MatmulArgs {
-                bias: None,
                 accumulate: true,
-                softcap: None,
+                ..MatmulArgs::default()
             };
             matmul_variant(
                 &mut rec,

@@ -224,7 +224,7 @@ fn run_normed(ty: GgmlType, c: Case, seed: u64) -> Err {
     let args = MatmulArgs {
         bias: c.bias.then_some(&bb),
         accumulate: c.accumulate,
-        softcap: None,
+        ..MatmulArgs::default()
     };
     let x_binding = Binding::from(&xb);
     let y_binding = Binding::from(&yb);

@@ -703,9 +703,9 @@ const FFN: u64 = 16;
 const VOCAB: u64 = 12;
 
 impl TinyModel {
-    /// One layer of `arch` ("llama", "qwen2", "qwen3", "gemma2", "gemma3" or "phi3"), all
-    /// F32. phi3: Q/K/V fused in `attn_qkv`, gate/up in `ffn_up`, LongRoPE factors (context
-    /// 64 over 32).
+    /// One layer of `arch` ("llama", "qwen2", "qwen3", "smollm3", "granite", "gemma2", "gemma3"
+    /// or "phi3"), all F32. phi3: Q/K/V fused in `attn_qkv`, gate/up in `ffn_up`, LongRoPE
+    /// factors (context 64 over 32).
     fn new(arch: &str) -> TinyModel {
         let key = |k: &str| format!("{arch}.{k}");
         let kv = vec![
@@ -748,6 +748,11 @@ impl TinyModel {
                 ("blk.0.attn_q_norm.weight".into(), vec![HEAD_DIM]),
                 ("blk.0.attn_k_norm.weight".into(), vec![HEAD_DIM]),
             ]);
+        }
+        let mut kv = kv;
+        if arch == "granite" {
+            // the one granite key llama.cpp requires
+            kv.push((key("logit_scale"), Value::F32(8.0)));
         }
         if arch == "gemma2" || arch == "gemma3" {
             tensors.extend([
@@ -834,7 +839,7 @@ impl TinyModel {
 
 #[test]
 fn tiny_models_are_valid() {
-    for arch in ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"] {
+    for arch in ["llama", "qwen2", "qwen3", "smollm3", "granite", "gemma2", "gemma3", "phi3"] {
         let c = Config::from_gguf(&TinyModel::new(arch).header())
             .unwrap_or_else(|e| panic!("{arch}: {e}"));
         assert_eq!(
@@ -847,7 +852,7 @@ fn tiny_models_are_valid() {
 
 #[test]
 fn missing_required_keys_are_named() {
-    for arch in ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"] {
+    for arch in ["llama", "qwen2", "qwen3", "smollm3", "granite", "gemma2", "gemma3", "phi3"] {
         for key in [
             "general.architecture".to_string(),
             format!("{arch}.block_count"),
@@ -1123,6 +1128,169 @@ fn gemma2_keys_are_read_and_bounded() {
     let pattern_two =
         TinyModel::new("gemma2").set("gemma2.attention.sliding_window_pattern", Value::U32(2));
     assert!(Config::from_gguf(&pattern_two.header()).is_ok());
+}
+
+/// SmolLM3 skips RoPE on every 4th layer. No GGUF key holds the interval (llama.cpp fixes
+/// it at 4), so there is no interval value to get wrong; what a file can say about it is
+/// llama.cpp's per-layer `{arch}.attention.rope_pattern`, which must then agree with the layers
+/// coco rotates, be as long as the model and hold bools. SmolLM3 options coco does not run
+/// (partial RoPE, YaRN for long context, attention biases) are refused as "not yet".
+#[test]
+fn smollm3_nope_layers_and_what_is_refused() {
+    let c = Config::from_gguf(&TinyModel::new("smollm3").header()).expect("smollm3");
+    assert_eq!(c.rope_style, coco::model::RopeStyle::Normal);
+    let rotated: Vec<bool> = (0..8).map(|l| c.uses_rope(l)).collect();
+    assert_eq!(rotated, [true, true, true, false, true, true, true, false]);
+    // the capability report says which layers go without positions
+    let report = check(
+        &TinyModel::new("smollm3").header(),
+        &lavapipe_like_facts(),
+        64,
+    );
+    assert!(
+        report.to_text().contains(
+            "smollm3: 1 layers, dim 8, heads 2/1 × 4, ffn 16, vocab 12, no RoPE on every 4th \
+             layer (layers 3, 7, …: 0 of 1)"
+        ),
+        "{}",
+        report.to_text()
+    );
+    let llama = Config::from_gguf(&TinyModel::new("llama").header()).expect("llama");
+    assert!(
+        (0..8).all(|l| llama.uses_rope(l)),
+        "llama rotates every layer"
+    );
+
+    let pattern = |arch: &str, p: Vec<Value>| {
+        TinyModel::new(arch).set(&format!("{arch}.attention.rope_pattern"), Value::Array(p))
+    };
+    // agrees with the one layer (layer 0 rotates): accepted
+    Config::from_gguf(&pattern("smollm3", vec![Value::Bool(true)]).header())
+        .expect("a rope_pattern that agrees");
+    let cases: Vec<(TinyModel, bool, &[&str])> = vec![
+        (
+            pattern("smollm3", vec![Value::Bool(false)]),
+            true,
+            &["not yet: smollm3.attention.rope_pattern: layer 0 has no RoPE"],
+        ),
+        (
+            pattern("llama", vec![Value::Bool(false)]),
+            true,
+            &["llama.attention.rope_pattern: layer 0 has no RoPE, but llama runs RoPE on every layer"],
+        ),
+        (
+            pattern("smollm3", vec![Value::Bool(true); 2]),
+            false,
+            &["smollm3.attention.rope_pattern has 2 entries for 1 layers"],
+        ),
+        (
+            pattern("smollm3", vec![Value::U32(1)]),
+            false,
+            &["smollm3.attention.rope_pattern", "array of bool"],
+        ),
+        (
+            TinyModel::new("smollm3").set("smollm3.attention.rope_pattern", Value::U32(4)),
+            false,
+            &["smollm3.attention.rope_pattern", "array"],
+        ),
+        (
+            TinyModel::new("smollm3").set("smollm3.rope.dimension_count", Value::U32(2)),
+            true,
+            &["partial RoPE (2 of 4"],
+        ),
+        (
+            TinyModel::new("smollm3")
+                .set("smollm3.rope.scaling.type", Value::String("yarn".into()))
+                .set("smollm3.rope.scaling.factor", Value::F32(2.0)),
+            true,
+            &["RoPE scaling `yarn`"],
+        ),
+    ];
+    for (model, not_yet, needles) in cases {
+        let err = Config::from_gguf(&model.header()).expect_err("refused");
+        assert_eq!(err.is_not_yet(), not_yet, "{err}");
+        for n in needles {
+            assert!(err.to_string().contains(n), "`{n}` not in: {err}");
+        }
+    }
+    let (q, kvw) = (HEADS as u64 * HEAD_DIM, KV_HEADS as u64 * HEAD_DIM);
+    let mut biased = TinyModel::new("smollm3");
+    for (n, d) in [("q", q), ("k", kvw), ("v", kvw)] {
+        biased
+            .tensors
+            .push((format!("blk.0.attn_{n}.bias"), vec![d], GgmlType::F32));
+    }
+    let err = Config::from_gguf(&biased.header()).expect_err("biases refused");
+    assert!(err.to_string().contains("Q/K/V biases on smollm3"), "{err}");
+}
+
+/// Granite's four multipliers: read where present (0 or absent: llama's value, as llama.cpp
+/// reads them), bounded (NaN too, by the same range test; a NaN key cannot be written here:
+/// the harness compares two parses), `logit_scale` required; RoPE switched off is refused.
+#[test]
+fn granite_multipliers_are_read_and_bounded() {
+    let c = Config::from_gguf(&TinyModel::new("granite").header()).expect("granite");
+    assert_eq!(
+        (c.embed_scale, c.attn_scale, c.residual_scale, c.logit_scale),
+        (1.0, 0.5, 1.0, 8.0),
+        "unset multipliers: llama's (attention 1/√head_dim = 1/2)"
+    );
+    let full = TinyModel::new("granite")
+        .set("granite.embedding_scale", Value::F32(12.0))
+        .set("granite.attention.scale", Value::F32(0.015625))
+        .set("granite.residual_scale", Value::F32(0.22))
+        .set("granite.logit_scale", Value::F32(6.0));
+    let c = Config::from_gguf(&full.header()).expect("granite with multipliers");
+    assert_eq!(
+        (c.embed_scale, c.attn_scale, c.residual_scale, c.logit_scale),
+        (12.0, 0.015625, 0.22, 6.0)
+    );
+    assert_eq!(c.rope_style, coco::model::RopeStyle::Normal);
+    let report = check(&full.header(), &lavapipe_like_facts(), 64);
+    assert!(
+        report
+            .to_text()
+            .contains("multipliers: embedding 12, attention 0.015625, residual 0.22, logits ÷ 6"),
+        "{}",
+        report.to_text()
+    );
+    let zero = TinyModel::new("granite").set("granite.residual_scale", Value::F32(0.0));
+    assert_eq!(
+        Config::from_gguf(&zero.header()).unwrap().residual_scale,
+        1.0
+    );
+
+    let msg = TinyModel::new("granite")
+        .without_key("granite.logit_scale")
+        .config_err();
+    assert!(
+        msg.contains("missing metadata key `granite.logit_scale`"),
+        "{msg}"
+    );
+    for (key, v) in [
+        ("granite.residual_scale", Value::F32(-0.22)),
+        ("granite.embedding_scale", Value::F32(1e-6)),
+        ("granite.attention.scale", Value::F32(1e9)),
+        ("granite.logit_scale", Value::F32(f32::INFINITY)),
+    ] {
+        let err = Config::from_gguf(&TinyModel::new("granite").set(key, v).header())
+            .expect_err("refused");
+        assert!(!err.is_not_yet(), "{err}");
+        assert!(err.to_string().contains(&format!("{key} = ")), "{err}");
+        assert!(err.to_string().contains("outside 1e-4..=1e4"), "{err}");
+    }
+    let msg = TinyModel::new("granite")
+        .set("granite.logit_scale", Value::String("8".into()))
+        .config_err();
+    assert!(msg.contains("`granite.logit_scale`"), "{msg}");
+    let err = Config::from_gguf(
+        &TinyModel::new("granite")
+            .set("granite.rope.scaling.finetuned", Value::Bool(false))
+            .header(),
+    )
+    .expect_err("no RoPE refused");
+    assert!(err.is_not_yet(), "{err}");
+    assert!(err.to_string().contains("granite without RoPE"), "{err}");
 }
 
 /// An adapter with lavapipe's limits, for capability checks that need no GPU.

@@ -85,6 +85,9 @@ fn every_step_records_what_the_plan_lists() {
         "qwen3-q4_k",
         "phi3-q8_0",
         "phi3-q4_k",
+        "smollm3-q8_0",
+        "smollm3-q4_k",
+        "granite-q8_0",
         "gemma3-q4_k",
         "gemma3-q8_0",
         "gemma2-q8_0",
@@ -119,14 +122,25 @@ fn fused_decode_step_has_the_promised_fusions() {
         "phi3-q8_0",
         "gemma3-q8_0",
         "gemma2-q8_0",
+        "smollm3-q8_0",
+        "granite-q8_0",
     ] {
         let model = load(&ctx, name);
         let c = &model.config;
         let layers = c.n_layers;
         let l = labels(&ctx, &model, PROMPT, 1, Pipeline::Fused, false);
         let rope = match c.arch {
-            coco::model::Arch::Llama => "normal",
+            coco::model::Arch::Llama | coco::model::Arch::Smollm3 | coco::model::Arch::Granite => {
+                "normal"
+            }
             _ => "neox",
+        };
+        // SmolLM3's NoPE layers (every 4th; the fixture has 4 layers, so layer 3): no RoPE
+        // kernel, Q/K/V in one matvec, then the cache write on its own.
+        let nope = if c.arch == coco::model::Arch::Smollm3 {
+            layers / 4
+        } else {
+            0
         };
         assert_eq!(count(&l, |l| l.starts_with("get_rows")), 1, "{name}");
         assert_eq!(
@@ -143,7 +157,7 @@ fn fused_decode_step_has_the_promised_fusions() {
             count(&l, |l| l.starts_with("rope_") && !l.contains("kv")),
             0
         );
-        assert_eq!(count(&l, |l| l == "attention_kv_write"), 0);
+        assert_eq!(count(&l, |l| l == "attention_kv_write"), nope, "{name}");
         if c.arch == coco::model::Arch::Gemma3 {
             // Q/K norms need whole heads: Q/K/V in one matvec, then the norms with RoPE and
             // the cache write in one; the sandwich norms add into the residual stream.
@@ -174,10 +188,16 @@ fn fused_decode_step_has_the_promised_fusions() {
             assert_eq!(l.len() as u32, 2 + 7 * layers, "{name}: {l:#?}");
         } else {
             let fused = format!("_qkv_rope_{rope}_norm");
-            assert_eq!(count(&l, |l| l.contains(&fused)), layers, "{name}");
+            assert_eq!(count(&l, |l| l.contains(&fused)), layers - nope, "{name}");
             assert_eq!(count(&l, |l| l.starts_with("rope_kv_write")), 0, "{name}");
-            // per layer: qkv+rope, attention, o-proj, glu, down
-            assert_eq!(l.len() as u32, 2 + 5 * layers, "{name}: {l:#?}");
+            assert_eq!(count(&l, |l| l.contains("_qkv_norm")), nope, "{name}");
+            for (i, label) in l.iter().enumerate() {
+                if label == "attention_kv_write" {
+                    assert!(l[i - 1].contains("_qkv_norm"), "{name}: {l:#?}");
+                }
+            }
+            // per layer: qkv+rope, attention, o-proj, glu, down; a NoPE layer adds the write
+            assert_eq!(l.len() as u32, 2 + 5 * layers + nope, "{name}: {l:#?}");
         }
     }
 }

@@ -258,6 +258,34 @@ fn phi3_fixture_matches_hf_mistral_spm_goldens() {
     check_cases("phi3 fixture", &tok, &golden("mistral-spm"));
 }
 
+/// SmolLM3 fixtures carry the Llama 3 vocabulary as llama.cpp's converter writes it from the
+/// npm Llama 3 files (tools/convert_check.py --family smollm3): `pre = smaug-bpe` (the Llama 3
+/// split; the converter's hash of an encoding with no BOS) and `add_bos_token = false`. Their
+/// `tokenizer.*` keys must give HF's Llama 3 ids for every golden string, without the BOS
+/// that the llama3 goldens' upstream template adds.
+#[test]
+fn smollm3_fixture_matches_hf_llama3_goldens_without_bos() {
+    let path = repo().join("tests/fixtures/smollm3-q8_0.gguf");
+    assert!(
+        path.is_file(),
+        "{} is missing: run scripts/fixtures.sh",
+        path.display()
+    );
+    let header = coco::gguf::read_header(&path).unwrap_or_else(|e| panic!("{e}"));
+    let pre = header.metadata.str("tokenizer.ggml.pre").expect("pre");
+    assert_eq!(pre, "smaug-bpe");
+    let tok = Tokenizer::from_gguf(&header.metadata).expect("smollm3 tokenizer");
+    assert_eq!(tok.kind(), "gpt2 (byte-level BPE, pre=smaug-bpe)");
+    assert_eq!(tok.encode("Hi", true, true), tok.encode("Hi", false, true));
+    let mut g = golden("llama3");
+    for case in g["cases"].as_array_mut().expect("cases") {
+        let with = case["ids_with_special"].as_array_mut().expect("ids");
+        assert_eq!(with.first().and_then(|v| v.as_u64()), Some(128000));
+        with.remove(0);
+    }
+    check_cases("smollm3 fixture", &tok, &g);
+}
+
 #[test]
 fn gemma3_matches_hf() {
     check_goldens("gemma3");

@@ -183,6 +183,68 @@ def mistral_spm_dir() -> Path:
     return d
 
 
+def smollm3_config(fam: dict, n_vocab: int):
+    from transformers import SmolLM3Config
+
+    # bos/eos/pad: SmolLM3Config's defaults (128000 / 128001 / 128004); the converter reads
+    # the pad id from config.json.
+    return SmolLM3Config(
+        vocab_size=n_vocab,
+        hidden_size=fam["dim"],
+        intermediate_size=fam["ffn"],
+        num_hidden_layers=fam["n_layer"],
+        num_attention_heads=fam["n_head"],
+        num_key_value_heads=fam["n_head_kv"],
+        max_position_embeddings=fam["ctx"],
+        rms_norm_eps=fam["eps"],
+        rope_parameters={"rope_type": "default", "rope_theta": fam["rope_base"]},
+        no_rope_layer_interval=fam["no_rope_layer_interval"],
+        tie_word_embeddings=fam["tied"],
+        torch_dtype="float32",
+    )
+
+
+def granite_config(fam: dict, n_vocab: int):
+    from transformers import GraniteConfig
+
+    g = fam["granite"]
+    # bos/eos/pad as smollm3's: the vocabulary is the same npm Llama 3 files.
+    return GraniteConfig(
+        vocab_size=n_vocab,
+        hidden_size=fam["dim"],
+        intermediate_size=fam["ffn"],
+        num_hidden_layers=fam["n_layer"],
+        num_attention_heads=fam["n_head"],
+        num_key_value_heads=fam["n_head_kv"],
+        max_position_embeddings=fam["ctx"],
+        rms_norm_eps=fam["eps"],
+        rope_parameters={"rope_type": "default", "rope_theta": fam["rope_base"]},
+        tie_word_embeddings=fam["tied"],
+        embedding_multiplier=g["embedding_multiplier"],
+        attention_multiplier=g["attention_multiplier"],
+        residual_multiplier=g["residual_multiplier"],
+        logits_scaling=g["logits_scaling"],
+        bos_token_id=128000,
+        eos_token_id=128001,
+        pad_token_id=128004,
+        torch_dtype="float32",
+    )
+
+
+def unpermute_qk(fam: dict):
+    """The generator stores Q/K rows permuted, as the converter writes them (LlamaModel.permute);
+    the HF model holds them unpermuted."""
+
+    def to_hf(name: str, arr: np.ndarray) -> np.ndarray:
+        heads = {"attn_q.weight": fam["n_head"], "attn_k.weight": fam["n_head_kv"]}.get(name.split(".", 2)[-1])
+        if not heads:
+            return arr
+        rows = arr.shape[0]
+        return arr.reshape(heads, rows // heads // 2, 2, *arr.shape[1:]).swapaxes(1, 2).reshape(arr.shape)
+
+    return to_hf
+
+
 LLAMA_LIKE_LAYER = {
     "attn_norm.weight": "input_layernorm.weight",
     "attn_q.weight": "self_attn.q_proj.weight",
@@ -242,6 +304,29 @@ SPECS: dict[str, Spec] = {
         # HF Gemma's RMSNorm multiplies by (1 + w); the converter stores w + 1 (the generator's
         # arrays are already the stored form).
         to_hf=lambda name, arr: (arr - np.float32(1.0)).astype(np.float32) if name.endswith("norm.weight") else arr,
+    ),
+    "smollm3": Spec(
+        fixture="smollm3-q8_0",
+        hf_class="SmolLM3ForCausalLM",
+        hf_config=smollm3_config,
+        layer=LLAMA_LIKE_LAYER,
+        top=LLAMA_LIKE_TOP,
+        tokenizer_dir=lambda: vocab.npm_models_dir("llama3"),
+        tokenizer_files=("tokenizer.json", "tokenizer_config.json"),
+        converter_files=("convert_hf_to_gguf.py", "conversion/base.py", "conversion/llama.py"),
+        to_hf=unpermute_qk(make_fixtures.FAMILIES["smollm3"]),
+    ),
+    "granite": Spec(
+        fixture="granite-q8_0",
+        hf_class="GraniteForCausalLM",
+        hf_config=granite_config,
+        layer=LLAMA_LIKE_LAYER,
+        top=LLAMA_LIKE_TOP,
+        tokenizer_dir=lambda: vocab.npm_models_dir("smollm3"),
+        tokenizer_files=("tokenizer.json", "tokenizer_config.json"),
+        converter_files=("convert_hf_to_gguf.py", "conversion/base.py", "conversion/llama.py",
+                         "conversion/granite.py"),
+        to_hf=unpermute_qk(make_fixtures.FAMILIES["granite"]),
     ),
 }
 

@@ -26,6 +26,14 @@ patched and the patch recorded under "config_overrides" (and checked):
     checked against base^(-2i/d) / rope_freqs[i].
   * qwen3: HF's GGUF config map reads no head_dim (key_length) and, without a
     qwen3.vocab_size key, no vocabulary size; both are set from the file.
+  * smollm3: HF's GGUF loader has no smollm3 (transformers 5.24 GGUF_CONFIG_MAPPING);
+    the model is built as SmolLM3ForCausalLM from a SmolLM3Config holding the file's
+    metadata (no_rope_layer_interval left at HF's default 4, llama.cpp's fixed step) and
+    gguf-py's dequantization of every tensor, Q/K un-permuted; recorded under
+    "config_overrides" as "hf_gguf_loader".
+  * granite: likewise no granite in HF's GGUF loader: GraniteForCausalLM from a
+    GraniteConfig with the file's metadata, its four multipliers from
+    granite.embedding_scale / attention.scale / residual_scale / logit_scale.
   * phi3: HF's GGUF loader reads no LongRoPE (it ignores rope_factors_long/short.weight,
     phi3.rope.scaling.original_context_length and .attn_factor); rope_parameters is set to
     rope_type "longrope" with the file's two factor sets (f32 values), original context and
@@ -237,9 +245,10 @@ def check_weights(meta: Meta, model) -> dict:
             skipped.append(t.name)
             continue
         w = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
-        if meta.arch == "llama" and t.name.endswith("attn_q.weight"):
+        permuted = meta.arch in ("llama", "smollm3", "granite")
+        if permuted and t.name.endswith("attn_q.weight"):
             w = unpermute_rows(w, nh)
-        if meta.arch == "llama" and t.name.endswith("attn_k.weight"):
+        if permuted and t.name.endswith("attn_k.weight"):
             w = unpermute_rows(w, nkv)
         if meta.arch in ("gemma2", "gemma3") and t.name.endswith("norm.weight"):
             w = w - np.float32(1.0)
@@ -253,7 +262,73 @@ def check_weights(meta: Meta, model) -> dict:
     return {"tensors_equal_to_gguf": checked, "tensors_not_used_by_hf": skipped}
 
 
+def load_by_hand(meta: Meta):
+    """SmolLM3ForCausalLM / GraniteForCausalLM from the GGUF by hand: HF's GGUF loader knows
+    neither architecture."""
+    import transformers as tf
+
+    if meta.tensor("rope_freqs.weight") is not None or meta.a("rope.scaling.type") is not None:
+        raise SystemExit(f"{meta.arch} with RoPE scaling: not built here")
+    rows = int(meta.tensor("token_embd.weight").shape[1])
+    extra = {}
+    if meta.arch == "granite":
+        extra = dict(
+            embedding_multiplier=float(meta.a("embedding_scale")),
+            attention_multiplier=float(meta.a("attention.scale")),
+            residual_multiplier=float(meta.a("residual_scale")),
+            logits_scaling=float(meta.a("logit_scale")),
+        )
+    config_class, model_class = {
+        "smollm3": (tf.SmolLM3Config, tf.SmolLM3ForCausalLM),
+        "granite": (tf.GraniteConfig, tf.GraniteForCausalLM),
+    }[meta.arch]
+    config = config_class(
+        vocab_size=rows,
+        hidden_size=int(meta.a("embedding_length")),
+        intermediate_size=int(meta.a("feed_forward_length")),
+        num_hidden_layers=int(meta.a("block_count")),
+        num_attention_heads=int(meta.a("attention.head_count")),
+        num_key_value_heads=int(meta.a("attention.head_count_kv")),
+        max_position_embeddings=int(meta.a("context_length")),
+        rms_norm_eps=float(meta.a("attention.layer_norm_rms_epsilon")),
+        rope_parameters={"rope_type": "default", "rope_theta": float(meta.a("rope.freq_base"))},
+        tie_word_embeddings=meta.tensor("output.weight") is None,
+        bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
+        eos_token_id=meta.get("tokenizer.ggml.eos_token_id"),
+        pad_token_id=meta.get("tokenizer.ggml.padding_token_id"),
+        **extra,
+    )
+    torch.manual_seed(0)
+    model = model_class(config).to(torch.float32)
+    sd = model.state_dict()
+    nh, nkv = config.num_attention_heads, config.num_key_value_heads
+    with torch.no_grad():
+        for t in meta.reader.tensors:
+            w = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
+            if t.name.endswith("attn_q.weight"):
+                w = unpermute_rows(w, nh)
+            if t.name.endswith("attn_k.weight"):
+                w = unpermute_rows(w, nkv)
+            sd[hf_name(meta, t.name)].copy_(torch.from_numpy(np.ascontiguousarray(w)))
+    model.eval()
+    why = f"HF cannot load a {meta.arch} GGUF"
+    if meta.arch == "smollm3":
+        why += (f"; no_rope_layer_interval stays at SmolLM3Config's default {config.no_rope_layer_interval} "
+                "(no GGUF key; llama.cpp fixes n_no_rope_layer_step = 4)")
+    else:
+        why += f"; multipliers from the file: {extra}"
+    overrides = {"hf_gguf_loader": {
+        "from": f"transformers' GGUF loader (no {meta.arch} in GGUF_CONFIG_MAPPING)",
+        "to": f"{model_class.__name__}({config_class.__name__}(file's metadata)) + gguf-py-dequantized tensors, "
+              "Q/K un-permuted",
+        "why": why,
+    }}
+    return model, overrides
+
+
 def load(path: Path, meta: Meta, fam: dict | None):
+    if meta.arch in ("smollm3", "granite"):
+        return load_by_hand(meta)
     config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
     overrides = {}
     if meta.arch == "gemma3":
@@ -422,7 +497,8 @@ def arch_checks(meta: Meta, model) -> dict:
         np.testing.assert_allclose(inv, want, rtol=1e-6)
         out["rope_theta"] = base
         out["query_scale"] = float(model.model.layers[0].self_attn.scaling)
-        assert abs(out["query_scale"] - hd ** -0.5) < 1e-7
+        want_scale = float(meta.a("attention.scale")) if meta.arch == "granite" else hd ** -0.5
+        assert abs(out["query_scale"] - want_scale) < 1e-7
         out["hidden_act"] = c.hidden_act
         if meta.arch == "qwen2":
             assert model.model.layers[0].self_attn.q_proj.bias is not None
@@ -432,6 +508,20 @@ def arch_checks(meta: Meta, model) -> dict:
             out["head_dim"] = attn.head_dim
             out["qk_norm"] = f"{type(attn.q_norm).__name__} over head_dim {attn.q_norm.weight.numel()}, eps {attn.q_norm.variance_epsilon}"
             assert attn.q_norm.weight.numel() == hd and attn.k_norm.weight.numel() == hd
+        if meta.arch == "smollm3":
+            use_rope = [int(l.self_attn.use_rope) for l in model.model.layers]
+            assert use_rope == [int((i + 1) % 4 != 0) for i in range(len(use_rope))], use_rope
+            assert 0 in use_rope, "no NoPE layer: the fixture would not show the feature"
+            out["no_rope_layers"] = use_rope
+            out["layer_types"] = list(c.layer_types)
+            assert set(c.layer_types) == {"full_attention"}
+    if meta.arch == "granite":
+        out["embedding_multiplier"] = float(model.model.embedding_multiplier)
+        out["residual_multiplier"] = float(model.model.layers[0].residual_multiplier)
+        out["logits_scaling"] = float(c.logits_scaling)
+        assert out["embedding_multiplier"] == np.float32(meta.a("embedding_scale"))
+        assert out["residual_multiplier"] == np.float32(meta.a("residual_scale"))
+        assert out["logits_scaling"] == np.float32(meta.a("logit_scale"))
     out["rms_norm_eps"] = c.rms_norm_eps
     return out
 
@@ -503,6 +593,34 @@ def sensitivity(meta: Meta, model, fam: dict | None, ids: list[int]) -> dict:
         out["max_abs_logit_change_without_qk_norm"] = float((logits_of(model, ids) - base).abs().max())
         for l, (qn, kn) in zip(layers, saved):
             l.self_attn.q_norm, l.self_attn.k_norm = qn, kn
+    if meta.arch == "granite":
+        # Each multiplier left out (llama's value instead), one at a time.
+        m, layers = model.model, model.model.layers
+        hd = layers[0].self_attn.head_dim
+        for what, get, put, plain in [
+            ("embedding_multiplier", lambda: m.embedding_multiplier,
+             lambda v: setattr(m, "embedding_multiplier", v), 1.0),
+            ("attention_multiplier", lambda: layers[0].self_attn.scaling,
+             lambda v: [setattr(l.self_attn, "scaling", v) for l in layers], hd ** -0.5),
+            ("residual_multiplier", lambda: layers[0].residual_multiplier,
+             lambda v: [setattr(l, "residual_multiplier", v) for l in layers], 1.0),
+            ("logits_scaling", lambda: model.config.logits_scaling,
+             lambda v: setattr(model.config, "logits_scaling", v), 1.0),
+        ]:
+            saved = get()
+            put(plain)
+            out[f"max_abs_logit_change_without_{what}"] = float((logits_of(model, ids) - base).abs().max())
+            put(saved)
+        assert float((logits_of(model, ids) - base).abs().max()) == 0.0
+    if meta.arch == "smollm3":
+        # RoPE on the NoPE layers too (what a plain llama forward would run).
+        layers = model.model.layers
+        saved = [l.self_attn.use_rope for l in layers]
+        for l in layers:
+            l.self_attn.use_rope = 1
+        out["max_abs_logit_change_with_rope_on_nope_layers"] = float((logits_of(model, ids) - base).abs().max())
+        for l, u in zip(layers, saved):
+            l.self_attn.use_rope = u
     if meta.tensor("rope_factors_long.weight") is not None:
         # The long factor set in place of the short one, and no attention factor: what a forward
         # that took the wrong set, or dropped the factor, would give.

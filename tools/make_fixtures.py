@@ -24,6 +24,10 @@ phi3: dim 768, 8 heads of 96, context 1024):
              sliding window 8, q/k norms, sandwich norms, tied embeddings
   qwen3      qwen3 arch, Qwen2 BPE vocab, 2 layers, 2 KV heads, head_dim 128 (≠ dim / heads), per-head
              q/k norms, no biases, tied embeddings; laid out as llama.cpp's converter writes it
+  granite    granite arch, smollm3's vocab, 2 layers, 2 KV heads, Q/K permuted, tied, the four
+             granite-3.3-2b multipliers (embedding 12, attention 1/64, residual 0.22, logits ÷ 8)
+  smollm3    smollm3 arch, Llama 3 BPE vocab (pre smaug-bpe, no BOS), 4 layers (layer 3 without RoPE), 1 KV head, Q/K
+             permuted as llama, tied embeddings; laid out as llama.cpp's converter writes it
   phi3       phi3 arch, Mistral SentencePiece vocab, dim 768, 8 heads x 96 (Phi-3's head size), 4 KV
              heads, 2 layers, fused attn_qkv and gate/up ffn_up, LongRoPE (long/short factor tensors,
              context 1024 over original 512, attention factor), separate output.weight; laid out
@@ -153,6 +157,37 @@ FAMILIES["gemma2"] = dict(
     sliding_window=8, attn_softcap=5.0, final_softcap=30.0,
 )
 
+# SmolLM3 (HF SmolLM3ForCausalLM), shaped like SmolLM3-3B in miniature: the llama graph with no
+# RoPE on every 4th layer (HF `no_rope_layer_interval = 4`: layer i is NoPE when (i + 1) % 4 == 0;
+# llama.cpp fixes `n_no_rope_layer_step = 4` for LLM_ARCH_SMOLLM3 and no GGUF key carries it), so
+# 4 layers make layer 3 the NoPE one. GQA 4:1 like the 3B (16/4 heads), tied embeddings, rms eps
+# 1e-6, rope base 2e6 (SmolLM3Config.default_theta), the Llama-3 vocabulary (as the converter
+# writes it from the npm files: pre smaug-bpe, add_bos false; tools/vocab.py). llama.cpp's converter
+# writes it through its LlamaModel: Q/K rows permuted (ggml's normal RoPE), `rope.dimension_count`
+# and `vocab_size` written (tools/convert_check.py --family smollm3 compares).
+FAMILIES["smollm3"] = dict(
+    COMMON, arch="smollm3", vocab="smollm3", seed=0x5303, n_layer=4, n_head_kv=1, ffn=512,
+    eps=1e-6, rope_base=2000000.0, tied=True, qkv_bias=False, permute_qk=True, llama3_rope=None,
+    no_rope_layer_interval=4,
+)
+
+# IBM Granite 3.x dense (HF GraniteForCausalLM), shaped like granite-3.3-2b in miniature: the
+# llama graph (llama.cpp's GraniteModel is a LlamaModel: Q/K permuted, normal RoPE) with its four
+# multipliers at granite-3.3-2b's values: embeddings × 12, attention scores × 1/64 (its
+# head_dim is 64 too, so not 1/√64), each residual branch × 0.22, logits ÷ 8. Tied, GQA 2:1,
+# rms eps 1e-5, rope base 1e4, the Llama-3 vocabulary as smollm3's (the converter's view of
+# the npm files). So that each multiplier matters as llama's weights do, the generator
+# compensates in the weights: Q/K × √8 (scores spread as with 1/√64), W_o / W_down × 12 / 0.22
+# (branches add as much, relative to the 12× embeddings, as llama's do: else each position
+# predicts its own token through the tied embeddings), output_norm centred on 8 (logits
+# spread as llama's).
+FAMILIES["granite"] = dict(
+    COMMON, arch="granite", vocab="smollm3", seed=0x6A417E, n_layer=2, n_head_kv=2, ffn=512,
+    eps=1e-5, rope_base=10000.0, tied=True, qkv_bias=False, permute_qk=True, llama3_rope=None,
+    granite=dict(embedding_multiplier=12.0, attention_multiplier=0.015625, residual_multiplier=0.22,
+                 logits_scaling=8.0),
+)
+
 FAMILIES["llama-spm-chatml"] = dict(FAMILIES["llama-spm"], chat_template=SMOLLM2_CHAT_TEMPLATE)
 
 # Phi-3 / Phi-3.5-mini in miniature: head_dim 96 as the real models (dim 768 = 8 heads x 96, a
@@ -187,6 +222,10 @@ FIXTURES += [("qwen3", "q8_0"), ("qwen3", "q4_k")]
 FIXTURES += [("phi3", "q8_0"), ("phi3", "q4_k")]
 # Gemma 2 likewise: the converter's Q8_0 and the K-quant the released GGUFs' bulk carries.
 FIXTURES += [("gemma2", "q8_0"), ("gemma2", "q4_k")]
+# SmolLM3 likewise: Q8_0 (the converter's `--outtype q8_0`) and Q4_K (the bulk of its released
+# Q4_K_M files).
+FIXTURES += [("smollm3", "q8_0"), ("smollm3", "q4_k")]
+FIXTURES += [("granite", "q8_0"), ("granite", "q4_k")]
 
 
 def fixture_name(family: str, tname: str) -> str:
@@ -253,6 +292,10 @@ def make_weights(fam: dict, n_vocab: int) -> list[tuple[str, np.ndarray, bool]]:
     """
     ini = Init(fam["seed"])
     d, hd, nh, nkv, ff = fam["dim"], fam["head_dim"], fam["n_head"], fam["n_head_kv"], fam["ffn"]
+    # granite: weights that undo its multipliers' effect on the spreads (see FAMILIES["granite"])
+    g = fam.get("granite")
+    qk_gain = math.sqrt(hd ** -0.5 / g["attention_multiplier"]) if g else 1.0
+    branch_gain = g["embedding_multiplier"] / g["residual_multiplier"] if g else 1.0
     gemma = fam["arch"] in ("gemma2", "gemma3")
     qk_std = 1 / 8 if fam["arch"] == "gemma2" else 1 / 16
     out: list[tuple[str, np.ndarray, bool]] = []
@@ -313,8 +356,8 @@ def make_weights(fam: dict, n_vocab: int) -> list[tuple[str, np.ndarray, bool]]:
             mat(b + "ffn_down.weight", d, ff, 6.0 / (0.5 * math.sqrt(ff)))
         else:
             norm(b + "attn_norm.weight", d)
-            mat(b + "attn_q.weight", nh * hd, d, 0.09, pq)
-            mat(b + "attn_k.weight", nkv * hd, d, 0.09, pk)
+            mat(b + "attn_q.weight", nh * hd, d, 0.09 * qk_gain, pq)
+            mat(b + "attn_k.weight", nkv * hd, d, 0.09 * qk_gain, pk)
             mat(b + "attn_v.weight", nkv * hd, d, 1 / 16)
             if fam.get("qk_norm"):
                 # Qwen3: RMSNorm per head on q and k (weights [head_dim]); after it every head
@@ -325,12 +368,12 @@ def make_weights(fam: dict, n_vocab: int) -> list[tuple[str, np.ndarray, bool]]:
                 out.append((b + "attn_q.bias", ini.normal(b + "attn_q.bias", (nh * hd,), 0.5), False))
                 out.append((b + "attn_k.bias", ini.normal(b + "attn_k.bias", (nkv * hd,), 0.5), False))
                 out.append((b + "attn_v.bias", ini.normal(b + "attn_v.bias", (nkv * hd,), 0.5), False))
-            mat(b + "attn_output.weight", d, nh * hd, 6.0 / 16)
+            mat(b + "attn_output.weight", d, nh * hd, 6.0 / 16 * branch_gain)
             norm(b + "ffn_norm.weight", d)
             mat(b + "ffn_gate.weight", ff, d, 1 / 16)
             mat(b + "ffn_up.weight", ff, d, 1 / 16)
-            mat(b + "ffn_down.weight", d, ff, 6.0 / (0.5 * math.sqrt(ff)))
-    norm("output_norm.weight", d, 0.0 if gemma else 1.0)
+            mat(b + "ffn_down.weight", d, ff, 6.0 / (0.5 * math.sqrt(ff)) * branch_gain)
+    norm("output_norm.weight", d, 0.0 if gemma else (g["logits_scaling"] if g else 1.0))
     if not fam["tied"]:
         out.append(("output.weight", ini.normal("output.weight", (n_vocab, d), 0.6), True))
     return out
@@ -379,7 +422,7 @@ def write_fixture(path: Path, family: str, tname: str, cache: dict) -> None:
     if arch != "gemma2":
         # llama.cpp's Gemma2Model.set_gguf_parameters writes no rope.freq_base.
         w.add_rope_freq_base(fam["rope_base"])
-    if arch in ("llama", "phi3"):
+    if arch in ("llama", "phi3", "smollm3", "granite"):
         w.add_rope_dimension_count(fam["head_dim"])
     if arch == "phi3":
         # Phi3MiniModel.set_gguf_parameters / generate_extra_tensors
@@ -400,6 +443,13 @@ def write_fixture(path: Path, family: str, tname: str, cache: dict) -> None:
         w.add_attn_logit_softcapping(fam["attn_softcap"])
         w.add_final_logit_softcapping(fam["final_softcap"])
         w.add_sliding_window(fam["sliding_window"])
+    if arch == "granite":
+        # GraniteModel.set_gguf_parameters: HF's *_multiplier / logits_scaling as *_scale keys.
+        g = fam["granite"]
+        w.add_attention_scale(g["attention_multiplier"])
+        w.add_embedding_scale(g["embedding_multiplier"])
+        w.add_residual_scale(g["residual_multiplier"])
+        w.add_logit_scale(g["logits_scaling"])
     n_vocab = int(_vocab_module().add_vocab(w, fam["vocab"]))
     if fam.get("chat_template"):
         w.add_chat_template(fam["chat_template"])

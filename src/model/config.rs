@@ -16,6 +16,12 @@ pub enum Arch {
     /// Gemma 2: sandwich norms, GELU-tanh, sliding and global layers alternating, attention
     /// and final logit soft-capping; no per-head Q/K norms.
     Gemma2,
+    /// SmolLM3: llama (permuted Q/K, normal RoPE) with no RoPE on every 4th layer
+    /// ([`Config::uses_rope`]).
+    Smollm3,
+    /// IBM Granite (3.x dense): llama with four scalar multipliers on the embeddings, the
+    /// attention scores, each residual branch and the logits.
+    Granite,
     /// Gemma 3: sandwich norms, per-head Q/K norms, GELU-tanh, local/global attention.
     Gemma3,
     /// Phi-3 / Phi-3.5 (llama.cpp `LLM_ARCH_PHI3`, HF `Phi3ForCausalLM`): llama's graph with
@@ -25,7 +31,7 @@ pub enum Arch {
     Phi3,
 }
 
-pub const SUPPORTED_ARCHS: &str = "llama, qwen2, qwen3, gemma2, gemma3, phi3";
+pub const SUPPORTED_ARCHS: &str = "llama, qwen2, qwen3, smollm3, granite, gemma2, gemma3, phi3";
 
 impl Arch {
     pub fn name(self) -> &'static str {
@@ -34,6 +40,8 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::Gemma2 => "gemma2",
+            Arch::Smollm3 => "smollm3",
+            Arch::Granite => "granite",
             Arch::Gemma3 => "gemma3",
             Arch::Phi3 => "phi3",
         }
@@ -49,7 +57,8 @@ impl Arch {
 /// How RoPE pairs dimensions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RopeStyle {
-    /// Adjacent pairs (2i, 2i+1). llama GGUFs use this because the converter permutes Q/K.
+    /// Adjacent pairs (2i, 2i+1). llama, smollm3 and granite GGUFs use this because the
+    /// converter permutes Q/K.
     Normal,
     /// Halves (i, i + d/2), as HF's `rotate_half`. qwen2, qwen3 and gemma3.
     Neox,
@@ -160,8 +169,13 @@ pub struct Config {
     pub activation: Activation,
     /// Multiplier on q·k.
     pub attn_scale: f32,
-    /// Multiplier on the embedding rows (Gemma: √dim).
+    /// Multiplier on the embedding rows (Gemma: √dim; granite: `embedding_scale`).
     pub embed_scale: f32,
+    /// Multiplier on each residual branch (W_o's and W_down's outputs) before it is added:
+    /// granite's `residual_scale`, else 1.
+    pub residual_scale: f32,
+    /// The logits are divided by this: granite's `logit_scale`, else 1.
+    pub logit_scale: f32,
     pub qkv_bias: bool,
     /// A per-head RMSNorm (`blk.N.attn_q_norm` / `attn_k_norm`, `[head_dim]`) on Q and K
     /// before RoPE: gemma3 and qwen3.
@@ -181,6 +195,8 @@ pub struct Config {
     /// folds a² into [`Config::attn_scale`] instead of touching the RoPE kernels; exact
     /// because RoPE rotates every dimension (partial RoPE is refused) and V is not rotated.
     pub rope_attn_factor: f32,
+    /// SmolLM3: layer l runs without RoPE ("NoPE") when (l + 1) is a multiple of this.
+    pub no_rope_layer_step: Option<u32>,
 }
 
 impl Config {
@@ -194,6 +210,8 @@ impl Config {
             "qwen2" => Arch::Qwen2,
             "qwen3" => Arch::Qwen3,
             "gemma2" => Arch::Gemma2,
+            "smollm3" => Arch::Smollm3,
+            "granite" => Arch::Granite,
             "gemma3" => Arch::Gemma3,
             "phi3" => Arch::Phi3,
             other => return Err(ConfigError::UnsupportedArch(other.to_string())),
@@ -285,6 +303,13 @@ impl Config {
             // HF Gemma2Config: rope_theta 10000; llama.cpp's converter writes no
             // `gemma2.rope.freq_base`, so the released files rely on this default.
             Arch::Gemma2 => (RopeStyle::Neox, Activation::GeluTanh, 10_000.0),
+            // llama.cpp runs LLM_ARCH_SMOLLM3 with normal RoPE (llama_model_rope_type) because
+            // its converter (SmolLM3Model, a LlamaModel) permutes Q/K as for llama; without
+            // `smollm3.rope.freq_base` it takes its general default 10000, as for llama (the
+            // converter always writes the key; HF's SmolLM3Config default would be 2e6).
+            Arch::Smollm3 => (RopeStyle::Normal, Activation::Silu, 10_000.0),
+            // Granite's converter is a LlamaModel too (permuted Q/K; llama.cpp: normal RoPE).
+            Arch::Granite => (RopeStyle::Normal, Activation::Silu, 10_000.0),
             Arch::Gemma3 => (RopeStyle::Neox, Activation::GeluTanh, 1_000_000.0),
             // llama.cpp runs LLM_ARCH_PHI3 with NeoX RoPE (HF Phi3 `rotate_half`); the
             // converter does not permute Q/K. HF Phi3Config: rope_theta 10000.
@@ -332,6 +357,17 @@ impl Config {
                     10_000.0,
                     scalar.powf(-0.5),
                     (dim as f32).sqrt(),
+                )
+            }
+            Arch::Granite => {
+                // llama.cpp (src/models/granite.cpp): 0 or absent means 1/√head_dim resp. 1.
+                let attn = read_multiplier(md, &key("attention.scale"))?;
+                let embed = read_multiplier(md, &key("embedding_scale"))?;
+                (
+                    None,
+                    rope_base,
+                    attn.unwrap_or((head_dim as f32).powf(-0.5)),
+                    embed.unwrap_or(1.0),
                 )
             }
             // Phi-3 configs carry `sliding_window` (2047 for Phi-3-mini-4k), written as
@@ -389,6 +425,24 @@ impl Config {
         };
         let (long_rope, rope_attn_factor) = read_long_rope(header, arch, context_length)?;
         let attn_scale = attn_scale * rope_attn_factor * rope_attn_factor;
+        let (residual_scale, logit_scale) = if arch == Arch::Granite {
+            // `granite.logit_scale` is required by llama.cpp (HF `logits_scaling`, which
+            // divides the logits); `granite.residual_scale` is optional (HF
+            // `residual_multiplier`).
+            let logit = read_multiplier(md, &key("logit_scale"))?
+                .ok_or_else(|| MetadataError::Missing(key("logit_scale")))?;
+            let residual = read_multiplier(md, &key("residual_scale"))?.unwrap_or(1.0);
+            // llama.cpp: `rope.scaling.finetuned = false` switches RoPE off on every layer.
+            if md.opt_bool(&key("rope.scaling.finetuned"))? == Some(false) {
+                return Err(ConfigError::NotYet(format!(
+                    "{} = false (granite without RoPE)",
+                    key("rope.scaling.finetuned")
+                )));
+            }
+            (residual, logit)
+        } else {
+            (1.0, 1.0)
+        };
 
         let config = Config {
             arch,
@@ -412,6 +466,8 @@ impl Config {
             activation,
             attn_scale,
             embed_scale,
+            residual_scale,
+            logit_scale,
             qkv_bias: arch == Arch::Qwen2,
             qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3),
             post_norms: arch.is_gemma(),
@@ -419,7 +475,13 @@ impl Config {
             rope_freq_factors: header.tensor("rope_freqs.weight").is_some(),
             long_rope,
             rope_attn_factor,
+            // No GGUF key carries the interval: llama.cpp's converter writes none of HF's
+            // `no_rope_layers` / `no_rope_layer_interval`, and llama.cpp fixes
+            // `n_no_rope_layer_step = 4` for LLM_ARCH_SMOLLM3 (src/models/smollm3.cpp), which is
+            // HF SmolLM3Config's default: `no_rope_layers[i] = int((i + 1) % 4 != 0)`.
+            no_rope_layer_step: (arch == Arch::Smollm3).then_some(4),
         };
+        config.check_rope_pattern(header, &key("attention.rope_pattern"))?;
         config.check_tensors(header)?;
         Ok(config)
     }
@@ -430,6 +492,13 @@ impl Config {
     /// sliding when (i + 1) % 2 != 0; llama.cpp's swa pattern 2).
     pub fn is_sliding_layer(&self, layer: u32) -> bool {
         self.sliding_period > 0 && !(layer + 1).is_multiple_of(self.sliding_period)
+    }
+
+    /// Whether `layer` rotates Q and K. SmolLM3's NoPE layers (every 4th: 3, 7, …) attend
+    /// without positions (HF `SmolLM3Attention.use_rope`; llama.cpp `use_rope`).
+    pub fn uses_rope(&self, layer: u32) -> bool {
+        self.no_rope_layer_step
+            .is_none_or(|step| !(layer + 1).is_multiple_of(step))
     }
 
     /// The attention window for `layer`: 0 = full causal attention.
@@ -491,6 +560,43 @@ impl Config {
     /// KV cache bytes for `context` positions (f32 K and V for every layer).
     pub fn kv_cache_bytes(&self, context: u32) -> u64 {
         2 * self.n_layers as u64 * self.kv_layer_bytes(context)
+    }
+
+    /// `{arch}.attention.rope_pattern` (llama.cpp's LLM_KV_ATTENTION_ROPE_PATTERN: one bool per
+    /// layer, true = RoPE; its converter writes it from HF's `no_rope_layers` for granite_swa,
+    /// for no architecture coco runs). A file that has one must agree with the layers the
+    /// forward rotates ([`Config::uses_rope`]), or its pattern would be silently ignored.
+    fn check_rope_pattern(&self, header: &Header, key: &str) -> Result<(), ConfigError> {
+        if !header.metadata.contains(key) {
+            return Ok(());
+        }
+        let values = header.metadata.array(key)?;
+        if values.len() != self.n_layers as usize {
+            return Err(ConfigError::Invalid(format!(
+                "{key} has {} entries for {} layers",
+                values.len(),
+                self.n_layers
+            )));
+        }
+        for (l, v) in values.iter().enumerate() {
+            let rope = v.as_bool().ok_or_else(|| MetadataError::WrongType {
+                key: key.to_string(),
+                expected: "array of bool",
+                found: v.type_name(),
+            })?;
+            if rope != self.uses_rope(l as u32) {
+                let runs = match self.no_rope_layer_step {
+                    Some(step) => format!("every layer but each {step}th"),
+                    None => "every layer".to_string(),
+                };
+                return Err(ConfigError::NotYet(format!(
+                    "{key}: layer {l} {} RoPE, but {} runs RoPE on {runs}",
+                    if rope { "has" } else { "has no" },
+                    self.arch.name()
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Checks every tensor the forward pass reads: present, and shaped as the config says.
@@ -616,6 +722,19 @@ fn gemma2_query_scalar(
             "gemma2 query scale: head size {head_dim} ≠ dim / heads {per_head} on a \
              {n_layers}-layer model, and the file doesn't say which one HF's \
              query_pre_attn_scalar is (known: 26 and 42 layers head size, 46 layers dim / heads)"
+        ))),
+    }
+}
+
+/// A granite multiplier: absent or 0 is `None` (llama.cpp's "unset"), else finite and within
+/// 1e-4..=1e4 (the released models: 0.0078125 to 16), which keeps every product finite.
+fn read_multiplier(md: &crate::gguf::Metadata, key: &str) -> Result<Option<f32>, ConfigError> {
+    match md.opt_f32(key)? {
+        None => Ok(None),
+        Some(0.0) => Ok(None),
+        Some(v) if v.is_finite() && (1e-4..=1e4).contains(&v) => Ok(Some(v)),
+        Some(v) => Err(ConfigError::Invalid(format!(
+            "{key} = {v} is outside 1e-4..=1e4"
         ))),
     }
 }

@@ -1,13 +1,18 @@
 //! Llama-family forward pass (Llama 2/3.x, Mistral, TinyLlama, SmolLM2), Qwen2 (the same
 //! graph plus Q/K/V biases and NeoX RoPE) and Qwen3 (NeoX RoPE, no biases, and a per-head
 //! RMSNorm on Q and K before RoPE, with its own `[head_dim]` weights: HF `Qwen3Attention`
-//! applies `q_norm` / `k_norm` to `q_proj(x)` viewed as `[.., heads, head_dim]`), and Phi-3
+//! applies `q_norm` / `k_norm` to `q_proj(x)` viewed as `[.., heads, head_dim]`), Phi-3
 //! (NeoX RoPE with LongRoPE factors; its fused `qkv_proj` / `gate_up_proj` tensors are split
 //! into separate Q/K/V and gate/up weights at load, `weights::fused_pieces`, so the graph is
-//! llama's).
+//! llama's), and SmolLM3 (llama with no RoPE on every 4th layer: HF `SmolLM3Attention` skips
+//! `apply_rotary_pos_emb` where `no_rope_layers[l] == 0`; the plan drops the RoPE kernels there).
 //!
 //! Touvron et al. 2023, "Llama 2"; HF `modeling_llama.py` / `modeling_qwen2.py` /
-//! `modeling_qwen3.py` / `modeling_phi3.py`.
+//! `modeling_qwen3.py` / `modeling_phi3.py` / `modeling_smollm3.py`. Granite (HF
+//! `modeling_granite.py`) is the llama graph with four multipliers: embeddings ×
+//! `embedding_multiplier`, q·k × `attention_multiplier`, each residual branch ×
+//! `residual_multiplier`, logits ÷ `logits_scaling`; the products apply the last two as they
+//! store.
 //! Pre-norm blocks: h += Attn(RMSNorm(h)); h += W_down(SiLU(W_gate x) ⊙ W_up x) with x = RMSNorm(h).
 
 use crate::gpu::{Binding, StepRecorder};
@@ -24,13 +29,14 @@ pub(crate) fn forward(
 ) -> Result<(), KernelError> {
     let (c, w, s, t) = (&step.model.config, &step.model.weights, step.s, step.t);
     let x = Binding::from(&s.x);
+    // the residual adds (granite scales each branch first)
     let accumulate = MatmulArgs {
-        bias: None,
         accumulate: true,
-        softcap: None,
+        scale: c.residual_scale,
+        ..MatmulArgs::default()
     };
 
-    // token embeddings
+    // token embeddings (× granite's embedding_scale)
     get_rows(
         rec,
         &w.token_embd,
@@ -40,8 +46,8 @@ pub(crate) fn forward(
         c.embed_scale,
     )?;
     for (l, lw) in w.layers.iter().enumerate() {
-        // attention RMSNorm, Q/K/V (+ qwen2 biases), qwen3's per-head Q/K norms, RoPE,
-        // KV-cache write, causal attention
+        // attention RMSNorm, Q/K/V (+ qwen2 biases), qwen3's per-head Q/K norms, RoPE (none
+        // on smollm3's NoPE layers), KV-cache write, causal attention
         attention_block(rec, step, l as u32)?;
         // output projection, added into the residual stream
         matmul(rec, &lw.wo, &Binding::from(&s.attn), &x, t, accumulate)?;
@@ -58,9 +64,9 @@ pub(crate) fn ffn(rec: &mut StepRecorder, step: &Step, l: usize) -> Result<(), K
     let (s, t) = (step.s, step.t);
     let lw = &step.model.weights.layers[l];
     let accumulate = MatmulArgs {
-        bias: None,
         accumulate: true,
-        softcap: None,
+        scale: step.model.config.residual_scale,
+        ..MatmulArgs::default()
     };
     for op in step.plan.ffn_ops(l) {
         match op {

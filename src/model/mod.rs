@@ -1,6 +1,6 @@
 //! Model descriptions: typed configs per architecture, the GPU weights, and one readable
-//! forward pass per architecture family (`llama.rs` also serves qwen2, qwen3 and phi3;
-//! `gemma.rs` serves gemma2 and gemma3).
+//! forward pass per architecture family (`llama.rs` also serves qwen2, qwen3, phi3, smollm3
+//! and granite; `gemma.rs` serves gemma2 and gemma3).
 //! Each forward lists its kernel calls in model order and writes into buffers that the
 //! session preallocated. Which fused form each call takes (norm folded, Q/K/V in one, RoPE in
 //! the matvec, split attention, …) is the session's [`Plan`] (`plan.rs`), decided once from
@@ -63,7 +63,7 @@ pub fn forward(
         plan,
     };
     match model.config.arch {
-        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 => {
+        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 | Arch::Smollm3 | Arch::Granite => {
             llama::forward(rec, &step, logits_for)
         }
         Arch::Gemma2 | Arch::Gemma3 => gemma::forward(rec, &step, logits_for),
@@ -74,7 +74,9 @@ pub fn forward(
 /// `Session::set_megakernel` runs through both paths to compare them.
 pub(crate) fn ffn(rec: &mut StepRecorder, step: &Step, l: usize) -> Result<(), KernelError> {
     match step.model.config.arch {
-        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 => llama::ffn(rec, step, l),
+        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 | Arch::Smollm3 | Arch::Granite => {
+            llama::ffn(rec, step, l)
+        }
         Arch::Gemma2 | Arch::Gemma3 => gemma::ffn(rec, step, l),
     }
 }
@@ -82,6 +84,13 @@ pub(crate) fn ffn(rec: &mut StepRecorder, step: &Step, l: usize) -> Result<(), K
 /// Whether every layer's FFN can run as the megakernel on this device; `Err` names the first
 /// layer that can't, and why.
 pub fn megakernel_support(model: &Model, ctx: &crate::gpu::GpuContext) -> Result<(), String> {
+    // The megakernel adds W_down's output into the residual stream as it is.
+    if model.config.residual_scale != 1.0 {
+        return Err(format!(
+            "the residual multiplier ({}) is not in the megakernel",
+            model.config.residual_scale
+        ));
+    }
     for (l, lw) in model.weights.layers.iter().enumerate() {
         let post_norm = lw.post_ffn_norm.is_some();
         can_use_megakernel(ctx, &lw.w_gate, &lw.w_up, &lw.w_down, post_norm)
@@ -263,8 +272,7 @@ pub(crate) fn attention_block(
                 for (w, out, b) in [(wq, &q, &bq), (wk, &k, &bk), (wv, &v, &bv)] {
                     let args = MatmulArgs {
                         bias: b.as_ref().map(|b| &b.buffer),
-                        accumulate: false,
-                        softcap: None,
+                        ..MatmulArgs::default()
                     };
                     if folded {
                         matmul_normed(rec, w, &x, norm.0, norm.1, out, t, args)?;
@@ -328,9 +336,11 @@ pub(crate) fn lm_head(
     let norm_w = w.output_norm.vector();
     let xn = rows_of(&s.xn, 0, rows, c.dim);
     // gemma2: logits ← cap·tanh(logits / cap) as the product stores them, before anything
-    // samples them (the plan's `final_softcap`)
+    // samples them (the plan's `final_softcap`); granite divides the logits by its
+    // logit_scale, in the same store
     let head = MatmulArgs {
         softcap: step.plan.final_softcap,
+        scale: 1.0 / c.logit_scale,
         ..MatmulArgs::default()
     };
     for op in step.plan.head_ops() {

@@ -6,7 +6,9 @@
 //! Every structural choice the forward makes is made here, with its reason: norm folded or
 //! not, Q/K/V in one dispatch or three, RoPE and the KV write in the matvec, the per-head Q/K
 //! norms (gemma3, qwen3) folded into the RoPE kernel, gate/up + activation in one dispatch,
-//! the FFN megakernel, the LM head's norm (and gemma2's final logit soft-cap in its store). Two choices depend on the step itself, so the plan holds
+//! the FFN megakernel, the LM head's norm (and gemma2's final logit soft-cap in its store),
+//! and which layers skip RoPE (SmolLM3's NoPE layers write K/V to the cache as they come out
+//! of the products). Two choices depend on the step itself, so the plan holds
 //! their rule and the forward asks it per step: whether a step is a matvec step (its token
 //! count; [`matvec_max_t`]) and whether attention splits its keys (the step's rows and
 //! context; [`attention::plan`]). [`Plan::layer_ops`] is the list a layer's forward runs,
@@ -131,6 +133,9 @@ pub struct LayerPlan {
     pub post_norms: bool,
     /// Sliding-window size (0: full causal attention).
     pub window: u32,
+    /// RoPE on q and k; `false` on SmolLM3's NoPE layers, whose Q/K/V products are followed
+    /// by the KV-cache write alone ([`Op::KvWrite`]).
+    pub rope: bool,
 }
 
 /// The plan of one session; see the module docs.
@@ -215,8 +220,11 @@ impl Plan {
                     }
                 };
                 let has_qk_norm = lw.q_norm.is_some() && lw.k_norm.is_some();
+                let uses_rope = c.uses_rope(l as u32);
                 let qkv_rope = if !fused {
                     Choice::no("unfused pipeline")
+                } else if !uses_rope {
+                    Choice::no("a layer without RoPE (NoPE)")
                 } else if has_qk_norm {
                     Choice::no("the per-head Q/K norm needs a whole head's sums")
                 } else if qkv_rope_fits(ctx, &lw.wq, &lw.wk, &lw.wv, true, biases, rope) {
@@ -239,6 +247,8 @@ impl Plan {
                 let qk_norm = has_qk_norm.then(|| {
                     if !fused {
                         Choice::no("unfused pipeline")
+                    } else if !uses_rope {
+                        Choice::no("no RoPE kernel on this layer to fold them into")
                     } else if c.head_dim <= QK_NORM_MAX_HEAD_DIM {
                         Choice::yes(format!("head_dim {} <= {QK_NORM_MAX_HEAD_DIM}", c.head_dim))
                     } else {
@@ -271,6 +281,7 @@ impl Plan {
                     biases,
                     post_norms: c.post_norms,
                     window: c.window(l as u32),
+                    rope: uses_rope,
                 }
             })
             .collect();
@@ -333,7 +344,10 @@ impl Plan {
             if lp.qk_norm.is_some() {
                 ops.push(Op::QkNorm);
             }
-            ops.extend([Op::Rope, Op::KvWrite]);
+            if lp.rope {
+                ops.push(Op::Rope);
+            }
+            ops.push(Op::KvWrite);
         } else if lp.qkv_rope.on && self.is_matvec_step(t) {
             ops.push(Op::QkvRopeKv);
         } else {
@@ -346,8 +360,12 @@ impl Plan {
             if folded == Some(false) {
                 ops.push(Op::QkNorm);
             }
-            ops.push(Op::RopeKvWrite {
-                qk_norm: folded == Some(true),
+            ops.push(if lp.rope {
+                Op::RopeKvWrite {
+                    qk_norm: folded == Some(true),
+                }
+            } else {
+                Op::KvWrite
             });
         }
         ops.push(Op::Attention(attention::plan(
@@ -667,6 +685,12 @@ impl Plan {
         } else {
             format!("attention norm, then Q, K, V{bias} as three products")
         };
+        let no_rope = "no RoPE (a NoPE layer): the KV-cache write alone";
+        let rope_kv = if lp.rope {
+            format!("RoPE ({rope}) and the KV-cache write in one")
+        } else {
+            no_rope.to_string()
+        };
         if self.pipeline == Pipeline::Unfused {
             out.push(("qkv", qkv));
             if lp.qk_norm.is_some() {
@@ -674,7 +698,11 @@ impl Plan {
             }
             out.push((
                 "rope",
-                format!("RoPE ({rope}) on q, on k, then the KV-cache write"),
+                if lp.rope {
+                    format!("RoPE ({rope}) on q, on k, then the KV-cache write")
+                } else {
+                    no_rope.to_string()
+                },
             ));
         } else {
             let matvec_steps = match self.matvec_max_t {
@@ -713,15 +741,9 @@ impl Plan {
                     )),
                     Some(q) => {
                         out.push(("qk norm", format!("two in-place dispatches ({})", q.why)));
-                        out.push((
-                            "rope",
-                            format!("RoPE ({rope}) and the KV-cache write in one"),
-                        ));
+                        out.push(("rope", rope_kv));
                     }
-                    None => out.push((
-                        "rope",
-                        format!("RoPE ({rope}) and the KV-cache write in one"),
-                    )),
+                    None => out.push(("rope", rope_kv)),
                 }
             }
         }

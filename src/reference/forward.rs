@@ -139,10 +139,13 @@ impl CpuModel {
                 q = rms_norm(&q, self.w(&b("attn_q_norm.weight")), t * heads, hd, eps);
                 k = rms_norm(&k, self.w(&b("attn_k_norm.weight")), t * kv_heads, hd, eps);
             }
-            // RoPE (LongRoPE's attention factor is in c.attn_scale: config::Config)
-            let inv_freq = c.inv_freq(l as u32, freq_factors);
-            rope(&mut q, &inv_freq, t, heads, hd, 0, layout);
-            rope(&mut k, &inv_freq, t, kv_heads, hd, 0, layout);
+            // RoPE (not on smollm3's NoPE layers; LongRoPE's attention factor is in
+            // c.attn_scale: config::Config)
+            if c.uses_rope(l as u32) {
+                let inv_freq = c.inv_freq(l as u32, freq_factors);
+                rope(&mut q, &inv_freq, t, heads, hd, 0, layout);
+                rope(&mut k, &inv_freq, t, kv_heads, hd, 0, layout);
+            }
             // causal attention (sliding window on gemma's local layers, scores soft-capped on gemma2)
             let shape = AttentionShape {
                 t: t as u32,
@@ -160,6 +163,8 @@ impl CpuModel {
             if gemma {
                 o = rms_norm(&o, self.w(&b("post_attention_norm.weight")), t, dim, eps);
             }
+            // granite: the branch × residual_scale (1 elsewhere)
+            o.iter_mut().for_each(|v| *v *= c.residual_scale);
             add(&mut x, &o);
             // FFN norm, gated FFN, (+ gemma post-norm) and residual
             let xn = rms_norm(&x, self.w(&b("ffn_norm.weight")), t, dim, eps);
@@ -170,6 +175,7 @@ impl CpuModel {
             if gemma {
                 down = rms_norm(&down, self.w(&b("post_ffw_norm.weight")), t, dim, eps);
             }
+            down.iter_mut().for_each(|v| *v *= c.residual_scale);
             add(&mut x, &down);
         }
         // final norm and logits (soft-capped on gemma2)
@@ -178,6 +184,9 @@ impl CpuModel {
             .opt("output.weight")
             .unwrap_or_else(|| self.w("token_embd.weight"));
         let mut logits = matmul(head, &xn, c.vocab_size as usize, dim, t);
+        // granite: ÷ logit_scale (as the GPU product: × its reciprocal), then gemma2's cap
+        let inv = 1.0 / c.logit_scale;
+        logits.iter_mut().for_each(|v| *v *= inv);
         if let Some(cap) = c.final_softcap {
             logits
                 .iter_mut()

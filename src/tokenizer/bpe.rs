@@ -40,7 +40,7 @@ pub(crate) enum PreTokenizer {
 
 /// `tokenizer.ggml.pre` values we accept (for the "not yet" message).
 pub(crate) const SUPPORTED_PRE: &str =
-    "default, gpt-2, llama-bpe, llama3, llama-v3, qwen2, deepseek-r1-qwen, smollm";
+    "default, gpt-2, llama-bpe, llama3, llama-v3, smaug-bpe, qwen2, deepseek-r1-qwen, smollm";
 
 impl PreTokenizer {
     /// `default` follows HF's GGUF reader (GPT-2's own ByteLevel regex); llama.cpp's `default`
@@ -48,7 +48,10 @@ impl PreTokenizer {
     pub(crate) fn from_name(name: &str) -> Option<Self> {
         match name {
             "default" | "gpt-2" => Some(PreTokenizer::Gpt2),
-            "llama-bpe" | "llama3" | "llama-v3" => Some(PreTokenizer::Llama3),
+            // smaug-bpe: llama.cpp's name for a Llama 3 tokenizer.json whose encoding adds no BOS
+            // (its converter's hash of the text it encodes), e.g. SmolLM3 as converted from the
+            // Llama 3 files (tools/convert_check.py --family smollm3); the same split as llama3.
+            "llama-bpe" | "llama3" | "llama-v3" | "smaug-bpe" => Some(PreTokenizer::Llama3),
             "qwen2" | "deepseek-r1-qwen" => Some(PreTokenizer::Qwen2),
             // llama.cpp gives starcoder, refact, command-r, codeshell, exaone and minerva the same
             // split; only SmolLM2's is checked against HF here, so only its name is accepted.

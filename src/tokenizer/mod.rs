@@ -316,13 +316,17 @@ impl Tokenizer {
                 }
             }
             specials = SpecialMatcher::new(special_entries);
-            // llama.cpp: Llama 3 skips merges for whole-token words and adds BOS unless told not to.
+            // Llama 3's tokenizer.json skips merges for whole-token words (HF `ignore_merges`),
+            // smaug-bpe's too (llama.cpp does not set it for that name; HF, the oracle, reads it
+            // from the tokenizer.json those files come from). llama.cpp adds BOS by default for
+            // llama-bpe only; a smaug-bpe file says add_bos_token = false anyway.
             let llama3 = pre == PreTokenizer::Llama3;
+            let llama_bpe = llama3 && pre_name != "smaug-bpe";
             model = Model::Bpe(Box::new(Bpe::new(pre, llama3, &merges, &lookup)?));
             kind = format!("gpt2 (byte-level BPE, pre={pre_name})");
             bos = bos_key;
             eos = eos_key;
-            add_bos = add_bos_key.unwrap_or(llama3);
+            add_bos = add_bos_key.unwrap_or(llama_bpe);
         }
 
         let mut eos_ids: Vec<u32> = Vec::new();

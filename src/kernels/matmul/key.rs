@@ -372,7 +372,7 @@ pub(crate) fn weight_define(ty: GgmlType) -> Result<&'static str, KernelError> {
 
 /// Must match `Params` in matmul.wgsl.
 #[repr(C)]
-#[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 pub(in crate::kernels) struct Params {
     pub(in crate::kernels) k: u32,
     pub(in crate::kernels) t: u32,
@@ -386,5 +386,17 @@ pub(in crate::kernels) struct Params {
     pub(in crate::kernels) rows: [u32; 4],
     pub(in crate::kernels) n: [u32; 4],
     pub(in crate::kernels) head_dim: u32,
-    pub(in crate::kernels) _pad: [u32; 3],
+    /// The stored (or added) value is `scale · (x'·Wᵀ + bias)` (MatmulArgs::scale).
+    pub(in crate::kernels) scale: f32,
+    pub(in crate::kernels) _pad: [u32; 2],
+}
+
+impl Default for Params {
+    /// Everything 0 but the scale, 1: the products that take no scale store x'·Wᵀ as it is.
+    fn default() -> Self {
+        Params {
+            scale: 1.0,
+            ..bytemuck::Zeroable::zeroed()
+        }
+    }
 }

@@ -130,16 +130,30 @@ pub(crate) fn fold(groups: u32, max: u32) -> [u32; 2] {
 }
 
 /// Optional parts of a matmul.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct MatmulArgs<'a> {
     /// bias[N] f32, added to every token's row.
     pub bias: Option<&'a wgpu::Buffer>,
     /// y += x·Wᵀ instead of y = x·Wᵀ (residual adds fused into the producing matmul).
     pub accumulate: bool,
-    /// Each output soft-capped as it is stored, y = cap·tanh(y / cap): Gemma 2's final
-    /// logit soft-cap folded into the LM head (HF `final_logit_softcapping`). Not with
-    /// `accumulate`.
+    /// Each output soft-capped as it is stored, y = cap·tanh(y / cap), after `scale`: Gemma
+    /// 2's final logit soft-cap folded into the LM head (HF `final_logit_softcapping`). Not
+    /// with `accumulate`.
     pub softcap: Option<f32>,
+    /// Multiplies the product (bias included) before it is stored or added: granite's
+    /// residual multiplier on W_o and W_down, and its 1 / logits scaling on the LM head.
+    pub scale: f32,
+}
+
+impl Default for MatmulArgs<'_> {
+    fn default() -> Self {
+        MatmulArgs {
+            bias: None,
+            accumulate: false,
+            softcap: None,
+            scale: 1.0,
+        }
+    }
 }
 
 /// RMSNorm folded into a matmul: `(norm_w[K] f32, eps)`; x is then the raw residual stream.
@@ -170,17 +184,7 @@ pub fn matmul_variant(
     variant: Option<MatmulVariant>,
 ) -> Result<(), KernelError> {
     let bias = args.bias.map(Binding::from);
-    single(
-        rec,
-        w,
-        x,
-        None,
-        y,
-        t,
-        bias,
-        (args.accumulate, args.softcap),
-        variant,
-    )
+    single(rec, w, x, None, y, t, bias, args, variant)
 }
 
 /// Records y[T, N] (+)= (x · rsqrt(mean(x²) + eps) · norm_w) · w[N, K]ᵀ (+ bias[N]): the
@@ -215,17 +219,7 @@ pub fn matmul_normed_variant(
 ) -> Result<(), KernelError> {
     let bias = args.bias.map(Binding::from);
     let norm = Some((norm_w, eps));
-    single(
-        rec,
-        w,
-        x,
-        norm,
-        y,
-        t,
-        bias,
-        (args.accumulate, args.softcap),
-        variant,
-    )
+    single(rec, w, x, norm, y, t, bias, args, variant)
 }
 
 /// Records out[T, ffn] = act(x'·w_gateᵀ) ⊙ (x'·w_upᵀ) in one dispatch (per part pair), with
@@ -432,7 +426,7 @@ pub fn matmul_qkv_variant(
                 outputs[i],
                 t,
                 b,
-                (false, None),
+                MatmulArgs::default(),
                 variant,
             )?;
         }
@@ -529,8 +523,8 @@ pub fn planned_label(
         .label()
 }
 
-/// The unfused (optionally normed) product, one dispatch per part of `w`; `(accumulate,
-/// softcap)` is the store's epilogue ([`MatmulArgs`]).
+/// The unfused (optionally normed) product, one dispatch per part of `w`; `args` is the
+/// store's epilogue (accumulate, scale, soft-cap: [`MatmulArgs`]).
 #[allow(clippy::too_many_arguments)]
 fn single(
     rec: &mut StepRecorder,
@@ -540,13 +534,13 @@ fn single(
     y: &Binding,
     t: u32,
     bias: Option<Binding>,
-    (accumulate, softcap): (bool, Option<f32>),
+    args: MatmulArgs,
     variant: Option<MatmulVariant>,
 ) -> Result<(), KernelError> {
     const KERNEL: &str = "matmul";
-    let capped = softcap.is_some();
-    let softcap = softcap.unwrap_or(0.0);
-    if capped && (accumulate || !(softcap.is_finite() && softcap > 0.0)) {
+    let capped = args.softcap.is_some();
+    let softcap = args.softcap.unwrap_or(0.0);
+    if capped && (args.accumulate || !(softcap.is_finite() && softcap > 0.0)) {
         return Err(KernelError::Shape {
             kernel: KERNEL,
             why: format!("softcap {softcap} must be finite and positive, and not with accumulate"),
@@ -579,7 +573,8 @@ fn single(
             k: k as u32,
             t,
             row0: part.first_row as u32,
-            accumulate: accumulate as u32,
+            accumulate: args.accumulate as u32,
+            scale: args.scale,
             eps: norm.map_or(0.0, |n| n.1),
             softcap,
             rows: [rows, 0, 0, 0],
