@@ -82,9 +82,12 @@ cargo test --release -- --test-threads=2
 # The subgroup matvec's shape is read once per process (COCO_MATVEC, for tuning), so the run
 # above covers only the default (8 slots, 1 group per trip, 2 rows per task, x' unstaged).
 # Run the kernel suites once more with the two-group loop, 4-row tasks (which straddle the
-# QKV weights) and x' staged in workgroup memory for every product whose K fits.
+# QKV weights) and x' staged in workgroup memory for every product whose K fits. The shape is
+# the same for every type, so this pass takes one type of each dequantizer family (float,
+# legacy 4- and 8-bit, K-quant 3/4/6-bit, IQ): all fifteen took 378 s of CI's 2 cores, these ~170.
 say "cargo test (lavapipe): kernel suites with COCO_MATVEC=8x2x4x2"
-COCO_MATVEC=8x2x4x2 cargo test --release --test kernels_matmul --test kernels_matmul_fused --test kernels_qkv_rope -- --test-threads=2
+COCO_MATVEC=8x2x4x2 cargo test --release --test kernels_matmul --test kernels_matmul_fused --test kernels_qkv_rope -- --test-threads=2 \
+  _f16 _q4_0 _q8_0 _q3_k _q4_k _q6_k _iq4_xs
 
 say "wasm32 build"
 cargo build --release --lib --target wasm32-unknown-unknown

@@ -760,7 +760,6 @@ impl TinyModel {
                 ("blk.0.post_ffw_norm.weight".into(), vec![DIM]),
             ]);
         }
-        let mut kv = kv;
         if arch == "phi3" {
             let fused = ["attn_q", "attn_k", "attn_v", "ffn_gate", "ffn_up"];
             tensors.retain(|(n, _)| !fused.iter().any(|f| n == &format!("blk.0.{f}.weight")));
@@ -839,7 +838,9 @@ impl TinyModel {
 
 #[test]
 fn tiny_models_are_valid() {
-    for arch in ["llama", "qwen2", "qwen3", "smollm3", "granite", "gemma2", "gemma3", "phi3"] {
+    for arch in [
+        "llama", "qwen2", "qwen3", "smollm3", "granite", "gemma2", "gemma3", "phi3",
+    ] {
         let c = Config::from_gguf(&TinyModel::new(arch).header())
             .unwrap_or_else(|e| panic!("{arch}: {e}"));
         assert_eq!(
@@ -852,7 +853,9 @@ fn tiny_models_are_valid() {
 
 #[test]
 fn missing_required_keys_are_named() {
-    for arch in ["llama", "qwen2", "qwen3", "smollm3", "granite", "gemma2", "gemma3", "phi3"] {
+    for arch in [
+        "llama", "qwen2", "qwen3", "smollm3", "granite", "gemma2", "gemma3", "phi3",
+    ] {
         for key in [
             "general.architecture".to_string(),
             format!("{arch}.block_count"),

@@ -390,9 +390,8 @@ fn gpu_forward_matches_cpu_reference() {
         "qwen3-q4_k",
         "phi3-q4_k",
         "gemma2-q4_k",
-        "smollm3-q8_0",
+        // (their Q8_0 twins are held to HF by the family tests; CI time)
         "smollm3-q4_k",
-        "granite-q8_0",
         "granite-q4_k",
     ] {
         check_gpu_vs_cpu(&ctx, name, 21, 9);

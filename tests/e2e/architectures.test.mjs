@@ -10,10 +10,14 @@ import { GREEDY, ROOT, firstDifference, generate, guard, loadModel, openPage, re
 import { nativeRun } from './lib/native.mjs';
 
 // [fixture, the architecture its capability report names]. The llama family is covered by
-// fixture.test.mjs and gemma3 by default_model.test.mjs (the real Gemma 3 270M).
+// fixture.test.mjs and gemma3 by default_model.test.mjs (the real Gemma 3 270M); the vocabularies
+// of qwen3 (151,669), smollm3 and granite (128,256) make their LM heads the slow part here.
 const FIXTURES = [
   ['qwen3-q4_k', 'qwen3'],
   ['phi3-q4_k', 'phi3'],
+  ['gemma2-q4_k', 'gemma2'],
+  ['smollm3-q4_k', 'smollm3'],
+  ['granite-q4_k', 'granite'],
 ];
 const PROMPT = 'Once upon a time';
 // SwiftShader is slow and the vocabularies are large (Qwen's 151,669 rows per LM head).
