@@ -79,16 +79,23 @@ class Spec:
     to_hf: Callable[[str, np.ndarray], np.ndarray] = lambda name, arr: arr
 
 
-def qwen3_config(fam: dict, n_vocab: int):
-    from transformers import Qwen3Config
-
-    return Qwen3Config(
+def shape(fam: dict, n_vocab: int) -> dict:
+    """The config arguments every family's HF config takes from the fixture family's shape."""
+    return dict(
         vocab_size=n_vocab,
         hidden_size=fam["dim"],
         intermediate_size=fam["ffn"],
         num_hidden_layers=fam["n_layer"],
         num_attention_heads=fam["n_head"],
         num_key_value_heads=fam["n_head_kv"],
+    )
+
+
+def qwen3_config(fam: dict, n_vocab: int):
+    from transformers import Qwen3Config
+
+    return Qwen3Config(
+        **shape(fam, n_vocab),
         head_dim=fam["head_dim"],
         max_position_embeddings=fam["ctx"],
         rms_norm_eps=fam["eps"],
@@ -108,12 +115,7 @@ def phi3_config(fam: dict, n_vocab: int):
 
     lr = fam["long_rope"]
     return Phi3Config(
-        vocab_size=n_vocab,
-        hidden_size=fam["dim"],
-        intermediate_size=fam["ffn"],
-        num_hidden_layers=fam["n_layer"],
-        num_attention_heads=fam["n_head"],
-        num_key_value_heads=fam["n_head_kv"],
+        **shape(fam, n_vocab),
         max_position_embeddings=fam["ctx"],
         original_max_position_embeddings=lr["original_max_position_embeddings"],
         rms_norm_eps=fam["eps"],
@@ -148,12 +150,7 @@ def gemma2_config(fam: dict, n_vocab: int):
     from transformers import Gemma2Config
 
     return Gemma2Config(
-        vocab_size=n_vocab,
-        hidden_size=fam["dim"],
-        intermediate_size=fam["ffn"],
-        num_hidden_layers=fam["n_layer"],
-        num_attention_heads=fam["n_head"],
-        num_key_value_heads=fam["n_head_kv"],
+        **shape(fam, n_vocab),
         head_dim=fam["head_dim"],
         query_pre_attn_scalar=fam["head_dim"],
         max_position_embeddings=fam["ctx"],
@@ -189,12 +186,7 @@ def smollm3_config(fam: dict, n_vocab: int):
     # bos/eos/pad: SmolLM3Config's defaults (128000 / 128001 / 128004); the converter reads
     # the pad id from config.json.
     return SmolLM3Config(
-        vocab_size=n_vocab,
-        hidden_size=fam["dim"],
-        intermediate_size=fam["ffn"],
-        num_hidden_layers=fam["n_layer"],
-        num_attention_heads=fam["n_head"],
-        num_key_value_heads=fam["n_head_kv"],
+        **shape(fam, n_vocab),
         max_position_embeddings=fam["ctx"],
         rms_norm_eps=fam["eps"],
         rope_parameters={"rope_type": "default", "rope_theta": fam["rope_base"]},
@@ -210,12 +202,7 @@ def granite_config(fam: dict, n_vocab: int):
     g = fam["granite"]
     # bos/eos/pad as smollm3's: the vocabulary is the same npm Llama 3 files.
     return GraniteConfig(
-        vocab_size=n_vocab,
-        hidden_size=fam["dim"],
-        intermediate_size=fam["ffn"],
-        num_hidden_layers=fam["n_layer"],
-        num_attention_heads=fam["n_head"],
-        num_key_value_heads=fam["n_head_kv"],
+        **shape(fam, n_vocab),
         max_position_embeddings=fam["ctx"],
         rms_norm_eps=fam["eps"],
         rope_parameters={"rope_type": "default", "rope_theta": fam["rope_base"]},
