@@ -26,7 +26,7 @@
 // Defines (kernels/matmul.rs builds them from a MatmulKey):
 //   weight type   F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_XS
 //                 (every weight has this type)
-//   kernel shape  MATVEC_WG | MATVEC_SG | MATVEC_CHUNK | TILED
+//   kernel shape  MATVEC_WG | MATVEC_SG | MATVEC_CHUNK | TILED | GEMM_WIDE | TILED_COOP
 //   fusion        (none) | GLU + MULTI_W + SILU|GELU_TANH | QKV + MULTI_W [+ ROPE_KV [+ ROPE_NEOX]]
 //   NORM          binding norm_w[K]
 //   BIAS          binding bias[N] (of W, or of W_q); QKV_BIAS adds bias1, bias2 (W_k, W_v)
@@ -665,7 +665,7 @@ fn main(
 #endif
 
 #ifdef TILES
-// Matrix–matrix (prefill), shared by the two tile kernels (TILES plus TILED or TILED_COOP): a
+// Matrix–matrix (prefill), shared by the tile kernels (TILES plus TILED, GEMM_WIDE or TILED_COOP): a
 // workgroup computes TILE_N (64) slots × TILE_T (64) tokens. Per 32-wide K chunk every thread
 // stages 8 dequantized elements of one W row (row li / 4, elements 8(li % 4) …; dequant8) and
 // 8 elements of x' for one token, so all 256 threads share the decoding, and each weight is
@@ -708,6 +708,13 @@ fn stage_x(t: u32, c: u32, q: u32, ss: ptr<function, f32>) -> array<vec4<f32>, 2
 #endif
     }
     return array<vec4<f32>, 2>(xa, xb);
+}
+
+// acc + the 4 dot products of slots a0..a3 with b, where at[e] holds element e of every slot
+// (the slots' vec4s transposed): 16 FMAs, where vec4 dot() products cost a multiply, 3 FMAs
+// and an add per slot.
+fn mac4x(at: array<vec4<f32>, 4>, b: vec4<f32>, acc: vec4<f32>) -> vec4<f32> {
+    return fma(at[3], vec4<f32>(b.w), fma(at[2], vec4<f32>(b.z), fma(at[1], vec4<f32>(b.y), fma(at[0], vec4<f32>(b.x), acc))));
 }
 
 // Stores the 4 slots of token `t` (tile token tok) that thread tx owns.
@@ -753,13 +760,6 @@ fn token_scale(tok: u32) -> f32 {
 #else
     return 1.0;
 #endif
-}
-
-// acc + the 4 dot products of slots a0..a3 with b, where at[e] holds element e of every slot
-// (the slots' vec4s transposed): 16 FMAs, where vec4 dot() products cost a multiply, 3 FMAs
-// and an add per slot.
-fn mac4x(at: array<vec4<f32>, 4>, b: vec4<f32>, acc: vec4<f32>) -> vec4<f32> {
-    return fma(at[3], vec4<f32>(b.w), fma(at[2], vec4<f32>(b.z), fma(at[1], vec4<f32>(b.y), fma(at[0], vec4<f32>(b.x), acc))));
 }
 
 @compute @workgroup_size(256)
@@ -834,6 +834,10 @@ fn main(
     store_tile(g, tx, t0 + ty + 32u, ty + 32u, acc2);
     store_tile(g, tx, t0 + ty + 48u, ty + 48u, acc3);
 }
+#endif
+
+#ifdef GEMM_WIDE
+#include "matmul/gemm_wide.wgsl"
 #endif
 
 #ifdef TILED_COOP

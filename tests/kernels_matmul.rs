@@ -18,7 +18,7 @@ use coco::kernels::get_rows::get_rows;
 use coco::kernels::matmul::MatmulVariant::{
     self, MatvecChunk, MatvecRows, MatvecSubgroup, MatvecWorkgroup, Tiled, TiledCoop,
 };
-use coco::kernels::matmul::{matmul_variant, MatmulArgs};
+use coco::kernels::matmul::{matmul_variant, MatmulArgs, WideTile};
 use coco::reference::{matmul as reference, ops, quant};
 use common::{ctx, is_k_quant, ATOL_PER_ABS_SUM, COOP_ATOL_PER_ABS_SUM, RTOL};
 use rand::{Rng, SeedableRng};
@@ -131,6 +131,11 @@ impl Case {
             ..self
         }
     }
+}
+
+/// The wide GEMM with `slots` × `tokens` per thread.
+fn wide(slots: u32, tokens: u32) -> MatmulVariant {
+    MatmulVariant::Wide(WideTile::new(slots, tokens))
 }
 
 /// Runs one matmul on the GPU and checks it against the reference; returns the max |error|.
@@ -271,6 +276,15 @@ fn matmul_type(ty: GgmlType) {
         Case::new(ty, 67, 3, Some(MatvecRows)).bias().softcap(),
         Case::new(ty, 67, 33, Some(Tiled)).softcap(),
         Case::new(ty, 67, 17, Some(Tiled)).split(12).softcap(),
+        // The wide GEMM, each register tile: partial slot and token tiles, two of each.
+        Case::new(ty, 131, 33, Some(wide(8, 4)))
+            .bias()
+            .accumulate()
+            .scaled(),
+        Case::new(ty, 67, 70, Some(wide(8, 4))).accumulate(),
+        Case::new(ty, 67, 140, Some(wide(4, 8))).bias(),
+        Case::new(ty, 67, 17, Some(wide(4, 4))).split(12),
+        Case::new(ty, 67, 17, Some(wide(8, 4))).split(12).softcap(),
     ];
     if sg {
         cases.extend([
@@ -730,13 +744,15 @@ fn bench_matmul() {
             }
         }
         // Prefill: T = 512 over a [4096, 4096] weight, and for Q4_0 and Q8_0 Llama-3.2-1B's
-        // o, down and gate (or up) shapes; with the cooperative-matrix kernel where it runs.
+        // o, down and gate (or up) shapes; every wide tile, and the cooperative-matrix kernel where
+        // it runs.
         let t = 512 / div as u32;
         let mut shapes = vec![(4096 / div, 4096u64)];
         if matches!(ty, GgmlType::Q4_0 | GgmlType::Q8_0) {
             shapes.extend([(2048 / div, 2048), (2048 / div, 8192), (8192 / div, 2048)]);
         }
         let mut variants = vec![Tiled];
+        variants.extend(WideTile::ALL.map(MatmulVariant::Wide));
         if ctx.has_coop_gemm() {
             variants.push(TiledCoop);
         }
@@ -752,7 +768,8 @@ fn bench_matmul() {
                 let sec = time_matmul(&wt, &x, &y, t, v);
                 let tflops = 2.0 * (n * k) as f64 * t as f64 / sec / 1e12;
                 println!(
-                    "{ty:<5} {v:<16?} T={t} N={n} K={k}: {:8.1} µs  {tflops:7.2} TFLOP/s",
+                    "{ty:<5} {:<16} T={t} N={n} K={k}: {:8.1} µs  {tflops:7.2} TFLOP/s",
+                    v.label(),
                     sec * 1e6
                 );
             }

@@ -145,6 +145,11 @@ impl Case {
     }
 }
 
+/// The wide GEMM with `slots` × `tokens` per thread.
+fn wide(slots: u32, tokens: u32) -> MatmulVariant {
+    MatmulVariant::Wide(coco::kernels::matmul::WideTile::new(slots, tokens))
+}
+
 /// Shapes every op is tried in: each matvec reduction, the tiled kernel for 1, 17 (a partial
 /// tile) and 70 tokens (two z slices), and the automatic choice for 64 tokens.
 fn variants_cases(base: impl Fn(Case) -> Case) -> Vec<Case> {
@@ -156,6 +161,11 @@ fn variants_cases(base: impl Fn(Case) -> Case) -> Vec<Case> {
         base(case(1, Some(Tiled))).no_norm(),
         base(case(64, None)).long(),
         base(case(70, Some(Tiled))), // two token tiles, the last of 6
+        // The wide GEMM, each register tile (two slot tiles of a GLU's 134 slots at 8 × 8).
+        base(case(17, Some(wide(8, 4)))),
+        base(case(70, Some(wide(8, 4)))).no_norm(),
+        base(case(33, Some(wide(4, 8)))).long(),
+        base(case(5, Some(wide(4, 4)))),
         base(case(1, None)),
         base(case(17, Some(MatvecWorkgroup))),
         // One row per invocation (CPU adapters): odd row counts leave slots idle.

@@ -35,8 +35,9 @@ fn key(
     variant: Option<MatmulVariant>,
 ) -> MatmulKey {
     let fusion = Fusion::QkvRope(shape.layout);
+    let slots = (shape.heads as u64 + 2 * shape.kv_heads as u64) * shape.head_dim as u64;
     chosen_key(
-        ctx, wq.ty, shape.t, wq.row_len, biases, norm, fusion, variant,
+        ctx, wq.ty, shape.t, wq.row_len, slots, biases, norm, fusion, variant,
     )
 }
 

@@ -23,13 +23,14 @@ use crate::kernels::attention::{self, AttentionPlan, AttentionShape, SPLIT_BLOCK
 use crate::kernels::elementwise::Activation;
 use crate::kernels::get_rows::GetRowsKey;
 use crate::kernels::matmul::{
-    can_fuse_glu, matvec_max_t, matvec_shape, planned_label, qkv_fuses, DeviceKernels, Fusion,
-    MatmulVariant, StageX, CHUNK_MIN_K,
+    can_fuse_glu, gemm_choice, matvec_max_t, matvec_shape, planned_label, qkv_fuses, DeviceKernels,
+    Fusion, GemmChoice, MatmulVariant, StageX, WideTile, CHUNK_MIN_K, WIDE_MIN_GROUPS,
 };
 use crate::kernels::megakernel::MegakernelKey;
 use crate::kernels::qkv_rope::qkv_rope_fits;
 use crate::kernels::rope::{RopeLayout, QK_NORM_MAX_HEAD_DIM};
 
+use super::weights::LayerWeights;
 use super::{activation, rope_layout, Arch, LogitsFor, Model, Pipeline};
 
 /// Which RMSNorm a [`Op::Norm`] or [`Op::PostNorm`] applies.
@@ -432,10 +433,12 @@ impl Plan {
     ) -> Vec<String> {
         let w = &model.weights;
         let mut out = Vec::new();
-        let product = |out: &mut Vec<String>, w: &GpuTensor, rows, bias, norm, fusion| {
-            let label = planned_label(ctx, w.ty, rows, w.row_len, bias, norm, fusion);
+        // `w` (the first weight of a fused product) over `slots` rows in all, for `rows` tokens.
+        let product = |out: &mut Vec<String>, w: &GpuTensor, slots, rows, bias, norm, fusion| {
+            let label = planned_label(ctx, w.ty, rows, w.row_len, slots, bias, norm, fusion);
             out.extend(std::iter::repeat_n(label, w.parts.len()));
         };
+        let qkv_slots = |lw: &LayerWeights| lw.wq.n_rows + lw.wk.n_rows + lw.wv.n_rows;
         let rope = rope_name(self.rope);
         let act = match self.act {
             Activation::Silu => "silu",
@@ -454,14 +457,15 @@ impl Plan {
                 }
                 (Op::Norm(_), ..) => out.push("norm_rms".into()),
                 (Op::QkvRopeKv, Some(lw), Some(lp)) => {
-                    product(out, &lw.wq, t, lp.biases, true, Fusion::QkvRope(self.rope))
+                    let fusion = Fusion::QkvRope(self.rope);
+                    product(out, &lw.wq, qkv_slots(lw), t, lp.biases, true, fusion)
                 }
                 (Op::Qkv { norm }, Some(lw), Some(lp)) => {
-                    product(out, &lw.wq, t, lp.biases, norm, Fusion::Qkv)
+                    product(out, &lw.wq, qkv_slots(lw), t, lp.biases, norm, Fusion::Qkv)
                 }
                 (Op::QkvEach { norm }, Some(lw), _) => {
                     for (w, b) in [(&lw.wq, &lw.bq), (&lw.wk, &lw.bk), (&lw.wv, &lw.bv)] {
-                        product(out, w, t, b.is_some(), norm, Fusion::None);
+                        product(out, w, w.n_rows, t, b.is_some(), norm, Fusion::None);
                     }
                 }
                 (Op::QkNorm, ..) => {
@@ -483,21 +487,28 @@ impl Plan {
                     out.extend(["attention_split".into(), "attention_combine".into()])
                 }
                 (Op::OProj { .. }, Some(lw), _) => {
-                    product(out, &lw.wo, t, false, false, Fusion::None)
+                    product(out, &lw.wo, lw.wo.n_rows, t, false, false, Fusion::None)
                 }
                 (Op::PostNorm(_), ..) => out.push("norm_rms_add".into()),
                 (Op::GateUpGlu, Some(lw), _) => {
                     let glu = Fusion::Glu(self.act);
-                    product(out, &lw.w_gate, t, false, true, glu)
+                    product(out, &lw.w_gate, 2 * lw.w_gate.n_rows, t, false, true, glu)
                 }
                 (Op::GateUp, Some(lw), _) => {
-                    product(out, &lw.w_gate, t, false, false, Fusion::None);
-                    product(out, &lw.w_up, t, false, false, Fusion::None);
+                    for w in [&lw.w_gate, &lw.w_up] {
+                        product(out, w, w.n_rows, t, false, false, Fusion::None);
+                    }
                 }
                 (Op::Glu, ..) => out.push(format!("elementwise_glu_{act}")),
-                (Op::Down { .. }, Some(lw), _) => {
-                    product(out, &lw.w_down, t, false, false, Fusion::None)
-                }
+                (Op::Down { .. }, Some(lw), _) => product(
+                    out,
+                    &lw.w_down,
+                    lw.w_down.n_rows,
+                    t,
+                    false,
+                    false,
+                    Fusion::None,
+                ),
                 (Op::Megakernel, Some(lw), Some(lp)) => out.push(
                     MegakernelKey {
                         gate_up: lw.w_gate.ty,
@@ -512,7 +523,8 @@ impl Plan {
                         LogitsFor::AllTokens => t,
                         LogitsFor::LastToken => 1,
                     };
-                    product(out, w.lm_head(), rows, false, norm, Fusion::None)
+                    let head = w.lm_head();
+                    product(out, head, head.n_rows, rows, false, norm, Fusion::None)
                 }
                 (op, ..) => unreachable!("{op:?} belongs to a layer"),
             }
@@ -635,12 +647,23 @@ impl Plan {
                  reading W once per token)"
             ),
             Some(max) => format!(
-                "steps of <= {max} tokens: {matvec}; longer steps: {}{}",
-                self.kernels.tiled.label(),
-                if self.kernels.tiled == MatmulVariant::TiledCoop {
-                    " (COCO_COOPMAT=1: f16 tensor cores)"
-                } else {
-                    ""
+                "steps of <= {max} tokens: {matvec}; longer steps: {}",
+                match (self.kernels.tiled, gemm_choice()) {
+                    (MatmulVariant::TiledCoop, _) => format!(
+                        "{} (COCO_COOPMAT=1: f16 tensor cores)",
+                        MatmulVariant::TiledCoop.label()
+                    ),
+                    (_, GemmChoice::Auto) => format!(
+                        "the first of {} that leaves >= {WIDE_MIN_GROUPS} workgroups, else {}",
+                        WideTile::ALL
+                            .map(|w| MatmulVariant::Wide(w).label())
+                            .join(", "),
+                        MatmulVariant::Tiled.label()
+                    ),
+                    (_, GemmChoice::Tiled) =>
+                        format!("{} (COCO_GEMM)", MatmulVariant::Tiled.label()),
+                    (_, GemmChoice::Force(w)) =>
+                        format!("{} (COCO_GEMM)", MatmulVariant::Wide(w).label()),
                 }
             ),
         }

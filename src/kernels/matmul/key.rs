@@ -30,6 +30,56 @@ pub enum MatmulVariant {
     /// The same tiles multiplied with f16 cooperative matrices (tensor cores), where the
     /// native adapter offers them and the user opted in (`GpuContext::has_coop_gemm`).
     TiledCoop,
+    /// The portable GEMM with a larger register tile per thread
+    /// (`shaders/matmul/gemm_wide.wgsl`): what [`MatmulKey::sized`] picks over `Tiled` where
+    /// the grid stays full.
+    Wide(WideTile),
+}
+
+/// The wide GEMM's register tile: W rows (slots) × tokens per thread; the workgroup's
+/// 16 × 16 threads make a tile of 16× that. 8 × 8 is not offered: it measured 3–4× slower
+/// than 4 × 8 on the H200 (its accumulators left the registers; `gemm_wide.wgsl`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct WideTile {
+    pub slots: u32,
+    pub tokens: u32,
+}
+
+impl WideTile {
+    /// Fastest first where each fills the GPU (H200, BENCHMARKS.md "session 16"): the order
+    /// [`GemmChoice::pick`] tries them in.
+    pub const ALL: [WideTile; 3] = [
+        WideTile::new(4, 8),
+        WideTile::new(8, 4),
+        WideTile::new(4, 4),
+    ];
+
+    pub const fn new(slots: u32, tokens: u32) -> WideTile {
+        WideTile { slots, tokens }
+    }
+
+    /// Slots and tokens of a workgroup's tile.
+    pub fn tile(self) -> (u32, u32) {
+        (16 * self.slots, 16 * self.tokens)
+    }
+
+    /// Elements of K staged per chunk: both f32 tiles within 16 KiB (WebGPU's guaranteed
+    /// workgroup memory), and at most one 8-element group of each per thread and chunk.
+    pub fn chunk(self) -> u32 {
+        let (n, t) = self.tile();
+        if n + t > 128 {
+            16
+        } else {
+            32
+        }
+    }
+
+    /// `4x8`, … as `COCO_GEMM` takes it.
+    pub fn parse(v: &str) -> Option<WideTile> {
+        let (a, b) = v.split_once('x')?;
+        let tile = WideTile::new(a.parse().ok()?, b.parse().ok()?);
+        WideTile::ALL.contains(&tile).then_some(tile)
+    }
 }
 
 impl MatmulVariant {
@@ -42,11 +92,20 @@ impl MatmulVariant {
             Self::MatvecRows => "MATVEC_WG",
             Self::Tiled => "TILED",
             Self::TiledCoop => "TILED_COOP",
+            Self::Wide(_) => "GEMM_WIDE",
         }
     }
 
     pub(crate) fn is_tiled(self) -> bool {
-        matches!(self, Self::Tiled | Self::TiledCoop)
+        matches!(self, Self::Tiled | Self::TiledCoop | Self::Wide(_))
+    }
+
+    /// Tokens per workgroup of a tile kernel (the z extent of its grid).
+    pub(super) fn tile_tokens(self) -> u32 {
+        match self {
+            Self::Wide(w) => w.tile().1,
+            _ => TILE_T,
+        }
     }
 
     /// `matvec_wg256`, `tiled64x64`, …: the variant's part of a pipeline label.
@@ -58,6 +117,10 @@ impl MatmulVariant {
             Self::MatvecRows => format!("matvec_rows{}", MV_ROWS * MV_LANES),
             Self::Tiled => format!("tiled{TILE_N}x{TILE_T}"),
             Self::TiledCoop => format!("coop{TILE_N}x{TILE_T}"),
+            Self::Wide(w) => {
+                let (n, t) = w.tile();
+                format!("wide{n}x{t}")
+            }
         }
     }
 
@@ -70,6 +133,7 @@ impl MatmulVariant {
     fn grid(self) -> (u32, u32) {
         match self {
             Self::Tiled | Self::TiledCoop => (TILE_N, 1),
+            Self::Wide(w) => (w.tile().0, 1),
             Self::MatvecRows => (MV_ROWS * MV_LANES, 1),
             Self::MatvecWorkgroup => (MV_ROWS, MV_LANES),
             // The shader deals lanes by subgroup size; MV_LANES is unused there.
@@ -161,17 +225,25 @@ impl MatmulKey {
         }
     }
 
-    /// This key for a product of K = `k` when its variant was chosen, not forced: the chunk
-    /// matvec only where it pays ([`CHUNK_MIN_K`]).
-    pub fn sized(self, k: u64, forced: bool) -> MatmulKey {
-        if self.variant == MatmulVariant::MatvecChunk && k < CHUNK_MIN_K && !forced {
-            MatmulKey {
-                variant: MatmulVariant::MatvecSubgroup,
-                ..self
-            }
-        } else {
-            self
+    /// This key for a product of K = `k` over `slots` weight rows (all parts, all fused
+    /// weights) and `t` tokens when its variant was chosen, not forced: the chunk matvec only
+    /// where it pays ([`CHUNK_MIN_K`]), and the portable tiles as the first
+    /// [`MatmulVariant::Wide`] tile that still fills the GPU ([`GemmChoice::pick`]).
+    pub fn sized(self, k: u64, slots: u64, t: u32, forced: bool) -> MatmulKey {
+        if forced {
+            return self;
         }
+        let variant = match self.variant {
+            MatmulVariant::MatvecChunk if k < CHUNK_MIN_K => MatmulVariant::MatvecSubgroup,
+            // The fused Q/K/V keeps the 64 × 64 tiles: as wide64x128 it ran 2.8× slower on
+            // the Llama-8B shape (105.7 against 37.7 ms per 512-token step; BENCHMARKS.md
+            // "session 16"), the slowdown gemm_wide.wgsl warns of.
+            MatmulVariant::Tiled if !matches!(self.fusion, Fusion::Qkv) => {
+                gemm_choice().pick(slots, t)
+            }
+            v => v,
+        };
+        MatmulKey { variant, ..self }
     }
 
     /// This key for a product of K = `k`, with x'[t] staged when the kernel is the subgroup
@@ -321,15 +393,24 @@ impl MatmulKey {
             MatmulVariant::MatvecChunk => (1, CHUNK_ROWS_PER_TASK),
             _ => (2, 1),
         };
+        // The tile kernels' tile; the wide GEMM's register tile and K chunk.
+        let (tile_n, tile_t, wide) = match self.variant {
+            MatmulVariant::Wide(w) => (w.tile().0, w.tile().1, w),
+            _ => (TILE_N, TILE_T, WideTile::new(4, 4)),
+        };
         let consts = format!(
             "const MV_ROWS: u32 = {mv_rows}u;\nconst MV_LANES: u32 = {mv_lanes}u;\n\
              const MV_UNROLL: u32 = {mv_unroll}u;\nconst MV_RPS: u32 = {mv_rps}u;\n\
              const MV_STAGE_VEC4: u32 = {}u;\n\
-             const TILE_N: u32 = {TILE_N}u;\nconst TILE_T: u32 = {TILE_T}u;\n\
+             const TILE_N: u32 = {tile_n}u;\nconst TILE_T: u32 = {tile_t}u;\n\
+             const GT_N: u32 = {}u;\nconst GT_T: u32 = {}u;\nconst G_KC: u32 = {}u;\n\
              const B_W1: u32 = 2u;\nconst B_W2: u32 = 3u;\nconst B_X: u32 = {}u;\n\
              const B_Y: u32 = {}u;\nconst B_NORM: u32 = {}u;\nconst B_BIAS: u32 = {}u;\n\
              const B_ROPE: u32 = {}u;\n",
             (self.stage_k / 4).max(1),
+            wide.slots,
+            wide.tokens,
+            wide.chunk(),
             l.x,
             l.y,
             l.norm,

@@ -299,6 +299,7 @@ pub fn matmul_glu_variant(
         w_gate.ty,
         t,
         k,
+        2 * ffn,
         false,
         norm.is_some(),
         fusion,
@@ -457,6 +458,7 @@ pub fn matmul_qkv_variant(
         wq.ty,
         t,
         kdim,
+        slots,
         has_bias,
         has_norm,
         Fusion::Qkv,
@@ -494,6 +496,7 @@ pub(super) fn chosen_key(
     ty: crate::gguf::GgmlType,
     t: u32,
     k: u64,
+    slots: u64,
     bias: bool,
     norm: bool,
     fusion: Fusion,
@@ -504,21 +507,23 @@ pub(super) fn chosen_key(
         fusion,
         ..MatmulKey::choose(DeviceKernels::of(ctx), ty, t, bias, variant)
     }
-    .sized(k, variant.is_some())
+    .sized(k, slots, t, variant.is_some())
 }
 
 /// The pipeline label one dispatch of such a product records (its x' staging included, as
 /// [`launch`] sets it): what `model::Plan` predicts a step's labels with.
+#[allow(clippy::too_many_arguments)] // the product spelled out, as chosen_key takes it
 pub fn planned_label(
     ctx: &GpuContext,
     ty: crate::gguf::GgmlType,
     t: u32,
     k: u64,
+    slots: u64,
     bias: bool,
     norm: bool,
     fusion: Fusion,
 ) -> String {
-    chosen_key(ctx, ty, t, k, bias, norm, fusion, None)
+    chosen_key(ctx, ty, t, k, slots, bias, norm, fusion, None)
         .staged(k as u32, ctx.limits.max_compute_workgroup_storage_size)
         .label()
 }
@@ -562,6 +567,7 @@ fn single(
         w.ty,
         t,
         k,
+        n,
         bias.is_some(),
         norm.is_some(),
         Fusion::None,
@@ -645,7 +651,7 @@ pub(super) fn launch(
     let max = ctx.limits.max_compute_workgroups_per_dimension;
     let t = params.t;
     let t_groups = match key.variant {
-        v if v.is_tiled() => t.div_ceil(TILE_T),
+        v if v.is_tiled() => t.div_ceil(v.tile_tokens()),
         _ => t, // one token per z slice
     };
     if t_groups > max {

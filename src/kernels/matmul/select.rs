@@ -1,7 +1,7 @@
 //! Which matvec shape runs a product, and with what tuning: the kernels' grid constants,
 //! the subgroup matvec's shape (`COCO_MATVEC`), and the kernels a device runs.
 
-use super::MatmulVariant;
+use super::{MatmulVariant, WideTile};
 
 /// Matvec workgroups: MV_ROWS slots × MV_LANES lanes = 256 invocations (browsers allow no
 /// more); 32 lanes per slot so that a 32-wide warp streams one row.
@@ -135,6 +135,61 @@ pub fn matvec_shape() -> MatvecShape {
 /// thread layout).
 pub const TILE_N: u32 = 64;
 pub const TILE_T: u32 = 64;
+/// The fewest workgroups a [`WideTile`] may leave a product with: below it the next smaller
+/// tile (or `Tiled`) runs, since a grid that doesn't fill the GPU several times over loses
+/// more than the wider tile saves. 256 ≈ two workgroups per SM on the H200's 132; measured in
+/// BENCHMARKS.md "session 16".
+pub const WIDE_MIN_GROUPS: u64 = 256;
+
+/// Which portable GEMM the tiles run: the default picks the first of [`WideTile::ALL`] that keeps
+/// [`WIDE_MIN_GROUPS`]; `COCO_GEMM=tiled` keeps the 64 × 64 kernel everywhere (the A/B
+/// baseline), `COCO_GEMM=4x8` (or 8x4, 4x4) forces one tile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GemmChoice {
+    Auto,
+    Tiled,
+    Force(WideTile),
+}
+
+impl GemmChoice {
+    pub fn parse(v: &str) -> Option<GemmChoice> {
+        match v.trim() {
+            "auto" => Some(GemmChoice::Auto),
+            "tiled" => Some(GemmChoice::Tiled),
+            v => WideTile::parse(v).map(GemmChoice::Force),
+        }
+    }
+
+    /// The tile kernel for `slots` rows × `t` tokens.
+    pub fn pick(self, slots: u64, t: u32) -> MatmulVariant {
+        match self {
+            GemmChoice::Tiled => MatmulVariant::Tiled,
+            GemmChoice::Force(w) => MatmulVariant::Wide(w),
+            GemmChoice::Auto => WideTile::ALL
+                .into_iter()
+                .find(|w| {
+                    let (n, tt) = w.tile();
+                    slots.div_ceil(n as u64) * (t as u64).div_ceil(tt as u64) >= WIDE_MIN_GROUPS
+                })
+                .map_or(MatmulVariant::Tiled, MatmulVariant::Wide),
+        }
+    }
+}
+
+/// [`GemmChoice::Auto`], or the tuning override `COCO_GEMM`, read once per process.
+pub fn gemm_choice() -> GemmChoice {
+    static CHOICE: std::sync::OnceLock<GemmChoice> = std::sync::OnceLock::new();
+    *CHOICE.get_or_init(|| {
+        let Ok(v) = std::env::var("COCO_GEMM") else {
+            return GemmChoice::Auto;
+        };
+        GemmChoice::parse(&v).unwrap_or_else(|| {
+            log::warn!("COCO_GEMM={v:?} ignored: expected auto, tiled, 4x8, 8x4 or 4x4");
+            GemmChoice::Auto
+        })
+    })
+}
+
 /// Up to this many tokens the matvec (which reads W once per token) beats the tiled kernel
 /// (which reads it once per 64 tokens, but whose few workgroups each walk all of K).
 /// Measured on the H200 (BENCHMARKS.md, session 14), prefill of T tokens, matvec vs tiles:

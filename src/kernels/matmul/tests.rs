@@ -257,3 +257,37 @@ fn every_variant_preprocesses() {
         }
     }
 }
+
+/// The portable tiles' choice on the Llama-3.2-1B and 8B shapes of a 512-token step (what
+/// BENCHMARKS.md "session 16" measured), and the fused Q/K/V's exception.
+#[test]
+fn wide_tiles_are_chosen_where_the_grid_stays_full() {
+    let wide = |n, t| MatmulVariant::Wide(WideTile::new(n, t));
+    let auto = GemmChoice::Auto;
+    assert_eq!(auto.pick(2 * 8192, 512), wide(4, 8)); // 1B gate/up: 256 × 4 groups
+    assert_eq!(auto.pick(2048, 512), wide(4, 4)); // 1B o, down: 32 × 8
+    assert_eq!(auto.pick(4096, 512), wide(4, 8)); // 8B o, down: 64 × 4
+    assert_eq!(auto.pick(2048, 100), MatmulVariant::Tiled); // 32 × 2: too few for any
+    assert_eq!(GemmChoice::Tiled.pick(1 << 20, 512), MatmulVariant::Tiled);
+    assert_eq!(GemmChoice::parse("8x4"), Some(GemmChoice::Force(WideTile::new(8, 4))));
+    assert_eq!(GemmChoice::parse("8x8"), None);
+    let key = |fusion| MatmulKey {
+        fusion,
+        norm: true,
+        ..MatmulKey::choose(DeviceKernels::PORTABLE, GgmlType::Q4_0, 512, false, None)
+    };
+    // Unless COCO_GEMM overrides it for this process.
+    if gemm_choice() == GemmChoice::Auto {
+        let glu = key(Fusion::Glu(Activation::Silu)).sized(2048, 16384, 512, false);
+        assert_eq!(glu.label(), "matmul_q4_0_wide64x128_glu_silu_norm");
+        let qkv = key(Fusion::Qkv).sized(4096, 6144, 512, false);
+        assert_eq!(qkv.variant, MatmulVariant::Tiled);
+    }
+    // Every tile fits WebGPU's guaranteed 16 KiB of workgroup memory and stages at most
+    // one group of each tile per thread.
+    for w in WideTile::ALL {
+        let (n, t) = w.tile();
+        assert!((n + t) * w.chunk() * 4 <= 16384, "{w:?}");
+        assert!(n.max(t) * w.chunk() / 8 <= 256, "{w:?}");
+    }
+}
