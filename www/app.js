@@ -134,6 +134,7 @@ function restoreLink(link) {
   if (link.cpuSampling !== undefined) page.cpuSampling = link.cpuSampling;
   if (link.subgroups !== undefined) page.subgroups = link.subgroups;
   if (link.attnMerge !== undefined) page.attnMerge = link.attnMerge;
+  if (link.gemm !== undefined) page.gemm = link.gemm;
 }
 
 /** The wasm bindings: Trunk's module sets window.wasmBindings, then fires an event. */
@@ -192,8 +193,9 @@ async function openEngine() {
   try {
     page.bindings = page.bindings || (await wasmBindings());
     // A link's subgroups=0 / 1 turns them off / on wherever granted (A/B runs); otherwise
-    // the engine decides. attn_merge=separate: the two-dispatch attention merge (www/API.md).
-    page.engine = await page.bindings.Coco.open({ subgroups: page.subgroups, attention_merge: page.attnMerge });
+    // the engine decides. attn_merge=separate: the two-dispatch attention merge; gemm=…: the
+    // prefill GEMM by name (www/API.md).
+    page.engine = await page.bindings.Coco.open({ subgroups: page.subgroups, attention_merge: page.attnMerge, gemm: page.gemm });
   } catch (err) {
     const message = errorMessage(err);
     // Coco.open throws kind "not_yet" when there is no adapter or device (www/API.md).
@@ -690,7 +692,7 @@ function currentShareState() {
   // The conversation without its last answer: that answer is what the link reproduces.
   const chat = [...page.chat];
   if (chat.length && chat[chat.length - 1].role === "assistant") chat.pop();
-  return { model: $("model-url").value.trim(), mode, prompt: $("prompt").value, chat, fields, megakernel: $("megakernel").checked, cpuSampling: page.cpuSampling, subgroups: page.subgroups, attnMerge: page.attnMerge };
+  return { model: $("model-url").value.trim(), mode, prompt: $("prompt").value, chat, fields, megakernel: $("megakernel").checked, cpuSampling: page.cpuSampling, subgroups: page.subgroups, attnMerge: page.attnMerge, gemm: page.gemm };
 }
 
 async function copyLink() {

@@ -116,6 +116,12 @@ export function readShareParams(search = location.search) {
   // And who merges flash-decoding's key ranges: "separate" (a second dispatch, the A/B
   // baseline) or the split kernel's last workgroup (anything else, the default).
   if (params.has("attn_merge")) out.attnMerge = params.get("attn_merge") === "separate" ? "separate" : "in_split";
+  // The prefill GEMM by name (A/B runs, and the tile kernels through the browser's compiler).
+  if (params.has("gemm")) {
+    const gemm = params.get("gemm");
+    if (["auto", "tiled", "4x8", "8x4", "4x4"].includes(gemm)) out.gemm = gemm;
+    else out.problems.push(`ignored gemm="${gemm.slice(0, 40)}" (not auto, tiled, 4x8, 8x4 or 4x4)`);
+  }
   out.bench = params.get("bench") === "1";
   out.any = [...params.keys()].length > 0;
   return out;
@@ -123,7 +129,7 @@ export function readShareParams(search = location.search) {
 
 /**
  * Builds the share link for the current state.
- * state: {model, mode, prompt, chat (messages), fields: {id: value}, megakernel, cpuSampling, subgroups, attnMerge}
+ * state: {model, mode, prompt, chat (messages), fields: {id: value}, megakernel, cpuSampling, subgroups, attnMerge, gemm}
  */
 export function buildShareUrl(state, base = location.href) {
   const url = new URL(base);
@@ -143,6 +149,7 @@ export function buildShareUrl(state, base = location.href) {
   if (state.cpuSampling) params.set("cpu_sampling", "1");
   if (state.subgroups !== undefined) params.set("subgroups", state.subgroups ? "1" : "0");
   if (state.attnMerge === "separate") params.set("attn_merge", "separate");
+  if (state.gemm && state.gemm !== "auto") params.set("gemm", state.gemm);
   url.search = params.toString();
   return url.href;
 }

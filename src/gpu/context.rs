@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::features::{AttentionMerge, DeviceOptions, SubgroupDecision};
+use super::features::{AttentionMerge, DeviceOptions, GemmChoice, SubgroupDecision};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
@@ -54,6 +54,8 @@ pub struct GpuContext {
     pub subgroups: SubgroupDecision,
     /// Who merges flash-decoding's key ranges (the caller's choice; one dispatch by default).
     pub attention_merge: AttentionMerge,
+    /// Which portable GEMM prefill runs (the caller's choice; by product by default).
+    pub gemm: GemmChoice,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
     /// One grow-only uniform buffer for every step's dispatch parameters. Rewriting it with
     /// `queue.write_buffer` before each submit is safe: writes and submits are ordered on the
@@ -283,6 +285,7 @@ impl GpuContext {
             cooperative_matrix,
             subgroups,
             attention_merge: options.attention_merge,
+            gemm: options.gemm,
             pipelines: Mutex::new(HashMap::new()),
             params: Mutex::new(None),
             submit_lock: Mutex::new(()),

@@ -52,16 +52,82 @@ impl AttentionMerge {
     }
 }
 
+/// The wide GEMM's register tile (`kernels::matmul`, `shaders/matmul/gemm_wide.wgsl`): W
+/// rows (slots) × tokens per thread; the workgroup's 16 × 16 threads make a tile of 16× that.
+/// 8 × 8 is not offered: it measured 3–4× slower than 4 × 8 on the H200 (its accumulators
+/// left the registers; BENCHMARKS.md "session 16").
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct WideTile {
+    pub slots: u32,
+    pub tokens: u32,
+}
+
+impl WideTile {
+    /// Fastest first where each fills the GPU (H200, BENCHMARKS.md "session 16"): the order
+    /// the automatic choice tries them in.
+    pub const ALL: [WideTile; 3] = [
+        WideTile::new(4, 8),
+        WideTile::new(8, 4),
+        WideTile::new(4, 4),
+    ];
+
+    pub const fn new(slots: u32, tokens: u32) -> WideTile {
+        WideTile { slots, tokens }
+    }
+
+    /// `4x8`, … as `COCO_GEMM` and the page's `gemm=` take it.
+    pub fn parse(v: &str) -> Option<WideTile> {
+        let (a, b) = v.split_once('x')?;
+        let tile = WideTile::new(a.parse().ok()?, b.parse().ok()?);
+        WideTile::ALL.contains(&tile).then_some(tile)
+    }
+}
+
+/// Which portable GEMM prefill steps run (`kernels::matmul`): by default the first of
+/// [`WideTile::ALL`] that keeps enough workgroups per product, else the 64 × 64 tiles.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GemmChoice {
+    #[default]
+    Auto,
+    /// The 64 × 64 tile kernel everywhere, the wide GEMM's A/B baseline (`COCO_GEMM=tiled`,
+    /// the page's `gemm=tiled`).
+    Tiled,
+    /// One wide tile everywhere (`COCO_GEMM=4x8`, `gemm=4x8`, …).
+    Force(WideTile),
+}
+
+impl GemmChoice {
+    /// "auto", "tiled", "4x8", "8x4" or "4x4"; `None` for anything else.
+    pub fn parse(v: &str) -> Option<GemmChoice> {
+        match v.trim() {
+            "auto" => Some(GemmChoice::Auto),
+            "tiled" => Some(GemmChoice::Tiled),
+            v => WideTile::parse(v).map(GemmChoice::Force),
+        }
+    }
+
+    /// [`GemmChoice::parse`], or `Auto` with a warning naming what was expected.
+    pub fn parse_or_warn(v: &str, source: &str) -> GemmChoice {
+        GemmChoice::parse(v).unwrap_or_else(|| {
+            log::warn!("{source}={v:?} ignored: expected auto, tiled, 4x8, 8x4 or 4x4");
+            GemmChoice::Auto
+        })
+    }
+}
+
 /// What the caller wants from the device.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct DeviceOptions {
     pub subgroups: SubgroupChoice,
     pub attention_merge: AttentionMerge,
+    /// Anything but `Auto` also runs the tiles on a CPU adapter, which otherwise prefills
+    /// with the matvec: so the page can put the tile kernels through the browser's compiler.
+    pub gemm: GemmChoice,
 }
 
 impl DeviceOptions {
-    /// The defaults, with `COCO_SUBGROUPS` (0 / 1) choosing subgroups and `COCO_ATTN_MERGE`
-    /// (`separate`) the attention merge (native A/B runs).
+    /// The defaults, with `COCO_SUBGROUPS` (0 / 1) choosing subgroups, `COCO_ATTN_MERGE`
+    /// (`separate`) the attention merge and `COCO_GEMM` the prefill GEMM (native A/B runs).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn from_env() -> Self {
         DeviceOptions {
@@ -69,6 +135,9 @@ impl DeviceOptions {
                 .map_or(SubgroupChoice::Auto, |v| SubgroupChoice::parse(&v)),
             attention_merge: std::env::var("COCO_ATTN_MERGE")
                 .map_or(AttentionMerge::InSplit, |v| AttentionMerge::parse(&v)),
+            gemm: std::env::var("COCO_GEMM").map_or(GemmChoice::Auto, |v| {
+                GemmChoice::parse_or_warn(&v, "COCO_GEMM")
+            }),
         }
     }
 

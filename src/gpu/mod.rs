@@ -11,7 +11,10 @@ mod shader;
 mod weights;
 
 pub use context::{GpuContext, GpuError, ResourceCounts};
-pub use features::{AttentionMerge, BrowserGrant, DeviceOptions, SubgroupChoice, SubgroupDecision};
+pub use features::{
+    AttentionMerge, BrowserGrant, DeviceOptions, GemmChoice, SubgroupChoice, SubgroupDecision,
+    WideTile,
+};
 pub use recorder::{Binding, SpanTime, StepRecorder, Timing};
 pub use shader::{preprocess, preprocess_with, shader_source};
 pub use weights::{GpuTensor, TensorPart};

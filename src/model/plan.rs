@@ -23,8 +23,8 @@ use crate::kernels::attention::{self, AttentionPlan, AttentionShape, SPLIT_BLOCK
 use crate::kernels::elementwise::Activation;
 use crate::kernels::get_rows::GetRowsKey;
 use crate::kernels::matmul::{
-    can_fuse_glu, gemm_choice, matvec_max_t, matvec_shape, planned_label, qkv_fuses, DeviceKernels,
-    Fusion, GemmChoice, MatmulVariant, StageX, WideTile, CHUNK_MIN_K, WIDE_MIN_GROUPS,
+    can_fuse_glu, matvec_max_t, matvec_shape, planned_label, qkv_fuses, DeviceKernels, Fusion,
+    GemmChoice, MatmulVariant, StageX, WideTile, CHUNK_MIN_K, WIDE_MIN_GROUPS,
 };
 use crate::kernels::megakernel::MegakernelKey;
 use crate::kernels::qkv_rope::qkv_rope_fits;
@@ -648,7 +648,7 @@ impl Plan {
             ),
             Some(max) => format!(
                 "steps of <= {max} tokens: {matvec}; longer steps: {}",
-                match (self.kernels.tiled, gemm_choice()) {
+                match (self.kernels.tiled, self.kernels.gemm) {
                     (MatmulVariant::TiledCoop, _) => format!(
                         "{} (COCO_COOPMAT=1: f16 tensor cores)",
                         MatmulVariant::TiledCoop.label()
@@ -661,9 +661,9 @@ impl Plan {
                         MatmulVariant::Tiled.label()
                     ),
                     (_, GemmChoice::Tiled) =>
-                        format!("{} (COCO_GEMM)", MatmulVariant::Tiled.label()),
+                        format!("{} (asked for by name)", MatmulVariant::Tiled.label()),
                     (_, GemmChoice::Force(w)) =>
-                        format!("{} (COCO_GEMM)", MatmulVariant::Wide(w).label()),
+                        format!("{} (asked for by name)", MatmulVariant::Wide(w).label()),
                 }
             ),
         }

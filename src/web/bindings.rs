@@ -35,7 +35,7 @@ use crate::capabilities::{self, Report};
 use crate::chat::Message;
 use crate::engine::{Loader, LogitsFor, Model, Scratch, Session, PREFILL_CHUNK};
 use crate::gguf::Parser;
-use crate::gpu::{AttentionMerge, DeviceOptions, GpuContext, SubgroupChoice};
+use crate::gpu::{AttentionMerge, DeviceOptions, GemmChoice, GpuContext, SubgroupChoice};
 use crate::model::Pipeline;
 use crate::util::Clock;
 
@@ -213,6 +213,18 @@ impl Coco {
                     ),
                     )))
                 }
+            },
+            gemm: match options.gemm.as_deref() {
+                None => GemmChoice::Auto,
+                Some(v) => GemmChoice::parse(v).ok_or_else(|| {
+                    throw(PageError::new(
+                        super::error::ErrorKind::InvalidRequest,
+                        format!(
+                            "open options: gemm {:?} is not \"auto\", \"tiled\", \"4x8\", \"8x4\" or \"4x4\"",
+                            v.chars().take(40).collect::<String>()
+                        ),
+                    ))
+                })?,
             },
         };
         let ctx = GpuContext::with_options(device).await.map_err(|e| {

@@ -3,6 +3,7 @@
 
 use crate::gguf::GgmlType;
 use crate::gpu::preprocess;
+pub use crate::gpu::{GemmChoice, WideTile};
 
 use super::super::elementwise::Activation;
 use super::super::rope::RopeLayout;
@@ -36,28 +37,7 @@ pub enum MatmulVariant {
     Wide(WideTile),
 }
 
-/// The wide GEMM's register tile: W rows (slots) × tokens per thread; the workgroup's
-/// 16 × 16 threads make a tile of 16× that. 8 × 8 is not offered: it measured 3–4× slower
-/// than 4 × 8 on the H200 (its accumulators left the registers; `gemm_wide.wgsl`).
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub struct WideTile {
-    pub slots: u32,
-    pub tokens: u32,
-}
-
 impl WideTile {
-    /// Fastest first where each fills the GPU (H200, BENCHMARKS.md "session 16"): the order
-    /// [`GemmChoice::pick`] tries them in.
-    pub const ALL: [WideTile; 3] = [
-        WideTile::new(4, 8),
-        WideTile::new(8, 4),
-        WideTile::new(4, 4),
-    ];
-
-    pub const fn new(slots: u32, tokens: u32) -> WideTile {
-        WideTile { slots, tokens }
-    }
-
     /// Slots and tokens of a workgroup's tile.
     pub fn tile(self) -> (u32, u32) {
         (16 * self.slots, 16 * self.tokens)
@@ -72,13 +52,6 @@ impl WideTile {
         } else {
             32
         }
-    }
-
-    /// `4x8`, … as `COCO_GEMM` takes it.
-    pub fn parse(v: &str) -> Option<WideTile> {
-        let (a, b) = v.split_once('x')?;
-        let tile = WideTile::new(a.parse().ok()?, b.parse().ok()?);
-        WideTile::ALL.contains(&tile).then_some(tile)
     }
 }
 
@@ -226,10 +199,11 @@ impl MatmulKey {
     }
 
     /// This key for a product of K = `k` over `slots` weight rows (all parts, all fused
-    /// weights) and `t` tokens when its variant was chosen, not forced: the chunk matvec only
+    /// weights) and `t` tokens with the device's `gemm` choice, when its variant was chosen,
+    /// not forced: the chunk matvec only
     /// where it pays ([`CHUNK_MIN_K`]), and the portable tiles as the first
     /// [`MatmulVariant::Wide`] tile that still fills the GPU ([`GemmChoice::pick`]).
-    pub fn sized(self, k: u64, slots: u64, t: u32, forced: bool) -> MatmulKey {
+    pub fn sized(self, k: u64, slots: u64, t: u32, gemm: GemmChoice, forced: bool) -> MatmulKey {
         if forced {
             return self;
         }
@@ -238,9 +212,7 @@ impl MatmulKey {
             // The fused Q/K/V keeps the 64 × 64 tiles: as wide64x128 it ran 2.8× slower on
             // the Llama-8B shape (105.7 against 37.7 ms per 512-token step; BENCHMARKS.md
             // "session 16"), the slowdown gemm_wide.wgsl warns of.
-            MatmulVariant::Tiled if !matches!(self.fusion, Fusion::Qkv) => {
-                gemm_choice().pick(slots, t)
-            }
+            MatmulVariant::Tiled if !matches!(self.fusion, Fusion::Qkv) => gemm.pick(slots, t),
             v => v,
         };
         MatmulKey { variant, ..self }

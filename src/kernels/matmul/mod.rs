@@ -507,7 +507,7 @@ pub(super) fn chosen_key(
         fusion,
         ..MatmulKey::choose(DeviceKernels::of(ctx), ty, t, bias, variant)
     }
-    .sized(k, slots, t, variant.is_some())
+    .sized(k, slots, t, ctx.gemm, variant.is_some())
 }
 
 /// The pipeline label one dispatch of such a product records (its x' staging included, as

@@ -1,7 +1,7 @@
 //! Which matvec shape runs a product, and with what tuning: the kernels' grid constants,
 //! the subgroup matvec's shape (`COCO_MATVEC`), and the kernels a device runs.
 
-use super::{MatmulVariant, WideTile};
+use super::{GemmChoice, MatmulVariant, WideTile};
 
 /// Matvec workgroups: MV_ROWS slots × MV_LANES lanes = 256 invocations (browsers allow no
 /// more); 32 lanes per slot so that a 32-wide warp streams one row.
@@ -141,25 +141,7 @@ pub const TILE_T: u32 = 64;
 /// BENCHMARKS.md "session 16".
 pub const WIDE_MIN_GROUPS: u64 = 256;
 
-/// Which portable GEMM the tiles run: the default picks the first of [`WideTile::ALL`] that keeps
-/// [`WIDE_MIN_GROUPS`]; `COCO_GEMM=tiled` keeps the 64 × 64 kernel everywhere (the A/B
-/// baseline), `COCO_GEMM=4x8` (or 8x4, 4x4) forces one tile.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GemmChoice {
-    Auto,
-    Tiled,
-    Force(WideTile),
-}
-
 impl GemmChoice {
-    pub fn parse(v: &str) -> Option<GemmChoice> {
-        match v.trim() {
-            "auto" => Some(GemmChoice::Auto),
-            "tiled" => Some(GemmChoice::Tiled),
-            v => WideTile::parse(v).map(GemmChoice::Force),
-        }
-    }
-
     /// The tile kernel for `slots` rows × `t` tokens.
     pub fn pick(self, slots: u64, t: u32) -> MatmulVariant {
         match self {
@@ -176,20 +158,6 @@ impl GemmChoice {
     }
 }
 
-/// [`GemmChoice::Auto`], or the tuning override `COCO_GEMM`, read once per process.
-pub fn gemm_choice() -> GemmChoice {
-    static CHOICE: std::sync::OnceLock<GemmChoice> = std::sync::OnceLock::new();
-    *CHOICE.get_or_init(|| {
-        let Ok(v) = std::env::var("COCO_GEMM") else {
-            return GemmChoice::Auto;
-        };
-        GemmChoice::parse(&v).unwrap_or_else(|| {
-            log::warn!("COCO_GEMM={v:?} ignored: expected auto, tiled, 4x8, 8x4 or 4x4");
-            GemmChoice::Auto
-        })
-    })
-}
-
 /// Up to this many tokens the matvec (which reads W once per token) beats the tiled kernel
 /// (which reads it once per 64 tokens, but whose few workgroups each walk all of K).
 /// Measured on the H200 (BENCHMARKS.md, session 14), prefill of T tokens, matvec vs tiles:
@@ -199,10 +167,12 @@ pub const MATVEC_MAX_T: u32 = 32;
 
 /// The most tokens a step may have and still run the matvec on a device running `kernels`
 /// (`None`: every step). On a CPU adapter the tiled kernel's barriers cost more than reading
-/// W once per token, so prefill stays on the row-per-invocation matvec there too. The one
-/// rule [`MatmulKey::choose`] and `model::Plan` share.
+/// W once per token, so prefill stays on the row-per-invocation matvec there too, unless a
+/// GEMM was asked for by name (`DeviceOptions::gemm`: the page's check of the tile kernels
+/// in the browser's compiler). The one rule [`MatmulKey::choose`] and `model::Plan` share.
 pub fn matvec_max_t(kernels: DeviceKernels) -> Option<u32> {
-    (kernels.matvec != MatmulVariant::MatvecRows).then(matvec_max_t_setting)
+    let tiles = kernels.matvec != MatmulVariant::MatvecRows || kernels.gemm != GemmChoice::Auto;
+    tiles.then(matvec_max_t_setting)
 }
 
 /// [`MATVEC_MAX_T`], or the tuning override `COCO_MATVEC_MAX_T` (1..=512), read once per
@@ -228,6 +198,8 @@ fn matvec_max_t_setting() -> u32 {
 pub struct DeviceKernels {
     pub matvec: MatmulVariant,
     pub tiled: MatmulVariant,
+    /// Which portable tiles prefill runs (`DeviceOptions::gemm`).
+    pub gemm: GemmChoice,
 }
 
 impl DeviceKernels {
@@ -235,6 +207,7 @@ impl DeviceKernels {
     pub const PORTABLE: DeviceKernels = DeviceKernels {
         matvec: MatmulVariant::MatvecWorkgroup,
         tiled: MatmulVariant::Tiled,
+        gemm: GemmChoice::Auto,
     };
 
     /// The matvec: subgroup sums where SUBGROUP exists, one row per invocation on a CPU
@@ -257,7 +230,11 @@ impl DeviceKernels {
         } else {
             MatmulVariant::Tiled
         };
-        DeviceKernels { matvec, tiled }
+        DeviceKernels {
+            matvec,
+            tiled,
+            gemm: ctx.gemm,
+        }
     }
 
     /// Portable tiles with this matvec (tests).

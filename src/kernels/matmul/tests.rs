@@ -110,6 +110,7 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
         DeviceKernels {
             matvec: MatmulVariant::MatvecSubgroup,
             tiled: MatmulVariant::TiledCoop,
+            gemm: GemmChoice::Auto,
         },
         GgmlType::Q4_0,
         64,
@@ -226,6 +227,8 @@ fn every_variant_preprocesses() {
             MatmulVariant::MatvecWorkgroup,
             MatmulVariant::MatvecSubgroup,
             MatmulVariant::Tiled,
+            MatmulVariant::Wide(WideTile::new(4, 8)),
+            MatmulVariant::Wide(WideTile::new(8, 4)),
         ] {
             for fusion in [Fusion::None, Fusion::Glu(Activation::Silu), Fusion::Qkv] {
                 let key = MatmulKey {
@@ -269,20 +272,23 @@ fn wide_tiles_are_chosen_where_the_grid_stays_full() {
     assert_eq!(auto.pick(4096, 512), wide(4, 8)); // 8B o, down: 64 × 4
     assert_eq!(auto.pick(2048, 100), MatmulVariant::Tiled); // 32 × 2: too few for any
     assert_eq!(GemmChoice::Tiled.pick(1 << 20, 512), MatmulVariant::Tiled);
-    assert_eq!(GemmChoice::parse("8x4"), Some(GemmChoice::Force(WideTile::new(8, 4))));
+    assert_eq!(
+        GemmChoice::parse("8x4"),
+        Some(GemmChoice::Force(WideTile::new(8, 4)))
+    );
     assert_eq!(GemmChoice::parse("8x8"), None);
     let key = |fusion| MatmulKey {
         fusion,
         norm: true,
         ..MatmulKey::choose(DeviceKernels::PORTABLE, GgmlType::Q4_0, 512, false, None)
     };
-    // Unless COCO_GEMM overrides it for this process.
-    if gemm_choice() == GemmChoice::Auto {
-        let glu = key(Fusion::Glu(Activation::Silu)).sized(2048, 16384, 512, false);
-        assert_eq!(glu.label(), "matmul_q4_0_wide64x128_glu_silu_norm");
-        let qkv = key(Fusion::Qkv).sized(4096, 6144, 512, false);
-        assert_eq!(qkv.variant, MatmulVariant::Tiled);
-    }
+    let glu = key(Fusion::Glu(Activation::Silu)).sized(2048, 16384, 512, auto, false);
+    assert_eq!(glu.label(), "matmul_q4_0_wide64x128_glu_silu_norm");
+    let qkv = key(Fusion::Qkv).sized(4096, 6144, 512, auto, false);
+    assert_eq!(qkv.variant, MatmulVariant::Tiled);
+    let forced =
+        key(Fusion::None).sized(4096, 64, 40, GemmChoice::Force(WideTile::new(8, 4)), false);
+    assert_eq!(forced.label(), "matmul_q4_0_wide128x64_norm");
     // Every tile fits WebGPU's guaranteed 16 KiB of workgroup memory and stages at most
     // one group of each tile per thread.
     for w in WideTile::ALL {

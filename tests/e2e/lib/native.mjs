@@ -8,7 +8,7 @@ import { execFile } from 'node:child_process';
 import { ROOT } from './harness.mjs';
 
 /** Runs `target/release/coco <args>` and parses its JSON output. */
-export function coco(args, { timeout = 300_000 } = {}) {
+export function coco(args, { timeout = 300_000, env: extraEnv = {} } = {}) {
   const bin = path.join(ROOT, 'target/release/coco');
   if (!fs.existsSync(bin)) throw new Error('target/release/coco is missing: cargo build --release');
   const env = {
@@ -16,6 +16,7 @@ export function coco(args, { timeout = 300_000 } = {}) {
     VK_ICD_FILENAMES: '/usr/share/vulkan/icd.d/lvp_icd.x86_64.json',
     WGPU_BACKEND: 'vulkan',
     XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR ?? fs.mkdtempSync(path.join(os.tmpdir(), 'xdg-')),
+    ...extraEnv,
   };
   return new Promise((resolve, reject) => {
     execFile(bin, args, { env, cwd: ROOT, maxBuffer: 16 << 20, timeout }, (err, stdout, stderr) => {
