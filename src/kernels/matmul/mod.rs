@@ -8,7 +8,7 @@
 //! In a Llama layer, norm → Q, K, V (4 dispatches) becomes 1 and norm → gate, up → glu (4)
 //! becomes 1: 6 fewer dependent dispatches per layer.
 //!
-//! Five shapes of the same product, picked by [`MatmulKey::choose`] and [`MatmulKey::sized`]:
+//! Six shapes of the same product, picked by [`MatmulKey::choose`] and [`MatmulKey::sized`]:
 //! - `matvec_wg256`: decode (T small); 256 invocations (SwiftShader's limit) = 8 slots × 32
 //!   lanes, each lane taking every 32nd 8-element group of its row (coalesced reads),
 //!   shared-memory reduction. What the browser runs.
@@ -18,6 +18,10 @@
 //!   chunk (16-byte weight loads), x' staged in workgroup-memory tiles, 16 slots.
 //! - `tiled64x64`: prefill; a 64-slot × 64-token tile per workgroup, each W chunk dequantized
 //!   once into workgroup memory and reused by all 64 tokens.
+//! - `wide64x128`, `wide128x64`, `wide64x64`: the portable prefill GEMM with a larger
+//!   register tile per thread (`shaders/matmul/gemm_wide.wgsl`), the first of them that
+//!   leaves ≥ [`WIDE_MIN_GROUPS`] workgroups per product (else `tiled64x64`; the fused Q/K/V
+//!   always `tiled64x64`), or one by name ([`GemmChoice`]).
 //! - `coop64x64`: the same tiles multiplied on tensor cores with f16 cooperative matrices,
 //!   where the native adapter offers them and `COCO_COOPMAT=1` asks for it (never in a
 //!   browser).
