@@ -20,6 +20,7 @@ use serde::Serialize;
 
 use crate::engine::{EngineError, LogitsFor, MegakernelCheck, Model, Session};
 use crate::gpu::{Binding, GpuContext, StepRecorder, Timing};
+use crate::kernels::matmul::KernelSettings;
 use crate::kernels::probe::{probe_empty, probe_read, READ_THREADS};
 use crate::sampler::{argmax, SamplerConfig};
 use crate::util::Clock;
@@ -46,6 +47,8 @@ pub struct Probe {
 #[derive(Clone, Debug)]
 pub struct BenchResult {
     pub adapter: String,
+    /// The kernels and tuning overrides the run measured.
+    pub kernels: KernelSettings,
     pub prompt_tokens: u32,
     pub gen_tokens: u32,
     pub reps: u32,
@@ -246,6 +249,7 @@ pub async fn run_with(
     };
     Ok(BenchResult {
         adapter: ctx.describe(),
+        kernels: KernelSettings::of(ctx),
         prompt_tokens: cfg.prompt_tokens,
         gen_tokens: cfg.gen_tokens,
         reps: cfg.reps,
@@ -599,6 +603,8 @@ pub struct BenchRecord {
     /// The file name (CLI) or the GGUF's `general.name` (page).
     pub model: String,
     pub adapter: String,
+    /// The kernels and tuning overrides the run measured.
+    pub kernels: KernelSettings,
     /// "fused" or "unfused".
     pub pipeline: &'static str,
     pub prompt_tokens: u32,
@@ -673,6 +679,7 @@ impl BenchResult {
         BenchRecord {
             model: model.to_string(),
             adapter: self.adapter.clone(),
+            kernels: self.kernels.clone(),
             pipeline: match pipeline {
                 crate::model::Pipeline::Fused => "fused",
                 crate::model::Pipeline::Unfused => "unfused",

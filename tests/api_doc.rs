@@ -248,6 +248,14 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
     let bench = BenchRecord {
         model: "tiny".into(),
         adapter: "lavapipe".into(),
+        kernels: coco::kernels::matmul::KernelSettings {
+            matvec: "matvec_rows256".into(),
+            matvec_shape: "8x1x2x0x1".into(),
+            matvec_max_t: None,
+            tiles: "tiled64x64".into(),
+            gemm: "auto".into(),
+            attention_merge: "in_split",
+        },
         pipeline: "fused",
         prompt_tokens: 8,
         gen_tokens: 4,

@@ -194,6 +194,17 @@ fn open_gpu(verbose: bool) -> Result<Arc<GpuContext>> {
                 "off (opt in with COCO_COOPMAT=1 where offered)"
             }
         );
+        let k = coco::kernels::matmul::KernelSettings::of(&ctx);
+        eprintln!(
+            "kernels: decode {} (COCO_MATVEC={}) up to {} tokens | prefill {} (COCO_GEMM={}) | \
+             attention merge {}",
+            k.matvec,
+            k.matvec_shape,
+            k.matvec_max_t.map_or("any number of".into(), |t| t.to_string()),
+            k.tiles,
+            k.gemm,
+            k.attention_merge
+        );
     }
     Ok(ctx)
 }

@@ -110,6 +110,61 @@ impl MatvecShape {
     }
 }
 
+impl std::fmt::Display for MatvecShape {
+    /// The form [`MatvecShape::parse`] reads (`COCO_MATVEC`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let stage = match self.stage_x {
+            StageX::Never => 0,
+            StageX::Normed => 1,
+            StageX::All => 2,
+        };
+        write!(
+            f,
+            "{}x{}x{}x{stage}x{}",
+            self.rows, self.unroll, self.rows_per_task, self.chunk as u8
+        )
+    }
+}
+
+/// The kernel choices and tuning overrides a measurement ran with (`coco bench --json`'s and
+/// the page's `kernels`): what a figure needs to be reproduced.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct KernelSettings {
+    /// The decode matvec (`matvec_chunk256`, `matvec_wg256`, …).
+    pub matvec: String,
+    /// The subgroup matvec's shape as `COCO_MATVEC` spells it.
+    pub matvec_shape: String,
+    /// The longest step the matvec runs (null: every step, a CPU adapter's prefill too).
+    pub matvec_max_t: Option<u32>,
+    /// The prefill tiles: `tiled64x64` or `coop64x64` (tensor cores).
+    pub tiles: String,
+    /// The portable GEMM choice: `auto`, `tiled`, `4x8`, `8x4` or `4x4`.
+    pub gemm: String,
+    /// Who merges flash-decoding's key ranges: `in_split` or `separate`.
+    pub attention_merge: &'static str,
+}
+
+impl KernelSettings {
+    pub fn of(ctx: &crate::gpu::GpuContext) -> KernelSettings {
+        let kernels = DeviceKernels::of(ctx);
+        KernelSettings {
+            matvec: kernels.matvec.label(),
+            matvec_shape: matvec_shape().to_string(),
+            matvec_max_t: matvec_max_t(kernels),
+            tiles: kernels.tiled.label(),
+            gemm: match ctx.gemm {
+                GemmChoice::Auto => "auto".into(),
+                GemmChoice::Tiled => "tiled".into(),
+                GemmChoice::Force(w) => format!("{}x{}", w.slots, w.tokens),
+            },
+            attention_merge: match ctx.attention_merge {
+                crate::gpu::AttentionMerge::InSplit => "in_split",
+                crate::gpu::AttentionMerge::Separate => "separate",
+            },
+        }
+    }
+}
+
 /// [`MatvecShape::DEFAULT`], or the tuning override `COCO_MATVEC` (see
 /// [`MatvecShape::parse`]), read once per process: for measuring other shapes on a new GPU
 /// without a rebuild. An invalid value is ignored with a warning.
