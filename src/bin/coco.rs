@@ -200,7 +200,8 @@ fn open_gpu(verbose: bool) -> Result<Arc<GpuContext>> {
              attention merge {}",
             k.matvec,
             k.matvec_shape,
-            k.matvec_max_t.map_or("any number of".into(), |t| t.to_string()),
+            k.matvec_max_t
+                .map_or("any number of".into(), |t| t.to_string()),
             k.tiles,
             k.gemm,
             k.attention_merge
@@ -447,8 +448,8 @@ fn info(path: &Path, ctx_len: u32, verbose: bool, pipeline: coco::model::Pipelin
                 c.context_length
             );
             println!(
-                "  rms eps {:e} | rope {:?} base {} (local {}) {:?} | window {:?} | attn scale {:.5} | softcap attn {:?} final {:?} | tied {}",
-                c.rms_eps, c.rope_style, c.rope_base, c.rope_base_local, c.rope_scaling, c.sliding_window, c.attn_scale, c.attn_softcap, c.final_softcap, c.tied_embeddings
+                "  rms eps {:e} | rope {:?} base {} (local {}) scaling {} | window {:?} | attn scale {:.5} | softcap attn {:?} final {:?} | tied {}",
+                c.rms_eps, c.rope_style, c.rope_base, c.rope_base_local, rope_scaling_words(&c), c.sliding_window, c.attn_scale, c.attn_softcap, c.final_softcap, c.tied_embeddings
             );
         }
         Err(e) => println!("architecture: {e}"),
@@ -676,4 +677,16 @@ fn print_profile(p: &StepProfile) {
         "profiling gives each dispatch its own compute pass (WebGPU has only pass-level timestamps), so its total includes one pass's overhead per dispatch; the real step, one pass: {:.1} µs",
         p.one_pass_us
     );
+}
+
+/// `coco info`'s RoPE scaling: HF's rope_scaling kinds, and Phi-3's LongRoPE (held apart from
+/// them, as factor tensors; it was printed as "None").
+fn rope_scaling_words(c: &coco::model::Config) -> String {
+    match &c.long_rope {
+        Some(l) => format!(
+            "LongRoPE (long factors past {} positions, attention factor {:.4})",
+            l.original_context, c.rope_attn_factor
+        ),
+        None => format!("{:?}", c.rope_scaling),
+    }
 }
