@@ -50,6 +50,14 @@ impl AttentionMerge {
             _ => AttentionMerge::InSplit,
         }
     }
+
+    /// "in_split" or "separate", as `Coco.open` and bench records spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            AttentionMerge::InSplit => "in_split",
+            AttentionMerge::Separate => "separate",
+        }
+    }
 }
 
 /// The wide GEMM's register tile (`kernels::matmul`, `shaders/matmul/gemm_wide.wgsl`): W
@@ -73,6 +81,22 @@ impl WideTile {
 
     pub const fn new(slots: u32, tokens: u32) -> WideTile {
         WideTile { slots, tokens }
+    }
+
+    /// Slots and tokens of a workgroup's tile.
+    pub fn tile(self) -> (u32, u32) {
+        (16 * self.slots, 16 * self.tokens)
+    }
+
+    /// Elements of K staged per chunk: both f32 tiles within 16 KiB (WebGPU's guaranteed
+    /// workgroup memory), and at most one 8-element group of each per thread and chunk.
+    pub fn chunk(self) -> u32 {
+        let (n, t) = self.tile();
+        if n + t > 128 {
+            16
+        } else {
+            32
+        }
     }
 
     /// `4x8`, … as `COCO_GEMM` and the page's `gemm=` take it.
@@ -103,6 +127,15 @@ impl GemmChoice {
             "auto" => Some(GemmChoice::Auto),
             "tiled" => Some(GemmChoice::Tiled),
             v => WideTile::parse(v).map(GemmChoice::Force),
+        }
+    }
+
+    /// [`GemmChoice::parse`]'s spelling of this choice.
+    pub fn name(self) -> String {
+        match self {
+            GemmChoice::Auto => "auto".into(),
+            GemmChoice::Tiled => "tiled".into(),
+            GemmChoice::Force(w) => format!("{}x{}", w.slots, w.tokens),
         }
     }
 

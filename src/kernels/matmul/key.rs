@@ -37,24 +37,6 @@ pub enum MatmulVariant {
     Wide(WideTile),
 }
 
-impl WideTile {
-    /// Slots and tokens of a workgroup's tile.
-    pub fn tile(self) -> (u32, u32) {
-        (16 * self.slots, 16 * self.tokens)
-    }
-
-    /// Elements of K staged per chunk: both f32 tiles within 16 KiB (WebGPU's guaranteed
-    /// workgroup memory), and at most one 8-element group of each per thread and chunk.
-    pub fn chunk(self) -> u32 {
-        let (n, t) = self.tile();
-        if n + t > 128 {
-            16
-        } else {
-            32
-        }
-    }
-}
-
 impl MatmulVariant {
     fn define(self) -> &'static str {
         match self {
@@ -200,9 +182,9 @@ impl MatmulKey {
 
     /// This key for a product of K = `k` over `slots` weight rows (all parts, all fused
     /// weights) and `t` tokens with the device's `gemm` choice, when its variant was chosen,
-    /// not forced: the chunk matvec only
-    /// where it pays ([`CHUNK_MIN_K`]), and the portable tiles as the first
-    /// [`MatmulVariant::Wide`] tile that still fills the GPU ([`GemmChoice::pick`]).
+    /// not forced: the chunk matvec only where it pays ([`CHUNK_MIN_K`]), and the portable
+    /// tiles as the first [`MatmulVariant::Wide`] tile that still fills the GPU
+    /// ([`GemmChoice::pick`]).
     pub fn sized(self, k: u64, slots: u64, t: u32, gemm: GemmChoice, forced: bool) -> MatmulKey {
         if forced {
             return self;

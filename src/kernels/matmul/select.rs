@@ -152,15 +152,8 @@ impl KernelSettings {
             matvec_shape: matvec_shape().to_string(),
             matvec_max_t: matvec_max_t(kernels),
             tiles: kernels.tiled.label(),
-            gemm: match ctx.gemm {
-                GemmChoice::Auto => "auto".into(),
-                GemmChoice::Tiled => "tiled".into(),
-                GemmChoice::Force(w) => format!("{}x{}", w.slots, w.tokens),
-            },
-            attention_merge: match ctx.attention_merge {
-                crate::gpu::AttentionMerge::InSplit => "in_split",
-                crate::gpu::AttentionMerge::Separate => "separate",
-            },
+            gemm: ctx.gemm.name(),
+            attention_merge: ctx.attention_merge.name(),
         }
     }
 }
