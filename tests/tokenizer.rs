@@ -169,6 +169,17 @@ fn llama3_matches_hf() {
     check_goldens("llama3");
 }
 
+/// The header of fixture `tests/fixtures/{name}.gguf` (scripts/fixtures.sh builds them).
+fn fixture_header(name: &str) -> coco::gguf::Header {
+    let path = repo().join(format!("tests/fixtures/{name}.gguf"));
+    assert!(
+        path.is_file(),
+        "{} is missing: run scripts/fixtures.sh",
+        path.display()
+    );
+    coco::gguf::read_header(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
 #[test]
 fn qwen2_matches_hf() {
     check_goldens("qwen2");
@@ -179,13 +190,7 @@ fn qwen2_matches_hf() {
 /// `tokenizer.*` keys must give HF's Qwen ids for every qwen2 golden string.
 #[test]
 fn qwen3_fixture_matches_hf_qwen2_goldens() {
-    let path = repo().join("tests/fixtures/qwen3-q8_0.gguf");
-    assert!(
-        path.is_file(),
-        "{} is missing: run scripts/fixtures.sh",
-        path.display()
-    );
-    let header = coco::gguf::read_header(&path).unwrap_or_else(|e| panic!("{e}"));
+    let header = fixture_header("qwen3-q8_0");
     let pre = header.metadata.str("tokenizer.ggml.pre").expect("pre");
     assert_eq!(pre, "qwen2");
     let tok = Tokenizer::from_gguf(&header.metadata).expect("qwen3 tokenizer");
@@ -202,13 +207,7 @@ fn qwen3_fixture_matches_hf_qwen2_goldens() {
 #[test]
 fn gemma2_fixture_has_no_space_prefix_like_hf() {
     for name in ["gemma2-q8_0", "gemma2-q4_k"] {
-        let path = repo().join(format!("tests/fixtures/{name}.gguf"));
-        assert!(
-            path.is_file(),
-            "{} is missing: run scripts/fixtures.sh",
-            path.display()
-        );
-        let header = coco::gguf::read_header(&path).unwrap_or_else(|e| panic!("{e}"));
+        let header = fixture_header(name);
         assert_eq!(
             header
                 .metadata
@@ -243,13 +242,7 @@ fn gemma2_fixture_has_no_space_prefix_like_hf() {
 /// `tokenizer.*` keys must give HF's ids for every mistral-spm golden string.
 #[test]
 fn phi3_fixture_matches_hf_mistral_spm_goldens() {
-    let path = repo().join("tests/fixtures/phi3-q8_0.gguf");
-    assert!(
-        path.is_file(),
-        "{} is missing: run scripts/fixtures.sh",
-        path.display()
-    );
-    let header = coco::gguf::read_header(&path).unwrap_or_else(|e| panic!("{e}"));
+    let header = fixture_header("phi3-q8_0");
     assert_eq!(
         header.metadata.str("tokenizer.ggml.model").expect("model"),
         "llama"
@@ -265,13 +258,7 @@ fn phi3_fixture_matches_hf_mistral_spm_goldens() {
 /// that the llama3 goldens' upstream template adds.
 #[test]
 fn smollm3_fixture_matches_hf_llama3_goldens_without_bos() {
-    let path = repo().join("tests/fixtures/smollm3-q8_0.gguf");
-    assert!(
-        path.is_file(),
-        "{} is missing: run scripts/fixtures.sh",
-        path.display()
-    );
-    let header = coco::gguf::read_header(&path).unwrap_or_else(|e| panic!("{e}"));
+    let header = fixture_header("smollm3-q8_0");
     let pre = header.metadata.str("tokenizer.ggml.pre").expect("pre");
     assert_eq!(pre, "smaug-bpe");
     let tok = Tokenizer::from_gguf(&header.metadata).expect("smollm3 tokenizer");
