@@ -169,8 +169,34 @@ fn run_matmul(case: Case, seed: u64) -> f64 {
     let yb = ctx.storage_buffer_init("y", bytemuck::cast_slice(&y0));
     let bb = ctx.storage_buffer_init("bias", bytemuck::cast_slice(&bias));
 
-    let mut want = reference::matmul(&w, &x, n, k, t);
-    let abs = reference::matmul_abs(&w, &x, n, k, t);
+    let mut rec = StepRecorder::new(ctx);
+    let args = MatmulArgs {
+        bias: case.bias.then_some(&bb),
+        accumulate: case.accumulate,
+        softcap: None, // set below, from the reference's range
+        scale: case.scale,
+    };
+    matmul_variant(
+        &mut rec,
+        &wt,
+        &Binding::from(&xb),
+        &Binding::from(&yb),
+        t as u32,
+        args,
+        case.variant,
+    )
+    .expect("matmul");
+    let labels = rec.labels();
+    drop(rec);
+    // The int8 chunk matvec multiplies W by x' as it stages it (two int8 levels per chunk):
+    // its oracle is the product with that x'' (reference::quant::int8_levels).
+    let x_used = if labels[0].ends_with("_i8") {
+        quant::int8_levels(&x)
+    } else {
+        x.clone()
+    };
+    let mut want = reference::matmul(&w, &x_used, n, k, t);
+    let abs = reference::matmul_abs(&w, &x_used, n, k, t);
     for (i, v) in want.iter_mut().enumerate() {
         if case.bias {
             *v += bias[i % n];
@@ -192,10 +218,8 @@ fn run_matmul(case: Case, seed: u64) -> f64 {
 
     let mut rec = StepRecorder::new(ctx);
     let args = MatmulArgs {
-        bias: case.bias.then_some(&bb),
-        accumulate: case.accumulate,
         softcap: cap,
-        scale: case.scale,
+        ..args
     };
     matmul_variant(
         &mut rec,
@@ -207,7 +231,7 @@ fn run_matmul(case: Case, seed: u64) -> f64 {
         case.variant,
     )
     .expect("matmul");
-    let labels = rec.labels();
+    assert_eq!(rec.labels(), labels, "the same kernels with the soft-cap set");
     rec.submit();
     let got = ctx.read_f32(&yb, 0, (t * n) as u64).expect("readback");
     // Unforced cases pick the device's kernel, which is the f16 one on tensor-core adapters.

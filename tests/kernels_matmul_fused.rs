@@ -24,7 +24,7 @@ use coco::kernels::matmul::MatmulVariant::{
 use coco::kernels::matmul::{
     matmul_glu_variant, matmul_normed_variant, matmul_qkv_variant, MatmulArgs,
 };
-use coco::reference::ops;
+use coco::reference::{ops, quant};
 use common::{ctx, is_k_quant, random_f32, reference_product, weight, Worst as Err, RTOL};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -73,12 +73,10 @@ fn compare(what: &str, got: &[f32], want: &[f64], tol: &[f64], n: usize) -> Err 
     common::assert_close(what, got, want, |i, _| tol[i], n)
 }
 
-/// x' as the kernels see it: the reference RMSNorm of x, or x itself.
-fn normed(x: &[f32], norm_w: Option<&[f32]>, t: usize, k: usize) -> Vec<f32> {
-    match norm_w {
-        Some(nw) => ops::rms_norm(x, nw, t, k, EPS),
-        None => x.to_vec(),
-    }
+/// x' as the kernel `label` sees it: the reference RMSNorm of x, or x itself; for the int8
+/// chunk matvec (`_i8`), staged as its int8 levels (`quant::x_seen`).
+fn normed(x: &[f32], norm_w: Option<&[f32]>, t: usize, k: usize, label: &str) -> Vec<f32> {
+    quant::x_seen(x, norm_w, t, k, EPS, label.contains("_i8"))
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -258,7 +256,7 @@ fn run_normed(ty: GgmlType, c: Case, seed: u64) -> Err {
     rec.submit();
     let got = ctx().read_f32(&yb, 0, (t * n) as u64).expect("readback");
 
-    let xn = normed(&x, c.norm.then_some(&nw[..]), t, k);
+    let xn = normed(&x, c.norm.then_some(&nw[..]), t, k, &label);
     let (mut want, tol) = reference_product(&w, &xn, n, k, t, &label);
     for (i, v) in want.iter_mut().enumerate() {
         if c.bias {
@@ -342,7 +340,7 @@ fn run_glu(ty: GgmlType, c: Case, seed: u64) -> Err {
         .read_f32(&outb, 0, (t * ffn) as u64)
         .expect("readback");
 
-    let xn = normed(&x, c.norm.then_some(&nw[..]), t, k);
+    let xn = normed(&x, c.norm.then_some(&nw[..]), t, k, &label);
     let (g, g_tol) = reference_product(&gate_w, &xn, ffn, k, t, &label);
     let (u, u_tol) = reference_product(&up_w, &xn, ffn, k, t, &label);
     let g32: Vec<f32> = g.iter().map(|&v| v as f32).collect();
@@ -440,7 +438,7 @@ fn run_qkv(ty: GgmlType, c: Case, seed: u64) -> Err {
     let label = label_of(&rec);
     rec.submit();
 
-    let xn = normed(&x, c.norm.then_some(&nw[..]), t, k);
+    let xn = normed(&x, c.norm.then_some(&nw[..]), t, k, &label);
     let mut err = Err::default();
     for (i, (w, name)) in [&q_w, &k_w, &v_w].iter().zip(["q", "k", "v"]).enumerate() {
         let n = ns[i];

@@ -20,7 +20,7 @@ use coco::kernels::matmul::MatmulVariant::{
 };
 use coco::kernels::qkv_rope::{matmul_qkv_rope_kv_variant, qkv_rope_fuses};
 use coco::kernels::rope::{RopeKvShape, RopeLayout};
-use coco::reference::ops;
+use coco::reference::{ops, quant};
 use common::{ctx, random_f32, reference_product, weight};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -165,11 +165,8 @@ fn run(ty: GgmlType, c: Case, seed: u64) -> f64 {
     let label = rec.labels().first().cloned().unwrap_or_default();
     rec.submit();
 
-    let xn = if c.norm {
-        ops::rms_norm(&x, &nw, c.t, k, EPS)
-    } else {
-        x.clone()
-    };
+    // x' as the kernel sees it (the int8 chunk matvec: its staged int8 levels).
+    let xn = quant::x_seen(&x, c.norm.then_some(&nw[..]), c.t, k, EPS, label.contains("_i8"));
     let bias = |i: usize| c.bias.then_some(&biases[i][..]);
     let (q_want, q_tol) = rotated(
         product(&q_w, &xn, bias(0), nq, k, c.t),

@@ -27,6 +27,10 @@
 //   fn dequant8(r: WRow, o: u32) -> array<vec4<f32>, 2>
 //     elements 8o .. 8o+7: the view of kernels whose consecutive invocations read
 //     consecutive words (the workgroup matvec, the megakernel, the tiled GEMM's staging).
+//   fn idot32(c: Raw32, x: XChunk) -> f32  (types with an int8 form; with INT8 only)
+//     Σ w·x' over a chunk from x' as int8 (XChunk, below): the chunk matvec's inner loop
+//     with 4 multiply-adds per dot4I8Packed instead of a convert and two FMAs per weight;
+//     Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 have it (`has_int8_dot` in kernels/matmul/key.rs).
 // Every type's blocks hold whole 32-element chunks (K-quant super-blocks are 8 chunks), so K
 // must be a multiple of 32.
 //
@@ -88,6 +92,57 @@ fn bit_run(u: u32, first: u32) -> vec4<u32> {
 fn i8x4(u: u32) -> vec4<f32> {
     return vec4<f32>(unpack4xI8(u));
 }
+
+#ifdef INT8
+// x' of one 32-element chunk as two int8 levels, x' ≈ d.x·a + d.y·b, with d.y = d.x / 254:
+// a = round(x' / d.x) (d.x = max|x'| / 127) and b the rounded remainder, so an element is
+// off by at most max|x'| / 64,516 (~1.6e-5 of the chunk's largest), where one int8 level
+// would be off by 1/254 of it. Word i of a0 a1 holds elements 4i..4i+3 of a (a0: words
+// 0..3); b0 b1 likewise. d.z is d.x·Σa + d.y·Σb, the levels' Σx' (offsets, minimums).
+struct XChunk {
+    a0: vec4<u32>,
+    a1: vec4<u32>,
+    b0: vec4<u32>,
+    b1: vec4<u32>,
+    d: vec4<f32>, // (d_a, d_b, Σx', 0)
+}
+
+// Σ q·x over a chunk whose 32 weights are bytes in element order (q0: words 0..3, q1: 4..7)
+// against the int8 level (x0, x1).
+fn idot_bytes(q0: vec4<u32>, q1: vec4<u32>, x0: vec4<u32>, x1: vec4<u32>) -> i32 {
+    return (dot4I8Packed(q0.x, x0.x) + dot4I8Packed(q0.y, x0.y))
+        + (dot4I8Packed(q0.z, x0.z) + dot4I8Packed(q0.w, x0.w))
+        + (dot4I8Packed(q1.x, x1.x) + dot4I8Packed(q1.y, x1.y))
+        + (dot4I8Packed(q1.z, x1.z) + dot4I8Packed(q1.w, x1.w));
+}
+
+// The same for weights in the 4-bit planes' order: byte i of lo[j] is element 8j + i, of
+// hi[j] element 8j + 4 + i.
+fn idot_split(lo: vec4<u32>, hi: vec4<u32>, x0: vec4<u32>, x1: vec4<u32>) -> i32 {
+    return (dot4I8Packed(lo.x, x0.x) + dot4I8Packed(hi.x, x0.y))
+        + (dot4I8Packed(lo.y, x0.z) + dot4I8Packed(hi.y, x0.w))
+        + (dot4I8Packed(lo.z, x1.x) + dot4I8Packed(hi.z, x1.y))
+        + (dot4I8Packed(lo.w, x1.z) + dot4I8Packed(hi.w, x1.w));
+}
+
+// Σ q·x' ≈ d_a·Σq·a + d_b·Σq·b for integer weights q given as split nibble-order bytes.
+fn idot_levels_split(lo: vec4<u32>, hi: vec4<u32>, x: XChunk) -> f32 {
+    return x.d.x * f32(idot_split(lo, hi, x.a0, x.a1)) + x.d.y * f32(idot_split(lo, hi, x.b0, x.b1));
+}
+
+// The low and high nibbles of a 4-bit quant unit, each byte one element (idot_split's order).
+fn nibble_bytes(q: vec4<u32>) -> array<vec4<u32>, 2> {
+    let m = vec4<u32>(0x0F0F0F0Fu);
+    return array<vec4<u32>, 2>(q & m, (q >> vec4<u32>(4u)) & m);
+}
+
+// Q5's fifth bits: for each word j, bits 8j + first .. 8j + first + 3 of qh as bit 4 of
+// bytes 0..3 (first 0: the low nibbles' elements, 4: the high ones').
+fn high_bytes(qh: u32, first: u32) -> vec4<u32> {
+    let b = (vec4<u32>(qh) >> vec4<u32>(first, first + 8u, first + 16u, first + 24u)) & vec4<u32>(15u);
+    return ((b | (b << vec4<u32>(7u)) | (b << vec4<u32>(14u)) | (b << vec4<u32>(21u))) & vec4<u32>(0x01010101u)) << vec4<u32>(4u);
+}
+#endif
 
 #ifdef F32
 #include "common/dequant_f32.wgsl"

@@ -30,3 +30,11 @@ fn dequant8(r: WRow, o: u32) -> array<vec4<f32>, 2> {
     let d = plane_f16(4u * r.blocks, b);
     return q4_0_word(wl(4u * b + (o & 3u)), d);
 }
+
+#ifdef INT8
+// Σ d·(q − 8)·x' = d·(Σq·x' − 8·Σx').
+fn idot32(c: Raw32, x: XChunk) -> f32 {
+    let n = nibble_bytes(c.q);
+    return c.d * (idot_levels_split(n[0], n[1], x) - 8.0 * x.d.z);
+}
+#endif

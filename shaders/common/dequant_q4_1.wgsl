@@ -28,3 +28,11 @@ fn dequant8(r: WRow, o: u32) -> array<vec4<f32>, 2> {
     let b = r.block + (o >> 2u);
     return q4_1_word(wl(4u * b + (o & 3u)), unpack2x16float(wl(4u * r.blocks + b)));
 }
+
+#ifdef INT8
+// Σ (d·q + m)·x' = d·Σq·x' + m·Σx'.
+fn idot32(c: Raw32, x: XChunk) -> f32 {
+    let n = nibble_bytes(c.q);
+    return c.dm.x * idot_levels_split(n[0], n[1], x) + c.dm.y * x.d.z;
+}
+#endif

@@ -39,3 +39,13 @@ fn dequant8(r: WRow, o: u32) -> array<vec4<f32>, 2> {
     let d = plane_f16(5u * r.blocks, b);
     return q5_group(wl(4u * b + j), wl(4u * r.blocks + b), j, d);
 }
+
+#ifdef INT8
+// Σ d·(q − 16)·x', q = nibble | fifth bit · 16 (bytes 0..31).
+fn idot32(c: Raw32, x: XChunk) -> f32 {
+    let n = nibble_bytes(c.q);
+    let lo = n[0] | high_bytes(c.qh, 0u);
+    let hi = n[1] | high_bytes(c.qh, 4u);
+    return c.d * (idot_levels_split(lo, hi, x) - 16.0 * x.d.z);
+}
+#endif

@@ -36,3 +36,13 @@ fn dequant8(r: WRow, o: u32) -> array<vec4<f32>, 2> {
     let dm = unpack2x16float(wl(5u * r.blocks + b));
     return q5_1_group(wl(4u * b + j), wl(4u * r.blocks + b), j, dm);
 }
+
+#ifdef INT8
+// Σ (d·q + m)·x', q as Q5_0's.
+fn idot32(c: Raw32, x: XChunk) -> f32 {
+    let n = nibble_bytes(c.q);
+    let lo = n[0] | high_bytes(c.qh, 0u);
+    let hi = n[1] | high_bytes(c.qh, 4u);
+    return c.dm.x * idot_levels_split(lo, hi, x) + c.dm.y * x.d.z;
+}
+#endif

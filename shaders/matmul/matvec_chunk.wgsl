@@ -20,7 +20,18 @@
 // `spr` subgroups per task; after each tile a task's sums are added into `dots`, so K of
 // any length runs in tiles with two barriers each.
 
+#ifdef INT8
+// With INT8 (weight types with an idot32) a tile of x' is staged as int8 levels instead
+// (common/dequant.wgsl's XChunk): the inner loop then multiplies 4 weights per
+// dot4I8Packed. The f32 loop was bound by instructions per weight (a convert and two FMAs
+// each): ~1.2 TB/s of the H200's 4.1 on Q4_0 (BENCHMARKS.md "session 17"). Each level is
+// its own plane of vec4s indexed by chunk, so the lanes' reads are consecutive.
+const MV_STAGE_CHUNKS: u32 = MV_STAGE_VEC4 / 8u;
+var<workgroup> xq: array<vec4<u32>, 4u * MV_STAGE_CHUNKS>; // planes a0, a1, b0, b1
+var<workgroup> xd: array<vec4<f32>, MV_STAGE_CHUNKS>;      // (d_a, d_b, Σx', 0)
+#else
 var<workgroup> xs: array<vec4<f32>, MV_STAGE_VEC4>; // a tile of x'[t] (⊙ norm_w with NORM)
+#endif
 var<workgroup> dots: array<f32, 64u * MV_RPS>;     // Σ w·x' per (slot, subgroup part)
 #ifdef NORM
 var<workgroup> xs_ss: array<f32, 64>;              // Σx² per subgroup (at most 64 of them)
@@ -30,6 +41,90 @@ fn swz(v: u32) -> u32 {
     return v ^ ((v >> 3u) & 7u);
 }
 
+#ifdef INT8
+// Stages x'[t] vec4s v0 .. v0 + n4 as int8 levels, an invocation per 32-element chunk;
+// returns this invocation's Σx² of them.
+fn stage_tile(xrow: u32, v0: u32, n4: u32, li: u32) -> f32 {
+    var ss = 0.0;
+    let chunks = n4 / 8u;
+    for (var c = li; c < chunks; c += 256u) {
+        var v: array<vec4<f32>, 8>;
+        var m = vec4<f32>(0.0);
+        for (var i = 0u; i < 8u; i++) {
+            let a = x[xrow + v0 + 8u * c + i];
+#ifdef NORM
+            ss += dot(a, a);
+            v[i] = a * norm_w[v0 + 8u * c + i];
+#else
+            v[i] = a;
+#endif
+            m = max(m, abs(v[i]));
+        }
+        let mx = max(max(m.x, m.y), max(m.z, m.w));
+        let da = mx / 127.0;
+        let db = da / 254.0;
+        let inv_a = select(0.0, 127.0 / mx, mx > 0.0);
+        let inv_b = 254.0 * inv_a;
+        var a: array<u32, 8>;
+        var b: array<u32, 8>;
+        var sum_a = vec4<i32>(0);
+        var sum_b = vec4<i32>(0);
+        for (var i = 0u; i < 8u; i++) {
+            let qa = round(v[i] * inv_a);
+            let rest = fma(qa, vec4<f32>(-da), v[i]);
+            let ia = vec4<i32>(qa);
+            let ib = vec4<i32>(clamp(round(rest * inv_b), vec4<f32>(-127.0), vec4<f32>(127.0)));
+            a[i] = pack4xI8(ia);
+            b[i] = pack4xI8(ib);
+            sum_a += ia;
+            sum_b += ib;
+        }
+        // Σ of the levels, not of x': the offsets then multiply the same x' as the quants do,
+        // so the product is exactly W·x'' for the staged x'' (reference::quant::int8_levels).
+        let ta = (sum_a.x + sum_a.y) + (sum_a.z + sum_a.w);
+        let tb = (sum_b.x + sum_b.y) + (sum_b.z + sum_b.w);
+        xq[c] = vec4<u32>(a[0], a[1], a[2], a[3]);
+        xq[MV_STAGE_CHUNKS + c] = vec4<u32>(a[4], a[5], a[6], a[7]);
+        xq[2u * MV_STAGE_CHUNKS + c] = vec4<u32>(b[0], b[1], b[2], b[3]);
+        xq[3u * MV_STAGE_CHUNKS + c] = vec4<u32>(b[4], b[5], b[6], b[7]);
+        xd[c] = vec4<f32>(da, db, da * f32(ta) + db * f32(tb), 0.0);
+    }
+    return ss;
+}
+
+// The staged chunk c of the tile.
+fn x_chunk(c: u32) -> XChunk {
+    return XChunk(
+        xq[c],
+        xq[MV_STAGE_CHUNKS + c],
+        xq[2u * MV_STAGE_CHUNKS + c],
+        xq[3u * MV_STAGE_CHUNKS + c],
+        xd[c],
+    );
+}
+
+// Σ w·x' of rows `row`, row + 1, … (MV_RPS, each clamped to `last`) of weight m over the
+// staged tile's chunks first, first + stride, … < chunks (the tile starts at chunk c0).
+fn dot_chunks(m: u32, row: u32, last: u32, c0: u32, chunks: u32, first: u32, stride: u32) -> array<f32, MV_RPS> {
+    var wr: array<WRow, MV_RPS>;
+    var out: array<f32, MV_RPS>;
+    for (var r = 0u; r < MV_RPS; r++) {
+        wr[r] = row_of(m, slot_row(min(row + r, last)));
+        out[r] = 0.0;
+    }
+    for (var c = first; c < chunks; c += stride) {
+        var raw: array<Raw32, MV_RPS>;
+        for (var r = 0u; r < MV_RPS; r++) {
+            raw[r] = raw32(wr[r], c0 + c);
+        }
+        let xc = x_chunk(c);
+        for (var r = 0u; r < MV_RPS; r++) {
+            out[r] += idot32(raw[r], xc);
+        }
+    }
+    return out;
+}
+#else
 // Stages x'[t] vec4s v0 .. v0 + n4 into xs; returns this invocation's Σx² of them.
 fn stage_tile(xrow: u32, v0: u32, n4: u32, li: u32) -> f32 {
     var ss = 0.0;
@@ -74,6 +169,7 @@ fn dot_chunks(m: u32, row: u32, last: u32, c0: u32, chunks: u32, first: u32, str
     }
     return out;
 }
+#endif
 
 // dot_chunks for rows mr.y, … of weight mr.x; each branch sets `wsel` to a constant.
 fn dot_chunks_w(mr: vec2<u32>, last: u32, c0: u32, chunks: u32, first: u32, stride: u32) -> array<f32, MV_RPS> {

@@ -23,8 +23,8 @@ use crate::kernels::attention::{self, AttentionPlan, AttentionShape, SPLIT_BLOCK
 use crate::kernels::elementwise::Activation;
 use crate::kernels::get_rows::GetRowsKey;
 use crate::kernels::matmul::{
-    can_fuse_glu, matvec_max_t, matvec_shape, planned_label, qkv_fuses, DeviceKernels, Fusion,
-    GemmChoice, MatmulVariant, StageX, WideTile, CHUNK_MIN_K, WIDE_MIN_GROUPS,
+    can_fuse_glu, chunk_min_k, matvec_max_t, matvec_shape, planned_label, qkv_fuses, DeviceKernels, Fusion,
+    GemmChoice, MatmulVariant, StageX, WideTile, WIDE_MIN_GROUPS,
 };
 use crate::kernels::megakernel::MegakernelKey;
 use crate::kernels::qkv_rope::qkv_rope_fits;
@@ -635,8 +635,14 @@ impl Plan {
         };
         let matvec = if self.kernels.matvec == MatmulVariant::MatvecChunk {
             format!(
-                "{mv} where K >= {CHUNK_MIN_K}, else {}{staged}",
-                MatmulVariant::MatvecSubgroup.label()
+                "{mv} where K >= {}, else {}{staged}{}",
+                chunk_min_k(),
+                MatmulVariant::MatvecSubgroup.label(),
+                if matvec_shape().int8 {
+                    "; x' as int8 levels for Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 on the chunk matvec"
+                } else {
+                    ""
+                }
             )
         } else {
             format!("{mv}{staged}")

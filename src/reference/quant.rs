@@ -655,6 +655,52 @@ fn quant_q6_k(x: &[f32], b: &mut [u8]) {
     }
 }
 
+/// x' as the int8 chunk matvec stages it (`INT8` in shaders/matmul/matvec_chunk.wgsl): per
+/// 32-element chunk, two int8 levels a and b with x'' = d_a·a + d_b·b, d_a = max|x'| / 127,
+/// d_b = d_a / 254, a = round(x'/d_a), b = round((x' − d_a·a)/d_b). Returns x'' (same length;
+/// `x.len()` a multiple of 32), in f32 arithmetic as the shader does it, so that the kernel's
+/// product is W·x'' up to f32 summation: the oracle its tests compare with. Each element is
+/// within max|x'| / 64,516 of x'.
+pub fn int8_levels(x: &[f32]) -> Vec<f32> {
+    assert!(x.len().is_multiple_of(32), "int8 levels take whole 32-element chunks");
+    let mut out = Vec::with_capacity(x.len());
+    for chunk in x.chunks(32) {
+        let max = chunk.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let da = max / 127.0;
+        let db = da / 254.0;
+        let inv_a = if max > 0.0 { 127.0 / max } else { 0.0 };
+        let inv_b = 254.0 * inv_a;
+        for &v in chunk {
+            let a = (v * inv_a).round_ties_even();
+            let rest = a.mul_add(-da, v);
+            let b = (rest * inv_b).round_ties_even().clamp(-127.0, 127.0);
+            out.push(da * a + db * b);
+        }
+    }
+    out
+}
+
+/// x' as a matvec reading `[rows, n]` x sees it: RMSNorm'd with `norm_w` (when given,
+/// `ops::rms_norm`'s arithmetic) and, for the int8 chunk matvec (`int8`), staged as
+/// [`int8_levels`] of x ⊙ norm_w, the norm's scalar applied after the product as the kernel
+/// does. The oracle of every test of the fused products.
+pub fn x_seen(x: &[f32], norm_w: Option<&[f32]>, rows: usize, n: usize, eps: f32, int8: bool) -> Vec<f32> {
+    let Some(nw) = norm_w else {
+        return if int8 { int8_levels(x) } else { x.to_vec() };
+    };
+    if !int8 {
+        return super::ops::rms_norm(x, nw, rows, n, eps);
+    }
+    let mut out = Vec::with_capacity(x.len());
+    for row in x.chunks(n) {
+        let mean_sq = row.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / n as f64;
+        let inv = 1.0 / (mean_sq + eps as f64).sqrt();
+        let scaled: Vec<f32> = row.iter().zip(nw).map(|(&v, &w)| v * w).collect();
+        out.extend(int8_levels(&scaled).iter().map(|&v| (v as f64 * inv) as f32));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -767,3 +813,4 @@ mod tests {
         ));
     }
 }
+

@@ -190,7 +190,7 @@ impl MatmulKey {
             return self;
         }
         let variant = match self.variant {
-            MatmulVariant::MatvecChunk if k < CHUNK_MIN_K => MatmulVariant::MatvecSubgroup,
+            MatmulVariant::MatvecChunk if k < chunk_min_k() => MatmulVariant::MatvecSubgroup,
             // The fused Q/K/V keeps the 64 × 64 tiles: as wide64x128 it ran 2.8× slower on
             // the Llama-8B shape (105.7 against 37.7 ms per 512-token step; BENCHMARKS.md
             // "session 16"), the slowdown gemm_wide.wgsl warns of.
@@ -246,8 +246,9 @@ impl MatmulKey {
         } else {
             String::new()
         };
+        let int8 = if self.int8() { "_i8" } else { "" };
         format!(
-            "matmul_{}_{}{fusion}{norm}{bias}{staged}",
+            "matmul_{}_{}{fusion}{norm}{bias}{staged}{int8}",
             self.ty.name().to_lowercase(),
             self.variant.label()
         )
@@ -295,7 +296,16 @@ impl MatmulKey {
         if self.stage_k > 0 && self.variant == MatmulVariant::MatvecSubgroup {
             defines.push("STAGE_X");
         }
+        if self.int8() {
+            defines.push("INT8");
+        }
         Ok(defines)
+    }
+
+    /// Whether this is the chunk matvec staging x' as int8 levels: its weight type has an
+    /// int8 dot product and [`MatvecShape::int8`] is on.
+    pub fn int8(&self) -> bool {
+        self.variant == MatmulVariant::MatvecChunk && has_int8_dot(self.ty) && matvec_shape().int8
     }
 
     /// Bindings 1.. in order: weights, x, outputs, norm_w, biases (one per output), inv_freq.
@@ -376,6 +386,16 @@ impl MatmulKey {
             preprocess("matmul.wgsl", &defines)
         ))
     }
+}
+
+/// Whether `ty`'s dequantizer has `idot32`, the int8 form of its chunk dot product
+/// (common/dequant.wgsl): the types whose blocks are integers times one scale (plus an
+/// offset or minimum) per 32 elements.
+pub fn has_int8_dot(ty: GgmlType) -> bool {
+    matches!(
+        ty,
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0
+    )
 }
 
 /// The define that makes `common/dequant.wgsl` read `ty`, or a "not yet" error.

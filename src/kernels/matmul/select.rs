@@ -23,7 +23,7 @@ pub const CHUNK_ROWS: u32 = 16;
 pub const CHUNK_ROWS_PER_TASK: u32 = 4;
 /// The chunk matvec runs the products with at least this K; shorter rows keep the lane-per-8
 /// matvec, which measured faster on them (too few chunks per row to occupy a task's lanes;
-/// BENCHMARKS.md "session 13").
+/// BENCHMARKS.md "session 13"). `COCO_CHUNK_MIN_K` overrides it ([`chunk_min_k`]).
 pub const CHUNK_MIN_K: u64 = 2048;
 /// Largest K whose x'[t] the subgroup matvec stages in workgroup memory (16 KiB of f32, the
 /// least any WebGPU device offers; the device's own limit also applies).
@@ -48,7 +48,9 @@ pub enum StageX {
 }
 
 /// The subgroup matvec's shape: slots per workgroup, 8-element groups per loop trip, rows
-/// per task, and whether lanes take 32-element chunks ([`MatmulVariant::MatvecChunk`]).
+/// per task, whether lanes take 32-element chunks ([`MatmulVariant::MatvecChunk`]), and
+/// whether the chunk matvec stages x' as int8 levels for the types that have an int8 dot
+/// product (`INT8` in matvec_chunk.wgsl; [`super::has_int8_dot`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MatvecShape {
     pub rows: u32,
@@ -56,6 +58,7 @@ pub struct MatvecShape {
     pub rows_per_task: u32,
     pub stage_x: StageX,
     pub chunk: bool,
+    pub int8: bool,
 }
 
 impl MatvecShape {
@@ -65,10 +68,12 @@ impl MatvecShape {
         rows_per_task: SG_ROWS_PER_TASK,
         stage_x: StageX::Never,
         chunk: true,
+        int8: true,
     };
 
-    /// `<rows>x<unroll>[x<rows per task>[x<stage>[x<chunk>]]]`, e.g. `8x2x4`, `8x1x2x0` or
-    /// `16x1x2x0x1` (chunk 1: the chunk matvec, which always stages x'). Rows a power
+    /// `<rows>x<unroll>[x<rows per task>[x<stage>[x<chunk>[x<int8>]]]]`, e.g. `8x2x4`,
+    /// `8x1x2x0` or `16x1x2x0x1x0` (chunk 1: the chunk matvec, which always stages x'; int8
+    /// 0: its x' in f32 for every type, the A/B baseline of the int8 levels). Rows a power
     /// of two in 2..=64, unroll 1 or 2, rows per task a power of two up to 8 (each row holds
     /// registers in every invocation; 8 already measured far slower) and at most rows / 2 (a
     /// GLU task must lie wholly in the gate or the up half of a workgroup's slots); stage 0
@@ -94,6 +99,11 @@ impl MatvecShape {
             Some(Some(c @ (0 | 1))) => c == 1,
             Some(_) => return None,
         };
+        let int8 = match fields.next() {
+            None => Self::DEFAULT.int8,
+            Some(Some(c @ (0 | 1))) => c == 1,
+            Some(_) => return None,
+        };
         let valid = rows.is_power_of_two()
             && (2..=64).contains(&rows)
             && matches!(unroll, 1 | 2)
@@ -106,6 +116,7 @@ impl MatvecShape {
             rows_per_task,
             stage_x,
             chunk,
+            int8,
         })
     }
 }
@@ -120,8 +131,8 @@ impl std::fmt::Display for MatvecShape {
         };
         write!(
             f,
-            "{}x{}x{}x{stage}x{}",
-            self.rows, self.unroll, self.rows_per_task, self.chunk as u8
+            "{}x{}x{}x{stage}x{}x{}",
+            self.rows, self.unroll, self.rows_per_task, self.chunk as u8, self.int8 as u8
         )
     }
 }
@@ -169,9 +180,9 @@ pub fn matvec_shape() -> MatvecShape {
         };
         MatvecShape::parse(&v).unwrap_or_else(|| {
             log::warn!(
-                "COCO_MATVEC={v:?} ignored: expected <rows>x<unroll>[x<rows per task>[x<stage>[x<chunk>]]], \
+                "COCO_MATVEC={v:?} ignored: expected <rows>x<unroll>[x<rows per task>[x<stage>[x<chunk>[x<int8>]]]], \
                  rows a power of two in 2..=64, unroll 1 or 2, rows per task a power of two up \
-                 to min(8, rows / 2), stage 0, 1 or 2, chunk 0 or 1"
+                 to min(8, rows / 2), stage 0, 1 or 2, chunk 0 or 1, int8 0 or 1"
             );
             MatvecShape::DEFAULT
         })
@@ -221,6 +232,25 @@ pub const MATVEC_MAX_T: u32 = 32;
 pub fn matvec_max_t(kernels: DeviceKernels) -> Option<u32> {
     let tiles = kernels.matvec != MatmulVariant::MatvecRows || kernels.gemm != GemmChoice::Auto;
     tiles.then(matvec_max_t_setting)
+}
+
+/// [`CHUNK_MIN_K`], or the tuning override `COCO_CHUNK_MIN_K` (32..=1,048,576), read once
+/// per process: where the chunk matvec takes over from the lane-per-8 one, for A/B runs and
+/// for putting every product on it in the tests.
+pub fn chunk_min_k() -> u64 {
+    static MIN_K: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *MIN_K.get_or_init(|| {
+        let Ok(v) = std::env::var("COCO_CHUNK_MIN_K") else {
+            return CHUNK_MIN_K;
+        };
+        match v.trim().parse::<u64>() {
+            Ok(k) if (32..=1 << 20).contains(&k) => k,
+            _ => {
+                log::warn!("COCO_CHUNK_MIN_K={v:?} ignored: expected a whole number in 32..=1048576");
+                CHUNK_MIN_K
+            }
+        }
+    })
 }
 
 /// [`MATVEC_MAX_T`], or the tuning override `COCO_MATVEC_MAX_T` (1..=512), read once per

@@ -165,6 +165,7 @@ fn matvec_shape_parses_and_bounds_the_override() {
         rows_per_task,
         stage_x,
         chunk: MatvecShape::DEFAULT.chunk,
+        int8: MatvecShape::DEFAULT.int8,
     };
     let default = MatvecShape::DEFAULT.stage_x;
     assert_eq!(MatvecShape::parse("8x2"), Some(shape(8, 2, 1, default)));
@@ -184,7 +185,15 @@ fn matvec_shape_parses_and_bounds_the_override() {
             ..shape(16, 1, 2, StageX::Never)
         })
     );
-    let bad = "8 8x3 8x4 8x0 12x2 8x2x8 32x2x16 8x2x3 8x2x4x3 8x2x4x1x2 8x2x4x1x1x1 ax2 8x2x";
+    assert_eq!(
+        MatvecShape::parse("16x1x2x0x1x0"),
+        Some(MatvecShape {
+            chunk: true,
+            int8: false,
+            ..shape(16, 1, 2, StageX::Never)
+        })
+    );
+    let bad = "8 8x3 8x4 8x0 12x2 8x2x8 32x2x16 8x2x3 8x2x4x3 8x2x4x1x2 8x2x4x1x1x2 8x2x4x1x1x1x1 ax2 8x2x";
     for bad in bad.split(' ').chain([""]) {
         assert_eq!(MatvecShape::parse(bad), None, "{bad}");
     }
