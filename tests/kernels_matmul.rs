@@ -16,7 +16,7 @@ use coco::gguf::GgmlType;
 use coco::gpu::{Binding, GpuTensor, StepRecorder};
 use coco::kernels::get_rows::get_rows;
 use coco::kernels::matmul::MatmulVariant::{
-    self, MatvecChunk, MatvecRows, MatvecSubgroup, MatvecWorkgroup, Tiled, TiledCoop,
+    self, MatvecChunk, MatvecChunkWide, MatvecRows, MatvecSubgroup, MatvecWorkgroup, Tiled, TiledCoop,
 };
 use coco::kernels::matmul::{matmul_variant, MatmulArgs, WideTile};
 use coco::reference::{matmul as reference, ops, quant};
@@ -340,6 +340,8 @@ fn matmul_type(ty: GgmlType) {
                 .softcap(),
             Case::new(ty, 67, 2, Some(MatvecChunk)).softcap(),
             Case::new(ty, 19, 1, Some(MatvecChunk)).wide().softcap(),
+            Case::new(ty, 67, 2, Some(MatvecChunkWide)).long().bias(),
+            Case::new(ty, 19, 1, Some(MatvecChunkWide)).wide().accumulate(),
         ]);
     } else {
         println!("{ty}: no SUBGROUP on this adapter; subgroup matvec not tested");

@@ -19,7 +19,7 @@ use coco::gguf::GgmlType;
 use coco::gpu::{Binding, GpuTensor, StepRecorder};
 use coco::kernels::elementwise::Activation;
 use coco::kernels::matmul::MatmulVariant::{
-    self, MatvecChunk, MatvecRows, MatvecSubgroup, MatvecWorkgroup, Tiled, TiledCoop,
+    self, MatvecChunk, MatvecChunkWide, MatvecRows, MatvecSubgroup, MatvecWorkgroup, Tiled, TiledCoop,
 };
 use coco::kernels::matmul::{
     matmul_glu_variant, matmul_normed_variant, matmul_qkv_variant, MatmulArgs,
@@ -376,6 +376,7 @@ fn glu_type(ty: GgmlType) -> Err {
     if ctx().has_subgroups() {
         cases.push(case(3, Some(MatvecSubgroup)).split(12).gelu());
         cases.push(case(3, Some(MatvecChunk)).split(12).gelu());
+        cases.push(case(2, Some(MatvecChunkWide)).long());
     }
     let mut worst = Err::default();
     for (i, c) in cases.into_iter().enumerate() {
@@ -478,6 +479,7 @@ fn qkv_type(ty: GgmlType) -> Err {
     if ctx().has_subgroups() {
         cases.push(case(1, Some(MatvecSubgroup)).bias());
         cases.push(case(1, Some(MatvecChunk)).bias());
+        cases.push(case(1, Some(MatvecChunkWide)).bias());
     }
     let mut worst = Err::default();
     for (i, c) in cases.into_iter().enumerate() {

@@ -20,6 +20,9 @@ pub enum MatmulVariant {
     /// The subgroup matvec with a lane per 32-element chunk (16-byte weight loads) and x' in
     /// workgroup-memory tiles (`shaders/matmul/matvec_chunk.wgsl`).
     MatvecChunk,
+    /// The chunk matvec with [`CHUNK_WIDE`] slots per workgroup: what [`MatmulKey::sized`]
+    /// picks for an int8 product whose grid keeps [`CHUNK_WIDE_MIN_GROUPS`] workgroups.
+    MatvecChunkWide,
     /// Matrix–vector, one invocation per row and no reduction: for CPU adapters without
     /// subgroups (SwiftShader, the browser's fallback adapter). There a workgroup barrier
     /// costs a switch of every invocation's fiber, and the shared-memory reduction made the
@@ -42,7 +45,7 @@ impl MatmulVariant {
         match self {
             Self::MatvecWorkgroup => "MATVEC_WG",
             Self::MatvecSubgroup => "MATVEC_SG",
-            Self::MatvecChunk => "MATVEC_CHUNK",
+            Self::MatvecChunk | Self::MatvecChunkWide => "MATVEC_CHUNK",
             // The workgroup kernel with one lane per slot: its reduction loop is empty.
             Self::MatvecRows => "MATVEC_WG",
             Self::Tiled => "TILED",
@@ -69,6 +72,7 @@ impl MatmulVariant {
             Self::MatvecWorkgroup => format!("matvec_wg{}", MV_ROWS * MV_LANES),
             Self::MatvecSubgroup => format!("matvec_sg{}", MV_ROWS * MV_LANES),
             Self::MatvecChunk => format!("matvec_chunk{}", MV_ROWS * MV_LANES),
+            Self::MatvecChunkWide => format!("matvec_chunk{}x{}", CHUNK_WIDE.0, CHUNK_WIDE.1),
             Self::MatvecRows => format!("matvec_rows{}", MV_ROWS * MV_LANES),
             Self::Tiled => format!("tiled{TILE_N}x{TILE_T}"),
             Self::TiledCoop => format!("coop{TILE_N}x{TILE_T}"),
@@ -93,7 +97,8 @@ impl MatmulVariant {
             Self::MatvecWorkgroup => (MV_ROWS, MV_LANES),
             // The shader deals lanes by subgroup size; MV_LANES is unused there.
             Self::MatvecSubgroup => (matvec_shape().rows, MV_LANES),
-            Self::MatvecChunk => (CHUNK_ROWS, MV_LANES),
+            Self::MatvecChunk => (chunk_shape().0, MV_LANES),
+            Self::MatvecChunkWide => (CHUNK_WIDE.0, MV_LANES),
         }
     }
 }
@@ -191,6 +196,16 @@ impl MatmulKey {
         }
         let variant = match self.variant {
             MatmulVariant::MatvecChunk if k < chunk_min_k() => MatmulVariant::MatvecSubgroup,
+            // With int8 levels the larger workgroup wins where the grid stays full: the 8B's
+            // gate/up 1,367 -> 1,156 µs per step, its LM head 143 -> 102 (BENCHMARKS.md
+            // "session 17"); the 4,096-row products lost 4% on it.
+            MatmulVariant::MatvecChunk
+                if self.int8_candidate()
+                    && std::env::var_os("COCO_CHUNK").is_none()
+                    && slots.div_ceil(CHUNK_WIDE.0 as u64) >= CHUNK_WIDE_MIN_GROUPS =>
+            {
+                MatmulVariant::MatvecChunkWide
+            }
             // The fused Q/K/V keeps the 64 × 64 tiles: as wide64x128 it ran 2.8× slower on
             // the Llama-8B shape (105.7 against 37.7 ms per 512-token step; BENCHMARKS.md
             // "session 16"), the slowdown gemm_wide.wgsl warns of.
@@ -212,7 +227,7 @@ impl MatmulKey {
         };
         // The kernel's other workgroup arrays: partial sums and Σx² per subgroup.
         let others = 64 * shape.rows_per_task * 8 + 64 * 4;
-        if self.variant == MatmulVariant::MatvecChunk {
+        if matches!(self.variant, MatmulVariant::MatvecChunk | MatmulVariant::MatvecChunkWide) {
             // Tiles of whole 32-element chunks, as many as the device's workgroup memory holds.
             let fit = workgroup_bytes.saturating_sub(others) / 128 * 32;
             return MatmulKey {
@@ -305,7 +320,13 @@ impl MatmulKey {
     /// Whether this is the chunk matvec staging x' as int8 levels: its weight type has an
     /// int8 dot product and [`MatvecShape::int8`] is on.
     pub fn int8(&self) -> bool {
-        self.variant == MatmulVariant::MatvecChunk && has_int8_dot(self.ty) && matvec_shape().int8
+        matches!(self.variant, MatmulVariant::MatvecChunk | MatmulVariant::MatvecChunkWide)
+            && self.int8_candidate()
+    }
+
+    /// Whether a chunk matvec of this key would stage int8 levels.
+    fn int8_candidate(&self) -> bool {
+        has_int8_dot(self.ty) && matvec_shape().int8
     }
 
     /// Bindings 1.. in order: weights, x, outputs, norm_w, biases (one per output), inv_freq.
@@ -340,7 +361,9 @@ impl MatmulKey {
             MatmulVariant::TiledCoop => "enable f16;\nenable wgpu_cooperative_matrix;\n",
             // The browser's compiler needs it. naga takes the subgroup builtins without it,
             // and with it (naga 30, lavapipe) the subgroup matvec's sums come out NaN.
-            MatmulVariant::MatvecSubgroup | MatmulVariant::MatvecChunk
+            MatmulVariant::MatvecSubgroup
+            | MatmulVariant::MatvecChunk
+            | MatmulVariant::MatvecChunkWide
                 if cfg!(target_arch = "wasm32") =>
             {
                 "enable subgroups;\n"
@@ -354,7 +377,8 @@ impl MatmulKey {
                 let shape = matvec_shape();
                 (shape.unroll, shape.rows_per_task)
             }
-            MatmulVariant::MatvecChunk => (1, CHUNK_ROWS_PER_TASK),
+            MatmulVariant::MatvecChunk => (1, chunk_shape().1),
+            MatmulVariant::MatvecChunkWide => (1, CHUNK_WIDE.1),
             _ => (2, 1),
         };
         // The tile kernels' tile; the wide GEMM's register tile and K chunk.

@@ -631,7 +631,7 @@ pub(super) fn launch(
     let ctx = rec.ctx();
     if matches!(
         key.variant,
-        MatmulVariant::MatvecSubgroup | MatmulVariant::MatvecChunk
+        MatmulVariant::MatvecSubgroup | MatmulVariant::MatvecChunk | MatmulVariant::MatvecChunkWide
     ) && !ctx.has_subgroups()
     {
         return err("the subgroup matvec needs Features::SUBGROUP, which this device lacks".into());

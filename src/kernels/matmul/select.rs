@@ -21,6 +21,46 @@ pub const SG_ROWS_PER_TASK: u32 = 2;
 /// x' staging is repaid over more rows than the lane-per-8 matvec's 8.
 pub const CHUNK_ROWS: u32 = 16;
 pub const CHUNK_ROWS_PER_TASK: u32 = 4;
+
+/// [`MatmulVariant::MatvecChunkWide`]'s (slots per workgroup, rows per task), and the fewest
+/// workgroups it may leave a product with (about four per SM on the H200's 132): measured
+/// best of 8 × 1, 16 × 2, 16 × 4 and 32 × 4 for those products (BENCHMARKS.md "session 17").
+pub const CHUNK_WIDE: (u32, u32) = (32, 4);
+pub const CHUNK_WIDE_MIN_GROUPS: u64 = 512;
+
+/// The chunk matvec's (slots per workgroup, rows per task): ([`CHUNK_ROWS`],
+/// [`CHUNK_ROWS_PER_TASK`]), or the tuning override `COCO_CHUNK=<slots>x<rows per task>`
+/// (slots a power of two in 2..=64, rows per task a power of two up to min(8, slots / 2), as
+/// for [`MatvecShape`]), read once per process.
+pub fn chunk_shape() -> (u32, u32) {
+    static SHAPE: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
+    *SHAPE.get_or_init(|| {
+        let Ok(v) = std::env::var("COCO_CHUNK") else {
+            return (CHUNK_ROWS, CHUNK_ROWS_PER_TASK);
+        };
+        let parsed = v
+            .split_once('x')
+            .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)));
+        match parsed {
+            Some((rows, per_task))
+                if rows.is_power_of_two()
+                    && (2..=64).contains(&rows)
+                    && per_task.is_power_of_two()
+                    && per_task <= 8
+                    && per_task <= rows / 2 =>
+            {
+                (rows, per_task)
+            }
+            _ => {
+                log::warn!(
+                    "COCO_CHUNK={v:?} ignored: expected <slots>x<rows per task>, slots a power of \
+                     two in 2..=64, rows per task a power of two up to min(8, slots / 2)"
+                );
+                (CHUNK_ROWS, CHUNK_ROWS_PER_TASK)
+            }
+        }
+    })
+}
 /// The chunk matvec runs the products with at least this K; shorter rows keep the lane-per-8
 /// matvec, which measured faster on them (too few chunks per row to occupy a task's lanes;
 /// BENCHMARKS.md "session 13"). `COCO_CHUNK_MIN_K` overrides it ([`chunk_min_k`]).
