@@ -201,7 +201,7 @@ impl MatmulKey {
             // "session 17"); the 4,096-row products lost 4% on it.
             MatmulVariant::MatvecChunk
                 if self.int8_candidate()
-                    && std::env::var_os("COCO_CHUNK").is_none()
+                    && chunk_shape_override().is_none()
                     && slots.div_ceil(CHUNK_WIDE.0 as u64) >= CHUNK_WIDE_MIN_GROUPS =>
             {
                 MatmulVariant::MatvecChunkWide

@@ -29,36 +29,36 @@ pub const CHUNK_WIDE: (u32, u32) = (32, 4);
 pub const CHUNK_WIDE_MIN_GROUPS: u64 = 512;
 
 /// The chunk matvec's (slots per workgroup, rows per task): ([`CHUNK_ROWS`],
-/// [`CHUNK_ROWS_PER_TASK`]), or the tuning override `COCO_CHUNK=<slots>x<rows per task>`
-/// (slots a power of two in 2..=64, rows per task a power of two up to min(8, slots / 2), as
-/// for [`MatvecShape`]), read once per process.
+/// [`CHUNK_ROWS_PER_TASK`]), or [`chunk_shape_override`].
 pub fn chunk_shape() -> (u32, u32) {
-    static SHAPE: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
+    chunk_shape_override().unwrap_or((CHUNK_ROWS, CHUNK_ROWS_PER_TASK))
+}
+
+/// The tuning override `COCO_CHUNK=<slots>x<rows per task>` (slots a power of two in 2..=64,
+/// rows per task a power of two up to min(8, slots / 2), as for [`MatvecShape`]), read once
+/// per process; while set, every chunk matvec runs that shape (`MatmulKey::sized` picks no
+/// [`MatmulVariant::MatvecChunkWide`]). An invalid value is ignored with a warning.
+pub fn chunk_shape_override() -> Option<(u32, u32)> {
+    static SHAPE: std::sync::OnceLock<Option<(u32, u32)>> = std::sync::OnceLock::new();
     *SHAPE.get_or_init(|| {
-        let Ok(v) = std::env::var("COCO_CHUNK") else {
-            return (CHUNK_ROWS, CHUNK_ROWS_PER_TASK);
-        };
+        let v = std::env::var("COCO_CHUNK").ok()?;
         let parsed = v
             .split_once('x')
             .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)));
-        match parsed {
-            Some((rows, per_task))
-                if rows.is_power_of_two()
-                    && (2..=64).contains(&rows)
-                    && per_task.is_power_of_two()
-                    && per_task <= 8
-                    && per_task <= rows / 2 =>
-            {
-                (rows, per_task)
-            }
-            _ => {
-                log::warn!(
-                    "COCO_CHUNK={v:?} ignored: expected <slots>x<rows per task>, slots a power of \
-                     two in 2..=64, rows per task a power of two up to min(8, slots / 2)"
-                );
-                (CHUNK_ROWS, CHUNK_ROWS_PER_TASK)
-            }
+        let valid = parsed.filter(|&(rows, per_task)| {
+            rows.is_power_of_two()
+                && (2..=64).contains(&rows)
+                && per_task.is_power_of_two()
+                && per_task <= 8
+                && per_task <= rows / 2
+        });
+        if valid.is_none() {
+            log::warn!(
+                "COCO_CHUNK={v:?} ignored: expected <slots>x<rows per task>, slots a power of two \
+                 in 2..=64, rows per task a power of two up to min(8, slots / 2)"
+            );
         }
+        valid
     })
 }
 /// The chunk matvec runs the products with at least this K; shorter rows keep the lane-per-8
