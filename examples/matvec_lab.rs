@@ -3,7 +3,9 @@
 //! the products of the issue's shapes, with enough copies of each weight that every dispatch
 //! reads from memory, not L2. Prints µs per product and the weights' read rate, and each
 //! candidate's largest difference from coco's chunk matvec (a fast wrong kernel is no
-//! result).
+//! result), relative to its largest output: that kernel stages int8 levels by default
+//! (within ~2e-5 of f32), `COCO_MATVEC=8x1x2x0x1x0` makes it the f32 loop (BENCHMARKS.md
+//! "session 17" ran the lab against that one).
 //!
 //! `cargo run --release --example matvec_lab` (on the H200 through the device tool; on
 //! lavapipe `LAB_DIV=16` shrinks the shapes).
@@ -93,36 +95,20 @@ fn main(
 }
 "#;
 
-/// The int8 kernels: x' as int8 words (8 per chunk) and per chunk (d_x, Σq_x).
-const I8_KERNEL: &str = r#"
-@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
-@group(0) @binding(4) var<storage, read> xq_g: array<vec4<u32>>;
-@group(0) @binding(5) var<storage, read> xd_g: array<vec2<f32>>;
-#ifdef STAGED
+/// The int8 kernels' x' access: read pre-quantized from global memory (`i8g`), or staged
+/// by the workgroup (`i8s`, with [`I8_STAGING`] as the prologue).
+const I8_GLOBAL: &str = r#"
+fn xq(i: u32) -> vec4<u32> { return xq_g[i]; }
+fn xd(c: u32) -> vec2<f32> { return xd_g[c]; }
+"#;
+const I8_STAGED: &str = r#"
 var<workgroup> xq_s: array<vec4<u32>, 2u * MAXB>;
 var<workgroup> xd_s: array<vec2<f32>, MAXB>;
 fn xq(i: u32) -> vec4<u32> { return xq_s[i]; }
 fn xd(c: u32) -> vec2<f32> { return xd_s[c]; }
-#else
-fn xq(i: u32) -> vec4<u32> { return xq_g[i]; }
-fn xd(c: u32) -> vec2<f32> { return xd_g[c]; }
-#endif
-
-@compute @workgroup_size(256)
-fn main(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(local_invocation_index) li: u32,
-    @builtin(subgroup_invocation_id) lane: u32,
-    @builtin(subgroup_size) ss: u32,
-) {
-    let row0 = (wid.x * (256u / ss) + li / ss) * R;
-    let nb = p.k / 32u;
-    if (p.groups == 0u) {
-        y[0] = x[0].x; // keeps binding 2 in the derived layout of the global variant
-    }
-#ifdef STAGED
-    // 8 invocations per 32-element block, a vec4 each: block max and Σq by xor shuffles.
+"#;
+/// 8 invocations per 32-element block, a vec4 each: block max and Σq by xor shuffles.
+const I8_STAGING: &str = r#"
     for (var v = li; v < p.k / 4u; v += 256u) {
         let a = x[v];
         var m = max(max(abs(a.x), abs(a.y)), max(abs(a.z), abs(a.w)));
@@ -136,15 +122,36 @@ fn main(
         sq += subgroupShuffleXor(sq, 1u);
         sq += subgroupShuffleXor(sq, 2u);
         sq += subgroupShuffleXor(sq, 4u);
-        let packed = pack4xI8(qi);
         // vec4 v of x' is word v of the int8 row: unit v / 4, component v % 4
-        xq_s[v >> 2u][v & 3u] = packed;
+        xq_s[v >> 2u][v & 3u] = pack4xI8(qi);
         if ((v & 7u) == 0u) {
             xd_s[v >> 3u] = vec2<f32>(dx, f32(sq));
         }
     }
     workgroupBarrier();
-#endif
+"#;
+
+/// The int8 kernels: x' as int8 words (8 per chunk) and per chunk (d_x, Σq_x), through
+/// `xq`/`xd` (X_ACCESS), with the staged variant's prologue at STAGING.
+const I8_KERNEL: &str = r#"
+@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(4) var<storage, read> xq_g: array<vec4<u32>>;
+@group(0) @binding(5) var<storage, read> xd_g: array<vec2<f32>>;
+X_ACCESS
+@compute @workgroup_size(256)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+    @builtin(subgroup_invocation_id) lane: u32,
+    @builtin(subgroup_size) ss: u32,
+) {
+    let row0 = (wid.x * (256u / ss) + li / ss) * R;
+    let nb = p.k / 32u;
+    if (p.groups == 0u) {
+        y[0] = x[0].x; // keeps binding 2 in the derived layout of the global variant
+    }
+STAGING
     var acc: array<f32, R>;
     var rb: array<u32, R>;
     for (var r = 0u; r < R; r++) {
@@ -211,34 +218,22 @@ fn source(kind: Kind, ty: GgmlType, r: u32, c: u32, max_blocks: u32) -> String {
     };
     let body = match kind {
         Kind::F32 => F32_KERNEL.to_string(),
-        Kind::I8Global => I8_KERNEL.replace("#ifdef STAGED", "#if 0"),
-        Kind::I8Staged => I8_KERNEL.to_string(),
+        Kind::I8Global => I8_KERNEL
+            .replace("X_ACCESS", I8_GLOBAL)
+            .replace("STAGING\n", ""),
+        Kind::I8Staged => I8_KERNEL
+            .replace("X_ACCESS", I8_STAGED)
+            .replace("STAGING\n", I8_STAGING),
     };
-    // A tiny #ifdef/#else/#endif pass: the lab keeps its shaders self-contained.
-    let mut out = String::new();
-    let mut keep = vec![true];
-    for line in body.lines() {
-        let t = line.trim();
-        if t == "#ifdef STAGED" {
-            keep.push(*keep.last().unwrap());
-        } else if t == "#if 0" {
-            keep.push(false);
-        } else if t == "#else" {
-            let k = keep.pop().unwrap();
-            keep.push(!k && *keep.last().unwrap());
-        } else if t == "#endif" {
-            keep.pop();
-        } else if *keep.last().unwrap() {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
     let consts = format!(
         "const R: u32 = {r}u;\nconst C: u32 = {c}u;\nconst RC: u32 = {}u;\nconst UNITS: u32 = {units}u;\n\
          const SCALE_WORD: u32 = {scale_word}u;\nconst OFFSET: f32 = {offset};\nconst MAXB: u32 = {max_blocks}u;\n",
         r * c
     );
-    format!("{consts}{HEADER}{}", out.replace("DOT8", dot8).replace("IDOT", idot))
+    format!(
+        "{consts}{HEADER}{}",
+        body.replace("DOT8", dot8).replace("IDOT", idot)
+    )
 }
 
 fn random_bytes(seed: &mut u64, len: usize) -> Vec<u8> {
@@ -264,12 +259,9 @@ fn weight_bytes(seed: &mut u64, ty: GgmlType, n: u64, k: u64) -> Vec<u8> {
     b
 }
 
-/// Median seconds per dispatch of `per` dispatches in one pass, cycling over `binds`.
-fn time(
-    ctx: &GpuContext,
-    mut record: impl FnMut(&mut StepRecorder, usize),
-    copies: usize,
-) -> f64 {
+/// Median seconds per dispatch of `per` dispatches in one pass; `record(rec, i)` records
+/// one on weight copy `i` (cycling over `copies`, so no dispatch finds its weights in L2).
+fn time(ctx: &GpuContext, mut record: impl FnMut(&mut StepRecorder, usize), copies: usize) -> f64 {
     let per = 40;
     let mut times = Vec::new();
     for rep in 0..6 {
@@ -294,7 +286,10 @@ fn main() {
     let ctx = Arc::new(GpuContext::new_blocking().expect("gpu"));
     println!("{}", ctx.describe());
     assert!(ctx.has_subgroups(), "the lab's kernels need subgroups");
-    let div: u64 = std::env::var("LAB_DIV").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    let div: u64 = std::env::var("LAB_DIV")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
     let mut seed = 0x9e3779b97f4a7c15u64;
     // (what, N, K): Llama-3.1-8B's gate+up, down, Q/K/V; Llama-3.2-1B's gate+up, down, Q/K/V.
     let quick = std::env::var("LAB_QUICK").is_ok();
@@ -330,7 +325,9 @@ fn main() {
             let size = bytes.len() as u64;
             let copies = (300_000_000 / size).clamp(1, 24) as usize;
             let ws: Vec<GpuTensor> = (0..copies)
-                .map(|_| GpuTensor::from_bytes(&ctx, "w", ty, k, n, &bytes, ctx.max_binding_bytes()))
+                .map(|_| {
+                    GpuTensor::from_bytes(&ctx, "w", ty, k, n, &bytes, ctx.max_binding_bytes())
+                })
                 .collect();
             drop(bytes);
             let xv: Vec<f32> = random_bytes(&mut seed, k as usize)
@@ -386,13 +383,23 @@ fn main() {
                 let sec = time(
                     &ctx,
                     |rec, i| {
-                        let mut b = vec![Binding::from(&ws[i].parts[0].buffer), xb.clone(), yb.clone()];
+                        let mut b = vec![
+                            Binding::from(&ws[i].parts[0].buffer),
+                            xb.clone(),
+                            yb.clone(),
+                        ];
                         if matches!(kind, Kind::I8Global) {
                             b.push(Binding::from(&xq));
                             b.push(Binding::from(&xd));
                         }
-                        rec.dispatch(&label, &pipeline, bytemuck::cast_slice(&params), &b, [groups, 1, 1])
-                            .expect("dispatch")
+                        rec.dispatch(
+                            &label,
+                            &pipeline,
+                            bytemuck::cast_slice(&params),
+                            &b,
+                            [groups, 1, 1],
+                        )
+                        .expect("dispatch")
                     },
                     copies,
                 );

@@ -16,7 +16,8 @@ use coco::gguf::GgmlType;
 use coco::gpu::{Binding, GpuTensor, StepRecorder};
 use coco::kernels::get_rows::get_rows;
 use coco::kernels::matmul::MatmulVariant::{
-    self, MatvecChunk, MatvecChunkWide, MatvecRows, MatvecSubgroup, MatvecWorkgroup, Tiled, TiledCoop,
+    self, MatvecChunk, MatvecChunkWide, MatvecRows, MatvecSubgroup, MatvecWorkgroup, Tiled,
+    TiledCoop,
 };
 use coco::kernels::matmul::{matmul_variant, MatmulArgs, WideTile};
 use coco::reference::{matmul as reference, ops, quant};
@@ -231,7 +232,11 @@ fn run_matmul(case: Case, seed: u64) -> f64 {
         case.variant,
     )
     .expect("matmul");
-    assert_eq!(rec.labels(), labels, "the same kernels with the soft-cap set");
+    assert_eq!(
+        rec.labels(),
+        labels,
+        "the same kernels with the soft-cap set"
+    );
     rec.submit();
     let got = ctx.read_f32(&yb, 0, (t * n) as u64).expect("readback");
     // Unforced cases pick the device's kernel, which is the f16 one on tensor-core adapters.
@@ -341,7 +346,9 @@ fn matmul_type(ty: GgmlType) {
             Case::new(ty, 67, 2, Some(MatvecChunk)).softcap(),
             Case::new(ty, 19, 1, Some(MatvecChunk)).wide().softcap(),
             Case::new(ty, 67, 2, Some(MatvecChunkWide)).long().bias(),
-            Case::new(ty, 19, 1, Some(MatvecChunkWide)).wide().accumulate(),
+            Case::new(ty, 19, 1, Some(MatvecChunkWide))
+                .wide()
+                .accumulate(),
         ]);
     } else {
         println!("{ty}: no SUBGROUP on this adapter; subgroup matvec not tested");

@@ -19,7 +19,8 @@ use coco::gguf::GgmlType;
 use coco::gpu::{Binding, GpuTensor, StepRecorder};
 use coco::kernels::elementwise::Activation;
 use coco::kernels::matmul::MatmulVariant::{
-    self, MatvecChunk, MatvecChunkWide, MatvecRows, MatvecSubgroup, MatvecWorkgroup, Tiled, TiledCoop,
+    self, MatvecChunk, MatvecChunkWide, MatvecRows, MatvecSubgroup, MatvecWorkgroup, Tiled,
+    TiledCoop,
 };
 use coco::kernels::matmul::{
     matmul_glu_variant, matmul_normed_variant, matmul_qkv_variant, MatmulArgs,

@@ -166,7 +166,14 @@ fn run(ty: GgmlType, c: Case, seed: u64) -> f64 {
     rec.submit();
 
     // x' as the kernel sees it (the int8 chunk matvec: its staged int8 levels).
-    let xn = quant::x_seen(&x, c.norm.then_some(&nw[..]), c.t, k, EPS, label.contains("_i8"));
+    let xn = quant::x_seen(
+        &x,
+        c.norm.then_some(&nw[..]),
+        c.t,
+        k,
+        EPS,
+        label.contains("_i8"),
+    );
     let bias = |i: usize| c.bias.then_some(&biases[i][..]);
     let (q_want, q_tol) = rotated(
         product(&q_w, &xn, bias(0), nq, k, c.t),

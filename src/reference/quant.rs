@@ -662,7 +662,10 @@ fn quant_q6_k(x: &[f32], b: &mut [u8]) {
 /// product is W·x'' up to f32 summation: the oracle its tests compare with. Each element is
 /// within max|x'| / 64,516 of x'.
 pub fn int8_levels(x: &[f32]) -> Vec<f32> {
-    assert!(x.len().is_multiple_of(32), "int8 levels take whole 32-element chunks");
+    assert!(
+        x.len().is_multiple_of(32),
+        "int8 levels take whole 32-element chunks"
+    );
     let mut out = Vec::with_capacity(x.len());
     for chunk in x.chunks(32) {
         let max = chunk.iter().fold(0f32, |m, v| m.max(v.abs()));
@@ -684,7 +687,14 @@ pub fn int8_levels(x: &[f32]) -> Vec<f32> {
 /// `ops::rms_norm`'s arithmetic) and, for the int8 chunk matvec (`int8`), staged as
 /// [`int8_levels`] of x ⊙ norm_w, the norm's scalar applied after the product as the kernel
 /// does. The oracle of every test of the fused products.
-pub fn x_seen(x: &[f32], norm_w: Option<&[f32]>, rows: usize, n: usize, eps: f32, int8: bool) -> Vec<f32> {
+pub fn x_seen(
+    x: &[f32],
+    norm_w: Option<&[f32]>,
+    rows: usize,
+    n: usize,
+    eps: f32,
+    int8: bool,
+) -> Vec<f32> {
     let Some(nw) = norm_w else {
         return if int8 { int8_levels(x) } else { x.to_vec() };
     };
@@ -696,7 +706,11 @@ pub fn x_seen(x: &[f32], norm_w: Option<&[f32]>, rows: usize, n: usize, eps: f32
         let mean_sq = row.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / n as f64;
         let inv = 1.0 / (mean_sq + eps as f64).sqrt();
         let scaled: Vec<f32> = row.iter().zip(nw).map(|(&v, &w)| v * w).collect();
-        out.extend(int8_levels(&scaled).iter().map(|&v| (v as f64 * inv) as f32));
+        out.extend(
+            int8_levels(&scaled)
+                .iter()
+                .map(|&v| (v as f64 * inv) as f32),
+        );
     }
     out
 }
@@ -813,4 +827,3 @@ mod tests {
         ));
     }
 }
-

@@ -227,7 +227,10 @@ impl MatmulKey {
         };
         // The kernel's other workgroup arrays: partial sums and Σx² per subgroup.
         let others = 64 * shape.rows_per_task * 8 + 64 * 4;
-        if matches!(self.variant, MatmulVariant::MatvecChunk | MatmulVariant::MatvecChunkWide) {
+        if matches!(
+            self.variant,
+            MatmulVariant::MatvecChunk | MatmulVariant::MatvecChunkWide
+        ) {
             // Tiles of whole 32-element chunks, as many as the device's workgroup memory holds.
             let fit = workgroup_bytes.saturating_sub(others) / 128 * 32;
             return MatmulKey {
@@ -320,8 +323,10 @@ impl MatmulKey {
     /// Whether this is the chunk matvec staging x' as int8 levels: its weight type has an
     /// int8 dot product and [`MatvecShape::int8`] is on.
     pub fn int8(&self) -> bool {
-        matches!(self.variant, MatmulVariant::MatvecChunk | MatmulVariant::MatvecChunkWide)
-            && self.int8_candidate()
+        matches!(
+            self.variant,
+            MatmulVariant::MatvecChunk | MatmulVariant::MatvecChunkWide
+        ) && self.int8_candidate()
     }
 
     /// Whether a chunk matvec of this key would stage int8 levels.

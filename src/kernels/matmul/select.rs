@@ -289,7 +289,9 @@ pub fn chunk_min_k() -> u64 {
         match v.trim().parse::<u64>() {
             Ok(k) if (32..=1 << 20).contains(&k) => k,
             _ => {
-                log::warn!("COCO_CHUNK_MIN_K={v:?} ignored: expected a whole number in 32..=1048576");
+                log::warn!(
+                    "COCO_CHUNK_MIN_K={v:?} ignored: expected a whole number in 32..=1048576"
+                );
                 CHUNK_MIN_K
             }
         }
