@@ -31,11 +31,13 @@
 //   NORM          binding norm_w[K]
 //   BIAS          binding bias[N] (of W, or of W_q); QKV_BIAS adds bias1, bias2 (W_k, W_v)
 //   STAGE_X       (MATVEC_SG) x'[t] staged in workgroup memory, K = 4·MV_STAGE_VEC4
+//   SPLIT_K       (MATVEC_CHUNK) p.splits workgroups share a row group, each over a range of
+//                 K; the last to finish adds their sums (binding split_sums at B_SPLIT)
 // Constants prepended by kernels/matmul.rs (one source of truth for the host's grid math and
 // binding order): MV_ROWS, MV_LANES, MV_UNROLL, MV_RPS, MV_STAGE_VEC4 (matvec), TILE_N,
-// TILE_T (tiled), and the binding numbers B_W1, B_W2, B_X, B_Y, B_NORM, B_BIAS, B_ROPE: storage
+// TILE_T (tiled), and the binding numbers B_W1, B_W2, B_X, B_Y, B_NORM, B_BIAS, B_ROPE, B_SPLIT: storage
 // bindings are numbered 1.. in the order the host lists them (weights, x, outputs, norm_w,
-// biases), so the optional ones shift the rest.
+// biases, inv_freq, split_sums), so the optional ones shift the rest.
 //
 // Workgroups are folded into 2-D (x + y·num_workgroups.x) because a large vocabulary's logits
 // can exceed the 65,535-per-dimension limit (matvec: from 524,288 rows at 8 rows per
@@ -64,7 +66,7 @@ struct Params {
     n: vec4<u32>,    // row strides of y, y1, y2 (the whole weights' rows)
     head_dim: u32,   // ROPE_KV
     scale: f32,      // y (+)= scale · (x'·Wᵀ + bias): granite's residual and logit scales, else 1
-    _pad1: u32,
+    splits: u32,     // SPLIT_K: workgroups per row group, each over its own range of K; else 1
     _pad2: u32,
 }
 

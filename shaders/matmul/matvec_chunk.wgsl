@@ -37,6 +37,27 @@ var<workgroup> dots: array<f32, 64u * MV_RPS>;     // Σ w·x' per (slot, subgro
 var<workgroup> xs_ss: array<f32, 64>;              // Σx² per subgroup (at most 64 of them)
 #endif
 
+#ifdef SPLIT_K
+// Split K (SPLIT_K): p.splits consecutive workgroups share a row group, each taking its own
+// range of whole chunks of K, so a product with few rows still fills the GPU (a 4,096-row
+// product is 256 workgroups of 16 rows: two per SM of the H200). The last of them to finish,
+// found with an arrival counter, adds their sums in split order and runs the epilogue, so
+// the product stays one dispatch. The scratch, as u32 words accessed atomically (floats by
+// bitcast; as attention.wgsl's partials, for the same reason):
+//   [0, SPLIT_COUNTERS)  an arrival counter per (token, row group), 0 between dispatches;
+//   then per (token, row group, split) MV_ROWS + 1 words: each slot's sum over the split's
+//   range, then the range's Σx² (NORM).
+// The host (kernels/matmul SPLIT_COUNTERS, SPLIT_SCRATCH_WORDS) keeps both within bounds.
+@group(0) @binding(B_SPLIT) var<storage, read_write> split_sums: array<atomic<u32>>;
+const SPLIT_COUNTERS: u32 = 4096u;
+var<workgroup> split_arrived: u32;
+var<workgroup> split_x2: f32;
+
+fn split_record(t: u32, rg: u32, s: u32) -> u32 {
+    return SPLIT_COUNTERS + ((t * (p.groups / p.splits) + rg) * p.splits + s) * (MV_ROWS + 1u);
+}
+#endif
+
 fn swz(v: u32) -> u32 {
     return v ^ ((v >> 3u) & 7u);
 }
@@ -224,6 +245,20 @@ fn main(
         return;
     }
     let t = wid.z;
+    let k4 = p.k / 4u;
+    // The row group, and the vec4s of x'[t] this workgroup reads: whole chunks of K, all of
+    // it unless split.
+#ifdef SPLIT_K
+    let rg = g / p.splits;
+    let split = g % p.splits;
+    let per_split = (p.k / 32u + p.splits - 1u) / p.splits;
+    let kv0 = min(8u * split * per_split, k4);
+    let kv1 = min(kv0 + 8u * per_split, k4);
+#else
+    let rg = g;
+    let kv0 = 0u;
+    let kv1 = k4;
+#endif
     let xrow = t * (p.k / 4u);
     for (var i = li; i < 64u * MV_RPS; i += 256u) {
         dots[i] = 0.0;
@@ -232,15 +267,14 @@ fn main(
     let spr = max(1u, nsg / tasks); // subgroups per task
     let part = sg % spr;
     let task_step = max(1u, nsg / spr); // tasks are dealt to subgroups round-robin
-    let k4 = p.k / 4u;
     var ss = 0.0;
-    for (var v0 = 0u; v0 < k4; v0 += MV_STAGE_VEC4) {
-        let n4 = min(MV_STAGE_VEC4, k4 - v0);
+    for (var v0 = kv0; v0 < kv1; v0 += MV_STAGE_VEC4) {
+        let n4 = min(MV_STAGE_VEC4, kv1 - v0);
         workgroupBarrier(); // the previous tile's readers are done (and dots is zeroed)
         ss += stage_tile(xrow, v0, n4, li);
         workgroupBarrier();
         for (var k = sg / spr; k < tasks; k += task_step) {
-            let f = g * MV_ROWS + k * MV_RPS;
+            let f = rg * MV_ROWS + k * MV_RPS;
             var acc: array<f32, MV_RPS>;
             for (var r = 0u; r < MV_RPS; r++) {
                 acc[r] = 0.0;
@@ -263,29 +297,74 @@ fn main(
     }
 #endif
     workgroupBarrier();
-#ifdef NORM
     var x2 = 0.0;
+#ifdef NORM
     for (var i = 0u; i < nsg; i++) {
         x2 += xs_ss[i];
     }
-#else
-    let x2 = 0.0;
 #endif
-    let mr = locate(g * MV_ROWS + li, MV_ROWS);
+#ifdef SPLIT_K
+    if (p.splits > 1u) {
+        // Record this range's sums; the workgroup that arrives last for (t, rg) reads every
+        // range's back, in split order, as its own (dots, x2). Its storageBarrier is
+        // device-scoped in naga's SPIR-V, ordering the records before the counter increment.
+        let record = split_record(t, rg, split);
+        if (li < MV_ROWS) {
+            atomicStore(&split_sums[record + li], bitcast<u32>(chunk_dot(li, spr)));
+        }
+        if (li == MV_ROWS) {
+            atomicStore(&split_sums[record + MV_ROWS], bitcast<u32>(x2));
+        }
+        storageBarrier();
+        let counter = t * (p.groups / p.splits) + rg;
+        if (li == 0u) {
+            split_arrived = atomicAdd(&split_sums[counter], 1u);
+        }
+        if (workgroupUniformLoad(&split_arrived) != p.splits - 1u) {
+            return;
+        }
+        storageBarrier();
+        if (li == 0u) {
+            atomicStore(&split_sums[counter], 0u);
+        }
+        if (li <= MV_ROWS) {
+            var total = 0.0;
+            for (var sp = 0u; sp < p.splits; sp++) {
+                total += bitcast<f32>(atomicLoad(&split_sums[split_record(t, rg, sp) + li]));
+            }
+            if (li < MV_ROWS) {
+                dots[li * spr] = total;
+                for (var i = 1u; i < spr; i++) {
+                    dots[li * spr + i] = 0.0;
+                }
+            } else {
+                split_x2 = total;
+            }
+        }
+        workgroupBarrier();
+        x2 = split_x2;
+    }
+#endif
+    let mr = locate(rg * MV_ROWS + li, MV_ROWS);
     if (li < MV_ROWS && live(mr)) {
         store_slot(mr, t, chunk_sums(li, spr, x2), chunk_sums(partner_slot(li), spr, x2));
     }
 }
 
-// Slot r's Sums from its `spr` parts (and Σx²[t] with NORM).
-fn chunk_sums(r: u32, spr: u32, x2: f32) -> Sums {
+// Slot r's Σ w·x' from its `spr` parts.
+fn chunk_dot(r: u32, spr: u32) -> f32 {
     var s = 0.0;
     for (var i = 0u; i < spr; i++) {
         s += dots[r * spr + i];
     }
-#ifdef NORM
-    return Sums(s, x2);
-#else
     return s;
+}
+
+// Slot r's Sums from its `spr` parts (and Σx²[t] with NORM).
+fn chunk_sums(r: u32, spr: u32, x2: f32) -> Sums {
+#ifdef NORM
+    return Sums(chunk_dot(r, spr), x2);
+#else
+    return chunk_dot(r, spr);
 #endif
 }

@@ -69,6 +69,9 @@ pub struct GpuContext {
     bind_groups: Mutex<HashMap<BindGroupKey, wgpu::BindGroup>>,
     /// Reusable MAP_READ staging buffers by size.
     staging: Mutex<HashMap<u64, wgpu::Buffer>>,
+    /// Zero-initialised scratch buffers kernels share across dispatches, by name
+    /// ([`GpuContext::shared_scratch`]).
+    scratch: Mutex<HashMap<&'static str, wgpu::Buffer>>,
     faults: Arc<Mutex<Faults>>,
     /// Buffers created so far (every buffer coco makes goes through this context). A steady
     /// decode loop must leave it unchanged: the soak tests check that.
@@ -287,6 +290,7 @@ impl GpuContext {
             attention_merge: options.attention_merge,
             gemm: options.gemm,
             pipelines: Mutex::new(HashMap::new()),
+            scratch: Mutex::new(HashMap::new()),
             params: Mutex::new(None),
             submit_lock: Mutex::new(()),
             bind_groups: Mutex::new(HashMap::new()),
@@ -481,6 +485,18 @@ impl GpuContext {
                 | wgpu::BufferUsages::COPY_SRC,
             mapped_at_creation: false,
         })
+    }
+
+    /// The context's one scratch buffer named `name`, `bytes` long, created zeroed on first
+    /// use. For kernels that leave it as they found it (the split matvec's arrival counters
+    /// are back at 0 after each dispatch), so every dispatch on this device may share it:
+    /// dispatches that write it run one after another.
+    pub fn shared_scratch(&self, name: &'static str, bytes: u64) -> wgpu::Buffer {
+        let mut cache = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        cache
+            .entry(name)
+            .or_insert_with(|| self.storage_buffer(name, bytes))
+            .clone()
     }
 
     /// A storage buffer holding `data` (padded with zeros to 4 bytes).

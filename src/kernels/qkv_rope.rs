@@ -77,6 +77,7 @@ pub fn qkv_rope_fits(
         norm,
         fusion: Fusion::QkvRope(layout),
         stage_k: 0,
+        splits: 1,
     };
     qkv_key_fits(ctx, &key, [wq, wk, wv])
 }

@@ -149,6 +149,9 @@ pub struct MatmulKey {
     /// elements per staged tile), else 0: set by the launch from K, the device and
     /// [`MatvecShape::stage_x`] (see [`MatmulKey::staged`]).
     pub stage_k: u32,
+    /// Workgroups per row group of the chunk matvec, each over a range of K (`SPLIT_K`,
+    /// [`chunk_splits`]); 1 everywhere else.
+    pub splits: u32,
 }
 
 /// Storage binding numbers of a [`MatmulKey`]'s layout: the order the host lists them in.
@@ -159,6 +162,8 @@ pub(in crate::kernels) struct Layout {
     pub(super) norm: u32,
     pub(super) bias: u32,
     pub(super) rope: u32,
+    /// The split scratch (SPLIT_K), after every other binding.
+    pub(super) split: u32,
     /// Storage bindings in all.
     pub(in crate::kernels) count: u32,
 }
@@ -182,19 +187,18 @@ impl MatmulKey {
             norm: false,
             fusion: Fusion::None,
             stage_k: 0,
+            splits: 1,
         }
     }
 
     /// This key for a product of K = `k` over `slots` weight rows (all parts, all fused
-    /// weights) and `t` tokens with the device's `gemm` choice, when its variant was chosen,
+    /// weights) and `t` tokens with the device's `gemm` choice. When its variant was chosen,
     /// not forced: the chunk matvec only where it pays ([`CHUNK_MIN_K`]), and the portable
     /// tiles as the first [`MatmulVariant::Wide`] tile that still fills the GPU
-    /// ([`GemmChoice::pick`]).
+    /// ([`GemmChoice::pick`]). Either way a chunk matvec splits K by [`chunk_splits`].
     pub fn sized(self, k: u64, slots: u64, t: u32, gemm: GemmChoice, forced: bool) -> MatmulKey {
-        if forced {
-            return self;
-        }
         let variant = match self.variant {
+            v if forced => v,
             MatmulVariant::MatvecChunk if k < chunk_min_k() => MatmulVariant::MatvecSubgroup,
             // With int8 levels the larger workgroup wins where the grid stays full: the 8B's
             // gate/up 1,367 -> 1,156 µs per step, its LM head 143 -> 102 (BENCHMARKS.md
@@ -212,7 +216,18 @@ impl MatmulKey {
             MatmulVariant::Tiled if !matches!(self.fusion, Fusion::Qkv) => gemm.pick(slots, t),
             v => v,
         };
-        MatmulKey { variant, ..self }
+        let splits = match variant {
+            MatmulVariant::MatvecChunk | MatmulVariant::MatvecChunkWide => {
+                let rows = variant.slots_per_group();
+                chunk_splits(slots.div_ceil(rows as u64), rows, k / 32, t)
+            }
+            _ => 1,
+        };
+        MatmulKey {
+            variant,
+            splits,
+            ..self
+        }
     }
 
     /// This key for a product of K = `k`, with x'[t] staged when the kernel is the subgroup
@@ -231,10 +246,12 @@ impl MatmulKey {
             self.variant,
             MatmulVariant::MatvecChunk | MatmulVariant::MatvecChunkWide
         ) {
-            // Tiles of whole 32-element chunks, as many as the device's workgroup memory holds.
+            // Tiles of whole 32-element chunks, as many as the device's workgroup memory holds;
+            // with split K no more than a workgroup's range.
             let fit = workgroup_bytes.saturating_sub(others) / 128 * 32;
+            let range = (k / 32).div_ceil(self.splits.max(1)) * 32;
             return MatmulKey {
-                stage_k: k.min(fit.clamp(32, CHUNK_TILE_MAX_K)),
+                stage_k: range.min(fit.clamp(32, CHUNK_TILE_MAX_K)),
                 ..self
             };
         }
@@ -265,8 +282,13 @@ impl MatmulKey {
             String::new()
         };
         let int8 = if self.int8() { "_i8" } else { "" };
+        let splits = if self.splits > 1 {
+            format!("_k{}", self.splits)
+        } else {
+            String::new()
+        };
         format!(
-            "matmul_{}_{}{fusion}{norm}{bias}{staged}{int8}",
+            "matmul_{}_{}{fusion}{norm}{bias}{staged}{int8}{splits}",
             self.ty.name().to_lowercase(),
             self.variant.label()
         )
@@ -317,6 +339,9 @@ impl MatmulKey {
         if self.int8() {
             defines.push("INT8");
         }
+        if self.splits > 1 {
+            defines.push("SPLIT_K");
+        }
         Ok(defines)
     }
 
@@ -334,20 +359,23 @@ impl MatmulKey {
         has_int8_dot(self.ty) && matvec_shape().int8
     }
 
-    /// Bindings 1.. in order: weights, x, outputs, norm_w, biases (one per output), inv_freq.
+    /// Bindings 1.. in order: weights, x, outputs, norm_w, biases (one per output), inv_freq,
+    /// the split scratch.
     pub(in crate::kernels) fn layout(&self) -> Layout {
         let x = 1 + self.fusion.weights();
         let y = x + 1;
         let norm = y + self.fusion.outputs();
         let bias = norm + self.norm as u32;
         let rope = bias + if self.bias { self.fusion.outputs() } else { 0 };
-        let count = rope - 1 + matches!(self.fusion, Fusion::QkvRope(_)) as u32;
+        let split = rope + matches!(self.fusion, Fusion::QkvRope(_)) as u32;
+        let count = split - 1 + (self.splits > 1) as u32;
         Layout {
             x,
             y,
             norm,
             bias,
             rope,
+            split,
             count,
         }
     }
@@ -399,7 +427,7 @@ impl MatmulKey {
              const GT_N: u32 = {}u;\nconst GT_T: u32 = {}u;\nconst G_KC: u32 = {}u;\n\
              const B_W1: u32 = 2u;\nconst B_W2: u32 = 3u;\nconst B_X: u32 = {}u;\n\
              const B_Y: u32 = {}u;\nconst B_NORM: u32 = {}u;\nconst B_BIAS: u32 = {}u;\n\
-             const B_ROPE: u32 = {}u;\n",
+             const B_ROPE: u32 = {}u;\nconst B_SPLIT: u32 = {}u;\n",
             (self.stage_k / 4).max(1),
             wide.slots,
             wide.tokens,
@@ -408,7 +436,8 @@ impl MatmulKey {
             l.y,
             l.norm,
             l.bias,
-            l.rope
+            l.rope,
+            l.split
         );
         Ok(format!(
             "{enables}{consts}{}",
@@ -472,14 +501,18 @@ pub(in crate::kernels) struct Params {
     pub(in crate::kernels) head_dim: u32,
     /// The stored (or added) value is `scale · (x'·Wᵀ + bias)` (MatmulArgs::scale).
     pub(in crate::kernels) scale: f32,
-    pub(in crate::kernels) _pad: [u32; 2],
+    /// Workgroups per row group (SPLIT_K; the launch sets it from the key), else 1.
+    pub(in crate::kernels) splits: u32,
+    pub(in crate::kernels) _pad: u32,
 }
 
 impl Default for Params {
-    /// Everything 0 but the scale, 1: the products that take no scale store x'·Wᵀ as it is.
+    /// Everything 0 but the scale and the splits, 1: the products that take no scale store
+    /// x'·Wᵀ as it is.
     fn default() -> Self {
         Params {
             scale: 1.0,
+            splits: 1,
             ..bytemuck::Zeroable::zeroed()
         }
     }

@@ -375,6 +375,7 @@ pub fn qkv_fuses(
         norm,
         fusion: Fusion::Qkv,
         stage_k: 0,
+        splits: 1,
     };
     qkv_key_fits(ctx, &key, [wq, wk, wv])
 }
@@ -644,7 +645,13 @@ pub(super) fn launch(
         );
     }
     let layout = key.layout();
-    debug_assert_eq!(layout.count as usize, bindings.len(), "{}", key.label());
+    // The split scratch is the context's own (appended below).
+    debug_assert_eq!(
+        layout.count as usize,
+        bindings.len() + (key.splits > 1) as usize,
+        "{}",
+        key.label()
+    );
     let limit = ctx.limits.max_storage_buffers_per_shader_stage;
     if layout.count > limit {
         return err(format!(
@@ -669,13 +676,21 @@ pub(super) fn launch(
     key.defines()?;
     let label = key.label();
     let pipeline = ctx.pipeline(&label, || key.source().expect("defines checked above"));
-    params.groups = slots.div_ceil(key.variant.slots_per_group());
+    params.groups = slots.div_ceil(key.variant.slots_per_group()) * key.splits;
+    params.splits = key.splits;
+    let mut bindings = bindings.to_vec();
+    if key.splits > 1 {
+        let words = SPLIT_COUNTERS + SPLIT_RECORD_WORDS;
+        bindings.push(Binding::from(
+            &ctx.shared_scratch("matvec split-K scratch", 4 * words),
+        ));
+    }
     let [gx, gy] = fold(params.groups, max);
     rec.dispatch(
         &label,
         &pipeline,
         bytemuck::bytes_of(&params),
-        bindings,
+        &bindings,
         [gx, gy, t_groups],
     )?;
     Ok(())

@@ -61,6 +61,60 @@ pub fn chunk_shape_override() -> Option<(u32, u32)> {
         valid
     })
 }
+/// Split K in the chunk matvec (`SPLIT_K` in matvec_chunk.wgsl): a product whose grid is
+/// short of [`SPLIT_TARGET_GROUPS`] workgroups gives each row group up to [`SPLIT_MAX`]
+/// workgroups, each over its own range of at least [`SPLIT_MIN_CHUNKS`] 32-element chunks;
+/// the last to finish adds the ranges' sums. 1,024 workgroups is about eight per SM of the
+/// H200's 132, where a 4,096-row product otherwise gets two.
+pub const SPLIT_TARGET_GROUPS: u64 = 1024;
+pub const SPLIT_MAX: u32 = 8;
+pub const SPLIT_MIN_CHUNKS: u64 = 32;
+/// The split scratch's arrival counters (one per token and row group; the shader's
+/// SPLIT_COUNTERS) and words for the ranges' records after them (MV_ROWS + 1 per token, row
+/// group and range): a split that would need more runs unsplit.
+pub const SPLIT_COUNTERS: u64 = 4096;
+pub const SPLIT_RECORD_WORDS: u64 = 1 << 18;
+
+/// Workgroups per row group of a chunk matvec over `groups` row groups of `rows` slots,
+/// `chunks` 32-element chunks of K and `t` tokens: [`chunk_splits_override`] if set, else
+/// the fewest (a power of two) that reach [`SPLIT_TARGET_GROUPS`] within [`SPLIT_MAX`] and
+/// [`SPLIT_MIN_CHUNKS`]; 1 (unsplit) where the scratch can't hold the split.
+pub fn chunk_splits(groups: u64, rows: u32, chunks: u64, t: u32) -> u32 {
+    let wanted = chunk_splits_override().unwrap_or_else(|| {
+        let mut s = 1u32;
+        while s < SPLIT_MAX
+            && groups * t as u64 * (s as u64) < SPLIT_TARGET_GROUPS
+            && chunks / (2 * s as u64) >= SPLIT_MIN_CHUNKS
+        {
+            s *= 2;
+        }
+        s
+    });
+    let s = (wanted as u64).min(chunks).max(1);
+    let fits = groups * t as u64 <= SPLIT_COUNTERS
+        && groups * t as u64 * s * (rows as u64 + 1) <= SPLIT_RECORD_WORDS;
+    if fits {
+        s as u32
+    } else {
+        1
+    }
+}
+
+/// The tuning override `COCO_CHUNK_SPLITS=<n>` (1 ..= 64; 1 turns split K off), read once per
+/// process: every chunk matvec then splits K n ways where the scratch holds it. An invalid
+/// value is ignored with a warning.
+pub fn chunk_splits_override() -> Option<u32> {
+    static SPLITS: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    *SPLITS.get_or_init(|| {
+        let v = std::env::var("COCO_CHUNK_SPLITS").ok()?;
+        let parsed = v.parse::<u32>().ok().filter(|n| (1..=64).contains(n));
+        if parsed.is_none() {
+            log::warn!("COCO_CHUNK_SPLITS={v:?} ignored: expected a number of splits in 1..=64");
+        }
+        parsed
+    })
+}
+
 /// The chunk matvec runs the products with at least this K; shorter rows keep the lane-per-8
 /// matvec, which measured faster on them (too few chunks per row to occupy a task's lanes;
 /// BENCHMARKS.md "session 13"). `COCO_CHUNK_MIN_K` overrides it ([`chunk_min_k`]).

@@ -100,6 +100,7 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
                 norm,
                 fusion,
                 stage_k: 0,
+                splits: 1,
             };
             let source = key.source().unwrap();
             assert!(source.contains("coopMultiplyAdd"), "{}", key.label());
@@ -129,6 +130,7 @@ fn layouts_number_bindings_in_host_order() {
         norm,
         fusion,
         stage_k: 0,
+        splits: 1,
     };
     // w, x, y, [norm_w], [bias]
     let l = key(Fusion::None, false, true).layout();
@@ -219,6 +221,7 @@ fn qkv_rope_compiles_for_the_matvecs_and_is_refused_for_tiles() {
                 norm: true,
                 fusion: Fusion::QkvRope(layout),
                 stage_k: 0,
+                splits: 1,
             };
             if variant.is_tiled() {
                 assert!(key.defines().is_err(), "{}", key.label());
@@ -247,6 +250,7 @@ fn every_variant_preprocesses() {
                     norm: true,
                     fusion,
                     stage_k: 0,
+                    splits: 1,
                 };
                 let src = key.source().unwrap();
                 assert!(
@@ -260,6 +264,7 @@ fn every_variant_preprocesses() {
                         let key = MatmulKey {
                             norm,
                             stage_k: 2048,
+                            splits: 1,
                             ..key
                         };
                         compile_to_spirv(&key.label(), &key.source().unwrap());
