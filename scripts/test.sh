@@ -85,8 +85,10 @@ cargo test --release -- --test-threads=2
 # QKV weights) and x' staged in workgroup memory for every product whose K fits. The shape is
 # the same for every type, so this pass takes one type of each dequantizer family (float,
 # legacy 4- and 8-bit, K-quant 3/4/6-bit, IQ): all fifteen took 378 s of CI's 2 cores, these ~170.
-say "cargo test (lavapipe): kernel suites with COCO_MATVEC=8x2x4x2"
-COCO_MATVEC=8x2x4x2 cargo test --release --test kernels_matmul --test kernels_matmul_fused --test kernels_qkv_rope -- --test-threads=2 \
+# It also splits every chunk matvec's K three ways (COCO_CHUNK_SPLITS, off by default): uneven
+# ranges, the merge of the ranges' sums and Σx², at T up to 32.
+say "cargo test (lavapipe): kernel suites with COCO_MATVEC=8x2x4x2 COCO_CHUNK_SPLITS=3"
+COCO_MATVEC=8x2x4x2 COCO_CHUNK_SPLITS=3 cargo test --release --test kernels_matmul --test kernels_matmul_fused --test kernels_qkv_rope -- --test-threads=2 \
   _f16 _q4_0 _q8_0 _q3_k _q4_k _q6_k _iq4_xs
 
 say "wasm32 build"

@@ -38,9 +38,10 @@ var<workgroup> xs_ss: array<f32, 64>;              // Σx² per subgroup (at mos
 #endif
 
 #ifdef SPLIT_K
-// Split K (SPLIT_K): p.splits consecutive workgroups share a row group, each taking its own
-// range of whole chunks of K, so a product with few rows still fills the GPU (a 4,096-row
-// product is 256 workgroups of 16 rows: two per SM of the H200). The last of them to finish,
+// Split K (SPLIT_K, the A/B switch COCO_CHUNK_SPLITS): p.splits consecutive workgroups share
+// a row group, each taking its own range of whole chunks of K, for products with few rows (a
+// 4,096-row product is 256 workgroups of 16 rows, two per SM of the H200). It lost on every
+// product measured (BENCHMARKS.md "session 18"), so it is off by default. The last to finish,
 // found with an arrival counter, adds their sums in split order and runs the epilogue, so
 // the product stays one dispatch. The scratch, as u32 words accessed atomically (floats by
 // bitcast; as attention.wgsl's partials, for the same reason):

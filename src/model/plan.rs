@@ -23,8 +23,8 @@ use crate::kernels::attention::{self, AttentionPlan, AttentionShape, SPLIT_BLOCK
 use crate::kernels::elementwise::Activation;
 use crate::kernels::get_rows::GetRowsKey;
 use crate::kernels::matmul::{
-    can_fuse_glu, chunk_min_k, matvec_max_t, matvec_shape, planned_label, qkv_fuses, DeviceKernels,
-    Fusion, GemmChoice, MatmulVariant, StageX, WideTile, WIDE_MIN_GROUPS,
+    can_fuse_glu, chunk_min_k, chunk_splits_override, matvec_max_t, matvec_shape, planned_label,
+    qkv_fuses, DeviceKernels, Fusion, GemmChoice, MatmulVariant, StageX, WideTile, WIDE_MIN_GROUPS,
 };
 use crate::kernels::megakernel::MegakernelKey;
 use crate::kernels::qkv_rope::qkv_rope_fits;
@@ -644,7 +644,9 @@ impl Plan {
                 } else {
                     ""
                 }
-            )
+            ) + &chunk_splits_override()
+                .map(|n| format!("; K split {n} ways (COCO_CHUNK_SPLITS)"))
+                .unwrap_or_default()
         } else {
             format!("{mv}{staged}")
         };

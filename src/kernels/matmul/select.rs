@@ -61,14 +61,12 @@ pub fn chunk_shape_override() -> Option<(u32, u32)> {
         valid
     })
 }
-/// Split K in the chunk matvec (`SPLIT_K` in matvec_chunk.wgsl): a product whose grid is
-/// short of [`SPLIT_TARGET_GROUPS`] workgroups gives each row group up to [`SPLIT_MAX`]
-/// workgroups, each over its own range of at least [`SPLIT_MIN_CHUNKS`] 32-element chunks;
-/// the last to finish adds the ranges' sums. 1,024 workgroups is about eight per SM of the
-/// H200's 132, where a 4,096-row product otherwise gets two.
-pub const SPLIT_TARGET_GROUPS: u64 = 1024;
-pub const SPLIT_MAX: u32 = 8;
-pub const SPLIT_MIN_CHUNKS: u64 = 32;
+/// Split K in the chunk matvec (`SPLIT_K` in matvec_chunk.wgsl): each row group's K shared
+/// by n workgroups over their own ranges of whole chunks, the last to finish adding the
+/// ranges' sums. Off unless `COCO_CHUNK_SPLITS` asks for it: on the H200 every split lost
+/// (BENCHMARKS.md "session 18": a 4,096-row product's 256 workgroups are not what bounds
+/// it; the 8B's o + down 1,423 → 1,610 µs per step at 4 ways, QKV 594 → 1,004).
+///
 /// The split scratch's arrival counters (one per token and row group; the shader's
 /// SPLIT_COUNTERS) and words for the ranges' records after them (MV_ROWS + 1 per token, row
 /// group and range): a split that would need more runs unsplit.
@@ -76,20 +74,12 @@ pub const SPLIT_COUNTERS: u64 = 4096;
 pub const SPLIT_RECORD_WORDS: u64 = 1 << 18;
 
 /// Workgroups per row group of a chunk matvec over `groups` row groups of `rows` slots,
-/// `chunks` 32-element chunks of K and `t` tokens: [`chunk_splits_override`] if set, else
-/// the fewest (a power of two) that reach [`SPLIT_TARGET_GROUPS`] within [`SPLIT_MAX`] and
-/// [`SPLIT_MIN_CHUNKS`]; 1 (unsplit) where the scratch can't hold the split.
+/// `chunks` 32-element chunks of K and `t` tokens: [`chunk_splits_override`] (at most one
+/// per chunk) where the scratch holds it, else 1 (unsplit).
 pub fn chunk_splits(groups: u64, rows: u32, chunks: u64, t: u32) -> u32 {
-    let wanted = chunk_splits_override().unwrap_or_else(|| {
-        let mut s = 1u32;
-        while s < SPLIT_MAX
-            && groups * t as u64 * (s as u64) < SPLIT_TARGET_GROUPS
-            && chunks / (2 * s as u64) >= SPLIT_MIN_CHUNKS
-        {
-            s *= 2;
-        }
-        s
-    });
+    let Some(wanted) = chunk_splits_override() else {
+        return 1;
+    };
     let s = (wanted as u64).min(chunks).max(1);
     let fits = groups * t as u64 <= SPLIT_COUNTERS
         && groups * t as u64 * s * (rows as u64 + 1) <= SPLIT_RECORD_WORDS;
@@ -100,9 +90,9 @@ pub fn chunk_splits(groups: u64, rows: u32, chunks: u64, t: u32) -> u32 {
     }
 }
 
-/// The tuning override `COCO_CHUNK_SPLITS=<n>` (1 ..= 64; 1 turns split K off), read once per
-/// process: every chunk matvec then splits K n ways where the scratch holds it. An invalid
-/// value is ignored with a warning.
+/// The A/B switch `COCO_CHUNK_SPLITS=<n>` (1 ..= 64; 1 is unsplit, the default), read once
+/// per process: every chunk matvec then splits K n ways where the scratch holds it. An
+/// invalid value is ignored with a warning.
 pub fn chunk_splits_override() -> Option<u32> {
     static SPLITS: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
     *SPLITS.get_or_init(|| {
