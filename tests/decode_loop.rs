@@ -107,9 +107,32 @@ fn session(ctx: &Arc<GpuContext>, model: &Arc<Model>, context: u32, gpu: bool) -
     s
 }
 
-/// CPU path vs GPU loop on one model: 40 tokens, then a stop from `on_token` at token 7 and
-/// a following `generate` that continues from the rolled-back state.
-fn compare(ctx: &Arc<GpuContext>, model: &Arc<Model>, pipeline: Pipeline, megakernel: bool) {
+/// Tokens from which the GPU loop's batches (1, 2, 4, 8, then MAX_STEPS = 16 steps per
+/// submit) reach a full one: the runs that check K = MAX_STEPS generate this many.
+const FULL_RAMP: u32 = 40;
+
+/// The largest steps per submit a GPU-loop `generate` of `n` tokens reaches.
+fn ramp_max(n: u32) -> u32 {
+    let (mut k, mut done, mut max) = (1, 0, 0);
+    while done < n {
+        max = max.max(k.min(n - done));
+        done += k;
+        k = (k * 2).min(MAX_STEPS);
+    }
+    max
+}
+
+/// CPU path vs GPU loop on one model: `n` greedy tokens (FULL_RAMP reaches a batch of
+/// MAX_STEPS; 16 stops at batches of 8, which is enough to check a family's forward inside a
+/// multi-step batch), then a stop from `on_token` at token 7 and a following `generate` that
+/// continues from the rolled-back state.
+fn compare(
+    ctx: &Arc<GpuContext>,
+    model: &Arc<Model>,
+    pipeline: Pipeline,
+    megakernel: bool,
+    n: u32,
+) {
     let p = prompt(model);
     let mut cpu = session(ctx, model, 512, false);
     let mut gpu_s = session(ctx, model, 512, true);
@@ -120,14 +143,14 @@ fn compare(ctx: &Arc<GpuContext>, model: &Arc<Model>, pipeline: Pipeline, megake
             assert!(check.passed, "megakernel check: {check:?}");
         }
     }
-    let a = generate(&mut cpu, &p, 40, None);
-    let b = generate(&mut gpu_s, &p, 40, None);
+    let a = generate(&mut cpu, &p, n, None);
+    let b = generate(&mut gpu_s, &p, n, None);
     eprintln!("{pipeline:?} megakernel={megakernel}: {:?}", a.ids);
-    assert_eq!(a, b, "40 greedy tokens: CPU path vs GPU loop");
+    assert_eq!(a, b, "{n} greedy tokens: CPU path vs GPU loop");
     assert_eq!(a.stop, StopReason::MaxTokens);
     assert!(!cpu.stats.sampler_on_gpu && cpu.stats.steps_per_submit == 1);
     assert!(gpu_s.stats.sampler_on_gpu);
-    assert_eq!(gpu_s.stats.steps_per_submit, MAX_STEPS);
+    assert_eq!(gpu_s.stats.steps_per_submit, ramp_max(n));
     assert_eq!(
         gpu_s.stats.dispatches_per_token,
         cpu.stats.dispatches_per_token + 2,
@@ -142,8 +165,8 @@ fn compare(ctx: &Arc<GpuContext>, model: &Arc<Model>, pipeline: Pipeline, megake
         s.pipeline = pipeline;
         s.megakernel = megakernel;
     }
-    let a = generate(&mut cpu, &p, 40, Some(7));
-    let b = generate(&mut gpu_s, &p, 40, Some(7));
+    let a = generate(&mut cpu, &p, n, Some(7));
+    let b = generate(&mut gpu_s, &p, n, Some(7));
     assert_eq!(a.ids.len(), 7);
     assert_eq!(a.stop, StopReason::Stopped);
     assert_eq!(a, b, "stopped at token 7");
@@ -153,8 +176,8 @@ fn compare(ctx: &Arc<GpuContext>, model: &Arc<Model>, pipeline: Pipeline, megake
         "the 7th token is not in the cache yet"
     );
     let next = [a.ids[6], p[1]];
-    let a2 = generate(&mut cpu, &next, 20, None);
-    let b2 = generate(&mut gpu_s, &next, 20, None);
+    let a2 = generate(&mut cpu, &next, 12, None);
+    let b2 = generate(&mut gpu_s, &next, 12, None);
     assert_eq!(a2, b2, "the generate after a stop");
 }
 
@@ -162,7 +185,7 @@ fn compare(ctx: &Arc<GpuContext>, model: &Arc<Model>, pipeline: Pipeline, megake
 /// with a longer penalty window): the GPU loop with K up to 16, the GPU loop with K = 1 (a
 /// zero batch budget) and the CPU sampler draw the same tokens for the same seed, including
 /// across a second `generate` whose penalty window reaches into the first one's tokens.
-fn compare_sampled(ctx: &Arc<GpuContext>, model: &Arc<Model>, how_many: usize) {
+fn compare_sampled(ctx: &Arc<GpuContext>, model: &Arc<Model>, how_many: usize, n: u32) {
     let p = prompt(model);
     let settings = [
         SamplerConfig::default(),
@@ -193,7 +216,7 @@ fn compare_sampled(ctx: &Arc<GpuContext>, model: &Arc<Model>, how_many: usize) {
         let runs: Vec<(Run, Run)> = [&mut cpu, &mut k16, &mut k1]
             .into_iter()
             .map(|s| {
-                let first = generate_with(s, &p, 40, None, cfg);
+                let first = generate_with(s, &p, n, None, cfg);
                 let next = [first.ids[first.ids.len() - 1], p[1]];
                 (first, generate_with(s, &next, 12, None, cfg))
             })
@@ -204,7 +227,7 @@ fn compare_sampled(ctx: &Arc<GpuContext>, model: &Arc<Model>, how_many: usize) {
             "{cfg:?}: CPU sampler vs GPU loop (K ≤ 16)"
         );
         assert_eq!(runs[1], runs[2], "{cfg:?}: GPU loop K ≤ 16 vs K = 1");
-        assert_eq!(k16.stats.steps_per_submit, MAX_STEPS);
+        assert_eq!(k16.stats.steps_per_submit, ramp_max(n));
         assert_eq!(k1.stats.steps_per_submit, 1);
         assert!(k16.stats.sampler_on_gpu && !cpu.stats.sampler_on_gpu);
         let distinct: std::collections::BTreeSet<_> = runs[0].0.ids.iter().collect();
@@ -220,10 +243,10 @@ fn sampled_gpu_loop_matches_cpu_sampler() {
     let ctx = gpu();
     // Every setting on llama; the defaults on gemma3 (6 layers: slower on lavapipe), whose
     // forward (sandwich norms, per-head Q/K norms, sliding windows) is the other family.
-    compare_sampled(&ctx, &Arc::new(load(&ctx, "llama-spm-q4_0")), 3);
-    compare_sampled(&ctx, &Arc::new(load(&ctx, "gemma3-q4_k")), 1);
+    compare_sampled(&ctx, &Arc::new(load(&ctx, "llama-spm-q4_0")), 3, FULL_RAMP);
+    compare_sampled(&ctx, &Arc::new(load(&ctx, "gemma3-q4_k")), 1, 16);
     // gemma2: both samplers draw from the soft-capped logits the forward's last step leaves.
-    compare_sampled(&ctx, &Arc::new(load(&ctx, "gemma2-q4_k")), 1);
+    compare_sampled(&ctx, &Arc::new(load(&ctx, "gemma2-q4_k")), 1, 16);
 }
 
 #[test]
@@ -301,9 +324,9 @@ fn argmax_kernel_matches_cpu() {
 fn gpu_loop_matches_cpu_path_llama() {
     let ctx = gpu();
     let model = Arc::new(load(&ctx, "llama-spm-q4_0"));
-    compare(&ctx, &model, Pipeline::Fused, false);
-    compare(&ctx, &model, Pipeline::Unfused, false);
-    compare(&ctx, &model, Pipeline::Fused, true);
+    compare(&ctx, &model, Pipeline::Fused, false, FULL_RAMP);
+    compare(&ctx, &model, Pipeline::Unfused, false, 16);
+    compare(&ctx, &model, Pipeline::Fused, true, 16);
 }
 
 #[test]
@@ -317,7 +340,7 @@ fn gpu_loop_matches_cpu_path_qwen_phi3_and_gemma() {
         "gemma2-q8_0",
     ] {
         let model = Arc::new(load(&ctx, name));
-        compare(&ctx, &model, Pipeline::Fused, false);
+        compare(&ctx, &model, Pipeline::Fused, false, 16);
     }
 }
 
@@ -326,7 +349,7 @@ fn gpu_loop_matches_cpu_path_qwen_phi3_and_gemma() {
 fn gpu_loop_matches_cpu_path_smollm3() {
     let ctx = gpu();
     let model = Arc::new(load(&ctx, "smollm3-q8_0"));
-    compare(&ctx, &model, Pipeline::Fused, false);
+    compare(&ctx, &model, Pipeline::Fused, false, 16);
 }
 
 /// An end-of-generation token mid-batch: the model's own greedy sequence with its 10th token

@@ -88,12 +88,13 @@ struct Agreement {
     max_delta: f64,
 }
 
-/// Teacher-forced logits for every prompt of a golden, compared with HF's.
+/// Teacher-forced logits for every prompt of a golden, compared with HF's, and the first
+/// `greedy_tokens` of each prompt's greedy continuation (0: none).
 fn check_against_hf(
     ctx: &Arc<GpuContext>,
     model: &Arc<Model>,
     golden: &Value,
-    check_greedy: bool,
+    greedy_tokens: usize,
 ) -> Agreement {
     let mut agreement = Agreement {
         positions: 0,
@@ -124,8 +125,9 @@ fn check_against_hf(
                 agreement.max_delta = agreement.max_delta.max((row[id] as f64 - hf).abs());
             }
         }
-        if check_greedy {
-            let expected = ids_of(&prompt["greedy"]);
+        if greedy_tokens > 0 {
+            let mut expected = ids_of(&prompt["greedy"]);
+            expected.truncate(greedy_tokens);
             let margins: Vec<f64> = prompt["greedy_margins"]
                 .as_array()
                 .map(|m| m.iter().filter_map(|x| x.as_f64()).collect())
@@ -163,8 +165,10 @@ fn fixture_names(family: &str) -> Vec<String> {
 }
 
 /// Every weight type of one fixture family against its HF golden: teacher-forced top-1 at
-/// 99% of positions or more, and the greedy 24-token continuation identical. Returns each
-/// fixture's golden and largest |Δlogit| over the HF top-10s.
+/// 99% of positions or more, and the greedy continuation identical: all 24 tokens for the
+/// family's F32 and Q8_0 files, the first 8 for the other types (their decode matvecs are
+/// held to the reference on every shape by kernels_matmul, and a decode step on lavapipe
+/// costs CI seconds). Returns each fixture's golden and largest |Δlogit| over the HF top-10s.
 fn family_matches_hugging_face(family: &str) -> Vec<(Value, f64)> {
     let ctx = gpu();
     let names = fixture_names(family);
@@ -176,7 +180,12 @@ fn family_matches_hugging_face(family: &str) -> Vec<(Value, f64)> {
         let model = Arc::new(
             load_path(&ctx, &fixture(name), 512).unwrap_or_else(|e| panic!("{name}: {e}")),
         );
-        let a = check_against_hf(&ctx, &model, &g, true);
+        let greedy_tokens = if name.ends_with("-q8_0") || name.ends_with("-f32") {
+            usize::MAX
+        } else {
+            8
+        };
+        let a = check_against_hf(&ctx, &model, &g, greedy_tokens);
         let rate = a.top1_equal as f64 / a.positions as f64;
         report.push(format!(
             "{name:<22} top-1 {}/{} ({:.1}%)  max|Δlogit| {:.2e}",
@@ -291,11 +300,27 @@ fn gemma2_fixtures_match_hugging_face() {
     }
 }
 
+/// Which pipelines [`check_gpu_vs_cpu`] runs besides the fused one.
+#[derive(Clone, Copy, PartialEq)]
+enum Pipelines {
+    /// Fused, unfused and the FFN megakernel: a family's forward (each writes it its way).
+    All,
+    /// Fused only: another weight type of a family whose forward `All` checks (the
+    /// pipelines share one matmul per type, which kernels_matmul tests on every shape).
+    Fused,
+}
+
 /// GPU logits for `ids` against the CPU reference forward: fused in `prefill`-sized chunks,
-/// fused as a prefill followed by one-token decode steps through the KV cache, and the
-/// same through the unfused pipeline and with the FFN megakernel.
-fn check_gpu_vs_cpu(ctx: &Arc<GpuContext>, name: &str, n_tokens: u32, prefill: usize) {
-    check_gpu_vs_cpu_in(ctx, name, n_tokens, prefill, 512);
+/// fused as a prefill followed by one-token decode steps through the KV cache, and (with
+/// [`Pipelines::All`]) the same through the unfused pipeline and with the FFN megakernel.
+fn check_gpu_vs_cpu(
+    ctx: &Arc<GpuContext>,
+    name: &str,
+    n_tokens: u32,
+    prefill: usize,
+    pipelines: Pipelines,
+) {
+    check_gpu_vs_cpu_in(ctx, name, n_tokens, prefill, 512, pipelines);
 }
 
 /// [`check_gpu_vs_cpu`] with sessions of `context` positions (which picks LongRoPE's factor
@@ -306,6 +331,7 @@ fn check_gpu_vs_cpu_in(
     n_tokens: u32,
     prefill: usize,
     context: u32,
+    pipelines: Pipelines,
 ) -> Vec<f32> {
     let path = fixture(name);
     let model = Arc::new(load_path(ctx, &path, context).unwrap());
@@ -325,36 +351,11 @@ fn check_gpu_vs_cpu_in(
     for &id in &ids[prefill..] {
         stepped.extend(s2.forward_blocking(&[id]).unwrap());
     }
-    // The unfused pipeline (one kernel per op), decode steps included.
-    let mut s3 = Session::new(ctx, &model, context, LogitsFor::AllTokens);
-    s3.pipeline = Pipeline::Unfused;
-    let mut unfused = s3.forward_blocking(&ids[..prefill]).unwrap();
-    for &id in &ids[prefill..] {
-        unfused.extend(s3.forward_blocking(&[id]).unwrap());
+    let mut runs = vec![("batched", batched), ("decode", stepped)];
+    if pipelines == Pipelines::All {
+        runs.extend(other_pipelines(ctx, &model, name, &ids, prefill, context));
     }
-    // The FFN megakernel (one workgroup per token), switched on through its check.
-    let mut s4 = Session::new(ctx, &model, context, LogitsFor::AllTokens);
-    let check = s4.set_megakernel_blocking(true).unwrap();
-    println!("{name}: {check}");
-    if model.config.residual_scale != 1.0 {
-        // granite: refused before any run, and the session stays on its pipeline
-        assert!(
-            !check.passed && !s4.megakernel && check.detail.contains("residual multiplier"),
-            "{name}: {check}"
-        );
-    } else {
-        assert!(check.passed && s4.megakernel, "{name}: {check}");
-    }
-    let mut mega = s4.forward_blocking(&ids[..prefill]).unwrap();
-    for &id in &ids[prefill..] {
-        mega.extend(s4.forward_blocking(&[id]).unwrap());
-    }
-    for (what, got) in [
-        ("batched", &batched),
-        ("decode", &stepped),
-        ("unfused", &unfused),
-        ("megakernel", &mega),
-    ] {
+    for (what, got) in &runs {
         let mut worst = (0.0f32, 0usize);
         for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
             let d = (g - e).abs() / (1.0 + e.abs());
@@ -377,24 +378,62 @@ fn check_gpu_vs_cpu_in(
     expected
 }
 
+/// The logits of the unfused pipeline and of the FFN megakernel for `ids`, each as a prefill
+/// of `prefill` tokens followed by one-token decode steps.
+fn other_pipelines(
+    ctx: &Arc<GpuContext>,
+    model: &Arc<Model>,
+    name: &str,
+    ids: &[u32],
+    prefill: usize,
+    context: u32,
+) -> Vec<(&'static str, Vec<f32>)> {
+    // The unfused pipeline (one kernel per op), decode steps included.
+    let mut s3 = Session::new(ctx, model, context, LogitsFor::AllTokens);
+    s3.pipeline = Pipeline::Unfused;
+    let mut unfused = s3.forward_blocking(&ids[..prefill]).unwrap();
+    for &id in &ids[prefill..] {
+        unfused.extend(s3.forward_blocking(&[id]).unwrap());
+    }
+    // The FFN megakernel (one workgroup per token), switched on through its check.
+    let mut s4 = Session::new(ctx, model, context, LogitsFor::AllTokens);
+    let check = s4.set_megakernel_blocking(true).unwrap();
+    println!("{name}: {check}");
+    if model.config.residual_scale != 1.0 {
+        // granite: refused before any run, and the session stays on its pipeline
+        assert!(
+            !check.passed && !s4.megakernel && check.detail.contains("residual multiplier"),
+            "{name}: {check}"
+        );
+    } else {
+        assert!(check.passed && s4.megakernel, "{name}: {check}");
+    }
+    let mut mega = s4.forward_blocking(&ids[..prefill]).unwrap();
+    for &id in &ids[prefill..] {
+        mega.extend(s4.forward_blocking(&[id]).unwrap());
+    }
+    vec![("unfused", unfused), ("megakernel", mega)]
+}
+
 #[test]
 fn gpu_forward_matches_cpu_reference() {
     let ctx = gpu();
-    for name in [
-        "llama-spm-q8_0",
-        "llama3-q4_k",
-        "qwen2-q5_0",
-        "gemma3-q8_0",
-        "llama-spm-f16",
-        "qwen2-q6_k",
-        "qwen3-q4_k",
-        "phi3-q4_k",
-        "gemma2-q4_k",
-        // (their Q8_0 twins are held to HF by the family tests; CI time)
-        "smollm3-q4_k",
-        "granite-q4_k",
+    // One file per family through every pipeline, two more weight types through the fused
+    // one (their Q8_0 twins and the other types are held to HF by the family tests).
+    for (name, pipelines) in [
+        ("llama-spm-q8_0", Pipelines::All),
+        ("llama3-q4_k", Pipelines::Fused),
+        ("qwen2-q5_0", Pipelines::All),
+        ("gemma3-q8_0", Pipelines::All),
+        ("llama-spm-f16", Pipelines::Fused),
+        ("qwen2-q6_k", Pipelines::Fused),
+        ("qwen3-q4_k", Pipelines::All),
+        ("phi3-q4_k", Pipelines::All),
+        ("gemma2-q4_k", Pipelines::All),
+        ("smollm3-q4_k", Pipelines::All),
+        ("granite-q4_k", Pipelines::All),
     ] {
-        check_gpu_vs_cpu(&ctx, name, 21, 9);
+        check_gpu_vs_cpu(&ctx, name, 21, 9, pipelines);
     }
 }
 
@@ -431,8 +470,8 @@ fn phi3_split_survives_any_staging_and_chunking() {
 #[test]
 fn phi3_long_rope_factor_sets_match_cpu_reference() {
     let ctx = gpu();
-    let long = check_gpu_vs_cpu_in(&ctx, "phi3-q8_0", 21, 9, 1024);
-    let short = check_gpu_vs_cpu_in(&ctx, "phi3-q8_0", 21, 9, 512);
+    let long = check_gpu_vs_cpu_in(&ctx, "phi3-q8_0", 21, 9, 1024, Pipelines::All);
+    let short = check_gpu_vs_cpu_in(&ctx, "phi3-q8_0", 21, 9, 512, Pipelines::Fused);
     let diff = long
         .iter()
         .zip(&short)
@@ -446,8 +485,9 @@ fn phi3_long_rope_factor_sets_match_cpu_reference() {
 }
 
 /// The six newer weight types (one family each), streamed, re-laid out and run whole, against
-/// the CPU reference through every pipeline; their HF goldens are checked with their families
-/// (`*_fixtures_match_hugging_face`).
+/// the CPU reference through the fused pipeline (prefill and decode; the other pipelines run
+/// the same matmul kernels, and each family's forward is checked through them above); their
+/// HF goldens are checked with their families (`*_fixtures_match_hugging_face`).
 #[test]
 fn more_weight_types_match_cpu_reference() {
     let ctx = gpu();
@@ -459,7 +499,7 @@ fn more_weight_types_match_cpu_reference() {
         "qwen2-iq4_nl",
         "llama3-iq4_xs",
     ] {
-        check_gpu_vs_cpu(&ctx, name, 21, 9);
+        check_gpu_vs_cpu(&ctx, name, 21, 9, Pipelines::Fused);
     }
 }
 
@@ -470,7 +510,7 @@ fn more_weight_types_match_cpu_reference() {
 fn long_sequences_match_cpu_reference() {
     let ctx = gpu();
     for name in ["gemma3-q8_0", "llama-spm-q4_0", "gemma2-q8_0"] {
-        check_gpu_vs_cpu(&ctx, name, 150, 70);
+        check_gpu_vs_cpu(&ctx, name, 150, 70, Pipelines::All);
     }
 }
 
@@ -479,7 +519,7 @@ fn gemma_270m_matches_hugging_face() {
     let ctx = gpu();
     let g = golden("gemma-3-270m");
     let model = Arc::new(load_path(&ctx, &fixture("gemma-3-270m"), 512).expect("load gemma"));
-    let a = check_against_hf(&ctx, &model, &g, false);
+    let a = check_against_hf(&ctx, &model, &g, 0);
     let rate = a.top1_equal as f64 / a.positions as f64;
     println!(
         "gemma-3-270m: top-1 {}/{} ({:.1}%) max|Δlogit| {:.3}",
@@ -496,7 +536,10 @@ fn gemma_270m_matches_hugging_face() {
         .iter()
         .find(|p| p["text"].as_str() == Some("The capital of France is"))
         .expect("France prompt in the golden");
-    let expected = ids_of(&france["greedy"]);
+    // Its first 12 tokens: a decode step of this model takes seconds on lavapipe (CI time),
+    // and the page's e2e test and the CLI test continue the same prompt.
+    let mut expected = ids_of(&france["greedy"]);
+    expected.truncate(12);
     let margins: Vec<f64> = france["greedy_margins"]
         .as_array()
         .map(|m| m.iter().filter_map(|x| x.as_f64()).collect())
