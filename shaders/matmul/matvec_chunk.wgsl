@@ -48,7 +48,8 @@ var<workgroup> xs_ss: array<f32, 64>;              // Σx² per subgroup (at mos
 //   [0, SPLIT_COUNTERS)  an arrival counter per (token, row group), 0 between dispatches;
 //   then per (token, row group, split) MV_ROWS + 1 words: each slot's sum over the split's
 //   range, then the range's Σx² (NORM).
-// The host (kernels/matmul SPLIT_COUNTERS, SPLIT_SCRATCH_WORDS) keeps both within bounds.
+// The host (kernels/matmul/select.rs SPLIT_COUNTERS, SPLIT_RECORD_WORDS) keeps both within
+// bounds; a unit test holds the two SPLIT_COUNTERS equal.
 @group(0) @binding(B_SPLIT) var<storage, read_write> split_sums: array<atomic<u32>>;
 const SPLIT_COUNTERS: u32 = 4096u;
 var<workgroup> split_arrived: u32;

@@ -311,3 +311,35 @@ fn wide_tiles_are_chosen_where_the_grid_stays_full() {
         assert!(n.max(t) * w.chunk() / 8 <= 256, "{w:?}");
     }
 }
+
+/// A split chunk matvec's key: its label, define and one more binding (the context's scratch,
+/// last), and the shader's counter region the same size as the host's bound.
+#[test]
+fn split_k_key_and_scratch_layout() {
+    let key = MatmulKey {
+        variant: MatmulVariant::MatvecChunk,
+        norm: true,
+        splits: 3,
+        ..MatmulKey::choose(
+            DeviceKernels::with_matvec(MatmulVariant::MatvecChunk),
+            GgmlType::Q4_K,
+            1,
+            false,
+            None,
+        )
+    };
+    assert!(key.label().ends_with("_k3"), "{}", key.label());
+    assert!(key.defines().unwrap().contains(&"SPLIT_K"));
+    let unsplit = MatmulKey { splits: 1, ..key };
+    assert_eq!(key.layout().count, unsplit.layout().count + 1);
+    assert_eq!(key.layout().split, key.layout().count);
+    let source = key.source().unwrap();
+    assert!(
+        source.contains(&format!("const SPLIT_COUNTERS: u32 = {SPLIT_COUNTERS}u;")),
+        "matvec_chunk.wgsl's SPLIT_COUNTERS differs from select.rs's"
+    );
+    // Unset, no product splits (the A/B switch is off by default).
+    if chunk_splits_override().is_none() {
+        assert_eq!(chunk_splits(4, 16, 448, 1), 1);
+    }
+}
