@@ -30,7 +30,8 @@
 //   fn idot32(c: Raw32, x: XChunk) -> f32  (types with an int8 form; with INT8 only)
 //     Σ w·x' over a chunk from x' as int8 (XChunk, below): the chunk matvec's inner loop
 //     with 4 multiply-adds per dot4I8Packed instead of a convert and two FMAs per weight;
-//     Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 have it (`has_int8_dot` in kernels/matmul/key.rs).
+//     Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K have it (`has_int8_dot` in
+//     kernels/matmul/key.rs).
 // Every type's blocks hold whole 32-element chunks (K-quant super-blocks are 8 chunks), so K
 // must be a multiple of 32.
 //
@@ -123,6 +124,11 @@ fn idot_split(lo: vec4<u32>, hi: vec4<u32>, x0: vec4<u32>, x1: vec4<u32>) -> i32
         + (dot4I8Packed(lo.y, x0.z) + dot4I8Packed(hi.y, x0.w))
         + (dot4I8Packed(lo.z, x1.x) + dot4I8Packed(hi.z, x1.y))
         + (dot4I8Packed(lo.w, x1.z) + dot4I8Packed(hi.w, x1.w));
+}
+
+// Σ q·x' ≈ d_a·Σq·a + d_b·Σq·b for integer weights q given as bytes in element order.
+fn idot_levels_bytes(q0: vec4<u32>, q1: vec4<u32>, x: XChunk) -> f32 {
+    return x.d.x * f32(idot_bytes(q0, q1, x.a0, x.a1)) + x.d.y * f32(idot_bytes(q0, q1, x.b0, x.b1));
 }
 
 // Σ q·x' ≈ d_a·Σq·a + d_b·Σq·b for integer weights q given as split nibble-order bytes.

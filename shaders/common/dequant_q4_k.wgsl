@@ -42,3 +42,13 @@ fn dequant8(r: WRow, o: u32) -> array<vec4<f32>, 2> {
     let shift = 4u * (sb & 1u);
     return array<vec4<f32>, 2>(dm.x * nibbles(wl(qs), shift) - dm.y, dm.x * nibbles(wl(qs + 1u), shift) - dm.y);
 }
+
+#ifdef INT8
+// Σ (d·sc·q − dmin·m)·x' = d·sc·Σq·x' − dmin·m·Σx'; this sub-block's nibbles of the 8 shared
+// words are its 32 quants as bytes in element order.
+fn idot32(c: Raw32, x: XChunk) -> f32 {
+    let m = vec4<u32>(0x0F0F0F0Fu);
+    let s = vec4<u32>(c.shift);
+    return c.dm.x * idot_levels_bytes((c.q[0] >> s) & m, (c.q[1] >> s) & m, x) - c.dm.y * x.d.z;
+}
+#endif

@@ -57,3 +57,16 @@ fn dequant8(r: WRow, o: u32) -> array<vec4<f32>, 2> {
     let v1 = nibbles(wl(qs + 1u), shift) + 16.0 * vec4<f32>(byte_bits(wl(qh + 1u), sb));
     return array<vec4<f32>, 2>(dm.x * v0 - dm.y, dm.x * v1 - dm.y);
 }
+
+#ifdef INT8
+// As Q4_K's, with bit `sb` of each qh byte as bit 4 of the element's quant.
+fn idot32(c: Raw32, x: XChunk) -> f32 {
+    let m = vec4<u32>(0x0F0F0F0Fu);
+    let s = vec4<u32>(4u * (c.sb & 1u));
+    let h = vec4<u32>(c.sb);
+    let one = vec4<u32>(0x01010101u);
+    let q0 = ((c.q[0] >> s) & m) | (((c.qh[0] >> h) & one) << vec4<u32>(4u));
+    let q1 = ((c.q[1] >> s) & m) | (((c.qh[1] >> h) & one) << vec4<u32>(4u));
+    return c.dm.x * idot_levels_bytes(q0, q1, x) - c.dm.y * x.d.z;
+}
+#endif

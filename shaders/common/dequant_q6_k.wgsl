@@ -50,3 +50,30 @@ fn dequant8(r: WRow, o: u32) -> array<vec4<f32>, 2> {
     let scale = select(sc.x, sc.y, m >= 2u);
     return array<vec4<f32>, 2>(scale * q6_group(ql, qh, 2u * m), scale * q6_group(ql, qh, 2u * m + 1u));
 }
+
+#ifdef INT8
+// q − 32 of four 6-bit quants (bytes 0..63) as signed bytes: flipping bit 5 subtracts 32 from
+// q ≥ 32 and adds 32 to q < 32, whose results (bit 5 now set) then need bits 6 and 7 set.
+fn q6_signed(v: vec4<u32>) -> vec4<u32> {
+    let x = v ^ vec4<u32>(0x20202020u);
+    let b5 = x & vec4<u32>(0x20202020u);
+    return x | (b5 << vec4<u32>(1u)) | (b5 << vec4<u32>(2u));
+}
+
+// Σ d·scale·(q − 32)·x' with one scale per 16 elements: each half's int8 dot products alone.
+// The quants in idot_split's order: lo[j] is group 2j (elements 8j..8j+3), hi[j] group 2j + 1;
+// group g's top bits are bits 2(g % 4) of word g / 4 of qh.
+fn idot32(c: Raw32, x: XChunk) -> f32 {
+    let m = vec4<u32>(0x0F0F0F0Fu);
+    let three = vec4<u32>(0x03030303u);
+    let qh = vec4<u32>(c.qh.x, c.qh.x, c.qh.y, c.qh.y);
+    let lo = q6_signed((c.ql & m) | (((qh >> vec4<u32>(0u, 4u, 0u, 4u)) & three) << vec4<u32>(4u)));
+    let hi = q6_signed(((c.ql >> vec4<u32>(4u)) & m) | (((qh >> vec4<u32>(2u, 6u, 2u, 6u)) & three) << vec4<u32>(4u)));
+    // Elements 0..15 (sub-scale sc.x): words x, y of lo and hi against x0; 16..31: z, w, x1.
+    let a0 = (dot4I8Packed(lo.x, x.a0.x) + dot4I8Packed(hi.x, x.a0.y)) + (dot4I8Packed(lo.y, x.a0.z) + dot4I8Packed(hi.y, x.a0.w));
+    let b0 = (dot4I8Packed(lo.x, x.b0.x) + dot4I8Packed(hi.x, x.b0.y)) + (dot4I8Packed(lo.y, x.b0.z) + dot4I8Packed(hi.y, x.b0.w));
+    let a1 = (dot4I8Packed(lo.z, x.a1.x) + dot4I8Packed(hi.z, x.a1.y)) + (dot4I8Packed(lo.w, x.a1.z) + dot4I8Packed(hi.w, x.a1.w));
+    let b1 = (dot4I8Packed(lo.z, x.b1.x) + dot4I8Packed(hi.z, x.b1.y)) + (dot4I8Packed(lo.w, x.b1.z) + dot4I8Packed(hi.w, x.b1.w));
+    return c.sc.x * (x.d.x * f32(a0) + x.d.y * f32(b0)) + c.sc.y * (x.d.x * f32(a1) + x.d.y * f32(b1));
+}
+#endif

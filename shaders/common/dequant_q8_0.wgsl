@@ -29,8 +29,6 @@ fn dequant8(r: WRow, o: u32) -> array<vec4<f32>, 2> {
 #ifdef INT8
 // Σ d·q·x' with the int8 quants as they are.
 fn idot32(c: Raw32, x: XChunk) -> f32 {
-    let sa = idot_bytes(c.q[0], c.q[1], x.a0, x.a1);
-    let sb = idot_bytes(c.q[0], c.q[1], x.b0, x.b1);
-    return c.d * (x.d.x * f32(sa) + x.d.y * f32(sb));
+    return c.d * idot_levels_bytes(c.q[0], c.q[1], x);
 }
 #endif

@@ -639,7 +639,7 @@ impl Plan {
                 chunk_min_k(),
                 MatmulVariant::MatvecSubgroup.label(),
                 if matvec_shape().int8 {
-                    "; x' as int8 levels for Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 on the chunk matvec, \
+                    "; x' as int8 levels for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K on the chunk matvec, \
                      32 rows per workgroup where that leaves >= 512 workgroups"
                 } else {
                     ""

@@ -448,11 +448,18 @@ impl MatmulKey {
 
 /// Whether `ty`'s dequantizer has `idot32`, the int8 form of its chunk dot product
 /// (common/dequant.wgsl): the types whose blocks are integers times one scale (plus an
-/// offset or minimum) per 32 elements.
+/// offset or minimum) per 32 elements, or per 16 (Q6_K: each half's int8 dots alone).
 pub fn has_int8_dot(ty: GgmlType) -> bool {
     matches!(
         ty,
-        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0
+        GgmlType::Q4_0
+            | GgmlType::Q4_1
+            | GgmlType::Q5_0
+            | GgmlType::Q5_1
+            | GgmlType::Q8_0
+            | GgmlType::Q4_K
+            | GgmlType::Q5_K
+            | GgmlType::Q6_K
     )
 }
 
