@@ -332,10 +332,20 @@ fn merge_ranges(t: u32, h: u32, lid: u32) {
     if (g < groups) {
         var a = vec4<f32>(0.0);
         for (var s0 = g; s0 < p.splits; s0 += UNROLL * groups) {
+            // All UNROLL rows' loads first, then their sums: the loads are atomic, which a
+            // compiler does not hoist above the arithmetic between them.
+            var rows: array<vec4<f32>, UNROLL>;
+            for (var u = 0u; u < UNROLL; u++) {
+                let s = s0 + u * groups;
+                rows[u] = vec4<f32>(0.0);
+                if (s < p.splits) {
+                    rows[u] = load_vec4(record_of(t, h, s) + 4u + 4u * v_lane);
+                }
+            }
             for (var u = 0u; u < UNROLL; u++) {
                 let s = s0 + u * groups;
                 if (s < p.splits) {
-                    a += range_m[s] * load_vec4(record_of(t, h, s) + 4u + 4u * v_lane);
+                    a += range_m[s] * rows[u];
                 }
             }
         }
@@ -373,7 +383,9 @@ const BLOCK: u32 = 16u;
 // of its row, so 8 lanes read 128 contiguous bytes per step and a 32-wide wave 4 rows.
 const LANES: u32 = WG / BLOCK;
 // Values: head_dim / 4 neighbouring invocations read one whole value row (one vec4 each);
-// the WG / (head_dim / 4) >= 2 such groups take every group-th key of the block.
+// the WG / (head_dim / 4) >= 2 such groups take every group-th key of the block, so an
+// invocation holds at most BLOCK / 2 of them.
+const V_PER_GROUP: u32 = BLOCK / 2u;
 
 var<workgroup> q_row: array<vec4<f32>, MAX_HD4>; // [head_dim / 4] the query
 var<workgroup> dots: array<f32, WG>;         // [LANES, BLOCK] partial q·k
@@ -426,6 +438,18 @@ fn main(
     var acc = vec4<f32>(0.0);
     for (var j0 = start; j0 < end; j0 += BLOCK) {
         let count = min(BLOCK, end - j0);
+        // This invocation's value rows of the block, loaded before the scores are known so
+        // that the K and V reads share one trip to memory (a decode range is often a single
+        // block, so that trip is most of the workgroup's time). A fixed-size array indexed
+        // only by the unrolled loop counters, so it stays in registers.
+        var v_rows: array<vec4<f32>, V_PER_GROUP>;
+        for (var i = 0u; i < V_PER_GROUP; i++) {
+            let k = v_group + i * v_groups;
+            v_rows[i] = vec4<f32>(0.0);
+            if (v_group < v_groups && k < count) {
+                v_rows[i] = v_cache[(j0 + k) * row4 + head4 + v_lane];
+            }
+        }
 
         var part = 0.0;
         if (key < count) {
@@ -464,9 +488,10 @@ fn main(
         m = m_new;
         l = l * rescale + l_block;
         acc *= rescale;
-        if (v_group < v_groups) {
-            for (var k = v_group; k < count; k += v_groups) {
-                acc += exp(scores[k] - m_new) * v_cache[(j0 + k) * row4 + head4 + v_lane];
+        for (var i = 0u; i < V_PER_GROUP; i++) {
+            let k = v_group + i * v_groups;
+            if (v_group < v_groups && k < count) {
+                acc += exp(scores[k] - m_new) * v_rows[i];
             }
         }
     }

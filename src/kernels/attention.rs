@@ -64,11 +64,14 @@ const KV_WRITE_WG: u32 = 256;
 /// 16 KiB of K and 16 KiB of V: 8 + 8 vec4 loads per invocation of 128, all in flight at once.
 pub const SPLIT_BLOCK: u32 = 16;
 
-/// Workgroups the flash-decoding path aims for: about 8 per SM on a 132-SM H200 (about as
-/// many 128-invocation workgroups as stay resident), so each range is short (a few blocks at
-/// a few thousand keys), which is what a latency-bound step wants. Smaller GPUs just queue
-/// them; the extra cost is `splits · (head_dim + 4)` floats per (token, head) to merge.
-const TARGET_WORKGROUPS: u32 = 1024;
+/// Workgroups the flash-decoding path aims for: about 4 per SM on a 132-SM H200, so each
+/// range is short (a few blocks at a few thousand keys), which is what a latency-bound step
+/// wants. Smaller GPUs just queue them; the extra cost is `splits · (head_dim + 4)` floats per
+/// (token, head) to merge. Since a block's value rows load with its keys, a range's blocks
+/// cost less than the merge of more ranges: 512 took the Llama-1B shape's step at ~576 keys
+/// from 930 to 894 µs and the 8B's from 2,984 to 2,888 against 1,024, and 2,048 lost
+/// (BENCHMARKS.md "session 19").
+const TARGET_WORKGROUPS: u32 = 512;
 
 /// Most ranges per (token, head): `MAX_SPLITS` in the shader's `COMBINE` workgroup arrays.
 /// [`plan`] gives at most `TARGET_WORKGROUPS` ranges, which is not above this.
@@ -77,7 +80,7 @@ const _: () = assert!(TARGET_WORKGROUPS <= MAX_SPLITS);
 
 /// Most (token, head) rows a step may have and still split its keys ([`plan`]'s first rule):
 /// beyond it the single pass already has enough workgroups.
-pub const SPLIT_MAX_ROWS: u32 = TARGET_WORKGROUPS / 2;
+pub const SPLIT_MAX_ROWS: u32 = 512;
 
 /// Arrival counters at the front of the partials, one per (token, head) of a split step
 /// (the shader's `COUNTERS`): the split workgroups count themselves in, and the last one
@@ -133,18 +136,17 @@ fn visible_keys(pos: u32, window: u32) -> u32 {
 
 /// Picks the path for `shape`. The rule:
 ///
-/// - `t · heads > TARGET_WORKGROUPS / 2` (512): single pass. There are enough workgroups
-///   already, and splitting would at most double them at the price of a second dispatch.
+/// - `t · heads > SPLIT_MAX_ROWS` (512): single pass. There are enough workgroups already.
 /// - otherwise aim for `want = ⌈TARGET_WORKGROUPS / (t · heads)⌉` ranges per (token, head):
 ///   `chunk = ⌈n / want⌉` rounded up to whole 16-key blocks, `splits = ⌈n / chunk⌉`, where
 ///   `n` is the key count of the step's last token (the largest).
 /// - `splits == 1` (at most 16 keys): single pass.
 ///
-/// Llama-3.2-1B decoding at 513 keys: `t · heads = 32`, `want = 32`, `chunk = 32`,
-/// `splits = 17`: 544 split workgroups of two blocks each, then 32 combine workgroups.
-/// Gemma-3-270M at 513 keys: `t · heads = 4`, `want = 256`, `chunk = 16`, `splits = 33`.
+/// Llama-3.2-1B decoding at 513 keys: `t · heads = 32`, `want = 16`, `chunk = 48`,
+/// `splits = 11`: 352 split workgroups of three blocks each.
+/// Gemma-3-270M at 513 keys: `t · heads = 4`, `want = 128`, `chunk = 16`, `splits = 33`.
 /// `splits <= want`, so `t · heads · splits < TARGET_WORKGROUPS + t · heads`: the partials
-/// stay under `1536 · (head_dim + 4)` floats whatever the context ([`partials_len`]).
+/// stay under `1024 · (head_dim + 4)` floats whatever the context ([`partials_len`]).
 pub fn plan(shape: &AttentionShape) -> AttentionPlan {
     let single = |n: u32| AttentionPlan {
         splits: 1,
@@ -177,7 +179,7 @@ pub fn partials_len(heads: u32, head_dim: u32, max_t: u32, context: u32) -> u64 
     (1..=max_t)
         .filter_map(|t| {
             let rows = t as u64 * heads as u64;
-            if rows == 0 || rows > (TARGET_WORKGROUPS / 2) as u64 || blocks < 2 {
+            if rows == 0 || rows > SPLIT_MAX_ROWS as u64 || blocks < 2 {
                 return None;
             }
             let want = (TARGET_WORKGROUPS as u64).div_ceil(rows);
