@@ -96,8 +96,9 @@ cargo test --release --lib --bins --examples "${other_tests[@]}" -- --test-threa
 say "cargo test (lavapipe): whole-model suites (${whole_model_tests[*]}) with COCO_MATVEC=64x1x8x0"
 COCO_MATVEC=64x1x8x0 cargo test --release $(printf -- '--test %s ' "${whole_model_tests[@]}") -- --test-threads=2
 
-# The subgroup matvec's shape is read once per process (COCO_MATVEC, for tuning), so the run
-# above covers only the default (8 slots, 1 group per trip, 2 rows per task, x' unstaged).
+# The subgroup matvec's shape is read once per process (COCO_MATVEC, for tuning), so the
+# kernel suites' run above covers only the default (8 slots, 1 group per trip, 2 rows per
+# task, x' unstaged).
 # Run the kernel suites once more with the two-group loop, 4-row tasks (which straddle the
 # QKV weights) and x' staged in workgroup memory for every product whose K fits. The shape is
 # the same for every type, so this pass takes one type of each dequantizer family (float,
