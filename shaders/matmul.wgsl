@@ -67,7 +67,11 @@ struct Params {
     head_dim: u32,   // ROPE_KV
     scale: f32,      // y (+)= scale · (x'·Wᵀ + bias): granite's residual and logit scales, else 1
     splits: u32,     // SPLIT_K: workgroups per row group, each over its own range of K; else 1
-    _pad2: u32,
+    rot_half: u32,   // ROPE_KV: rotated pairs per head (partial rotation: < head_dim / 2)
+    rot_scale: f32,  // ROPE_KV: factor on cos and sin of the rotated pairs (LongRoPE), else 1
+    _pad3: u32,
+    _pad4: u32,
+    _pad5: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -176,7 +180,7 @@ fn locate(f: u32, per: u32) -> vec2<u32> {
 #endif
 
 // The row of the weight `wl` reads (wsel) that slot row `s` computes: `s` itself, except
-// that ROPE_NEOX puts each rotated pair (i, i + head_dim/2) of W_q and W_k in two adjacent
+// that ROPE_NEOX puts each rotated pair (i, i + rot_half) of W_q and W_k in two adjacent
 // slots, as ROPE_KV's epilogue needs both halves of a pair in one workgroup (NORMAL pairs,
 // (2i, 2i + 1), already are).
 fn slot_row(s: u32) -> u32 {
@@ -189,10 +193,14 @@ fn slot_row(s: u32) -> u32 {
 }
 
 #ifdef ROPE_NEOX
-// Slot s = head·head_dim + 2j + half computes row head·head_dim + j + half·head_dim/2.
+// Slot s = head·head_dim + 2j + half computes row head·head_dim + j + half·rot_half of the
+// rotated dimensions; a pass-through slot (from 2·rot_half on) computes its own row.
 fn neox_row(s: u32) -> u32 {
     let i = s % p.head_dim;
-    return s - i + i / 2u + (i & 1u) * (p.head_dim / 2u);
+    if (i >= 2u * p.rot_half) {
+        return s;
+    }
+    return s - i + i / 2u + (i & 1u) * p.rot_half;
 }
 #endif
 
@@ -355,12 +363,18 @@ fn store_rope_kv(m: u32, t: u32, s: u32, v: f32, other: f32) {
     let mine = v + bias_of(m, row);
     let theirs = other + bias_of(m, slot_row(s ^ 1u));
     let i = row % p.head_dim;
+    // The pair's index: the rotated ones first, then the pass-through (2j, 2j + 1) pairs,
+    // which turn by the identity.
+    var pair = i / 2u;
 #ifdef ROPE_NEOX
-    let pair = i % (p.head_dim / 2u);
-#else
-    let pair = i / 2u;
+    if (i < 2u * p.rot_half) {
+        pair = i % p.rot_half;
+    }
 #endif
-    let sc = sin_cos(f32(pos) * inv_freq[pair]);
+    var sc = vec2<f32>(0.0, 1.0);
+    if (pair < p.rot_half) {
+        sc = p.rot_scale * sin_cos(f32(pos) * inv_freq[pair]);
+    }
     var out: f32;
     if ((s & 1u) == 0u) {
         out = rotate(mine, theirs, sc).x;

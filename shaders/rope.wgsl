@@ -1,9 +1,13 @@
-// Rotary position embedding, in place, one invocation per rotated pair.
-// Token t of the step sits at position pos0 + t; pair i turns by angle pos * inv_freq[i].
+// Rotary position embedding, in place, one invocation per pair of a head's dimensions.
+// Token t of the step sits at position pos0 + t; rotated pair i < rot_half turns by angle
+// pos * inv_freq[i], scaled by rot_scale (LongRoPE's attention factor, else 1). With partial
+// rotation (rot_half < head_dim / 2: Phi-4-mini turns 96 of 128 dimensions) the pairs from
+// rot_half on are the pass-through dimensions, copied unturned.
 //
 // Variants (defines, because they change which elements pair up):
 //   NORMAL   pairs (2i, 2i + 1)          llama GGUFs (the converter permutes Q/K weights)
-//   NEOX     pairs (i, i + head_dim/2)   qwen2, gemma3 (HF's rotate_half)
+//   NEOX     pairs (i, i + rot_half)     qwen2, gemma3, phi3 (HF's rotate_half on the
+//            rotated dimensions), then (2i, 2i + 1) over the pass-through ones
 // and, for the fused pipeline:
 //   KV       also the KV-cache write: each token's rows are its `heads` Q heads, rotated in
 //            place in x, then its `kv_heads` K heads, rotated from k straight into k_cache
@@ -22,8 +26,8 @@ struct Params {
     pos0: u32,
     kv_heads: u32, // KV only
     eps: f32,      // QK_NORM only
-    _pad1: u32,
-    _pad2: u32,
+    rot_half: u32, // rotated pairs per head (rotated dimensions / 2)
+    rot_scale: f32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -44,14 +48,24 @@ const WG: u32 = 256u;
 
 #include "common/rotary.wgsl"
 
-// The offsets within a head of rotated pair i.
-fn pair(i: u32, half: u32) -> vec2<u32> {
-#ifdef NORMAL
-    return vec2<u32>(2u * i, 2u * i + 1u);
-#endif
+// The offsets within a head of pair i.
+fn pair(i: u32) -> vec2<u32> {
 #ifdef NEOX
-    return vec2<u32>(i, i + half);
+    if (i < p.rot_half) {
+        return vec2<u32>(i, i + p.rot_half);
+    }
 #endif
+    return vec2<u32>(2u * i, 2u * i + 1u);
+}
+
+// The (sin, cos) that turn pair i at `pos`: scaled for a rotated pair, the identity (0, 1)
+// for a pass-through one. One f32 product forms the angle, as HF forms it (inv_freq @
+// position_ids in float32), so it carries the same rounding as the reference model's.
+fn turn(i: u32, pos: u32) -> vec2<f32> {
+    if (i >= p.rot_half) {
+        return vec2<f32>(0.0, 1.0);
+    }
+    return p.rot_scale * sin_cos(f32(pos) * inv_freq[i]);
 }
 
 #ifndef QK_NORM
@@ -77,11 +91,8 @@ fn main(
     let head = row % rows_per_token;
     let pos = p.pos0 + tok;
 
-    // One f32 product, as HF forms the angle (inv_freq @ position_ids in float32), so the
-    // angle carries the same rounding as the reference model's.
-    let sc = sin_cos(f32(pos) * inv_freq[i]);
-
-    let o = pair(i, half);
+    let sc = turn(i, pos);
+    let o = pair(i);
     let oa = o.x;
     let ob = o.y;
 #ifdef KV
@@ -127,7 +138,7 @@ fn main(
     let is_k = head >= p.heads;
     let kv_head = head - select(0u, p.heads, is_k);
     let src = select((tok * p.heads + head) * p.head_dim, (tok * p.kv_heads + kv_head) * p.head_dim, is_k);
-    let o = pair(lid, half);
+    let o = pair(lid);
     let live = lid < half;
     var a = 0.0;
     var b = 0.0;
@@ -158,7 +169,7 @@ fn main(
         wa = k_norm_w[o.x];
         wb = k_norm_w[o.y];
     }
-    let r = rotate(a * scale * wa, b * scale * wb, sin_cos(f32(pos) * inv_freq[lid]));
+    let r = rotate(a * scale * wa, b * scale * wb, turn(lid, pos));
     if (is_k) {
         let dst = (pos * p.kv_heads + kv_head) * p.head_dim;
         k_cache[dst + o.x] = r.x;

@@ -169,6 +169,15 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
                 ),
                 None => String::new(),
             };
+            // Phi-4-mini: RoPE turns only the first rope_dims of each head
+            let partial_rope = if c.rope_dims < c.head_dim {
+                format!(
+                    ", RoPE on {} of {} dimensions per head",
+                    c.rope_dims, c.head_dim
+                )
+            } else {
+                String::new()
+            };
             // granite: its four multipliers, as read (1 / 1/√head_dim where unset)
             let multipliers = if c.arch == crate::model::Arch::Granite {
                 format!(
@@ -182,7 +191,7 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
                 name: "architecture",
                 status: Status::Ok,
                 detail: format!(
-                    "{}: {} layers, dim {}, heads {}/{} × {}, ffn {}, vocab {}{}{}{}{}{no_rope}{multipliers}",
+                    "{}: {} layers, dim {}, heads {}/{} × {}, ffn {}, vocab {}{}{}{partial_rope}{}{}{no_rope}{multipliers}",
                     c.arch.name(),
                     c.n_layers,
                     c.dim,
@@ -226,9 +235,9 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
         }
     };
 
-    // The tokenizer kind: a vocabulary coco can't tokenize yet (e.g. Phi-4-mini's GPT-4o-style
-    // `gpt-4o` pre-tokenizer) is refused here, before the weights. A broken or missing
-    // vocabulary is left to the loader's full read, which names the key.
+    // The tokenizer kind: a vocabulary coco can't tokenize yet (e.g. Mistral NeMo's `tekken`
+    // pre-tokenizer) is refused here, before the weights. A broken or missing vocabulary is left
+    // to the loader's full read, which names the key.
     use crate::tokenizer::{Tokenizer, TokenizerError};
     if let Err(e @ (TokenizerError::UnsupportedModel(_) | TokenizerError::UnsupportedPre(_))) =
         Tokenizer::check_kind(&header.metadata)

@@ -1,7 +1,9 @@
 //! `kernels::qkv_rope::matmul_qkv_rope_kv` (Q/K/V + RoPE + the KV-cache write in one
 //! dispatch) on the GPU against the CPU reference: `reference::matmul`, then
 //! `reference::ops::rope` on q and k, then the cache rows. Every matvec shape, both pair
-//! layouts, T = 1..3 at a nonzero `pos0`, with and without the folded norm and the biases.
+//! layouts, whole and partial rotation (4 of 6 or 8 dimensions, cos and sin scaled as
+//! LongRoPE's attention factor scales them), T = 1..3 at a nonzero `pos0`, with and without
+//! the folded norm and the biases.
 //!
 //! The shapes are small and awkward on purpose: 5 query heads and 3 KV heads of 6 or 8, so
 //! the q/k/v boundaries fall inside workgroups and inside the subgroup matvec's tasks, and a
@@ -19,7 +21,7 @@ use coco::kernels::matmul::MatmulVariant::{
     self, MatvecChunk, MatvecRows, MatvecSubgroup, MatvecWorkgroup, Tiled,
 };
 use coco::kernels::qkv_rope::{matmul_qkv_rope_kv_variant, qkv_rope_fuses};
-use coco::kernels::rope::{RopeKvShape, RopeLayout};
+use coco::kernels::rope::{RopeKvShape, RopeLayout, Rotary};
 use coco::reference::{ops, quant};
 use common::{ctx, random_f32, reference_product, weight};
 use rand::SeedableRng;
@@ -38,7 +40,7 @@ struct Case {
     t: usize,
     pos0: usize,
     head_dim: usize,
-    layout: RopeLayout,
+    rotary: Rotary,
     norm: bool,
     bias: bool,
 }
@@ -81,21 +83,26 @@ fn rotated(
         heads,
         c.head_dim,
         c.pos0,
-        c.layout,
+        c.rotary,
     );
-    let half = c.head_dim / 2;
+    let dims = c.rotary.dims as usize;
+    // The other half of a rotated dimension's pair; a pass-through one is its own.
     let partner = |i: usize| {
         let d = i % c.head_dim;
-        let other = match c.layout {
+        let other = match c.rotary.layout {
+            _ if d >= dims => d,
             RopeLayout::Normal => d ^ 1,
-            RopeLayout::Neox => (d + half) % c.head_dim,
+            RopeLayout::Neox => (d + dims / 2) % dims,
         };
         i - d + other
     };
     let tol = (0..want.len())
         .map(|i| {
             let j = partner(i);
-            tol[i] + tol[j] + 1e-6 * (want[i].abs() + want[j].abs())
+            if j == i {
+                return tol[i];
+            }
+            c.rotary.scale as f64 * (tol[i] + tol[j] + 1e-6 * (want[i].abs() + want[j].abs()))
         })
         .collect();
     (values.iter().map(|&v| v as f64).collect(), tol)
@@ -118,9 +125,16 @@ fn run(ty: GgmlType, c: Case, seed: u64) -> f64 {
     let x = random_f32(&mut rng, c.t * k, -3.0, 3.0);
     let nw = random_f32(&mut rng, k, -1.5, 1.5);
     let biases = [nq, nkv, nkv].map(|n| random_f32(&mut rng, n, -1.0, 1.0));
-    // Llama-style frequencies, base 10,000.
+    // Llama-style frequencies over the rotated dimensions, base 10,000; 0 past them.
+    let dims = c.rotary.dims as usize;
     let inv_freq: Vec<f32> = (0..c.head_dim / 2)
-        .map(|i| 10000f32.powf(-((2 * i) as f32) / c.head_dim as f32))
+        .map(|i| {
+            if i < dims / 2 {
+                10000f32.powf(-((2 * i) as f32) / dims as f32)
+            } else {
+                0.0
+            }
+        })
         .collect();
 
     let xb = buffer("x", &x);
@@ -138,7 +152,7 @@ fn run(ty: GgmlType, c: Case, seed: u64) -> f64 {
         kv_heads: KV_HEADS as u32,
         head_dim: c.head_dim as u32,
         pos0: c.pos0 as u32,
-        layout: c.layout,
+        rotary: c.rotary,
     };
     let mut rec = StepRecorder::new(ctx());
     assert!(
@@ -211,10 +225,11 @@ fn run(ty: GgmlType, c: Case, seed: u64) -> f64 {
         );
     }
     println!(
-        "{label:<48} T={} pos0={:<2} head_dim={} norm={:<5} bias={:<5} {:.0}% of tol",
+        "{label:<48} T={} pos0={:<2} head_dim={} rotated={} norm={:<5} bias={:<5} {:.0}% of tol",
         c.t,
         c.pos0,
         c.head_dim,
+        c.rotary.dims,
         c.norm,
         c.bias,
         100.0 * worst
@@ -229,26 +244,41 @@ fn cases() -> Vec<Case> {
     } else {
         println!("no SUBGROUP on this adapter; subgroup matvec not tested");
     }
+    // (t, pos0, head_dim, norm, bias)
+    let whole = [
+        (1, 37, 8, true, false),
+        (2, 5, 6, true, true),
+        (3, 0, 6, false, true),
+        (1, 46, 8, false, false),
+        // A short prompt: the matvec runs steps of up to MATVEC_MAX_T tokens.
+        (32, 9, 8, true, true),
+    ];
+    // Partial rotation, 4 dimensions of 6 or 8: pass-through dimensions inside every head's
+    // slots. Listed after the whole-head cases, which keep their seeds (the case's index).
+    let partial = [(2, 5, 6, true, true), (1, 46, 8, false, false)];
     let mut cases = Vec::new();
-    for variant in variants {
-        for layout in [RopeLayout::Normal, RopeLayout::Neox] {
-            for (t, pos0, head_dim, norm, bias) in [
-                (1, 37, 8, true, false),
-                (2, 5, 6, true, true),
-                (3, 0, 6, false, true),
-                (1, 46, 8, false, false),
-                // A short prompt: the matvec runs steps of up to MATVEC_MAX_T tokens.
-                (32, 9, 8, true, true),
-            ] {
-                cases.push(Case {
-                    variant,
-                    t,
-                    pos0,
-                    head_dim,
-                    layout,
-                    norm,
-                    bias,
-                });
+    for (shapes, dims) in [(&whole[..], None), (&partial[..], Some(4))] {
+        for &variant in &variants {
+            for layout in [RopeLayout::Normal, RopeLayout::Neox] {
+                for &(t, pos0, head_dim, norm, bias) in shapes {
+                    let rotary = match dims {
+                        None => Rotary::full(layout, head_dim as u32),
+                        Some(dims) => Rotary {
+                            layout,
+                            dims,
+                            scale: 1.19,
+                        },
+                    };
+                    cases.push(Case {
+                        variant,
+                        t,
+                        pos0,
+                        head_dim,
+                        rotary,
+                        norm,
+                        bias,
+                    });
+                }
             }
         }
     }
@@ -307,7 +337,7 @@ fn tiled_steps_keep_the_separate_rope() {
         kv_heads: KV_HEADS as u32,
         head_dim: 8,
         pos0: 0,
-        layout: RopeLayout::Normal,
+        rotary: Rotary::full(RopeLayout::Normal, 8),
     };
     let mut rec = StepRecorder::new(ctx());
     assert!(!qkv_rope_fuses(

@@ -7,15 +7,40 @@
 mod common;
 
 use coco::gpu::{Binding, StepRecorder};
-use coco::kernels::rope::{self, RopeLayout};
+use coco::kernels::rope::{self, RopeLayout, Rotary};
 use coco::reference::ops;
 use common::{assert_close_f32, ctx, random_uniform, read_f32, upload_f32};
 
-/// HF's default frequencies: `1 / base^(2i / head_dim)`, computed in f32 like
-/// `LlamaRotaryEmbedding` (`torch.arange(0, dim, 2).float() / dim` then `base ** …`).
-fn inv_freq(head_dim: usize, base: f32) -> Vec<f32> {
+/// HF's default frequencies over the rotated dimensions: `1 / base^(2i / dims)`, computed in
+/// f32 like `LlamaRotaryEmbedding` (`torch.arange(0, dim, 2).float() / dim` then `base ** …`),
+/// and 0 for the pass-through pairs, as `Config::inv_freq` lays them out (`[head_dim / 2]`).
+fn inv_freq(head_dim: usize, dims: usize, base: f32) -> Vec<f32> {
     (0..head_dim / 2)
-        .map(|i| 1.0 / base.powf((2 * i) as f32 / head_dim as f32))
+        .map(|i| {
+            if i < dims / 2 {
+                1.0 / base.powf((2 * i) as f32 / dims as f32)
+            } else {
+                0.0
+            }
+        })
+        .collect()
+}
+
+/// Each layout rotating the whole head, and rotating three quarters of it (Phi-4-mini's 96 of
+/// 128) with cos and sin scaled by a LongRoPE attention factor (Phi-4-mini's ~1.19).
+fn rotaries(head_dim: usize) -> Vec<Rotary> {
+    [RopeLayout::Normal, RopeLayout::Neox]
+        .into_iter()
+        .flat_map(|layout| {
+            [
+                Rotary::full(layout, head_dim as u32),
+                Rotary {
+                    layout,
+                    dims: (head_dim * 3 / 4) as u32 & !1,
+                    scale: 1.19,
+                },
+            ]
+        })
         .collect()
 }
 
@@ -32,11 +57,11 @@ fn rope_matches_reference() {
         (3, 2, 64, 8190),
     ];
     for (seed, &(t, heads, hd, pos0)) in cases.iter().enumerate() {
-        for layout in [RopeLayout::Normal, RopeLayout::Neox] {
+        for rotary in rotaries(hd) {
             let x = random_uniform(50 + seed as u64, t * heads * hd, 2.0);
-            let f = inv_freq(hd, 10_000.0);
+            let f = inv_freq(hd, rotary.dims as usize, 10_000.0);
             let mut want = x.clone();
-            ops::rope(&mut want, &f, t, heads, hd, pos0, layout);
+            ops::rope(&mut want, &f, t, heads, hd, pos0, rotary);
             let (xb, fb) = (upload_f32("x", &x), upload_f32("inv_freq", &f));
             let mut rec = StepRecorder::new(ctx());
             rope::rope(
@@ -47,11 +72,11 @@ fn rope_matches_reference() {
                 heads as u32,
                 hd as u32,
                 pos0 as u32,
-                layout,
+                rotary,
             )
             .unwrap();
             rec.submit();
-            let what = format!("rope {layout:?} t={t} heads={heads} hd={hd} pos0={pos0}");
+            let what = format!("rope {rotary:?} t={t} heads={heads} hd={hd} pos0={pos0}");
             assert_close_f32(&what, &read_f32(&xb, x.len()), &want, 2e-6, 1e-5);
         }
     }
@@ -72,14 +97,22 @@ fn rope_with_longrope_factors_matches_reference() {
         .enumerate()
     {
         let (t, heads) = (5, 4);
-        let f: Vec<f32> = inv_freq(hd, 10_000.0)
+        let f: Vec<f32> = inv_freq(hd, hd, 10_000.0)
             .iter()
             .zip(factors)
             .map(|(f, d)| f / d)
             .collect();
         let x = random_uniform(90 + seed as u64, t * heads * hd, 2.0);
         let mut want = x.clone();
-        ops::rope(&mut want, &f, t, heads, hd, pos0, RopeLayout::Neox);
+        ops::rope(
+            &mut want,
+            &f,
+            t,
+            heads,
+            hd,
+            pos0,
+            Rotary::full(RopeLayout::Neox, hd as u32),
+        );
         let (xb, fb) = (upload_f32("x", &x), upload_f32("inv_freq", &f));
         let mut rec = StepRecorder::new(ctx());
         rope::rope(
@@ -90,7 +123,7 @@ fn rope_with_longrope_factors_matches_reference() {
             heads as u32,
             hd as u32,
             pos0 as u32,
-            RopeLayout::Neox,
+            Rotary::full(RopeLayout::Neox, hd as u32),
         )
         .unwrap();
         rec.submit();
@@ -113,15 +146,15 @@ fn rope_kv_write_matches_rope_then_kv_write() {
     ];
     let with_norm = [false, true];
     for (seed, &(t, heads, kv_heads, hd, pos0)) in cases.iter().enumerate() {
-        for (layout, qk_norm) in [RopeLayout::Normal, RopeLayout::Neox]
+        for (rotary, qk_norm) in rotaries(hd)
             .into_iter()
-            .flat_map(|l| with_norm.map(|n| (l, n)))
+            .flat_map(|r| with_norm.map(|n| (r, n)))
         {
             let seed = 70 + 4 * seed as u64;
             let q = random_uniform(seed, t * heads * hd, 2.0);
             let k = random_uniform(seed + 1, t * kv_heads * hd, 2.0);
             let v = random_uniform(seed + 2, t * kv_heads * hd, 2.0);
-            let f = inv_freq(hd, 10_000.0);
+            let f = inv_freq(hd, rotary.dims as usize, 10_000.0);
             // Rows 0..pos0 hold earlier tokens and must stay as they were.
             let rows = pos0 + t;
             let old = random_uniform(seed + 3, rows * kv_heads * hd, 1.0);
@@ -143,8 +176,8 @@ fn rope_kv_write_matches_rope_then_kv_write() {
             } else {
                 (q.clone(), k.clone())
             };
-            ops::rope(&mut want_q, &f, t, heads, hd, pos0, layout);
-            ops::rope(&mut want_k, &f, t, kv_heads, hd, pos0, layout);
+            ops::rope(&mut want_q, &f, t, heads, hd, pos0, rotary);
+            ops::rope(&mut want_k, &f, t, kv_heads, hd, pos0, rotary);
             let split = pos0 * kv_heads * hd;
             let want_kc = [&old[..split], &want_k[..]].concat();
             let want_vc = [&old[..split], &v[..]].concat();
@@ -169,7 +202,7 @@ fn rope_kv_write_matches_rope_then_kv_write() {
                 kv_heads: kv_heads as u32,
                 head_dim: hd as u32,
                 pos0: pos0 as u32,
-                layout,
+                rotary,
             };
             rope::rope_kv_write(
                 &mut rec,
@@ -185,7 +218,7 @@ fn rope_kv_write_matches_rope_then_kv_write() {
             .unwrap();
             rec.submit();
             let what = format!(
-                "rope_kv_write {layout:?} t={t} heads={heads}/{kv_heads} hd={hd} pos0={pos0} \
+                "rope_kv_write {rotary:?} t={t} heads={heads}/{kv_heads} hd={hd} pos0={pos0} \
                  qk_norm={qk_norm}"
             );
             assert_close_f32(
@@ -217,19 +250,34 @@ fn rope_kv_write_matches_rope_then_kv_write() {
 }
 
 #[test]
-fn rope_rejects_odd_head_dim() {
-    let x = ctx().storage_buffer("x", 4 * 30);
+fn rope_rejects_odd_head_dim_and_bad_rotations() {
+    let x = ctx().storage_buffer("x", 4 * 32);
     let f = ctx().storage_buffer("f", 4 * 8);
-    let mut rec = StepRecorder::new(ctx());
-    assert!(rope::rope(
-        &mut rec,
-        &(&x).into(),
-        &(&f).into(),
-        2,
-        1,
-        15,
-        0,
-        RopeLayout::Neox
-    )
-    .is_err());
+    let run = |head_dim: u32, rotary: Rotary| {
+        let mut rec = StepRecorder::new(ctx());
+        rope::rope(
+            &mut rec,
+            &(&x).into(),
+            &(&f).into(),
+            2,
+            1,
+            head_dim,
+            0,
+            rotary,
+        )
+    };
+    let neox = |dims, scale| Rotary {
+        layout: RopeLayout::Neox,
+        dims,
+        scale,
+    };
+    assert!(run(15, Rotary::full(RopeLayout::Neox, 15)).is_err());
+    assert!(run(16, neox(16, 1.0)).is_ok());
+    assert!(run(16, neox(12, 1.19)).is_ok());
+    for (dims, scale) in [(0, 1.0), (11, 1.0), (18, 1.0), (12, 0.0), (12, f32::NAN)] {
+        assert!(
+            run(16, neox(dims, scale)).is_err(),
+            "{dims} rotated dimensions, scale {scale}"
+        );
+    }
 }

@@ -910,10 +910,6 @@ fn bad_metadata_values_are_refused_by_the_config() {
             &["value head size 8"],
         ),
         (
-            TinyModel::new("llama").set("llama.rope.dimension_count", Value::U32(2)),
-            &["partial RoPE"],
-        ),
-        (
             TinyModel::new("llama").set("llama.rope.scaling.type", Value::String("yarn".into())),
             &["RoPE scaling `yarn`"],
         ),
@@ -1137,7 +1133,7 @@ fn gemma2_keys_are_read_and_bounded() {
 /// it at 4), so there is no interval value to get wrong; what a file can say about it is
 /// llama.cpp's per-layer `{arch}.attention.rope_pattern`, which must then agree with the layers
 /// coco rotates, be as long as the model and hold bools. SmolLM3 options coco does not run
-/// (partial RoPE, YaRN for long context, attention biases) are refused as "not yet".
+/// (YaRN for long context, attention biases) are refused as "not yet".
 #[test]
 fn smollm3_nope_layers_and_what_is_refused() {
     let c = Config::from_gguf(&TinyModel::new("smollm3").header()).expect("smollm3");
@@ -1195,11 +1191,6 @@ fn smollm3_nope_layers_and_what_is_refused() {
             TinyModel::new("smollm3").set("smollm3.attention.rope_pattern", Value::U32(4)),
             false,
             &["smollm3.attention.rope_pattern", "array"],
-        ),
-        (
-            TinyModel::new("smollm3").set("smollm3.rope.dimension_count", Value::U32(2)),
-            true,
-            &["partial RoPE (2 of 4"],
         ),
         (
             TinyModel::new("smollm3")
@@ -1303,11 +1294,25 @@ fn phi3_fused_shapes_rope_dims_and_factors() {
     let c = Config::from_gguf(&TinyModel::new("phi3").header()).expect("phi3");
     let lr = c.long_rope.expect("LongRoPE");
     assert_eq!(lr.original_context, 32);
-    // HEAD_DIM^-0.5 · attn_factor²
+    // HEAD_DIM^-0.5; the attention factor scales RoPE's cos and sin in the RoPE kernels
+    assert_eq!((c.attn_scale, c.rope_attn_factor), (0.5, 1.1));
+    assert_eq!(c.rope_dims, HEAD_DIM as u32);
+    // Phi-4-mini's partial rotation: 2 of 4 dimensions, one LongRoPE factor per rotated pair.
+    let partial = TinyModel::new("phi3")
+        .set("phi3.rope.dimension_count", Value::U32(2))
+        .reshape("rope_factors_long.weight", &[1], GgmlType::F32)
+        .reshape("rope_factors_short.weight", &[1], GgmlType::F32);
+    let c = Config::from_gguf(&partial.header()).expect("phi3 rotating 2 of 4 dimensions");
+    assert_eq!(c.rope_dims, 2);
+    assert_eq!(
+        c.inv_freq(0, None),
+        [1.0, 0.0],
+        "the pass-through pair has no frequency"
+    );
+    let report = check(&partial.header(), &lavapipe_like_facts(), 64).to_text();
     assert!(
-        (c.attn_scale - 0.5 * 1.1 * 1.1).abs() < 1e-6,
-        "{}",
-        c.attn_scale
+        report.contains("RoPE on 2 of 4 dimensions per head"),
+        "{report}"
     );
     // Q/K/V may also come separate (llama.cpp's create_tensor_qkv takes either).
     let (q, kvw) = (HEADS as u64 * HEAD_DIM, KV_HEADS as u64 * HEAD_DIM);
@@ -1345,8 +1350,13 @@ fn phi3_fused_shapes_rope_dims_and_factors() {
             &["phi3.rope.dimension_count = 3", "even"],
         ),
         (
+            // 2 of 4 dimensions rotated: one factor per rotated pair, not per head pair
             TinyModel::new("phi3").set("phi3.rope.dimension_count", Value::U32(2)),
-            &["not yet: partial RoPE (2 of 4 dimensions rotated)"],
+            &[
+                "rope_factors_long.weight",
+                "contradicts the metadata",
+                "[1]",
+            ],
         ),
         (
             TinyModel::new("phi3").reshape("rope_factors_long.weight", &[HEAD_DIM], GgmlType::F32),
@@ -1451,16 +1461,12 @@ fn broken_files_are_invalid_and_unsupported_ones_not_yet() {
                 .set("llama.attention.value_length", Value::U32(6)),
             "head size 6 (supported: multiples of 4",
         ),
+        // Mistral NeMo: llama with the Tekken byte-level BPE vocabulary, whose split coco lacks
         (
-            TinyModel::new("llama").set("llama.rope.dimension_count", Value::U32(2)),
-            "partial RoPE",
-        ),
-        // Phi-4-mini: phi3 with a GPT-4o-style byte-level BPE vocabulary
-        (
-            TinyModel::new("phi3")
+            TinyModel::new("llama")
                 .set("tokenizer.ggml.model", Value::String("gpt2".into()))
-                .set("tokenizer.ggml.pre", Value::String("gpt-4o".into())),
-            "pre-tokenizer \"gpt-4o\"",
+                .set("tokenizer.ggml.pre", Value::String("tekken".into())),
+            "pre-tokenizer \"tekken\"",
         ),
     ];
     for (model, needle) in &unsupported {

@@ -21,7 +21,7 @@ use super::matmul::{
     check_binding, check_norm, check_weight, chosen_key, launch, qkv_key_fits, Fusion, MatmulKey,
     MatmulVariant, Norm, Params, QkvBiases,
 };
-use super::rope::{check_shape, RopeKvShape, RopeLayout};
+use super::rope::{check_rotary, check_shape, RopeKvShape, RopeLayout};
 use super::KernelError;
 use crate::gpu::{Binding, GpuContext, GpuTensor, StepRecorder};
 
@@ -34,7 +34,7 @@ fn key(
     shape: &RopeKvShape,
     variant: Option<MatmulVariant>,
 ) -> MatmulKey {
-    let fusion = Fusion::QkvRope(shape.layout);
+    let fusion = Fusion::QkvRope(shape.rotary.layout);
     let slots = (shape.heads as u64 + 2 * shape.kv_heads as u64) * shape.head_dim as u64;
     chosen_key(
         ctx, wq.ty, shape.t, wq.row_len, slots, biases, norm, fusion, variant,
@@ -136,9 +136,10 @@ pub fn matmul_qkv_rope_kv_variant(
         kv_heads,
         head_dim,
         pos0,
-        ..
+        rotary,
     } = *shape;
     check_shape(KERNEL, t, head_dim, pos0)?;
+    check_rotary(KERNEL, &rotary, head_dim)?;
     let max_binding = rec.ctx().max_binding_bytes();
     let weights = [wq, wk, wv];
     for w in weights {
@@ -221,6 +222,8 @@ pub fn matmul_qkv_rope_kv_variant(
         rows,
         n: rows,
         head_dim,
+        rot_half: rotary.dims / 2,
+        rot_scale: rotary.scale,
         ..Params::default()
     };
     let mut bindings: Vec<Binding> = weights

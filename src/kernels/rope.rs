@@ -23,6 +23,33 @@ pub enum RopeLayout {
     Neox,
 }
 
+/// Which dimensions of each head RoPE turns, and how far: the pair layout, how many leading
+/// dimensions rotate (the rest pass through unchanged) and the factor on cos and sin.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rotary {
+    pub layout: RopeLayout,
+    /// Rotated dimensions per head: even, at most the head size. Phi-4-mini rotates 96 of 128
+    /// (llama.cpp `n_rot`, HF `partial_rotary_factor`); `Normal` then turns pairs `(2i, 2i + 1)`
+    /// below `dims`, `Neox` pairs `(i, i + dims/2)`, and the dimensions from `dims` on are
+    /// copied as they are.
+    pub dims: u32,
+    /// Multiplies cos and sin of every rotated pair: LongRoPE's attention factor (HF
+    /// `attention_scaling`, ggml rope's `attn_factor`), else 1. Pass-through dimensions are
+    /// not scaled.
+    pub scale: f32,
+}
+
+impl Rotary {
+    /// Every dimension rotated, unscaled.
+    pub fn full(layout: RopeLayout, head_dim: u32) -> Rotary {
+        Rotary {
+            layout,
+            dims: head_dim,
+            scale: 1.0,
+        }
+    }
+}
+
 /// Invocations per workgroup in rope.wgsl.
 const WG: u32 = 256;
 /// The largest head the `QK_NORM` variant handles: its workgroup of 128 (`ROW_WG`) holds one
@@ -39,7 +66,8 @@ struct Params {
     pos0: u32,
     kv_heads: u32,
     eps: f32,
-    _pad: [u32; 2],
+    rot_half: u32,
+    rot_scale: f32,
 }
 
 /// Gemma 3's per-head RMSNorm of Q and K, folded into [`rope_kv_write`]: the norm weights
@@ -59,14 +87,14 @@ pub struct RopeKvShape {
     pub kv_heads: u32,
     pub head_dim: u32,
     pub pos0: u32,
-    pub layout: RopeLayout,
+    pub rotary: Rotary,
 }
 
-/// Rotates `x` in place for positions `pos0..pos0 + t`: pair `i` of token `tok` turns by
-/// `f32(pos0 + tok) · inv_freq[i]` radians.
+/// Rotates `x` in place for positions `pos0..pos0 + t`: rotated pair `i` of token `tok` turns
+/// by `f32(pos0 + tok) · inv_freq[i]` radians and is scaled by `rotary.scale`.
 ///
 /// - `x`: `[t, heads, head_dim]` f32, read and written
-/// - `inv_freq`: `[head_dim / 2]` f32
+/// - `inv_freq`: `[head_dim / 2]` f32 (entries from `rotary.dims / 2` on are not read)
 #[allow(clippy::too_many_arguments)] // the shape is spelled out, as at every other kernel call
 pub fn rope(
     rec: &mut StepRecorder,
@@ -76,14 +104,15 @@ pub fn rope(
     heads: u32,
     head_dim: u32,
     pos0: u32,
-    layout: RopeLayout,
+    rotary: Rotary,
 ) -> Result<(), KernelError> {
     const KERNEL: &str = "rope";
     check_shape(KERNEL, t, head_dim, pos0)?;
+    check_rotary(KERNEL, &rotary, head_dim)?;
     let elems = t as u64 * heads as u64 * head_dim as u64;
     check_len(KERNEL, "x", x, elems)?;
     check_len(KERNEL, "inv_freq", inv_freq, head_dim as u64 / 2)?;
-    let (label, define) = match layout {
+    let (label, define) = match rotary.layout {
         RopeLayout::Normal => ("rope_normal", "NORMAL"),
         RopeLayout::Neox => ("rope_neox", "NEOX"),
     };
@@ -97,7 +126,8 @@ pub fn rope(
         pos0,
         kv_heads: 0,
         eps: 0.0,
-        _pad: [0; 2],
+        rot_half: rotary.dims / 2,
+        rot_scale: rotary.scale,
     };
     let pairs = (elems / 2) as u32; // check_len bounded elems by u32::MAX
     rec.dispatch(
@@ -142,9 +172,10 @@ pub fn rope_kv_write(
         kv_heads,
         head_dim,
         pos0,
-        layout,
+        rotary,
     } = *shape;
     check_shape(KERNEL, t, head_dim, pos0)?;
+    check_rotary(KERNEL, &rotary, head_dim)?;
     let head = head_dim as u64;
     check_len(KERNEL, "q", q, t as u64 * heads as u64 * head)?;
     let kv_elems = t as u64 * kv_heads as u64 * head;
@@ -161,7 +192,7 @@ pub fn rope_kv_write(
             why: format!("{pairs} rotated pairs exceed u32"),
         });
     }
-    let (name, define) = match layout {
+    let (name, define) = match rotary.layout {
         RopeLayout::Normal => ("rope_kv_write_normal", "NORMAL"),
         RopeLayout::Neox => ("rope_kv_write_neox", "NEOX"),
     };
@@ -215,7 +246,8 @@ pub fn rope_kv_write(
         pos0,
         kv_heads,
         eps,
-        _pad: [0; 2],
+        rot_half: rotary.dims / 2,
+        rot_scale: rotary.scale,
     };
     rec.dispatch(
         &label,
@@ -224,6 +256,31 @@ pub fn rope_kv_write(
         &bindings,
         grid(groups),
     )?;
+    Ok(())
+}
+
+/// What every RoPE form requires of its rotated dimensions: an even count within the head,
+/// and a finite, positive factor.
+pub(crate) fn check_rotary(
+    kernel: &'static str,
+    rotary: &Rotary,
+    head_dim: u32,
+) -> Result<(), KernelError> {
+    if rotary.dims == 0 || !rotary.dims.is_multiple_of(2) || rotary.dims > head_dim {
+        return Err(KernelError::Shape {
+            kernel,
+            why: format!(
+                "{} rotated dimensions: must be even, > 0 and at most head_dim {head_dim}",
+                rotary.dims
+            ),
+        });
+    }
+    if !(rotary.scale.is_finite() && rotary.scale > 0.0) {
+        return Err(KernelError::Shape {
+            kernel,
+            why: format!("rotary scale {} is not a finite value > 0", rotary.scale),
+        });
+    }
     Ok(())
 }
 

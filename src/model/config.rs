@@ -82,7 +82,7 @@ pub enum RopeScaling {
 }
 
 /// LongRoPE (Phi-3 128k / Phi-3.5): the file carries two sets of per-frequency divisors,
-/// `rope_factors_long.weight` and `rope_factors_short.weight` (`[head_dim / 2]`, applied like
+/// `rope_factors_long.weight` and `rope_factors_short.weight` (`[rope_dims / 2]`, applied like
 /// llama3's `rope_freqs.weight`), and an attention factor that scales RoPE's cos and sin.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LongRope {
@@ -144,6 +144,9 @@ pub struct Config {
     pub n_heads: u32,
     pub n_kv_heads: u32,
     pub head_dim: u32,
+    /// Dimensions of each Q/K head that RoPE rotates (`{arch}.rope.dimension_count`, llama.cpp
+    /// `n_rot`): the head size, or fewer (Phi-4-mini: 96 of 128), the rest passing through.
+    pub rope_dims: u32,
     pub ffn_dim: u32,
     pub vocab_size: u32,
     /// Trained context length (metadata); the session may use less.
@@ -191,9 +194,9 @@ pub struct Config {
     pub long_rope: Option<LongRope>,
     /// Phi-3: LongRoPE's attention factor (`{arch}.rope.scaling.attn_factor`, 1 when absent),
     /// which multiplies RoPE's cos and sin for Q and K alike (HF `attention_scaling`, ggml
-    /// rope's `attn_factor`). Scaling both rotated vectors by a scales q·k by a², so coco
-    /// folds a² into [`Config::attn_scale`] instead of touching the RoPE kernels; exact
-    /// because RoPE rotates every dimension (partial RoPE is refused) and V is not rotated.
+    /// rope's `attn_factor`), in the RoPE kernels (`kernels::rope::Rotary::scale`): with
+    /// partial rotation the pass-through dimensions are not scaled, so it can't be folded into
+    /// the attention scale.
     pub rope_attn_factor: f32,
     /// SmolLM3: layer l runs without RoPE ("NoPE") when (l + 1) is a multiple of this.
     pub no_rope_layer_step: Option<u32>,
@@ -264,22 +267,17 @@ impl Config {
                 "head size {head_dim} (supported: multiples of 4, ≤ 256)"
             )));
         }
-        // `{arch}.rope.dimension_count` (llama.cpp n_rot): rotated dimensions per head, in pairs.
-        if let Some(rope_dims) = md.opt_u32(&key("rope.dimension_count"))? {
-            if rope_dims == 0 || rope_dims % 2 != 0 || rope_dims > head_dim {
-                return Err(ConfigError::Invalid(format!(
-                    "{arch_name}.rope.dimension_count = {rope_dims}: RoPE rotates an even number of \
-                     dimensions, at most the head size {head_dim}"
-                )));
-            }
-            // Phi-4-mini rotates 96 of 128 (HF partial_rotary_factor 0.75): the RoPE kernels
-            // rotate whole heads, and LongRoPE's attention factor is folded into the attention
-            // scale only because every dimension is rotated.
-            if rope_dims != head_dim {
-                return Err(ConfigError::NotYet(format!(
-                    "partial RoPE ({rope_dims} of {head_dim} dimensions rotated)"
-                )));
-            }
+        // `{arch}.rope.dimension_count` (llama.cpp n_rot): rotated dimensions per head, in
+        // pairs; fewer than the head size rotate partially (Phi-4-mini: 96 of 128, HF
+        // `partial_rotary_factor` 0.75). Absent: the whole head, as llama.cpp defaults it.
+        let rope_dims = md
+            .opt_u32(&key("rope.dimension_count"))?
+            .unwrap_or(head_dim);
+        if rope_dims == 0 || rope_dims % 2 != 0 || rope_dims > head_dim {
+            return Err(ConfigError::Invalid(format!(
+                "{arch_name}.rope.dimension_count = {rope_dims}: RoPE rotates an even number of \
+                 dimensions, at most the head size {head_dim}"
+            )));
         }
         let rms_eps = md.f32(&key("attention.layer_norm_rms_epsilon"))?;
         let token_embd = header
@@ -424,7 +422,6 @@ impl Config {
             _ => (None, None),
         };
         let (long_rope, rope_attn_factor) = read_long_rope(header, arch, context_length)?;
-        let attn_scale = attn_scale * rope_attn_factor * rope_attn_factor;
         let (residual_scale, logit_scale) = if arch == Arch::Granite {
             // `granite.logit_scale` is required by llama.cpp (HF `logits_scaling`, which
             // divides the logits); `granite.residual_scale` is optional (HF
@@ -451,6 +448,7 @@ impl Config {
             n_heads,
             n_kv_heads,
             head_dim,
+            rope_dims,
             ffn_dim,
             vocab_size,
             context_length,
@@ -511,7 +509,8 @@ impl Config {
     }
 
     /// Inverse frequencies `[head_dim / 2]` for `layer`, with the model's scaling folded in.
-    /// Computed in f32 like HF (`1 / base^(arange(0, d, 2) / d)`).
+    /// Computed in f32 like HF (`1 / base^(arange(0, d, 2) / d)` with d the rotated
+    /// dimensions); the pairs past `rope_dims / 2` don't rotate and get 0.
     pub fn inv_freq(&self, layer: u32, freq_factors: Option<&[f32]>) -> Vec<f32> {
         let local = self.is_sliding_layer(layer);
         let base = if local {
@@ -519,9 +518,12 @@ impl Config {
         } else {
             self.rope_base
         };
-        let d = self.head_dim as usize;
-        (0..d / 2)
+        let d = self.rope_dims as usize;
+        (0..self.head_dim as usize / 2)
             .map(|i| {
+                if i >= d / 2 {
+                    return 0.0;
+                }
                 let exponent = (2 * i) as f32 / d as f32;
                 let mut f = 1.0 / base.powf(exponent);
                 if let Some(factors) = freq_factors {
@@ -626,13 +628,14 @@ impl Config {
         if !self.tied_embeddings {
             expect("output.weight", &[d, self.vocab_size as u64])?;
         }
-        let half_head = self.head_dim as u64 / 2;
+        // one factor per rotated pair (llama.cpp: `n_rot / 2`)
+        let rotated_pairs = self.rope_dims as u64 / 2;
         if self.rope_freq_factors {
-            expect("rope_freqs.weight", &[half_head])?;
+            expect("rope_freqs.weight", &[rotated_pairs])?;
         }
         if self.long_rope.is_some() {
-            expect("rope_factors_long.weight", &[half_head])?;
-            expect("rope_factors_short.weight", &[half_head])?;
+            expect("rope_factors_long.weight", &[rotated_pairs])?;
+            expect("rope_factors_short.weight", &[rotated_pairs])?;
         }
         for l in 0..self.n_layers {
             let b = |s: &str| format!("blk.{l}.{s}");

@@ -25,7 +25,7 @@ use crate::kernels::matmul::{matmul, matmul_glu, matmul_normed, matmul_qkv, Matm
 use crate::kernels::megakernel::{can_use_megakernel, ffn_megakernel, PostNorm};
 use crate::kernels::norm::{rms_norm, rms_norm_in_place};
 use crate::kernels::qkv_rope::matmul_qkv_rope_kv;
-use crate::kernels::rope::{rope, rope_kv_write, QkNorm, RopeKvShape, RopeLayout};
+use crate::kernels::rope::{rope, rope_kv_write, QkNorm, RopeKvShape, RopeLayout, Rotary};
 use crate::kernels::KernelError;
 pub use state::{
     rows_of, KvCache, LogitsFor, Model, Scratch, LOGITS_ROWS, MAX_STEPS, PREFILL_CHUNK,
@@ -194,6 +194,16 @@ pub(crate) fn rope_layout(c: &Config) -> RopeLayout {
     }
 }
 
+/// How the model's RoPE turns each head: its pair layout, rotated dimensions and LongRoPE's
+/// factor on cos and sin.
+pub(crate) fn rotary(c: &Config) -> Rotary {
+    Rotary {
+        layout: rope_layout(c),
+        dims: c.rope_dims,
+        scale: c.rope_attn_factor,
+    }
+}
+
 /// The attention half of a block, shared by every architecture: the attention RMSNorm,
 /// Q/K/V projections (+ biases), per-head Q/K norms (gemma3, qwen3), RoPE, the KV-cache write and
 /// causal attention into `s.attn`, each in the form the plan lists for this step. Reads the
@@ -233,7 +243,7 @@ pub(crate) fn attention_block(
         kv_heads: c.n_kv_heads,
         head_dim: c.head_dim,
         pos0,
-        layout: rope_layout(c),
+        rotary: rotary(c),
     };
     let norm_w = lw.attn_norm.vector();
     let norm = (&norm_w, c.rms_eps);
@@ -303,8 +313,7 @@ pub(crate) fn attention_block(
             // the unfused RoPE of q and k, then the cache write
             Op::Rope => {
                 for (x, heads) in [(&q, c.n_heads), (&k, c.n_kv_heads)] {
-                    let layout = rope_layout(c);
-                    rope(rec, x, &inv_freq, t, heads, c.head_dim, pos0, layout)?;
+                    rope(rec, x, &inv_freq, t, heads, c.head_dim, pos0, rotary(c))?;
                 }
             }
             Op::KvWrite => kv_write(rec, &k, &v, &kc, &vc, t, c.n_kv_heads, c.head_dim, pos0)?,

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use crate::gguf::Header;
 use crate::kernels::attention::AttentionShape;
 use crate::kernels::elementwise;
-use crate::kernels::rope::RopeLayout;
+use crate::kernels::rope::{RopeLayout, Rotary};
 use crate::model::{Activation, Config, RopeFactors, RopeStyle, ROPE_FACTOR_TENSORS};
 
 use super::matmul::{get_rows, matmul};
@@ -95,9 +95,13 @@ impl CpuModel {
             c.n_kv_heads as usize,
             c.ffn_dim as usize,
         );
-        let layout = match c.rope_style {
-            RopeStyle::Normal => RopeLayout::Normal,
-            RopeStyle::Neox => RopeLayout::Neox,
+        let rotary = Rotary {
+            layout: match c.rope_style {
+                RopeStyle::Normal => RopeLayout::Normal,
+                RopeStyle::Neox => RopeLayout::Neox,
+            },
+            dims: c.rope_dims,
+            scale: c.rope_attn_factor,
         };
         let act = match c.activation {
             Activation::Silu => elementwise::Activation::Silu,
@@ -139,12 +143,12 @@ impl CpuModel {
                 q = rms_norm(&q, self.w(&b("attn_q_norm.weight")), t * heads, hd, eps);
                 k = rms_norm(&k, self.w(&b("attn_k_norm.weight")), t * kv_heads, hd, eps);
             }
-            // RoPE (not on smollm3's NoPE layers; LongRoPE's attention factor is in
-            // c.attn_scale: config::Config)
+            // RoPE (not on smollm3's NoPE layers; on the first rope_dims of each head, cos and
+            // sin times LongRoPE's attention factor)
             if c.uses_rope(l as u32) {
                 let inv_freq = c.inv_freq(l as u32, freq_factors);
-                rope(&mut q, &inv_freq, t, heads, hd, 0, layout);
-                rope(&mut k, &inv_freq, t, kv_heads, hd, 0, layout);
+                rope(&mut q, &inv_freq, t, heads, hd, 0, rotary);
+                rope(&mut k, &inv_freq, t, kv_heads, hd, 0, rotary);
             }
             // causal attention (sliding window on gemma's local layers, scores soft-capped on gemma2)
             let shape = AttentionShape {

@@ -6,7 +6,7 @@
 
 use crate::kernels::attention::{AttentionPlan, AttentionShape};
 use crate::kernels::elementwise::Activation;
-use crate::kernels::rope::RopeLayout;
+use crate::kernels::rope::{RopeLayout, Rotary};
 
 /// RMSNorm over the last dimension: `y[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) * w`.
 ///
@@ -32,15 +32,18 @@ pub fn rms_norm(x: &[f32], w: &[f32], rows: usize, n: usize, eps: f32) -> Vec<f3
 /// Rotary position embedding, in place, for positions `pos0..pos0 + t`.
 ///
 /// - `x`: `[t, heads, head_dim]`
-/// - `inv_freq`: `[head_dim / 2]`, the model's per-pair frequencies (base, scaling applied)
+/// - `inv_freq`: `[head_dim / 2]`, the model's per-pair frequencies (base, scaling applied);
+///   only the first `rotary.dims / 2` are read
 ///
 /// The angle is `f32(pos) * inv_freq[i]` rounded to f32, as HF computes it
 /// (`inv_freq_expanded.float() @ position_ids_expanded.float()` in `LlamaRotaryEmbedding`),
 /// so at position 4000 the angle carries HF's own ~2.4e-4 rad rounding. cos/sin of that f32
-/// angle and the rotation are then evaluated in f64.
+/// angle, rounded to f32 and times `rotary.scale` in f32 (HF's `cos * attention_scaling`),
+/// and the rotation are then evaluated in f64.
 ///
-/// `Normal` rotates pairs `(2i, 2i + 1)`, `Neox` rotates `(i, i + head_dim / 2)`; pair `i`
-/// uses `inv_freq[i]` in both.
+/// `Normal` rotates pairs `(2i, 2i + 1)`, `Neox` rotates `(i, i + rotary.dims / 2)` (HF's
+/// `rotate_half` on the first `dims` dimensions, `q[..., :rotary_dim]` in Phi-3); pair `i`
+/// uses `inv_freq[i]` in both. Dimensions from `rotary.dims` on are left as they are.
 pub fn rope(
     x: &mut [f32],
     inv_freq: &[f32],
@@ -48,7 +51,7 @@ pub fn rope(
     heads: usize,
     head_dim: usize,
     pos0: usize,
-    layout: RopeLayout,
+    rotary: Rotary,
 ) {
     assert_eq!(
         x.len(),
@@ -56,16 +59,29 @@ pub fn rope(
         "rope: x is not [t, heads, head_dim]"
     );
     assert!(head_dim.is_multiple_of(2), "rope: head_dim must be even");
-    let half = head_dim / 2;
-    assert_eq!(inv_freq.len(), half, "rope: inv_freq is not [head_dim / 2]");
+    assert_eq!(
+        inv_freq.len(),
+        head_dim / 2,
+        "rope: inv_freq is not [head_dim / 2]"
+    );
+    let dims = rotary.dims as usize;
+    assert!(
+        dims > 0 && dims.is_multiple_of(2) && dims <= head_dim,
+        "rope: {dims} rotated dimensions of {head_dim}"
+    );
+    let half = dims / 2;
     for tok in 0..t {
         let pos = (pos0 + tok) as f32;
         for h in 0..heads {
             let row = &mut x[(tok * heads + h) * head_dim..][..head_dim];
-            for (i, &f) in inv_freq.iter().enumerate() {
+            for (i, &f) in inv_freq[..half].iter().enumerate() {
                 let angle = (pos * f) as f64;
                 let (sin, cos) = angle.sin_cos();
-                let (a, b) = match layout {
+                let (sin, cos) = (
+                    (sin as f32 * rotary.scale) as f64,
+                    (cos as f32 * rotary.scale) as f64,
+                );
+                let (a, b) = match rotary.layout {
                     RopeLayout::Normal => (2 * i, 2 * i + 1),
                     RopeLayout::Neox => (i, i + half),
                 };
@@ -306,17 +322,52 @@ mod tests {
         // pair 1 stays.
         let f = [std::f32::consts::FRAC_PI_2, 0.0];
         let mut normal = [1.0, 2.0, 3.0, 4.0];
-        rope(&mut normal, &f, 1, 1, 4, 1, RopeLayout::Normal);
+        rope(
+            &mut normal,
+            &f,
+            1,
+            1,
+            4,
+            1,
+            Rotary::full(RopeLayout::Normal, 4),
+        );
         let want = [-2.0, 1.0, 3.0, 4.0];
         assert!(
             normal.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-6),
             "{normal:?}"
         );
         let mut neox = [1.0, 2.0, 3.0, 4.0];
-        rope(&mut neox, &f, 1, 1, 4, 1, RopeLayout::Neox);
+        rope(&mut neox, &f, 1, 1, 4, 1, Rotary::full(RopeLayout::Neox, 4));
         let want = [-3.0, 2.0, 1.0, 4.0];
         assert!(
             neox.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-6),
+            "{neox:?}"
+        );
+    }
+
+    #[test]
+    fn partial_rope_turns_only_its_dimensions() {
+        // A head of 6 with 4 rotated dimensions, at position 1, turned by 90° (pair 0) and
+        // 0 (pair 1), scaled by 2: the last two dimensions pass through unscaled.
+        let f = [std::f32::consts::FRAC_PI_2, 0.0, 5.0];
+        let rotary = |layout| Rotary {
+            layout,
+            dims: 4,
+            scale: 2.0,
+        };
+        let mut normal = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        rope(&mut normal, &f, 1, 1, 6, 1, rotary(RopeLayout::Normal));
+        let want = [-4.0, 2.0, 6.0, 8.0, 5.0, 6.0];
+        assert!(
+            normal.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-5),
+            "{normal:?}"
+        );
+        // NeoX pairs (0, 2) and (1, 3) of the rotated four.
+        let mut neox = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        rope(&mut neox, &f, 1, 1, 6, 1, rotary(RopeLayout::Neox));
+        let want = [-6.0, 4.0, 2.0, 8.0, 5.0, 6.0];
+        assert!(
+            neox.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-5),
             "{neox:?}"
         );
     }

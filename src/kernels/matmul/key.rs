@@ -510,7 +510,11 @@ pub(in crate::kernels) struct Params {
     pub(in crate::kernels) scale: f32,
     /// Workgroups per row group (SPLIT_K; the launch sets it from the key), else 1.
     pub(in crate::kernels) splits: u32,
-    pub(in crate::kernels) _pad: u32,
+    /// Rotated pairs per head (`Rotary::dims / 2`; QKV with RoPE only).
+    pub(in crate::kernels) rot_half: u32,
+    /// The factor on cos and sin of the rotated pairs (`Rotary::scale`; QKV with RoPE only).
+    pub(in crate::kernels) rot_scale: f32,
+    pub(in crate::kernels) _pad: [u32; 3],
 }
 
 impl Default for Params {
