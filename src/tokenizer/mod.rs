@@ -4,7 +4,7 @@
 //! * `llama`: SentencePiece-style BPE over pieces with scores, `▁` for spaces, `<0xNN>` byte
 //!   fallback ([`spm`]). Mistral/Llama 2 and Gemma vocabularies.
 //! * `gpt2`: byte-level BPE with ranked merges and a regex pre-tokenizer picked by
-//!   `tokenizer.ggml.pre` ([`bpe`]). Llama 3, Qwen2 and SmolLM2 vocabularies.
+//!   `tokenizer.ggml.pre` ([`bpe`]). Llama 3, Qwen2, GPT-4o (o200k) and SmolLM2 vocabularies.
 //!
 //! The reference is HF: `tests/goldens/tokenizer_*.json` hold ids from HF `tokenizers` /
 //! `transformers` (see `tools/tokenizer_goldens.py`), and `tests/tokenizer.rs` demands identical ids.
@@ -181,7 +181,7 @@ fn opt_id(md: &Metadata, key: &'static str, n: usize) -> Result<Option<u32>, Tok
 impl Tokenizer {
     /// The tokenizer model and, for byte-level BPE, the pre-tokenizer, refused as "not yet"
     /// when coco has no implementation: the cheap part of [`Tokenizer::from_gguf`]'s checks,
-    /// which the capability report runs before the weights (e.g. Phi-4-mini's `gpt-4o`
+    /// which the capability report runs before the weights (e.g. Mistral NeMo's `tekken`
     /// pre-tokenizer). Returns the model name.
     pub fn check_kind(md: &Metadata) -> Result<&str, TokenizerError> {
         let model_name = md.str(KEY_MODEL)?;

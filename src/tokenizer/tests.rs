@@ -203,6 +203,27 @@ fn bpe_llama3_defaults_and_ignore_merges() {
     assert_eq!(t.decode(&[258, id(&t, "Ġthe")]), " the");
 }
 
+/// o200k's tokenizer.json has no `ignore_merges` and no BOS post-processor: a word that is a token
+/// but unreachable by merges is still merged byte by byte, and BOS is added only when asked.
+#[test]
+fn bpe_gpt4o_merges_whole_tokens_and_adds_no_bos() {
+    let mut m = bpe_metadata("gpt-4o", &["h e"], &[("Ġthe", 1), ("<|endoftext|>", 3)]);
+    m.entries
+        .insert("tokenizer.ggml.bos_token_id".into(), Value::U32(258));
+    let t = Tokenizer::from_gguf(&m).expect("builds");
+    assert_eq!(t.kind(), "gpt2 (byte-level BPE, pre=gpt-4o)");
+    let the = vec![id(&t, "Ġ"), b't' as u32, id(&t, "he")];
+    assert_eq!(t.encode(" the", true, false), the);
+    m.entries
+        .insert("tokenizer.ggml.add_bos_token".into(), Value::Bool(true));
+    let t = Tokenizer::from_gguf(&m).expect("builds");
+    assert_eq!(t.encode(" the", true, false)[0], 258);
+    // llama.cpp's other names for this split are not taken on trust (see `PreTokenizer::from_name`).
+    m.entries
+        .insert("tokenizer.ggml.pre".into(), Value::String("llama4".into()));
+    assert!(Tokenizer::from_gguf(&m).is_err());
+}
+
 #[test]
 fn errors_name_the_key() {
     let mut m = bpe_metadata("falcon", &[], &[]);
