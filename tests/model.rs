@@ -251,6 +251,13 @@ fn phi3_fixtures_match_hugging_face() {
     family_matches_hugging_face("phi3");
 }
 
+/// Phi-4-mini's shape of phi3: RoPE on 96 of each head's 128 dimensions (the rest pass through,
+/// unscaled by LongRoPE's attention factor), tied embeddings, Q8_0.
+#[test]
+fn phi4_fixtures_match_hugging_face() {
+    family_matches_hugging_face("phi4");
+}
+
 /// SmolLM3 (llama's permuted Q/K and normal RoPE, no RoPE on layer 3 of 4, GQA 4:1, tied),
 /// Q8_0 and Q4_K. HF's GGUF loader has no smollm3: the goldens come from SmolLM3ForCausalLM
 /// built from the file's metadata and dequantized tensors (tools/hf_goldens.py).
@@ -445,6 +452,7 @@ fn gpu_forward_matches_cpu_reference() {
         ("qwen2-q6_k", Pipelines::Fused),
         ("qwen3-q4_k", Pipelines::All),
         ("phi3-q4_k", Pipelines::All),
+        ("phi4-q8_0", Pipelines::All),
         ("gemma2-q4_k", Pipelines::All),
         ("smollm3-q4_k", Pipelines::All),
         ("granite-q4_k", Pipelines::All),

@@ -34,6 +34,9 @@ patched and the patch recorded under "config_overrides" (and checked):
   * granite: likewise no granite in HF's GGUF loader: GraniteForCausalLM from a
     GraniteConfig with the file's metadata, its four multipliers from
     granite.embedding_scale / attention.scale / residual_scale / logit_scale.
+  * phi3 (phi4 fixture): HF's GGUF loader reads no phi3.rope.dimension_count; Phi-4-mini's
+    partial_rotary_factor is set to it over the head size (96 / 128), and HF's inv_freq is
+    checked to have one entry per rotated pair.
   * phi3: HF's GGUF loader reads no LongRoPE (it ignores rope_factors_long/short.weight,
     phi3.rope.scaling.original_context_length and .attn_factor); rope_parameters is set to
     rope_type "longrope" with the file's two factor sets (f32 values), original context and
@@ -398,6 +401,15 @@ def load(path: Path, meta: Meta, fam: dict | None):
             "short_factor/long_factor": "rope_factors_short.weight / rope_factors_long.weight as float32",
             "why": "HF's GGUF loader ignores LongRoPE's factor tensors, original context and attention factor",
         }
+        # Phi-4-mini rotates part of each head: HF's GGUF config map reads no
+        # phi3.rope.dimension_count, and HF 5.x keeps the fraction in rope_parameters.
+        head = int(meta.a("embedding_length")) // int(meta.a("attention.head_count"))
+        rotated = int(meta.a("rope.dimension_count") or head)
+        if rotated != head:
+            new["partial_rotary_factor"] = rotated / head
+            overrides["partial_rotary_factor"] = {
+                "from": 1.0, "to": rotated / head,
+                "why": "phi3.rope.dimension_count / head size, not in HF's GGUF config map"}
         config.rope_parameters = new
         # Phi3Config also keeps the original context at the top level (default 4096) and
         # copies it into rope_parameters when it standardizes them: set both.
@@ -479,7 +491,12 @@ def arch_checks(meta: Meta, model) -> dict:
     else:
         base = float(meta.a("rope.freq_base"))
         inv = rope_inv_freq(model).numpy().astype(np.float64)
-        want = 1.0 / (base ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
+        # the rotated dimensions: the head, or fewer (Phi-4-mini's partial rotation)
+        rd = int(meta.a("rope.dimension_count") or hd)
+        want = 1.0 / (base ** (np.arange(0, rd, 2, dtype=np.float64) / rd))
+        if rd != hd:
+            out["rotated_dimensions"] = rd
+            out["partial_rotary_factor"] = c.rope_parameters["partial_rotary_factor"]
         rf = meta.tensor("rope_freqs.weight")
         if rf is not None:
             want = want / np.asarray(rf.data, dtype=np.float64)

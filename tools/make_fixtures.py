@@ -15,7 +15,7 @@ in tests/goldens/model_*.json were made from the manifest's bytes) unless
 --update-manifest is given, after which tools/hf_goldens.py must be rerun.
 
 Families (all: dim 256, 4 query heads, context 256; head_dim 64; except qwen3: head_dim 128, and
-phi3: dim 768, 8 heads of 96, context 1024):
+phi3: dim 768, 8 heads of 96, context 1024; phi4: dim 512, 4 heads of 128, context 1024):
   llama-spm  llama arch, Mistral SentencePiece vocab (32000), 2 layers, 2 KV heads, separate output.weight
   llama3     llama arch, Llama 3 BPE vocab (128256), 2 layers, 2 KV heads, tied embeddings
              (no output.weight), Llama-3 RoPE scaling stored as rope_freqs.weight
@@ -32,6 +32,9 @@ phi3: dim 768, 8 heads of 96, context 1024):
              heads, 2 layers, fused attn_qkv and gate/up ffn_up, LongRoPE (long/short factor tensors,
              context 1024 over original 512, attention factor), separate output.weight; laid out
              as llama.cpp's converter writes it
+  phi4       phi3 arch as Phi-4-mini: dim 512, 4 heads x 128 with RoPE on 96 of each head's 128
+             dimensions, 2 KV heads, tied embeddings, phi3's LongRoPE sets (48 factors, one per
+             rotated pair); Mistral SentencePiece vocab; laid out as llama.cpp's converter writes it
   gemma2     gemma2 arch, Mistral SentencePiece vocab, 2 layers (0 sliding, 1 global), 2 KV heads,
              sliding window 8, attention soft-cap 5 and final soft-cap 30 (small enough that both
              bend this model's scores and logits), sandwich norms, no q/k norms, tied embeddings,
@@ -209,6 +212,18 @@ FAMILIES["phi3"] = dict(
     permute_qk=False, llama3_rope=None, long_rope=PHI3_ROPE, sliding_window=2047,
 )
 
+# Phi-4-mini's shape of phi3: head size 128 of which RoPE turns 96 (HF partial_rotary_factor
+# 0.75, the converter's rope.dimension_count = 0.75 * dim // heads), LongRoPE factor sets of
+# 48 (one per rotated pair: phi3's sets fit as they are), tied embeddings (no output.weight),
+# sliding_window 262144 as Phi-4-mini's config. The Mistral SentencePiece vocabulary, not
+# Phi-4-mini's 200k gpt-4o one (tests/goldens/tokenizer_gpt4o.json holds that token for token):
+# a 200k-row LM head would triple the file and its lavapipe test time for nothing RoPE-related.
+FAMILIES["phi4"] = dict(
+    COMMON, dim=512, head_dim=128, rope_dims=96, n_head=4, ctx=1024, arch="phi3", vocab="mistral-spm",
+    seed=0x9814, n_layer=2, n_head_kv=2, ffn=512, eps=1e-5, rope_base=10000.0, tied=True, qkv_bias=False,
+    permute_qk=False, llama3_rope=None, long_rope=PHI3_ROPE, sliding_window=262144,
+)
+
 FIXTURES: list[tuple[str, str]] = [(fam, t) for fam in ("llama-spm", "llama3", "qwen2") for t in FAMILY_TYPES]
 FIXTURES += [("gemma3", "q8_0"), ("gemma3", "q4_k"), ("llama-spm-chatml", "q4_0")]
 # The newer types in one family each (Q4_1/Q5_1 by gguf-py, the rest by more_quants.py):
@@ -220,6 +235,9 @@ FIXTURES += [("qwen2", "iq4_nl"), ("llama3", "iq4_xs")]
 FIXTURES += [("qwen3", "q8_0"), ("qwen3", "q4_k")]
 # Phi-3 in the converter's Q8_0 and in Q4_K, the bulk type of the released Q4_K_M files.
 FIXTURES += [("phi3", "q8_0"), ("phi3", "q4_k")]
+# Phi-4-mini's partial rotation in the converter's Q8_0 only: the rotation is the same for every
+# weight type.
+FIXTURES += [("phi4", "q8_0")]
 # Gemma 2 likewise: the converter's Q8_0 and the K-quant the released GGUFs' bulk carries.
 FIXTURES += [("gemma2", "q8_0"), ("gemma2", "q4_k")]
 # SmolLM3 likewise: Q8_0 (the converter's `--outtype q8_0`) and Q4_K (the bulk of its released
@@ -423,7 +441,7 @@ def write_fixture(path: Path, family: str, tname: str, cache: dict) -> None:
         # llama.cpp's Gemma2Model.set_gguf_parameters writes no rope.freq_base.
         w.add_rope_freq_base(fam["rope_base"])
     if arch in ("llama", "phi3", "smollm3", "granite"):
-        w.add_rope_dimension_count(fam["head_dim"])
+        w.add_rope_dimension_count(fam.get("rope_dims", fam["head_dim"]))
     if arch == "phi3":
         # Phi3MiniModel.set_gguf_parameters / generate_extra_tensors
         lr = fam["long_rope"]
