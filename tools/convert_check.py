@@ -119,7 +119,10 @@ def phi3_config(fam: dict, n_vocab: int):
         max_position_embeddings=fam["ctx"],
         original_max_position_embeddings=lr["original_max_position_embeddings"],
         rms_norm_eps=fam["eps"],
-        rope_parameters={"rope_type": "longrope", "rope_theta": fam["rope_base"], **lr},
+        # Phi-4-mini rotates part of each head (the converter: rope.dimension_count =
+        # int(partial_rotary_factor * dim) // heads)
+        rope_parameters={"rope_type": "longrope", "rope_theta": fam["rope_base"], **lr,
+                         "partial_rotary_factor": fam.get("rope_dims", fam["head_dim"]) / fam["head_dim"]},
         sliding_window=fam["sliding_window"],
         tie_word_embeddings=fam["tied"],
         # the Mistral SentencePiece vocabulary's ids (tools/vocab.py); no pad token. unk: the
@@ -272,6 +275,22 @@ SPECS: dict[str, Spec] = {
         # LongRoPE's factors live in the HF config (rope_parameters), not among its parameters
         top={**LLAMA_LIKE_TOP, "output.weight": "lm_head.weight",
              "rope_factors_long.weight": None, "rope_factors_short.weight": None},
+        tokenizer_dir=phi3_tokenizer_dir,
+        tokenizer_files=("tokenizer.model", "tokenizer_config.json"),
+        converter_files=("convert_hf_to_gguf.py", "conversion/base.py", "conversion/phi.py"),
+    ),
+    # Phi-4-mini's shape: partial rotation, tied embeddings (no lm_head, so no output.weight)
+    "phi4": Spec(
+        fixture="phi4-q8_0",
+        hf_class="Phi3ForCausalLM",
+        hf_config=phi3_config,
+        layer={"attn_norm.weight": "input_layernorm.weight",
+               "attn_qkv.weight": "self_attn.qkv_proj.weight",
+               "attn_output.weight": "self_attn.o_proj.weight",
+               "ffn_norm.weight": "post_attention_layernorm.weight",
+               "ffn_up.weight": "mlp.gate_up_proj.weight",
+               "ffn_down.weight": "mlp.down_proj.weight"},
+        top={**LLAMA_LIKE_TOP, "rope_factors_long.weight": None, "rope_factors_short.weight": None},
         tokenizer_dir=phi3_tokenizer_dir,
         tokenizer_files=("tokenizer.model", "tokenizer_config.json"),
         converter_files=("convert_hf_to_gguf.py", "conversion/base.py", "conversion/phi.py"),

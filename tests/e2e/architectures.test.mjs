@@ -14,7 +14,8 @@ import { nativeRun } from './lib/native.mjs';
 // of qwen3 (151,669), smollm3 and granite (128,256) make their LM heads the slow part here.
 const FIXTURES = [
   ['qwen3-q4_k', 'qwen3'],
-  ['phi3-q4_k', 'phi3'],
+  // phi3 as Phi-4-mini: partial RoPE (96 of 128 dimensions), LongRoPE, fused tensors split
+  ['phi4-q8_0', 'phi3'],
   ['gemma2-q4_k', 'gemma2'],
   ['smollm3-q4_k', 'smollm3'],
   ['granite-q4_k', 'granite'],
