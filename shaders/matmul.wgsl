@@ -33,11 +33,15 @@
 //   STAGE_X       (MATVEC_SG) x'[t] staged in workgroup memory, K = 4·MV_STAGE_VEC4
 //   SPLIT_K       (MATVEC_CHUNK) p.splits workgroups share a row group, each over a range of
 //                 K; the last to finish adds their sums (binding split_sums at B_SPLIT)
+//   POST_NORM     (MATVEC_SG, MATVEC_CHUNK) y += RMSNorm(x·Wᵀ) ⊙ post_w: gemma's sandwich
+//                 norm folded into W_o / W_down; the last workgroup of a token to finish
+//                 norms the whole row (bindings post_w and post_scratch at B_POST)
 // Constants prepended by kernels/matmul.rs (one source of truth for the host's grid math and
 // binding order): MV_ROWS, MV_LANES, MV_UNROLL, MV_RPS, MV_STAGE_VEC4 (matvec), TILE_N,
-// TILE_T (tiled), and the binding numbers B_W1, B_W2, B_X, B_Y, B_NORM, B_BIAS, B_ROPE, B_SPLIT: storage
+// TILE_T (tiled), POST_COUNTERS (POST_NORM), and the binding numbers B_W1, B_W2, B_X, B_Y,
+// B_NORM, B_BIAS, B_ROPE, B_POST, B_SPLIT: storage
 // bindings are numbered 1.. in the order the host lists them (weights, x, outputs, norm_w,
-// biases, inv_freq, split_sums), so the optional ones shift the rest.
+// biases, inv_freq, post_w, post_scratch, split_sums), so the optional ones shift the rest.
 //
 // Workgroups are folded into 2-D (x + y·num_workgroups.x) because a large vocabulary's logits
 // can exceed the 65,535-per-dimension limit (matvec: from 524,288 rows at 8 rows per
@@ -100,6 +104,12 @@ struct Params {
 #endif
 #ifdef ROPE_KV
 @group(0) @binding(B_ROPE) var<storage, read> inv_freq: array<f32>;     // [head_dim / 2] f32
+#endif
+#ifdef POST_NORM
+@group(0) @binding(B_POST) var<storage, read> post_w: array<f32>;       // [rows.x] f32
+// u32 words, accessed atomically (floats by bitcast), as split K's scratch: an arrival counter
+// per token [0, POST_COUNTERS), 0 between dispatches, then the product's rows [T, rows.x].
+@group(0) @binding(B_POST + 1u) var<storage, read_write> post_scratch: array<atomic<u32>>;
 #endif
 
 // ---- which weight a load reads (MULTI_W) ----
@@ -426,6 +436,10 @@ fn store_slot(mr: vec2<u32>, t: u32, own: Sums, partner: Sums) {
 #endif
 }
 
+#ifdef POST_NORM
+#include "matmul/post_norm.wgsl"
+#endif
+
 #ifdef MATVEC_WG
 // Matrix–vector (decode): a workgroup of 256 (SwiftShader's maximum) computes MV_ROWS slots
 // of one token, MV_LANES lanes per slot, then a shared-memory tree sums each slot's lanes.
@@ -670,9 +684,18 @@ fn main(
     }
     workgroupBarrier();
     let mr = locate(g * MV_ROWS + li, MV_ROWS);
+#ifdef POST_NORM
+    let has = li < MV_ROWS && live(mr);
+    var v = 0.0;
+    if (has) {
+        v = finish(slot_sum(li, spr)) + bias_of(0u, mr.y);
+    }
+    post_norm_add(t, li, sg, nsg, lane, mr.y, v, has, p.groups);
+#else
     if (li < MV_ROWS && live(mr)) {
         store_slot(mr, t, slot_sum(li, spr), slot_sum(partner_slot(li), spr));
     }
+#endif
 }
 #endif
 

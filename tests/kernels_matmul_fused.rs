@@ -23,7 +23,8 @@ use coco::kernels::matmul::MatmulVariant::{
     TiledCoop,
 };
 use coco::kernels::matmul::{
-    matmul_glu_variant, matmul_normed_variant, matmul_qkv_variant, MatmulArgs,
+    matmul_glu_variant, matmul_normed_variant, matmul_post_norm_add_variant, matmul_qkv_variant,
+    MatmulArgs, PostNormAdd,
 };
 use coco::reference::{ops, quant};
 use common::{ctx, is_k_quant, random_f32, reference_product, weight, Worst as Err, RTOL};
@@ -489,11 +490,134 @@ fn qkv_type(ty: GgmlType) -> Err {
     worst
 }
 
+// ---- matmul_post_norm_add ----
+
+/// residual += RMSNorm(x·wᵀ) ⊙ post_w (gemma's post-norms folded into W_o / W_down) for `n`
+/// rows: the product's reference, then the norm of each token's row in f64. A row's norm
+/// sees every element's error: each output may be off by its own allowance plus the row's
+/// largest, times its weight and the row's 1/rms.
+fn run_post_norm(ty: GgmlType, n: usize, t: usize, variant: MatmulVariant, seed: u64) -> Err {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let k = k_for(ty, false);
+    let (wt, w) = weight(&mut rng, "w", ty, n, k, None, 2.0);
+    let x = random_f32(&mut rng, t * k, -2.0, 2.0);
+    let post_w = random_f32(&mut rng, n, 0.5, 2.5);
+    let res0 = random_f32(&mut rng, t * n, -4.0, 4.0);
+    let (xb, pwb, rb) = (
+        buffer("x", &x),
+        buffer("post_w", &post_w),
+        buffer("res", &res0),
+    );
+    let mut rec = StepRecorder::new(ctx());
+    let (pw, res) = (Binding::from(&pwb), Binding::from(&rb));
+    let post = PostNormAdd {
+        w: &pw,
+        eps: EPS,
+        residual: &res,
+    };
+    matmul_post_norm_add_variant(
+        &mut rec,
+        &wt,
+        &Binding::from(&xb),
+        post,
+        t as u32,
+        Some(variant),
+    )
+    .expect("matmul_post_norm_add");
+    assert_eq!(rec.dispatch_count(), 1, "one dispatch");
+    let label = label_of(&rec);
+    rec.submit();
+    let got = ctx().read_f32(&rb, 0, (t * n) as u64).expect("readback");
+
+    let xs = normed(&x, None, t, k, &label);
+    let (prod, tol) = reference_product(&w, &xs, n, k, t, &label);
+    let (mut want, mut tol_out) = (vec![0.0; t * n], vec![0.0; t * n]);
+    for tok in 0..t {
+        let row = tok * n..(tok + 1) * n;
+        let mean_sq = prod[row.clone()].iter().map(|v| v * v).sum::<f64>() / n as f64;
+        let inv_rms = 1.0 / (mean_sq + EPS as f64).sqrt();
+        let worst = tol[row.clone()].iter().cloned().fold(0.0, f64::max);
+        for i in row {
+            let pw = post_w[i % n] as f64;
+            want[i] = res0[i] as f64 + prod[i] * inv_rms * pw;
+            tol_out[i] = pw * inv_rms * (tol[i] + worst) + RTOL * want[i].abs();
+        }
+    }
+    let err = compare(
+        &format!("post norm {variant:?} N={n} T={t} ({label})"),
+        &got,
+        &want,
+        &tol_out,
+        n,
+    );
+    println!("{label:<44} T={t:<3} K={k:<5} N={n:<4} {err}");
+    err
+}
+
+fn post_norm_type(ty: GgmlType) -> Err {
+    let mut worst = Err::default();
+    if !ctx().has_subgroups() {
+        println!("no SUBGROUP on this adapter; the post-norm epilogue not tested");
+        return worst;
+    }
+    // Row counts over several workgroups (the last arriving one norms them all), one a
+    // Gemma-3-270M row (640), tokens 1 to 3 (a counter each).
+    for (i, (variant, n, t)) in [
+        (MatvecSubgroup, 67, 1),
+        (MatvecSubgroup, 640, 3),
+        (MatvecChunk, 67, 2),
+        (MatvecChunk, 640, 1),
+        (MatvecChunkWide, 133, 1),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        worst = worst.max(run_post_norm(
+            ty,
+            n,
+            t,
+            variant,
+            5000 * ty.id() as u64 + i as u64,
+        ));
+    }
+    worst
+}
+
+/// The shapes without the epilogue refuse it rather than compute something else.
+#[test]
+fn post_norm_refused_by_shapes_without_it() {
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let (wt, _) = weight(&mut rng, "w", GgmlType::Q8_0, 16, 160, None, 2.0);
+    let (x, pw, res) = (
+        buffer("x", &[0.5; 160]),
+        buffer("pw", &[1.0; 16]),
+        buffer("r", &[0.0; 16]),
+    );
+    let (pw, res) = (Binding::from(&pw), Binding::from(&res));
+    for variant in [MatvecWorkgroup, MatvecRows, Tiled] {
+        let mut rec = StepRecorder::new(ctx());
+        let post = PostNormAdd {
+            w: &pw,
+            eps: EPS,
+            residual: &res,
+        };
+        let err =
+            matmul_post_norm_add_variant(&mut rec, &wt, &Binding::from(&x), post, 1, Some(variant))
+                .expect_err("no post-norm epilogue");
+        assert!(
+            err.to_string().contains("post-norm epilogue"),
+            "{variant:?}: {err}"
+        );
+        assert_eq!(rec.dispatch_count(), 0);
+    }
+}
+
 fn fused_type(ty: GgmlType) {
     let normed = normed_type(ty);
     let glu = glu_type(ty);
     let qkv = qkv_type(ty);
-    println!("{ty}: normed {normed}; glu {glu}; qkv {qkv}");
+    let post_norm = post_norm_type(ty);
+    println!("{ty}: normed {normed}; glu {glu}; qkv {qkv}; post norm {post_norm}");
 }
 
 #[test]

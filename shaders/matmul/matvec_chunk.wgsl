@@ -348,9 +348,19 @@ fn main(
     }
 #endif
     let mr = locate(rg * MV_ROWS + li, MV_ROWS);
+#ifdef POST_NORM
+    // The row groups arrive (with split K, each group's last range).
+    let has = li < MV_ROWS && live(mr);
+    var v = 0.0;
+    if (has) {
+        v = finish(chunk_sums(li, spr, x2)) + bias_of(0u, mr.y);
+    }
+    post_norm_add(t, li, sg, nsg, lane, mr.y, v, has, p.groups / p.splits);
+#else
     if (li < MV_ROWS && live(mr)) {
         store_slot(mr, t, chunk_sums(li, spr, x2), chunk_sums(partner_slot(li), spr, x2));
     }
+#endif
 }
 
 // Slot r's Σ w·x' from its `spr` parts.

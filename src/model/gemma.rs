@@ -20,11 +20,11 @@
 use super::LogitsFor;
 use crate::gpu::{Binding, StepRecorder};
 use crate::kernels::get_rows::get_rows;
-use crate::kernels::matmul::{matmul, MatmulArgs};
+use crate::kernels::matmul::{matmul, matmul_post_norm_add, MatmulArgs, PostNormAdd};
 use crate::kernels::norm::rms_norm_add;
 use crate::kernels::KernelError;
 
-use super::{attention_block, gated_ffn, lm_head, megakernel_ffn, NormOf, Op, Step};
+use super::{attention_block, gated_ffn, lm_head, megakernel_ffn, misplaced, NormOf, Op, Step};
 
 pub(crate) fn forward(
     rec: &mut StepRecorder,
@@ -49,19 +49,32 @@ pub(crate) fn forward(
         // (sliding, soft-capped) attention
         attention_block(rec, step, l as u32)?;
         // output projection; post-attention norm added into the residual stream
-        matmul(
-            rec,
-            &lw.wo,
-            &Binding::from(&s.attn),
-            &proj,
-            t,
-            MatmulArgs::default(),
-        )?;
         let post_attn = lw
             .post_attn_norm
             .as_ref()
-            .ok_or_else(|| missing("post_attention_norm"))?;
-        rms_norm_add(rec, &proj, &post_attn.vector(), &x, t, c.dim, c.rms_eps)?;
+            .ok_or_else(|| missing("post_attention_norm"))?
+            .vector();
+        let attn = Binding::from(&s.attn);
+        for op in step.plan.o_proj_ops(l, t) {
+            match op {
+                // both in one dispatch: the product's last workgroup norms the row
+                Op::OProjPostNorm => {
+                    let post = PostNormAdd {
+                        w: &post_attn,
+                        eps: c.rms_eps,
+                        residual: &x,
+                    };
+                    matmul_post_norm_add(rec, &lw.wo, &attn, post, t)?
+                }
+                Op::OProj { residual: false } => {
+                    matmul(rec, &lw.wo, &attn, &proj, t, MatmulArgs::default())?
+                }
+                Op::PostNorm(NormOf::Attention) => {
+                    rms_norm_add(rec, &proj, &post_attn, &x, t, c.dim, c.rms_eps)?
+                }
+                op => return Err(misplaced(op)),
+            }
+        }
         // FFN: pre-norm, GELU-tanh gated FFN, down projection, post-norm added into x
         ffn(rec, step, l)?;
     }
@@ -86,11 +99,26 @@ pub(crate) fn ffn(rec: &mut StepRecorder, step: &Step, l: usize) -> Result<(), K
         .as_ref()
         .ok_or_else(|| missing("post_ffw_norm"))?;
     let proj = Binding::from(&s.proj);
-    for op in step.plan.ffn_ops(l) {
+    for op in step.plan.ffn_ops(l, t) {
         match op {
             // all of it, post-norm included, in one dispatch with one workgroup per token
             // (off by default: the A/B lesson)
             Op::Megakernel => megakernel_ffn(rec, step, l, Some(post_ffn))?,
+            // down projection with the post-FFN norm added into the residual stream by its
+            // last workgroup
+            Op::DownPostNorm => {
+                let (act, x, post_w) = (
+                    Binding::from(&s.act),
+                    Binding::from(&s.x),
+                    post_ffn.vector(),
+                );
+                let post = PostNormAdd {
+                    w: &post_w,
+                    eps: c.rms_eps,
+                    residual: &x,
+                };
+                matmul_post_norm_add(rec, &lw.w_down, &act, post, t)?
+            }
             // down projection into proj
             Op::Down { residual: false } => {
                 let act = Binding::from(&s.act);

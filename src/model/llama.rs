@@ -68,7 +68,7 @@ pub(crate) fn ffn(rec: &mut StepRecorder, step: &Step, l: usize) -> Result<(), K
         scale: step.model.config.residual_scale,
         ..MatmulArgs::default()
     };
-    for op in step.plan.ffn_ops(l) {
+    for op in step.plan.ffn_ops(l, t) {
         match op {
             // all of it in one dispatch, one workgroup per token (off by default: the A/B lesson)
             Op::Megakernel => megakernel_ffn(rec, step, l, None)?,

@@ -24,7 +24,8 @@ use crate::kernels::elementwise::Activation;
 use crate::kernels::get_rows::GetRowsKey;
 use crate::kernels::matmul::{
     can_fuse_glu, chunk_min_k, chunk_splits_override, matvec_max_t, matvec_shape, planned_label,
-    qkv_fuses, DeviceKernels, Fusion, GemmChoice, MatmulVariant, StageX, WideTile, WIDE_MIN_GROUPS,
+    post_norm_fuses, post_norm_max_t, qkv_fuses, DeviceKernels, Fusion, GemmChoice, MatmulVariant,
+    StageX, WideTile, WIDE_MIN_GROUPS,
 };
 use crate::kernels::megakernel::MegakernelKey;
 use crate::kernels::qkv_rope::qkv_rope_fits;
@@ -67,6 +68,9 @@ pub enum Op {
     Attention(AttentionPlan),
     /// W_o; `residual`: added into the residual stream, else written to `proj`.
     OProj { residual: bool },
+    /// W_o with gemma's post-norm folded in: the normed product added into the residual
+    /// stream by the product's last workgroup (`matmul_post_norm_add`), one dispatch.
+    OProjPostNorm,
     /// gemma3's post-norm of `proj`, added into the residual stream.
     PostNorm(NormOf),
     /// FFN norm + gate/up + activation in one dispatch.
@@ -77,6 +81,8 @@ pub enum Op {
     Glu,
     /// W_down; `residual` as for [`Op::OProj`].
     Down { residual: bool },
+    /// W_down with its post-norm folded in, as [`Op::OProjPostNorm`].
+    DownPostNorm,
     /// The whole FFN half (norm, gate/up, activation, down, residual, post-norm): one
     /// workgroup per token, the megakernel kept to measure that it loses.
     Megakernel,
@@ -132,6 +138,9 @@ pub struct LayerPlan {
     pub biases: bool,
     /// gemma3's sandwich norms: W_o and W_down write `proj`, a post-norm adds it in.
     pub post_norms: bool,
+    /// The post-norms folded into W_o and W_down on matvec steps ([`Op::OProjPostNorm`],
+    /// [`Op::DownPostNorm`]); `None` without post-norms.
+    pub post_norm_fold: Option<Choice>,
     /// Sliding-window size (0: full causal attention).
     pub window: u32,
     /// RoPE on q and k; `false` on SmolLM3's NoPE layers, whose Q/K/V products are followed
@@ -157,6 +166,8 @@ pub struct Plan {
     pub lm_head_norm: bool,
     /// gemma2's final logit soft-cap, folded into the LM head's store.
     pub final_softcap: Option<f32>,
+    /// Steps of at most this many tokens may fold the post-norms (their scratch's bound).
+    post_norm_max_t: u32,
     heads: u32,
     kv_heads: u32,
     head_dim: u32,
@@ -274,6 +285,25 @@ impl Plan {
                         types(&[&lw.w_gate, &lw.w_up])
                     ))
                 };
+                // the post-norm epilogue needs the whole row in one dispatch and a matvec
+                // whose last workgroup reduces with subgroup sums
+                let post_norm_fold = c.post_norms.then(|| {
+                    let fits = |w: &GpuTensor| post_norm_fuses(ctx, w, 1);
+                    if !fused {
+                        Choice::no("unfused pipeline")
+                    } else if fits(&lw.wo) && fits(&lw.w_down) {
+                        Choice::yes(format!(
+                            "W_o and W_down ({}) in one buffer each, a subgroup matvec",
+                            types(&[&lw.wo, &lw.w_down])
+                        ))
+                    } else {
+                        Choice::no(format!(
+                            "W_o or W_down split into buffers, or the {} matvec has no \
+                             post-norm epilogue",
+                            kernels.matvec.label()
+                        ))
+                    }
+                });
                 LayerPlan {
                     qkv_rope,
                     qkv_one,
@@ -281,6 +311,7 @@ impl Plan {
                     ffn,
                     biases,
                     post_norms: c.post_norms,
+                    post_norm_fold,
                     window: c.window(l as u32),
                     rope: uses_rope,
                 }
@@ -301,6 +332,7 @@ impl Plan {
             layers,
             lm_head_norm: fused,
             final_softcap: c.final_softcap,
+            post_norm_max_t: post_norm_max_t(c.dim as u64),
             heads: c.n_heads,
             kv_heads: c.n_kv_heads,
             head_dim: c.head_dim,
@@ -375,30 +407,49 @@ impl Plan {
         ops
     }
 
-    /// Layer `l`'s FFN half: from the residual stream back into it.
-    pub fn ffn_ops(&self, l: usize) -> Vec<Op> {
-        let residual = !self.layers[l].post_norms;
+    /// Whether layer `l`'s post-norms fold into W_o and W_down on a step of `t` tokens.
+    fn post_norm_folded(&self, l: usize, t: u32) -> bool {
+        let on = self.layers[l].post_norm_fold.as_ref().is_some_and(|c| c.on);
+        on && self.is_matvec_step(t) && t <= self.post_norm_max_t
+    }
+
+    /// Layer `l`'s output projection for a step of `t` tokens: W_o into the residual stream
+    /// (gemma's post-norm folded in, or as its own dispatch).
+    pub fn o_proj_ops(&self, l: usize, t: u32) -> Vec<Op> {
+        if !self.layers[l].post_norms {
+            vec![Op::OProj { residual: true }]
+        } else if self.post_norm_folded(l, t) {
+            vec![Op::OProjPostNorm]
+        } else {
+            vec![
+                Op::OProj { residual: false },
+                Op::PostNorm(NormOf::Attention),
+            ]
+        }
+    }
+
+    /// Layer `l`'s FFN half for a step of `t` tokens: from the residual stream back into it.
+    pub fn ffn_ops(&self, l: usize, t: u32) -> Vec<Op> {
         let mut ops = match self.layers[l].ffn {
             FfnPlan::Megakernel => return vec![Op::Megakernel],
             FfnPlan::Glu(_) => vec![Op::GateUpGlu],
             FfnPlan::Separate(_) => vec![Op::Norm(NormOf::Ffn), Op::GateUp, Op::Glu],
         };
-        ops.push(Op::Down { residual });
-        if !residual {
-            ops.push(Op::PostNorm(NormOf::Ffn));
+        if !self.layers[l].post_norms {
+            ops.push(Op::Down { residual: true });
+        } else if self.post_norm_folded(l, t) {
+            ops.push(Op::DownPostNorm);
+        } else {
+            ops.extend([Op::Down { residual: false }, Op::PostNorm(NormOf::Ffn)]);
         }
         ops
     }
 
-    /// Every op of layer `l`: the attention half, W_o (and gemma3's post-norm), the FFN half.
+    /// Every op of layer `l`: the attention half, W_o (and gemma's post-norm), the FFN half.
     pub fn layer_ops(&self, l: usize, t: u32, pos0: u32) -> Vec<Op> {
-        let residual = !self.layers[l].post_norms;
         let mut ops = self.attention_ops(l, t, pos0);
-        ops.push(Op::OProj { residual });
-        if !residual {
-            ops.push(Op::PostNorm(NormOf::Attention));
-        }
-        ops.extend(self.ffn_ops(l));
+        ops.extend(self.o_proj_ops(l, t));
+        ops.extend(self.ffn_ops(l, t));
         ops
     }
 
@@ -489,6 +540,18 @@ impl Plan {
                 (Op::OProj { .. }, Some(lw), _) => {
                     product(out, &lw.wo, lw.wo.n_rows, t, false, false, Fusion::None)
                 }
+                (Op::OProjPostNorm, Some(lw), _) => {
+                    product(out, &lw.wo, lw.wo.n_rows, t, false, false, Fusion::PostNorm)
+                }
+                (Op::DownPostNorm, Some(lw), _) => product(
+                    out,
+                    &lw.w_down,
+                    lw.w_down.n_rows,
+                    t,
+                    false,
+                    false,
+                    Fusion::PostNorm,
+                ),
                 (Op::PostNorm(_), ..) => out.push("norm_rms_add".into()),
                 (Op::GateUpGlu, Some(lw), _) => {
                     let glu = Fusion::Glu(self.act);
@@ -785,14 +848,19 @@ impl Plan {
             "full causal".to_string()
         };
         out.push(("window", window));
-        out.push((
-            "o proj",
-            if lp.post_norms {
-                "W_o, then its post-norm added into the residual stream".into()
-            } else {
-                "W_o added into the residual stream by the product".into()
-            },
-        ));
+        let post_norm = |w: &str| match &lp.post_norm_fold {
+            Some(fold) if fold.on => format!(
+                "{w} with its post-norm added into the residual stream by the product's last \
+                 workgroup on matvec steps ({}); else {w}, then the post-norm",
+                fold.why
+            ),
+            Some(fold) => format!(
+                "{w}, then its post-norm added into the residual stream ({})",
+                fold.why
+            ),
+            None => format!("{w} added into the residual stream by the product"),
+        };
+        out.push(("o proj", post_norm("W_o")));
         let act = match self.act {
             Activation::Silu => "SiLU",
             Activation::GeluTanh => "GELU-tanh",
@@ -814,14 +882,7 @@ impl Plan {
             },
         ));
         if lp.ffn != FfnPlan::Megakernel {
-            out.push((
-                "down",
-                if lp.post_norms {
-                    "W_down, then its post-norm added into the residual stream".into()
-                } else {
-                    "W_down added into the residual stream by the product".into()
-                },
-            ));
+            out.push(("down", post_norm("W_down")));
         }
         out
     }

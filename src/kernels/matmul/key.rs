@@ -58,6 +58,15 @@ impl MatmulVariant {
         matches!(self, Self::Tiled | Self::TiledCoop | Self::Wide(_))
     }
 
+    /// Whether this shape has the post-norm epilogue ([`Fusion::PostNorm`]): the matvecs
+    /// whose last workgroup reduces with subgroup sums.
+    pub(crate) fn has_post_norm(self) -> bool {
+        matches!(
+            self,
+            Self::MatvecSubgroup | Self::MatvecChunk | Self::MatvecChunkWide
+        )
+    }
+
     /// Tokens per workgroup of a tile kernel (the z extent of its grid).
     pub(super) fn tile_tokens(self) -> u32 {
         match self {
@@ -115,6 +124,10 @@ pub enum Fusion {
     /// Qkv, then RoPE on q and k and the KV-cache write: outputs q, the K cache and the V
     /// cache, plus an inv_freq binding (matvec shapes only; see `kernels::qkv_rope`).
     QkvRope(RopeLayout),
+    /// y += RMSNorm(x·Wᵀ) ⊙ post_w, y the residual stream: gemma's sandwich norm folded into
+    /// W_o and W_down, plus the post_w and scratch bindings (the subgroup and chunk matvecs
+    /// only; see [`super::matmul_post_norm_add`]).
+    PostNorm,
 }
 
 impl Fusion {
@@ -123,6 +136,7 @@ impl Fusion {
             Fusion::None => 1,
             Fusion::Glu(_) => 2,
             Fusion::Qkv | Fusion::QkvRope(_) => 3,
+            Fusion::PostNorm => 1,
         }
     }
 
@@ -162,6 +176,8 @@ pub(in crate::kernels) struct Layout {
     pub(super) norm: u32,
     pub(super) bias: u32,
     pub(super) rope: u32,
+    /// post_w, then the post-norm scratch (Fusion::PostNorm).
+    pub(super) post: u32,
     /// The split scratch (SPLIT_K), after every other binding.
     pub(super) split: u32,
     /// Storage bindings in all.
@@ -273,6 +289,7 @@ impl MatmulKey {
             Fusion::Qkv => "_qkv",
             Fusion::QkvRope(RopeLayout::Normal) => "_qkv_rope_normal",
             Fusion::QkvRope(RopeLayout::Neox) => "_qkv_rope_neox",
+            Fusion::PostNorm => "_post_norm",
         };
         let norm = if self.norm { "_norm" } else { "" };
         let bias = if self.bias { "_bias" } else { "" };
@@ -323,6 +340,18 @@ impl MatmulKey {
                     defines.push("ROPE_NEOX");
                 }
             }
+            Fusion::PostNorm => {
+                if !self.variant.has_post_norm() {
+                    return Err(KernelError::Shape {
+                        kernel: "matmul_post_norm_add",
+                        why: format!(
+                            "the post-norm epilogue is in the subgroup and chunk matvecs, not {:?}",
+                            self.variant
+                        ),
+                    });
+                }
+                defines.push("POST_NORM");
+            }
         }
         if self.norm {
             defines.push("NORM");
@@ -360,14 +389,15 @@ impl MatmulKey {
     }
 
     /// Bindings 1.. in order: weights, x, outputs, norm_w, biases (one per output), inv_freq,
-    /// the split scratch.
+    /// post_w and the post-norm scratch, the split scratch.
     pub(in crate::kernels) fn layout(&self) -> Layout {
         let x = 1 + self.fusion.weights();
         let y = x + 1;
         let norm = y + self.fusion.outputs();
         let bias = norm + self.norm as u32;
         let rope = bias + if self.bias { self.fusion.outputs() } else { 0 };
-        let split = rope + matches!(self.fusion, Fusion::QkvRope(_)) as u32;
+        let post = rope + matches!(self.fusion, Fusion::QkvRope(_)) as u32;
+        let split = post + 2 * (self.fusion == Fusion::PostNorm) as u32;
         let count = split - 1 + (self.splits > 1) as u32;
         Layout {
             x,
@@ -375,6 +405,7 @@ impl MatmulKey {
             norm,
             bias,
             rope,
+            post,
             split,
             count,
         }
@@ -427,7 +458,8 @@ impl MatmulKey {
              const GT_N: u32 = {}u;\nconst GT_T: u32 = {}u;\nconst G_KC: u32 = {}u;\n\
              const B_W1: u32 = 2u;\nconst B_W2: u32 = 3u;\nconst B_X: u32 = {}u;\n\
              const B_Y: u32 = {}u;\nconst B_NORM: u32 = {}u;\nconst B_BIAS: u32 = {}u;\n\
-             const B_ROPE: u32 = {}u;\nconst B_SPLIT: u32 = {}u;\n",
+             const B_ROPE: u32 = {}u;\nconst B_POST: u32 = {}u;\nconst B_SPLIT: u32 = {}u;\n\
+             const POST_COUNTERS: u32 = {}u;\n",
             (self.stage_k / 4).max(1),
             wide.slots,
             wide.tokens,
@@ -437,7 +469,9 @@ impl MatmulKey {
             l.norm,
             l.bias,
             l.rope,
-            l.split
+            l.post,
+            l.split,
+            super::POST_NORM_MAX_T,
         );
         Ok(format!(
             "{enables}{consts}{}",

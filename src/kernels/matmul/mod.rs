@@ -226,6 +226,130 @@ pub fn matmul_normed_variant(
     single(rec, w, x, norm, y, t, bias, args, variant)
 }
 
+/// Tokens a [`matmul_post_norm_add`] dispatch may hold: its arrival counters (the shader's
+/// POST_COUNTERS, prepended from here).
+pub const POST_NORM_MAX_T: u32 = 64;
+/// Words of the post-norm scratch after the counters: the product's rows of every token.
+const POST_NORM_VALUE_WORDS: u64 = 1 << 20;
+
+/// The residual side of [`matmul_post_norm_add`]: `(post_w[N] f32, eps, y[T, N] f32)`.
+#[derive(Clone, Copy)]
+pub struct PostNormAdd<'a> {
+    pub w: &'a Binding,
+    pub eps: f32,
+    /// The residual stream, read and written.
+    pub residual: &'a Binding,
+}
+
+/// The most tokens one [`matmul_post_norm_add`] of `rows` rows holds: its counters, and
+/// its scratch's room for the rows.
+pub fn post_norm_max_t(rows: u64) -> u32 {
+    (POST_NORM_VALUE_WORDS / rows.max(1)).min(POST_NORM_MAX_T as u64) as u32
+}
+
+/// Whether [`matmul_post_norm_add`] runs for `w` and `t` tokens on this device: one part, a
+/// matvec shape with the epilogue (subgroups), and the rows of `t` tokens within its scratch.
+/// Elsewhere the product and `norm::rms_norm_add` stay two dispatches.
+pub fn post_norm_fuses(ctx: &GpuContext, w: &GpuTensor, t: u32) -> bool {
+    let key = chosen_key(
+        ctx,
+        w.ty,
+        t,
+        w.row_len,
+        w.n_rows,
+        false,
+        false,
+        Fusion::PostNorm,
+        None,
+    );
+    w.parts.len() == 1
+        && key.variant.has_post_norm()
+        && (1..=post_norm_max_t(w.n_rows)).contains(&t)
+}
+
+/// Records residual[T, N] += RMSNorm(x[T, K] · w[N, K]ᵀ) ⊙ post.w in one dispatch: gemma's
+/// sandwich norms (`post_attention_norm` after W_o, `post_ffw_norm` after W_down) folded into
+/// the product that feeds them, where otherwise `norm::rms_norm_add` is a dispatch of its own.
+/// The norm needs the whole row, so the last workgroup of each token to finish reads the
+/// rows back from a scratch and adds the normed row (see matmul.wgsl's `post_norm_add`).
+/// Only where [`post_norm_fuses`] says so; errors elsewhere.
+pub fn matmul_post_norm_add(
+    rec: &mut StepRecorder,
+    w: &GpuTensor, // [N, K] (gpu::layout)
+    x: &Binding,   // [T, K] f32
+    post: PostNormAdd,
+    t: u32,
+) -> Result<(), KernelError> {
+    matmul_post_norm_add_variant(rec, w, x, post, t, None)
+}
+
+/// [`matmul_post_norm_add`] with the kernel shape forced (`Some`) for tests and A/B runs.
+pub fn matmul_post_norm_add_variant(
+    rec: &mut StepRecorder,
+    w: &GpuTensor,
+    x: &Binding,
+    post: PostNormAdd,
+    t: u32,
+    variant: Option<MatmulVariant>,
+) -> Result<(), KernelError> {
+    const KERNEL: &str = "matmul_post_norm_add";
+    let err = |why: String| {
+        Err(KernelError::Shape {
+            kernel: KERNEL,
+            why,
+        })
+    };
+    check_weight(KERNEL, w, rec.ctx().max_binding_bytes())?;
+    let (k, n) = (w.row_len, w.n_rows);
+    if w.parts.len() != 1 {
+        return err(format!("{} is split into {} parts", w.name, w.parts.len()));
+    }
+    if !(1..=post_norm_max_t(n)).contains(&t) {
+        return err(format!(
+            "{t} tokens of {n} rows: at most {} tokens ({POST_NORM_VALUE_WORDS} values)",
+            post_norm_max_t(n)
+        ));
+    }
+    if !post.eps.is_finite() || post.eps < 0.0 {
+        return err(format!("eps {} is not a finite value >= 0", post.eps));
+    }
+    check_binding(KERNEL, "x [T, K]", x, t as u64 * k)?;
+    check_binding(KERNEL, "residual [T, N]", post.residual, t as u64 * n)?;
+    check_binding(KERNEL, "post_w [N]", post.w, n)?;
+    let key = chosen_key(
+        rec.ctx(),
+        w.ty,
+        t,
+        k,
+        n,
+        false,
+        false,
+        Fusion::PostNorm,
+        variant,
+    );
+    let rows = n as u32;
+    let params = Params {
+        k: k as u32,
+        t,
+        eps: post.eps,
+        rows: [rows, 0, 0, 0],
+        n: [rows, 0, 0, 0],
+        ..Params::default()
+    };
+    let words = POST_NORM_MAX_T as u64 + POST_NORM_VALUE_WORDS;
+    let scratch = rec
+        .ctx()
+        .shared_scratch("matvec post-norm scratch", 4 * words);
+    let bindings = [
+        Binding::from(&w.parts[0].buffer),
+        x.clone(),
+        post.residual.clone(),
+        post.w.clone(),
+        Binding::from(&scratch),
+    ];
+    launch(rec, KERNEL, &key, params, rows, &bindings)
+}
+
 /// Records out[T, ffn] = act(x'·w_gateᵀ) ⊙ (x'·w_upᵀ) in one dispatch (per part pair), with
 /// x' = x, or x's RMSNorm when `norm` is given. The two weights must have the same type and
 /// shape (then they are split alike); check with [`can_fuse_glu`] and keep the unfused
