@@ -248,6 +248,14 @@ LLAMA_LIKE_LAYER = {
 }
 LLAMA_LIKE_TOP = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight"}
 
+# Phi-3's fused Q/K/V and gate/up tensors, as HF Phi3 keeps them.
+PHI3_LAYER = {"attn_norm.weight": "input_layernorm.weight",
+              "attn_qkv.weight": "self_attn.qkv_proj.weight",
+              "attn_output.weight": "self_attn.o_proj.weight",
+              "ffn_norm.weight": "post_attention_layernorm.weight",
+              "ffn_up.weight": "mlp.gate_up_proj.weight",
+              "ffn_down.weight": "mlp.down_proj.weight"}
+
 # One entry per family checked against the converter.
 SPECS: dict[str, Spec] = {
     "qwen3": Spec(
@@ -266,12 +274,7 @@ SPECS: dict[str, Spec] = {
         fixture="phi3-q8_0",
         hf_class="Phi3ForCausalLM",
         hf_config=phi3_config,
-        layer={"attn_norm.weight": "input_layernorm.weight",
-               "attn_qkv.weight": "self_attn.qkv_proj.weight",
-               "attn_output.weight": "self_attn.o_proj.weight",
-               "ffn_norm.weight": "post_attention_layernorm.weight",
-               "ffn_up.weight": "mlp.gate_up_proj.weight",
-               "ffn_down.weight": "mlp.down_proj.weight"},
+        layer=PHI3_LAYER,
         # LongRoPE's factors live in the HF config (rope_parameters), not among its parameters
         top={**LLAMA_LIKE_TOP, "output.weight": "lm_head.weight",
              "rope_factors_long.weight": None, "rope_factors_short.weight": None},
@@ -284,12 +287,7 @@ SPECS: dict[str, Spec] = {
         fixture="phi4-q8_0",
         hf_class="Phi3ForCausalLM",
         hf_config=phi3_config,
-        layer={"attn_norm.weight": "input_layernorm.weight",
-               "attn_qkv.weight": "self_attn.qkv_proj.weight",
-               "attn_output.weight": "self_attn.o_proj.weight",
-               "ffn_norm.weight": "post_attention_layernorm.weight",
-               "ffn_up.weight": "mlp.gate_up_proj.weight",
-               "ffn_down.weight": "mlp.down_proj.weight"},
+        layer=PHI3_LAYER,
         top={**LLAMA_LIKE_TOP, "rope_factors_long.weight": None, "rope_factors_short.weight": None},
         tokenizer_dir=phi3_tokenizer_dir,
         tokenizer_files=("tokenizer.model", "tokenizer_config.json"),
