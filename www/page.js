@@ -3,12 +3,13 @@
 
 import { $ } from "./ui.js";
 
-/** Everything the page knows. Tests read engine, state, lastStats and peakWasm. */
+/** Everything the page knows. Tests read engine, state, lastStats, peakWasm and longTasks. */
 export const page = {
   engine: null,
   state: "starting",
   lastStats: null,
   peakWasm: 0,
+  longTasks: [], // {start, duration} in ms (performance.now()) of every main-thread task > 50 ms
   bindings: null,
   presets: [],
   defaultPreset: null,
@@ -28,6 +29,17 @@ export const page = {
   adapterName: "", // the browser's name for the GPU (wgpu's browser backend reports none)
 };
 window.cocoPage = page;
+
+// Main-thread tasks over 50 ms (the Long Tasks API's threshold): what makes the page janky
+// while a model loads or generates. Registered as the page's first module runs; `buffered`
+// adds the ones from before. Measured, never acted on (the e2e tests record them).
+try {
+  new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) page.longTasks.push({ start: e.startTime, duration: e.duration });
+  }).observe({ type: "longtask", buffered: true });
+} catch {
+  // a browser without the Long Tasks API: page.longTasks stays empty
+}
 
 // ---------------------------------------------------------------------------------------
 // State, status and errors

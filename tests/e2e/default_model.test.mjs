@@ -6,8 +6,8 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import {
-  ARTIFACTS, DEFAULT_MODEL, GREEDY, ROOT, firstDifference, generate, guard, launch, openPage,
-  record, settleLoad, storageReport, useTestServer,
+  ARTIFACTS, DEFAULT_MODEL, GREEDY, ROOT, firstDifference, generate, guard, launch, longTasksSince,
+  openPage, pageNow, record, settleLoad, storageReport, useTestServer,
 } from './lib/harness.mjs';
 import { nativeRun } from './lib/native.mjs';
 
@@ -39,15 +39,17 @@ describe('default model (Gemma-3-270M) in the page', { timeout: 40 * 60_000 }, (
   });
 
   // Clicks Load for the default preset; the same-origin default needs no confirmation.
+  // Returns the seconds it took and the main thread's long tasks meanwhile.
   async function loadDefault(page) {
     await page.selectOption('#model-preset', { index: 0 });
     const url = await page.inputValue('#model-url');
     assert.ok(url.endsWith(DEFAULT_MODEL), `the first preset is the default model (URL box says "${url}")`);
     const t0 = Date.now();
+    const mark = await pageNow(page);
     await page.click('#load');
     const s = await settleLoad(page, { until: ['loaded', 'confirm'], timeout: 20 * 60_000 });
     assert.notEqual(s, 'confirm', 'the same-origin default model asks no confirmation');
-    return (Date.now() - t0) / 1000;
+    return { seconds: (Date.now() - t0) / 1000, longTasks: await longTasksSince(page, mark) };
   }
 
   it('loads from the network with a wasm heap peak under 64 MB and generates sensible greedy text', { timeout: 25 * 60_000 }, async (t) => {
@@ -57,7 +59,8 @@ describe('default model (Gemma-3-270M) in the page', { timeout: 40 * 60_000 }, (
       await guard(t, session, async () => {
         const { page } = session;
         await openPage(page, shared.server);
-        networkSeconds = await loadDefault(page);
+        const load = await loadDefault(page);
+        networkSeconds = load.seconds;
         const peak = await page.evaluate(() => window.cocoPage.peakWasm);
         assert.ok(Number.isFinite(peak) && peak > 0, `window.cocoPage.peakWasm is a byte count (got ${peak})`);
         assert.ok(peak < WASM_LIMIT, `wasm heap peak ${(peak / 2 ** 20).toFixed(1)} MiB while loading 253 MB must stay under 64 MiB`);
@@ -65,8 +68,10 @@ describe('default model (Gemma-3-270M) in the page', { timeout: 40 * 60_000 }, (
         assert.ok(modelRequests.length > 0, 'the first load fetched the model from the server');
 
         const t0 = Date.now();
+        const mark = await pageNow(page);
         const run = await generate(page, { prompt: PROMPT, fields: { ...GREEDY, 'max-tokens': N }, timeout: 15 * 60_000 });
         const genSeconds = (Date.now() - t0) / 1000;
+        const generateLongTasks = await longTasksSince(page, mark);
         const want = await native;
         const at = firstDifference(run.ids, want.ids);
         assert.equal(at, -1, `page and native differ at token ${at}:\n  page   ${JSON.stringify(run.text)} ${JSON.stringify(run.ids)}\n  native ${JSON.stringify(want.text)} ${JSON.stringify(want.ids)}`);
@@ -83,6 +88,9 @@ describe('default model (Gemma-3-270M) in the page', { timeout: 40 * 60_000 }, (
           decode_tok_s: run.decode_tok_s,
           dispatches_per_token: run.dispatches_per_token,
           text: run.text,
+          // The main thread's tasks over 50 ms (window.cocoPage.longTasks) in each phase.
+          long_tasks_load: load.longTasks,
+          long_tasks_generate: generateLongTasks,
         });
       });
     } finally {
@@ -98,12 +106,12 @@ describe('default model (Gemma-3-270M) in the page', { timeout: 40 * 60_000 }, (
         const { page } = session;
         await openPage(page, shared.server);
         const before = shared.server.requests.length;
-        const cacheSeconds = await loadDefault(page);
+        const { seconds: cacheSeconds, longTasks } = await loadDefault(page);
         const browserSide = session.requests.filter(isModel);
         const serverSide = shared.server.requests.slice(before).filter(isModel);
         assert.deepEqual(browserSide, [], `no request for the model leaves the page on a cached load (${await storageReport(page)})`);
         assert.deepEqual(serverSide, [], 'the server sees no request for the model on a cached load');
-        record('gemma cache load', { seconds: cacheSeconds, network_seconds: networkSeconds });
+        record('gemma cache load', { seconds: cacheSeconds, network_seconds: networkSeconds, long_tasks_load: longTasks });
       });
     } finally {
       await session.close();

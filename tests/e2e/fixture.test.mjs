@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import path from 'node:path';
 import {
   ARTIFACTS, GREEDY, ROOT, cachedUrls, finishedRun, firstDifference, generate, guard, loadModel,
-  openPage, record, settleLoad, state, storageReport, text, useTestServer, waitState,
+  longTasksSince, openPage, pageNow, record, settleLoad, state, storageReport, text, useTestServer, waitState,
 } from './lib/harness.mjs';
 import { coco, nativeRun } from './lib/native.mjs';
 
@@ -37,8 +37,10 @@ describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
       await openPage(page, shared.server);
       assert.equal(await state(page), 'ready', 'a page without a link waits for the user');
       const t0 = Date.now();
+      const mark = await pageNow(page);
       await loadModel(page, FIXTURE_URL);
       const seconds = (Date.now() - t0) / 1000;
+      const longTasks = await longTasksSince(page, mark);
       const rows = await page.$$eval('#report tr[data-status]', (trs) => trs.map((r) => [r.dataset.status, r.textContent.replace(/\s+/g, ' ').trim()]));
       assert.ok(rows.length > 0, 'the capability report has rows');
       assert.deepEqual(rows.filter(([s]) => s === 'not_yet' || s === 'not-yet'), [], 'no "not yet" row for a supported model');
@@ -49,7 +51,7 @@ describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
       assert.match(await text(page, '#model-plan'), /[1-9][0-9]* dispatches per decode step/, 'the plan states its dispatch count');
       const cached = await cachedUrls(page);
       assert.ok(cached.some((u) => u.includes('llama-spm-q4_0.gguf')), `the loaded model is in the Cache API (caches hold: ${cached.join(', ') || 'nothing'}; ${await storageReport(page)})`);
-      record('fixture load', { seconds, peak_wasm_mb: (await page.evaluate(() => window.cocoPage?.peakWasm)) / 2 ** 20 });
+      record('fixture load', { seconds, peak_wasm_mb: (await page.evaluate(() => window.cocoPage?.peakWasm)) / 2 ** 20, long_tasks: longTasks });
 
       // coco asks for `subgroups` itself (wgpu 30 can't in the browser): by default its
       // subgroup kernels run exactly when this browser's adapter offers the feature, its WGSL
@@ -69,13 +71,15 @@ describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
     guard(t, shared.session, async () => {
       const { page } = shared.session;
       const t0 = Date.now();
+      const mark = await pageNow(page);
       const run = await generate(page, { prompt: PROMPT, fields: { ...GREEDY, 'max-tokens': N } });
       const seconds = (Date.now() - t0) / 1000;
+      const longTasks = await longTasksSince(page, mark);
       const at = firstDifference(run.ids, native.ids);
       assert.equal(at, -1, `page and native differ at token ${at}:\n  page   ${JSON.stringify(run.ids)} ${JSON.stringify(run.text)}\n  native ${JSON.stringify(native.ids)} ${JSON.stringify(native.text)}`);
       assert.equal(run.text, native.text, 'same ids must decode to the same text');
       assert.ok(run.output.includes(native.text.trim().slice(0, 8)), `#output shows the generated text (it shows ${JSON.stringify(run.output.slice(0, 200))})`);
-      record('fixture greedy', { seconds, prefill_tok_s: run.prefill_tok_s, decode_tok_s: run.decode_tok_s, dispatches_per_token: run.dispatches_per_token });
+      record('fixture greedy', { seconds, prefill_tok_s: run.prefill_tok_s, decode_tok_s: run.decode_tok_s, dispatches_per_token: run.dispatches_per_token, long_tasks: longTasks });
 
       await page.screenshot({ path: SCREENSHOT, fullPage: true });
       console.log(`# screenshot of the page after generating with the fixture: ${path.relative(ROOT, SCREENSHOT)}`);

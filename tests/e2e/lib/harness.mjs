@@ -358,6 +358,28 @@ export function record(name, values) {
   console.log(`# measured ${line}`);
 }
 
+/** The page's clock (performance.now(), ms): marks the start of a window for longTasksSince. */
+export async function pageNow(page) {
+  return page.evaluate(() => performance.now());
+}
+
+/**
+ * The page's main-thread long tasks (over 50 ms, window.cocoPage.longTasks) that started at
+ * or after `since` (a pageNow() mark): {count, longest_ms, total_ms}. Recorded, never asserted
+ * on (durations on a shared 2-core machine say nothing about a bug).
+ */
+export async function longTasksSince(page, since) {
+  return page.evaluate((since) => {
+    const tasks = (window.cocoPage?.longTasks ?? []).filter((t) => t.start >= since);
+    const round = (ms) => Math.round(ms);
+    return {
+      count: tasks.length,
+      longest_ms: round(tasks.reduce((a, t) => Math.max(a, t.duration), 0)),
+      total_ms: round(tasks.reduce((a, t) => a + t.duration, 0)),
+    };
+  }, since);
+}
+
 /** The first index where two id lists differ, or -1. */
 export function firstDifference(a, b) {
   const n = Math.max(a.length, b.length);
