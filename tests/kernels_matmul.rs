@@ -345,8 +345,10 @@ fn matmul_type(ty: GgmlType) {
                 .softcap(),
             Case::new(ty, 67, 2, Some(MatvecChunk)).softcap(),
             Case::new(ty, 19, 1, Some(MatvecChunk)).wide().softcap(),
-            Case::new(ty, 67, 2, Some(MatvecChunkWide)).long().bias(),
-            Case::new(ty, 19, 1, Some(MatvecChunkWide))
+            Case::new(ty, 67, 2, Some(MatvecChunkWide(64)))
+                .long()
+                .bias(),
+            Case::new(ty, 19, 1, Some(MatvecChunkWide(32)))
                 .wide()
                 .accumulate(),
         ]);

@@ -378,7 +378,7 @@ fn glu_type(ty: GgmlType) -> Err {
     if ctx().has_subgroups() {
         cases.push(case(3, Some(MatvecSubgroup)).split(12).gelu());
         cases.push(case(3, Some(MatvecChunk)).split(12).gelu());
-        cases.push(case(2, Some(MatvecChunkWide)).long());
+        cases.push(case(2, Some(MatvecChunkWide(64))).long());
     }
     let mut worst = Err::default();
     for (i, c) in cases.into_iter().enumerate() {
@@ -481,7 +481,7 @@ fn qkv_type(ty: GgmlType) -> Err {
     if ctx().has_subgroups() {
         cases.push(case(1, Some(MatvecSubgroup)).bias());
         cases.push(case(1, Some(MatvecChunk)).bias());
-        cases.push(case(1, Some(MatvecChunkWide)).bias());
+        cases.push(case(1, Some(MatvecChunkWide(32))).bias());
     }
     let mut worst = Err::default();
     for (i, c) in cases.into_iter().enumerate() {
@@ -567,7 +567,7 @@ fn post_norm_type(ty: GgmlType) -> Err {
         (MatvecSubgroup, 640, 3),
         (MatvecChunk, 67, 2),
         (MatvecChunk, 640, 1),
-        (MatvecChunkWide, 133, 1),
+        (MatvecChunkWide(32), 133, 1),
     ]
     .into_iter()
     .enumerate()

@@ -20,9 +20,10 @@ pub enum MatmulVariant {
     /// The subgroup matvec with a lane per 32-element chunk (16-byte weight loads) and x' in
     /// workgroup-memory tiles (`shaders/matmul/matvec_chunk.wgsl`).
     MatvecChunk,
-    /// The chunk matvec with [`CHUNK_WIDE`] slots per workgroup: what [`MatmulKey::sized`]
-    /// picks for an int8 product whose grid keeps [`CHUNK_WIDE_MIN_GROUPS`] workgroups.
-    MatvecChunkWide,
+    /// The chunk matvec with more slots per workgroup (one of [`CHUNK_WIDE`]'s): what
+    /// [`MatmulKey::sized`] picks for an int8 product whose grid keeps that entry's
+    /// workgroups.
+    MatvecChunkWide(u32),
     /// Matrix–vector, one invocation per row and no reduction: for CPU adapters without
     /// subgroups (SwiftShader, the browser's fallback adapter). There a workgroup barrier
     /// costs a switch of every invocation's fiber, and the shared-memory reduction made the
@@ -45,7 +46,7 @@ impl MatmulVariant {
         match self {
             Self::MatvecWorkgroup => "MATVEC_WG",
             Self::MatvecSubgroup => "MATVEC_SG",
-            Self::MatvecChunk | Self::MatvecChunkWide => "MATVEC_CHUNK",
+            Self::MatvecChunk | Self::MatvecChunkWide(_) => "MATVEC_CHUNK",
             // The workgroup kernel with one lane per slot: its reduction loop is empty.
             Self::MatvecRows => "MATVEC_WG",
             Self::Tiled => "TILED",
@@ -63,7 +64,7 @@ impl MatmulVariant {
     pub(crate) fn has_post_norm(self) -> bool {
         matches!(
             self,
-            Self::MatvecSubgroup | Self::MatvecChunk | Self::MatvecChunkWide
+            Self::MatvecSubgroup | Self::MatvecChunk | Self::MatvecChunkWide(_)
         )
     }
 
@@ -81,7 +82,9 @@ impl MatmulVariant {
             Self::MatvecWorkgroup => format!("matvec_wg{}", MV_ROWS * MV_LANES),
             Self::MatvecSubgroup => format!("matvec_sg{}", MV_ROWS * MV_LANES),
             Self::MatvecChunk => format!("matvec_chunk{}", MV_ROWS * MV_LANES),
-            Self::MatvecChunkWide => format!("matvec_chunk{}x{}", CHUNK_WIDE.0, CHUNK_WIDE.1),
+            Self::MatvecChunkWide(slots) => {
+                format!("matvec_chunk{slots}x{CHUNK_WIDE_ROWS_PER_TASK}")
+            }
             Self::MatvecRows => format!("matvec_rows{}", MV_ROWS * MV_LANES),
             Self::Tiled => format!("tiled{TILE_N}x{TILE_T}"),
             Self::TiledCoop => format!("coop{TILE_N}x{TILE_T}"),
@@ -107,7 +110,7 @@ impl MatmulVariant {
             // The shader deals lanes by subgroup size; MV_LANES is unused there.
             Self::MatvecSubgroup => (matvec_shape().rows, MV_LANES),
             Self::MatvecChunk => (chunk_shape().0, MV_LANES),
-            Self::MatvecChunkWide => (CHUNK_WIDE.0, MV_LANES),
+            Self::MatvecChunkWide(slots) => (slots, MV_LANES),
         }
     }
 }
@@ -220,11 +223,14 @@ impl MatmulKey {
             // gate/up 1,367 -> 1,156 µs per step, its LM head 143 -> 102 (BENCHMARKS.md
             // "session 17"); the 4,096-row products lost 4% on it.
             MatmulVariant::MatvecChunk
-                if self.int8_candidate()
-                    && chunk_shape_override().is_none()
-                    && slots.div_ceil(CHUNK_WIDE.0 as u64) >= CHUNK_WIDE_MIN_GROUPS =>
+                if self.int8_candidate() && chunk_shape_override().is_none() =>
             {
-                MatmulVariant::MatvecChunkWide
+                CHUNK_WIDE
+                    .iter()
+                    .find(|&&(per, min_groups)| slots.div_ceil(per as u64) >= min_groups)
+                    .map_or(MatmulVariant::MatvecChunk, |&(per, _)| {
+                        MatmulVariant::MatvecChunkWide(per)
+                    })
             }
             // The fused Q/K/V keeps the 64 × 64 tiles: as wide64x128 it ran 2.8× slower on
             // the Llama-8B shape (105.7 against 37.7 ms per 512-token step; BENCHMARKS.md
@@ -233,7 +239,7 @@ impl MatmulKey {
             v => v,
         };
         let splits = match variant {
-            MatmulVariant::MatvecChunk | MatmulVariant::MatvecChunkWide => {
+            MatmulVariant::MatvecChunk | MatmulVariant::MatvecChunkWide(_) => {
                 let rows = variant.slots_per_group();
                 chunk_splits(slots.div_ceil(rows as u64), rows, k / 32, t)
             }
@@ -260,7 +266,7 @@ impl MatmulKey {
         let others = 64 * shape.rows_per_task * 8 + 64 * 4;
         if matches!(
             self.variant,
-            MatmulVariant::MatvecChunk | MatmulVariant::MatvecChunkWide
+            MatmulVariant::MatvecChunk | MatmulVariant::MatvecChunkWide(_)
         ) {
             // Tiles of whole 32-element chunks, as many as the device's workgroup memory holds;
             // with split K no more than a workgroup's range.
@@ -379,7 +385,7 @@ impl MatmulKey {
     pub fn int8(&self) -> bool {
         matches!(
             self.variant,
-            MatmulVariant::MatvecChunk | MatmulVariant::MatvecChunkWide
+            MatmulVariant::MatvecChunk | MatmulVariant::MatvecChunkWide(_)
         ) && self.int8_candidate()
     }
 
@@ -427,7 +433,7 @@ impl MatmulKey {
             // and with it (naga 30, lavapipe) the subgroup matvec's sums come out NaN.
             MatmulVariant::MatvecSubgroup
             | MatmulVariant::MatvecChunk
-            | MatmulVariant::MatvecChunkWide
+            | MatmulVariant::MatvecChunkWide(_)
                 if cfg!(target_arch = "wasm32") =>
             {
                 "enable subgroups;\n"
@@ -442,7 +448,7 @@ impl MatmulKey {
                 (shape.unroll, shape.rows_per_task)
             }
             MatmulVariant::MatvecChunk => (1, chunk_shape().1),
-            MatmulVariant::MatvecChunkWide => (1, CHUNK_WIDE.1),
+            MatmulVariant::MatvecChunkWide(_) => (1, CHUNK_WIDE_ROWS_PER_TASK),
             _ => (2, 1),
         };
         // The tile kernels' tile; the wide GEMM's register tile and K chunk.

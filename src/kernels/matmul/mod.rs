@@ -756,7 +756,9 @@ pub(super) fn launch(
     let ctx = rec.ctx();
     if matches!(
         key.variant,
-        MatmulVariant::MatvecSubgroup | MatmulVariant::MatvecChunk | MatmulVariant::MatvecChunkWide
+        MatmulVariant::MatvecSubgroup
+            | MatmulVariant::MatvecChunk
+            | MatmulVariant::MatvecChunkWide(_)
     ) && !ctx.has_subgroups()
     {
         return err("the subgroup matvec needs Features::SUBGROUP, which this device lacks".into());

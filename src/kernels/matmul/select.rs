@@ -22,11 +22,15 @@ pub const SG_ROWS_PER_TASK: u32 = 2;
 pub const CHUNK_ROWS: u32 = 16;
 pub const CHUNK_ROWS_PER_TASK: u32 = 4;
 
-/// [`MatmulVariant::MatvecChunkWide`]'s (slots per workgroup, rows per task), and the fewest
-/// workgroups it may leave a product with (about four per SM on the H200's 132): measured
-/// best of 8 × 1, 16 × 2, 16 × 4 and 32 × 4 for those products (BENCHMARKS.md "session 17").
-pub const CHUNK_WIDE: (u32, u32) = (32, 4);
-pub const CHUNK_WIDE_MIN_GROUPS: u64 = 512;
+/// [`MatmulVariant::MatvecChunkWide`]'s slots per workgroup, widest first, each with the
+/// fewest workgroups it may leave a product with; its rows per task are
+/// [`CHUNK_WIDE_ROWS_PER_TASK`]. 32 × 4 was measured best of 8 × 1, 16 × 2, 16 × 4 and 32 × 4
+/// where it keeps about four workgroups per SM of the H200's 132 (BENCHMARKS.md "session
+/// 17"). 64 slots won where they keep 448 or more (the 8B's gate/up 1,164 → 985 µs per step,
+/// the 1B's and 8B's LM heads 70 → 61 and 101 → 93) and lost at 256 (the 1B's gate/up 261 →
+/// 288) and below (BENCHMARKS.md "session 21").
+pub const CHUNK_WIDE: [(u32, u64); 2] = [(64, 448), (32, 512)];
+pub const CHUNK_WIDE_ROWS_PER_TASK: u32 = 4;
 
 /// The chunk matvec's (slots per workgroup, rows per task): ([`CHUNK_ROWS`],
 /// [`CHUNK_ROWS_PER_TASK`]), or [`chunk_shape_override`].
