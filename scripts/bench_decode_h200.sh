@@ -6,8 +6,8 @@
 #   BINS="coco-base coco coco@16x1x2x0x1" bash scripts/bench_decode_h200.sh
 #
 # .bench/ holds release builds (each name in BINS, and shape_model); `name@shape` runs that
-# build with COCO_MATVEC=shape, and `name+VAR=value` with that environment variable set
-# (e.g. `coco+COCO_ATTN_MERGE=separate`); .gl/ the Debian
+# build with COCO_MATVEC=shape, and `name+VAR=value[+VAR=value…]` with those environment
+# variables set (e.g. `coco+COCO_CHUNK=64x4+COCO_CHUNK_SPLITS=4`); .gl/ the Debian
 # libvulkan1 package (the device has the NVIDIA driver but no loader). MODELS picks shapes
 # (default: all five). Writes JSON lines to $OUT/decode.jsonl and prints a table last: tg128
 # and the decode step's matvec µs with their read bandwidth.
@@ -45,8 +45,10 @@ for spec in $MODELS; do
       *@*) shape=${spec_bin#*@} ;;
       *+*) var=${spec_bin#*+} ;;
     esac
+    vars=()
+    [ -n "$var" ] && IFS=+ read -ra vars <<< "$var"
     echo "== $m $spec_bin"
-    env ${shape:+COCO_MATVEC=$shape} ${var:+"$var"} "$B/$bin" bench -m "$M/$m.gguf" -p 512 -n 128 --reps 3 --profile --json 2>>"$OUT/err.txt" \
+    env ${shape:+COCO_MATVEC=$shape} "${vars[@]}" "$B/$bin" bench -m "$M/$m.gguf" -p 512 -n 128 --reps 3 --profile --json 2>>"$OUT/err.txt" \
       | python3 -c "import json,sys; r=json.load(sys.stdin); r['build']='$spec_bin'; r['shape']='$m'; print(json.dumps(r))" \
       | tee -a "$OUT/decode.jsonl" | cut -c1-300
   done
