@@ -1,4 +1,4 @@
-// The coco page: opens the engine (src/web/, through Trunk's wasm bindings), loads a
+// The coco page: opens the engine (src/web/, in a Web Worker: www/engine.js), loads a
 // model (www/download.js), generates, shows the numbers, and shares runs (www/share.js).
 //
 // The contract with the engine and with the tests is www/API.md. The page's states are
@@ -18,6 +18,7 @@ import {
   checkLost, clearError, engineHas, errorKind, errorMessage, exclusive, page, safeCall, setState,
   showError, status, updateControls,
 } from "./page.js";
+import { openEngine as startEngine } from "./engine.js";
 import {
   BENCH, PROFILE_TOKENS, describeOptionalParts, exportBench, megakernelAB, runBench, runProfile,
   toggleMegakernel,
@@ -30,7 +31,9 @@ const AUTO_LOAD_MAX_BYTES = 300_000_000;
 const MIN_CONTEXT = 64;
 const MAX_CONTEXT = 131072;
 const POLL_MS = 1000;
-const MAX_PUSH_BYTES = 1 << 20;
+// The most bytes of the file handed to the engine's worker and not yet taken by it: the
+// download reads ahead while the worker pushes into GPU buffers, within this bound.
+const MAX_IN_FLIGHT_BYTES = 8 << 20;
 const UI_UPDATE_MS = 100;
 
 // ---------------------------------------------------------------------------------------
@@ -137,29 +140,6 @@ function restoreLink(link) {
   if (link.gemm !== undefined) page.gemm = link.gemm;
 }
 
-/** The wasm bindings: Trunk's module sets window.wasmBindings, then fires an event. */
-function wasmBindings() {
-  if (window.wasmBindings) return Promise.resolve(window.wasmBindings);
-  return new Promise((resolve, reject) => {
-    let lastError = "";
-    const onError = (e) => {
-      lastError = e.message || String(e.reason || "");
-    };
-    addEventListener("error", onError);
-    addEventListener("unhandledrejection", onError);
-    const timer = setTimeout(() => {
-      reject(new Error(`the engine's wasm module did not start within 60 s${lastError ? `: ${lastError}` : ""}`));
-    }, 60_000);
-    addEventListener("TrunkApplicationStarted", () => {
-      clearTimeout(timer);
-      removeEventListener("error", onError);
-      removeEventListener("unhandledrejection", onError);
-      if (window.wasmBindings) resolve(window.wasmBindings);
-      else reject(new Error("the wasm module started but exposed no bindings"));
-    }, { once: true });
-  });
-}
-
 /**
  * wgpu's browser backend leaves the adapter's name and vendor empty; the browser's own
  * GPUAdapterInfo has them (vendor, architecture, description). Asking for an adapter
@@ -191,17 +171,21 @@ async function openEngine() {
   }
   status("Starting the engine…");
   try {
-    page.bindings = page.bindings || (await wasmBindings());
     // A link's subgroups=0 / 1 turns them off / on wherever granted (A/B runs); otherwise
     // the engine decides. attn_merge=separate: the two-dispatch attention merge; gemm=…: the
     // prefill GEMM by name (www/API.md).
-    page.engine = await page.bindings.Coco.open({ subgroups: page.subgroups, attention_merge: page.attnMerge, gemm: page.gemm });
+    page.engine = await startEngine({ subgroups: page.subgroups, attention_merge: page.attnMerge, gemm: page.gemm });
   } catch (err) {
     const message = errorMessage(err);
-    // Coco.open throws kind "not_yet" when there is no adapter or device (www/API.md).
+    // Kind "not_yet": no adapter or device (Coco.open), or no module workers or no WebGPU
+    // inside them (www/engine.js says which in `reason`).
     if (errorKind(err) === "not_yet") {
       $("webgpu-missing-reason").textContent = message;
-      status("Not yet: this browser offers WebGPU but no usable GPU adapter.");
+      const why = {
+        no_module_worker: "Not yet: this browser can't start the module Web Worker coco runs its engine in.",
+        no_webgpu_in_worker: "Not yet: this browser offers WebGPU to the page but not to Web Workers, where coco runs.",
+      };
+      status(why[err.reason] ?? "Not yet: this browser offers WebGPU but no usable GPU adapter.");
       setState("no-webgpu");
     } else {
       showError(`The engine did not start: ${message}`);
@@ -211,14 +195,14 @@ async function openEngine() {
     return false;
   }
   try {
-    const adapter = await withBrowserAdapterInfo(page.engine.adapter());
+    const adapter = await withBrowserAdapterInfo(await page.engine.adapter());
     page.adapterName = adapter.description || "";
     renderGpuPanel(adapter);
     describeOptionalParts(adapter);
   } catch (err) {
     $("gpu-facts").replaceChildren(el("p", { class: "note", text: `The adapter could not be described: ${errorMessage(err)}` }));
   }
-  pollMemory();
+  await pollMemory();
   return true;
 }
 
@@ -232,10 +216,23 @@ function readContext() {
   return context;
 }
 
+// The memory() call in flight, so a slow answer (the worker busy with a chunk) is shared
+// rather than queued again on every progress update.
+let memoryAsked = null;
+
+/** Asks the engine's worker for its wasm heap and GPU memory and shows them. */
 function pollMemory() {
-  if (!page.engine) return;
+  if (!page.engine) return Promise.resolve();
+  memoryAsked ??= showMemory(page.engine).finally(() => {
+    memoryAsked = null;
+  });
+  return memoryAsked;
+}
+
+async function showMemory(engine) {
   try {
-    const m = page.engine.memory();
+    const m = await engine.memory();
+    // The worker's wasm memory: the engine's whole heap (the page itself runs no wasm).
     page.peakWasm = Math.max(page.peakWasm, m.wasm_bytes || 0, m.wasm_peak_bytes || 0);
     setStat("wasm", formatBytes(m.wasm_bytes));
     setStat("wasm-peak", formatBytes(page.peakWasm));
@@ -347,7 +344,7 @@ async function streamModel(load) {
   const { url, engine, context, signal, plan } = load;
   setState("downloading");
   status(plan.cached ? "Loading from this browser's storage (no network)…" : `Downloading ${displayName(url)} into the GPU…`);
-  engine.load_begin(context, plan.total ?? undefined);
+  await engine.load_begin(context, plan.total ?? undefined);
   load.began = true;
   page.hasModel = false;
   if (!plan.cached) load.writer = await CacheWriter.open(url, plan.total).catch(() => null);
@@ -357,30 +354,45 @@ async function streamModel(load) {
   const onResume = (e) => {
     status(`The connection dropped at ${formatBytes(e.at)}; resuming (attempt ${e.resume} of 3)…`);
   };
+  // Each chunk's memory moves to the engine's worker (no copy stays here) and comes back once
+  // the engine has read it, then goes on to the cache. Pushes are answered in order; the loop
+  // waits for the oldest only while more than MAX_IN_FLIGHT_BYTES are out, so the download
+  // and the engine work at the same time. A refused chunk fails the load when its turn comes.
+  const inFlight = [];
+  let inFlightBytes = 0;
+  const settleOldest = async () => {
+    const { pushed, bytes } = inFlight.shift();
+    inFlightBytes -= bytes;
+    await pushed;
+  };
+  const keep = (bytes) => load.writer?.write(bytes);
   for await (const chunk of byteSource(url, plan, signal, onResume)) {
     if (signal.aborted) throw new LoadError("cancelled", "cancelled");
-    // wasm-bindgen copies each chunk into the wasm heap; slices bound that copy (the
-    // header reads hand over up to 8 MiB at once, fast networks a few MiB).
-    for (let at = 0; at < chunk.length; at += MAX_PUSH_BYTES) {
-      engine.load_push(chunk.subarray(at, at + MAX_PUSH_BYTES));
-    }
-    load.writer?.write(chunk);
-    received += chunk.length;
+    const bytes = chunk.length;
+    const pushed = engine.load_push(chunk, keep);
+    pushed.catch(() => {}); // awaited in order by settleOldest; this only marks it handled
+    inFlight.push({ pushed, bytes });
+    inFlightBytes += bytes;
+    received += bytes;
+    while (inFlightBytes > MAX_IN_FLIGHT_BYTES) await settleOldest();
     const now = performance.now();
     if (now - lastUi > UI_UPDATE_MS) {
       lastUi = now;
-      updateProgress(meter.update(received));
+      // Progress counts the bytes the engine has taken, not the ones still on their way.
+      updateProgress(meter.update(received - inFlightBytes));
       pollMemory();
     }
   }
+  while (inFlight.length) await settleOldest();
+  if (signal.aborted) throw new LoadError("cancelled", "cancelled");
   const final = meter.update(received);
   updateProgress(final);
   $("progress-text").textContent = `${formatBytes(received)} in ${formatSeconds(final.elapsed)}`
     + (final.elapsed > 0 ? ` (${formatBytes(received / final.elapsed)}/s)` : "");
-  pollMemory();
-  const done = engine.load_finish();
+  await pollMemory();
+  const done = await engine.load_finish();
   load.began = false;
-  pollMemory();
+  await pollMemory();
   return { done, received };
 }
 
@@ -442,7 +454,7 @@ async function loadFailed(load, err) {
   const e = err instanceof LoadError ? err : new LoadError(errorMessage(err), errorKind(err) ?? "internal");
   if (load.began) {
     try {
-      engine.load_cancel();
+      await engine.load_cancel();
     } catch {
       // the loader may already be gone; nothing more to free
     }
@@ -451,14 +463,14 @@ async function loadFailed(load, err) {
   plan?.reader?.cancel?.().catch(() => {});
   if (load.writer) await load.writer.abort(e).catch(() => {});
   else if (!plan?.cached) await deleteCached(url).catch(() => {});
-  if (checkLost()) return;
+  if (await checkLost()) return;
   if (e.kind === "cancelled") {
     status(page.hasModel ? "Cancelled; the model loaded before is still there." : "Cancelled; nothing was kept.");
     $("progress-text").textContent = "Cancelled.";
     setState(page.hasModel ? "loaded" : "ready");
   } else if (e.kind === "not_yet") {
     // Without Range the header check ran inside load_push; its report is kept for us.
-    const refused = engineHas("load_report") ? safeCall(() => engine.load_report()) : null;
+    const refused = engineHas("load_report") ? await safeCall(() => engine.load_report()) : null;
     if (refused) renderReport(refused);
     $("report-summary").textContent = e.message;
     status(e.message);
@@ -546,7 +558,7 @@ function renderStats(stats) {
   setStat("tokens", `${stats.prompt_tokens} (${stats.reused_tokens || 0} reused)`);
   const why = { eos: "end of text", max_tokens: "max tokens", stopped: "stopped by you", context_full: "context full" };
   setStat("stop", why[stats.stop] || String(stats.stop ?? "–"));
-  pollMemory();
+  return pollMemory();
 }
 
 /**
@@ -598,7 +610,7 @@ async function send({ replay = false } = {}) {
         : await page.engine.generate(promptText, options, onToken);
       if (chatMode) page.chat.push({ role: "assistant", content: stats.text });
       page.lastStats = stats;
-      renderStats(stats);
+      await renderStats(stats);
       status(`Done: ${stats.generated_tokens} tokens at ${formatRate(stats.decode_tok_s, "tok/s")}.`);
       setState("loaded");
     } catch (err) {
@@ -612,7 +624,7 @@ async function send({ replay = false } = {}) {
           renderChatLog();
         }
       }
-      if (!checkLost()) {
+      if (!(await checkLost())) {
         showError(`Generation failed: ${errorMessage(err)}`);
         status("Generation failed; the model is still loaded.");
         setState("error");
@@ -624,6 +636,9 @@ async function send({ replay = false } = {}) {
 function stop() {
   if (page.state === "generating") {
     page.stopRequested = true;
+    // Straight to the worker, which checks it before its next token; on_token returning
+    // false says the same, but only once the next token has reached the page.
+    page.engine?.stop();
     status("Stopping…");
   }
 }
@@ -637,9 +652,9 @@ function resetChat() {
   if (!page.hasModel) return;
   // While a call runs the engine is not told (exclusive does nothing then); the next chat
   // turn prefills only what differs from the cache anyway.
-  exclusive("reset", () => {
+  exclusive("reset", async () => {
     try {
-      page.engine.reset();
+      await page.engine.reset();
     } catch (err) {
       showError(`Reset failed: ${errorMessage(err)}`);
     }
@@ -650,9 +665,9 @@ async function showTemplate() {
   const view = $("template-view");
   const messages = [...page.chat];
   if ($("prompt").value.trim()) messages.push({ role: "user", content: $("prompt").value });
-  await exclusive("template", () => {
+  await exclusive("template", async () => {
     try {
-      view.textContent = page.engine.render_chat(messages);
+      view.textContent = await page.engine.render_chat(messages);
     } catch (err) {
       view.textContent = errorMessage(err);
     }
@@ -671,7 +686,8 @@ async function recover() {
   page.engine = null;
   window.cocoPage.engine = null;
   try {
-    old?.free?.();
+    // Ends the old engine's worker: its wasm memory and its (lost) device go with it.
+    await old?.free?.();
   } catch {
     // the old engine's memory goes with the page either way
   }
@@ -849,9 +865,9 @@ function wire() {
   $("profile-run").textContent = `Profile a decode step (after ${PROFILE_TOKENS} tokens)`;
   // Device loss can happen at any time (driver reset, tab in background on mobile, the
   // test hook); the engine reports it through lost(), checked between calls.
-  setInterval(() => {
+  setInterval(async () => {
     if (page.busy || !page.engine) return;
-    if (!checkLost()) pollMemory();
+    if (!(await checkLost())) pollMemory();
   }, POLL_MS);
 }
 

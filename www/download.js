@@ -3,7 +3,8 @@
 // kept in the Cache API and a metadata record that lets a later load verify it.
 //
 // Nothing here holds the whole file: the header prefix is a few MiB at most, and the bulk
-// goes chunk by chunk into `engine.load_push` (which writes GPU buffers) and into the cache.
+// goes chunk by chunk into `engine.load_push` (the engine's worker writes GPU buffers) and
+// into the cache.
 
 export const CACHE_NAME = "coco-models-v1";
 // Metadata lives in a second cache under the same key, because Cache API keys ignore the
@@ -138,7 +139,7 @@ export async function headerFromStream(reader, engine, context, total) {
       if (have < nextCheck) continue;
     }
     const fresh = chunks.slice(inspected);
-    const result = engine.inspect(concat(fresh, have - inspectedBytes), inspectedBytes, context, done ? have : total ?? undefined);
+    const result = await engine.inspect(concat(fresh, have - inspectedBytes), inspectedBytes, context, done ? have : total ?? undefined);
     inspected = chunks.length;
     inspectedBytes = have;
     if (result.status !== "need_more") return { result, buffered: chunks, have, reader, done };
@@ -205,7 +206,7 @@ export async function readHeader(url, engine, context, signal) {
     // A short answer means the file ended (when the server doesn't say its total).
     const atEnd = total !== null ? have >= total : part.length < asked;
     // Only the new piece: the engine's probe keeps what it parsed of the earlier ones.
-    const result = engine.inspect(part, have - part.length, context, total ?? (atEnd ? have : undefined));
+    const result = await engine.inspect(part, have - part.length, context, total ?? (atEnd ? have : undefined));
     if (result.status !== "need_more") {
       // rangeSupported needs Content-Range: without it (a cross-origin server that doesn't
       // expose the header) resumed bytes could not be checked, so no resume.

@@ -59,7 +59,7 @@ export async function toggleMegakernel() {
       box.checked = Boolean(result.on);
       showMegakernel(result, wanted);
       // The FFN steps of the plan follow the switch.
-      if (engineHas("plan")) renderPlan(page.engine.plan());
+      if (engineHas("plan")) renderPlan(await page.engine.plan());
     } catch (err) {
       box.checked = false;
       $("megakernel-result").dataset.passed = "false";

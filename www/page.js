@@ -8,9 +8,8 @@ export const page = {
   engine: null,
   state: "starting",
   lastStats: null,
-  peakWasm: 0,
+  peakWasm: 0, // the highest wasm heap the engine's worker reported, in bytes
   longTasks: [], // {start, duration} in ms (performance.now()) of every main-thread task > 50 ms
-  bindings: null,
   presets: [],
   defaultPreset: null,
   hasModel: false, // a model is on the GPU and ready to generate
@@ -98,8 +97,8 @@ export function updateControls() {
  * The one guard every engine call goes through (loads, generation, benchmarks, the chat
  * template, …): one at a time, so the engine never answers "busy"; a second click while one
  * runs does nothing. Only the reads that never take the engine's state bypass it: adapter(),
- * memory(), lost() and the destroy_device() test hook, which must work while a generation
- * runs (src/web/bindings.rs).
+ * memory(), lost(), stop() and the destroy_device() test hook, which must work while a
+ * generation runs (src/web/bindings.rs). Every engine call is a Promise (www/engine.js).
  */
 export async function exclusive(label, fn) {
   if (page.busy || !page.engine) return undefined;
@@ -110,7 +109,7 @@ export async function exclusive(label, fn) {
   } finally {
     page.busy = null;
     updateControls();
-    checkLost();
+    await checkLost();
   }
 }
 
@@ -129,23 +128,25 @@ export function errorMessage(err) {
   return String(err);
 }
 
-export function safeCall(fn) {
+/** fn()'s result, or null where it throws or rejects. */
+export async function safeCall(fn) {
   try {
-    return fn();
+    return await fn();
   } catch {
     return null;
   }
 }
 
-/** True (and the page in state `lost`) when the engine reports a lost device. */
-export function checkLost() {
+/** Resolves true (and puts the page in state `lost`) when the engine reports a lost device. */
+export async function checkLost() {
   if (!page.engine || page.state === "lost") return page.state === "lost";
   let message = null;
   try {
-    message = page.engine.lost();
+    message = await page.engine.lost();
   } catch {
     return false;
   }
+  if (page.state === "lost") return true;
   if (!message) return false;
   page.hasModel = false;
   page.abort?.abort();

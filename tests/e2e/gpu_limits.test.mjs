@@ -31,7 +31,7 @@ describe('GPU limits in the page', { timeout: 15 * 60_000 }, () => {
   before(async () => {
     const { page } = shared.session;
     await openPage(page, shared.server);
-    limits = await page.evaluate(() => window.cocoPage.engine.adapter().limits);
+    limits = await page.evaluate(async () => (await window.cocoPage.engine.adapter()).limits);
     const m = Math.min(limits.max_storage_binding, limits.max_buffer);
     maxBinding = m - (m % 4);
   });

@@ -1,5 +1,6 @@
 // Honest "not yet": an architecture coco doesn't run is refused from its header, before the
-// weights download; and a browser without WebGPU gets the explanation, not a broken page.
+// weights download; and a browser without WebGPU (in the page, or in the Web Worker the
+// engine runs in) gets the explanation, not a broken page.
 import { describe, it, before } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
@@ -34,6 +35,33 @@ describe('not yet', { timeout: 10 * 60_000 }, () => {
       await waitState(page, 'no-webgpu', { timeout: 60_000 });
       assert.ok(await page.isVisible('#webgpu-missing'), '#webgpu-missing is visible');
       assert.match(await text(page, '#webgpu-missing'), /Chrome|Firefox|Safari/, 'it says what to do in common browsers');
+    }));
+
+  // The engine runs in a module Web Worker (www/engine_worker.js): a browser that gives the
+  // page WebGPU but not its workers, or that can't start a module worker, is told so plainly.
+  it('WebGPU hidden from Web Workers only: state no-webgpu, and the page says the workers lack it', { timeout: 2 * 60_000 }, (t) =>
+    withBrowser(t, { server: shared.server, workerInitScript: () => delete WorkerNavigator.prototype.gpu }, async (session) => {
+      const { page } = session;
+      await page.goto(`${shared.server.url}/`);
+      await waitState(page, 'no-webgpu', { timeout: 60_000 });
+      assert.ok(await page.isVisible('#webgpu-missing'), '#webgpu-missing is visible');
+      assert.match(await text(page, '#webgpu-missing-reason'), /no WebGPU in Web Workers/, 'the reason names the workers');
+      assert.match(await text(page, '#status-text'), /not yet.*Web Workers/i, 'the status line says it too');
+    }));
+
+  it('no module workers (the page\'s Worker ignores {type: "module"}): state no-webgpu, and the page says why', { timeout: 2 * 60_000 }, (t) =>
+    withBrowser(t, { server: shared.server, initScript: () => {
+      // What an older browser does: it never reads the `type` option.
+      const Native = window.Worker;
+      window.Worker = function Worker(url) {
+        return new Native(url);
+      };
+    } }, async (session) => {
+      const { page } = session;
+      await page.goto(`${shared.server.url}/`);
+      await waitState(page, 'no-webgpu', { timeout: 60_000 });
+      assert.match(await text(page, '#webgpu-missing-reason'), /no module Web Workers/, 'the reason names module workers');
+      assert.match(await text(page, '#status-text'), /not yet.*module Web Worker/i, 'the status line says it too');
     }));
 
   it('Chromium without --enable-unsafe-webgpu (no adapter): state no-webgpu and the explanation', { timeout: 2 * 60_000 }, (t) =>

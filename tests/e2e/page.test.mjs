@@ -91,9 +91,9 @@ describe('page: chat and keys', { timeout: 20 * 60_000 }, () => {
       // The typed boundary (www/API.md, PageError): an Error whose kind the page switches on.
       assert.equal(refusal.kind, 'not_yet', 'the refusal is a PageError of kind "not_yet"');
       assert.equal(refusal.isError, true, 'thrown as an Error');
-      const wrongCall = await page.evaluate(() => {
+      const wrongCall = await page.evaluate(async () => {
         try {
-          window.cocoPage.engine.set_pipeline('nonesuch');
+          await window.cocoPage.engine.set_pipeline('nonesuch');
           return null;
         } catch (e) {
           return { kind: e.kind, name: e.name };

@@ -183,9 +183,9 @@ describe('page: benchmark, kernel chart, cache', { timeout: 20 * 60_000 }, () =>
 describe('page: per-kernel timing without timestamp-query', { timeout: 5 * 60_000 }, () => {
   const shared = useTestServer();
 
-  // Hides the feature the way an adapter without it looks to the page: GPUAdapter.features
-  // lacks "timestamp-query", so wgpu neither reports nor requests it. Everything else is the
-  // real SwiftShader adapter.
+  // Hides the feature the way an adapter without it looks to the page and to the engine's
+  // worker, where wgpu runs: GPUAdapter.features lacks "timestamp-query", so wgpu neither
+  // reports nor requests it. Everything else is the real SwiftShader adapter.
   const hideTimestamps = () => {
     const real = Object.getOwnPropertyDescriptor(GPUAdapter.prototype, 'features');
     Object.defineProperty(GPUAdapter.prototype, 'features', {
@@ -197,10 +197,10 @@ describe('page: per-kernel timing without timestamp-query', { timeout: 5 * 60_00
   };
 
   it('the page says plainly that kernels can\'t be timed here, and why (no blank chart)', { timeout: 4 * 60_000 }, (t) =>
-    withBrowser(t, { server: shared.server, initScript: hideTimestamps }, async (session) => {
+    withBrowser(t, { server: shared.server, initScript: hideTimestamps, workerInitScript: hideTimestamps }, async (session) => {
       const { page } = session;
       await openPage(page, shared.server);
-      assert.equal(await page.evaluate(() => window.cocoPage.engine.adapter().timestamp_query), false, 'the engine sees no timestamp-query');
+      assert.equal(await page.evaluate(async () => (await window.cocoPage.engine.adapter()).timestamp_query), false, 'the engine sees no timestamp-query');
       assert.match(await text(page, '#profile-chart'), /not yet.*no timestamp quer/i, 'the chart area says why before anything loads');
       assert.match(await text(page, '#gpu-facts'), /Timestamp queries\s*no/i, 'the GPU panel says so too');
       await loadModel(page, FIXTURE_URL);

@@ -70,13 +70,14 @@ export async function startServer() {
 
 /**
  * A fresh Chromium with its own profile (the Cache API needs a real, persistent profile: an
- * incognito-style context gets a small in-memory quota). Pass `userDataDir` to reopen a
+ * incognito-style context gets a small in-memory quota). `initScript` runs in the page before
+ * its scripts, `workerInitScript` in the engine's worker before its own. Pass `userDataDir` to reopen a
  * profile, e.g. to load a model from the cache in a new browser (and `keepProfile` to keep a
  * new one after close); `server` (from startServer)
  * adds its request log to failure messages.
  * Returns {context, page, logs, requests, userDataDir, close()}.
  */
-export async function launch({ webgpu = true, userDataDir, keepProfile = false, initScript, server, viewport = { width: 1280, height: 1000 } } = {}) {
+export async function launch({ webgpu = true, userDataDir, keepProfile = false, initScript, workerInitScript, server, viewport = { width: 1280, height: 1000 } } = {}) {
   const dir = userDataDir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'coco-e2e-'));
   const context = await chromium.launchPersistentContext(dir, {
     executablePath: CHROMIUM,
@@ -87,6 +88,15 @@ export async function launch({ webgpu = true, userDataDir, keepProfile = false, 
     permissions: ['clipboard-read', 'clipboard-write'],
   });
   if (initScript) await context.addInitScript(initScript);
+  if (workerInitScript) {
+    // addInitScript reaches the page's frames, not its workers: the engine's worker
+    // (www/engine_worker.js) gets the function prepended to its own source instead, so it
+    // runs there before anything else.
+    await context.route('**/www/engine_worker.js', async (route) => {
+      const response = await route.fetch();
+      await route.fulfill({ response, body: `(${workerInitScript})();\n${await response.text()}` });
+    });
+  }
   const page = context.pages()[0] ?? (await context.newPage());
   const session = { context, page, server, userDataDir: dir, logs: [], requests: [] };
   watch(page, session);
