@@ -23,9 +23,9 @@ use crate::kernels::attention::{self, AttentionPlan, AttentionShape, SPLIT_BLOCK
 use crate::kernels::elementwise::Activation;
 use crate::kernels::get_rows::GetRowsKey;
 use crate::kernels::matmul::{
-    can_fuse_glu, chunk_min_k, chunk_splits_override, matvec_max_t, matvec_shape, planned_label,
-    post_norm_fuses, post_norm_max_t, qkv_fuses, DeviceKernels, Fusion, GemmChoice, MatmulVariant,
-    StageX, WideTile, WIDE_MIN_GROUPS,
+    can_fuse_glu, chunk_min_k, chunk_short_k_min, chunk_splits_override, matvec_max_t,
+    matvec_shape, planned_label, post_norm_fuses, post_norm_max_t, qkv_fuses, DeviceKernels,
+    Fusion, GemmChoice, MatmulVariant, StageX, WideTile, CHUNK_WIDE, WIDE_MIN_GROUPS,
 };
 use crate::kernels::megakernel::MegakernelKey;
 use crate::kernels::qkv_rope::qkv_rope_fits;
@@ -702,10 +702,20 @@ impl Plan {
                 chunk_min_k(),
                 MatmulVariant::MatvecSubgroup.label(),
                 if matvec_shape().int8 {
-                    "; x' as int8 levels for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K on the chunk matvec, \
-                     32 rows per workgroup where that leaves >= 512 workgroups"
+                    let wide = CHUNK_WIDE
+                        .iter()
+                        .map(|(slots, groups)| format!("{slots} where that leaves >= {groups}"))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    let short = chunk_short_k_min()
+                        .map(|(k, rows)| format!(", also where K >= {k} over >= {rows} rows"))
+                        .unwrap_or_default();
+                    format!(
+                        "; x' as int8 levels for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K on \
+                         the chunk matvec{short}; rows per workgroup: {wide} workgroups"
+                    )
                 } else {
-                    ""
+                    String::new()
                 }
             ) + &chunk_splits_override()
                 .map(|n| format!("; K split {n} ways (COCO_CHUNK_SPLITS)"))

@@ -212,13 +212,20 @@ impl MatmulKey {
 
     /// This key for a product of K = `k` over `slots` weight rows (all parts, all fused
     /// weights) and `t` tokens with the device's `gemm` choice. When its variant was chosen,
-    /// not forced: the chunk matvec only where it pays ([`CHUNK_MIN_K`]), and the portable
-    /// tiles as the first [`MatmulVariant::Wide`] tile that still fills the GPU
+    /// not forced: the chunk matvec only where it pays ([`CHUNK_MIN_K`], [`CHUNK_SHORT_K_MIN`]),
+    /// and the portable tiles as the first [`MatmulVariant::Wide`] tile that still fills the GPU
     /// ([`GemmChoice::pick`]). Either way a chunk matvec splits K by [`chunk_splits`].
     pub fn sized(self, k: u64, slots: u64, t: u32, gemm: GemmChoice, forced: bool) -> MatmulKey {
         let variant = match self.variant {
             v if forced => v,
-            MatmulVariant::MatvecChunk if k < chunk_min_k() => MatmulVariant::MatvecSubgroup,
+            MatmulVariant::MatvecChunk
+                if k < chunk_min_k()
+                    && !(self.int8_candidate()
+                        && chunk_short_k_min()
+                            .is_some_and(|(min_k, min_rows)| k >= min_k && slots >= min_rows)) =>
+            {
+                MatmulVariant::MatvecSubgroup
+            }
             // With int8 levels the larger workgroup wins where the grid stays full: the 8B's
             // gate/up 1,367 -> 1,156 µs per step, its LM head 143 -> 102 (BENCHMARKS.md
             // "session 17"); the 4,096-row products lost 4% on it.

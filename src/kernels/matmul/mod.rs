@@ -14,8 +14,10 @@
 //!   shared-memory reduction. What the browser runs.
 //! - `matvec_sg256`: the same with `subgroupAdd`, when the device has SUBGROUP (native only:
 //!   wgpu's WebGPU backend never enables it).
-//! - `matvec_chunk256`: decode with SUBGROUP and K ≥ [`CHUNK_MIN_K`]: a lane per 32-element
-//!   chunk (16-byte weight loads), x' staged in workgroup-memory tiles, 16 slots.
+//! - `matvec_chunk256`: decode with SUBGROUP and K ≥ [`CHUNK_MIN_K`] (or an int8 LM head of
+//!   K ≥ 512, [`CHUNK_SHORT_K_MIN`]): a lane per 32-element chunk (16-byte weight loads), x'
+//!   staged in workgroup-memory tiles, 16 slots; `matvec_chunk64x4` / `32x4` with int8 levels
+//!   where the grid stays full ([`CHUNK_WIDE`]).
 //! - `tiled64x64`: prefill; a 64-slot × 64-token tile per workgroup, each W chunk dequantized
 //!   once into workgroup memory and reused by all 64 tokens.
 //! - `wide64x128`, `wide128x64`, `wide64x64`: the portable prefill GEMM with a larger

@@ -113,6 +113,13 @@ pub fn chunk_splits_override() -> Option<u32> {
 /// matvec, which measured faster on them (too few chunks per row to occupy a task's lanes;
 /// BENCHMARKS.md "session 13"). `COCO_CHUNK_MIN_K` overrides it ([`chunk_min_k`]).
 pub const CHUNK_MIN_K: u64 = 2048;
+/// Shorter rows still take the chunk matvec, with int8 levels, in products of at least this
+/// K and this many rows: the LM heads of the small models, whose thousands of workgroups
+/// hide each one's staging of x'. Measured on the H200 (BENCHMARKS.md "session 20"):
+/// Gemma-3-270M's (K 640, 262,144 rows) 150 -> 98 µs per step, Qwen-0.5B's (896, 151,936)
+/// 103 -> 67, while their few-hundred-workgroup products (gate/up, Q/K/V, W_o) lost
+/// 20-40% each.
+pub const CHUNK_SHORT_K_MIN: (u64, u64) = (512, 65_536);
 /// Largest K whose x'[t] the subgroup matvec stages in workgroup memory (16 KiB of f32, the
 /// least any WebGPU device offers; the device's own limit also applies).
 pub const STAGE_MAX_K: u32 = 4096;
@@ -325,22 +332,35 @@ pub fn matvec_max_t(kernels: DeviceKernels) -> Option<u32> {
     tiles.then(matvec_max_t_setting)
 }
 
-/// [`CHUNK_MIN_K`], or the tuning override `COCO_CHUNK_MIN_K` (32..=1,048,576), read once
-/// per process: where the chunk matvec takes over from the lane-per-8 one, for A/B runs and
-/// for putting every product on it in the tests.
+/// [`CHUNK_MIN_K`], or the tuning override `COCO_CHUNK_MIN_K` ([`chunk_min_k_override`]):
+/// where the chunk matvec takes over from the lane-per-8 one.
 pub fn chunk_min_k() -> u64 {
-    static MIN_K: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    chunk_min_k_override().unwrap_or(CHUNK_MIN_K)
+}
+
+/// [`CHUNK_SHORT_K_MIN`], unless `COCO_CHUNK_MIN_K` is set: the override alone then says
+/// which products run the chunk matvec (`COCO_CHUNK_MIN_K=2048` is the A/B baseline of the
+/// LM-head rule).
+pub fn chunk_short_k_min() -> Option<(u64, u64)> {
+    chunk_min_k_override()
+        .is_none()
+        .then_some(CHUNK_SHORT_K_MIN)
+}
+
+/// The tuning override `COCO_CHUNK_MIN_K` (32..=1,048,576), read once per process: for A/B
+/// runs, for putting every product on the chunk matvec in the tests, and for keeping
+/// lavapipe's whole-model tests off it where it is slow on a CPU (scripts/test.sh).
+pub fn chunk_min_k_override() -> Option<u64> {
+    static MIN_K: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
     *MIN_K.get_or_init(|| {
-        let Ok(v) = std::env::var("COCO_CHUNK_MIN_K") else {
-            return CHUNK_MIN_K;
-        };
+        let v = std::env::var("COCO_CHUNK_MIN_K").ok()?;
         match v.trim().parse::<u64>() {
-            Ok(k) if (32..=1 << 20).contains(&k) => k,
+            Ok(k) if (32..=1 << 20).contains(&k) => Some(k),
             _ => {
                 log::warn!(
                     "COCO_CHUNK_MIN_K={v:?} ignored: expected a whole number in 32..=1048576"
                 );
-                CHUNK_MIN_K
+                None
             }
         }
     })

@@ -312,6 +312,46 @@ fn wide_tiles_are_chosen_where_the_grid_stays_full() {
     }
 }
 
+/// Which decode matvec the measured shapes get (BENCHMARKS.md "session 21"): the int8 chunk
+/// matvec for K >= 2,048 and for the small models' LM heads, 64 or 32 slots per workgroup
+/// where the grid stays full, the lane-per-8 matvec for the other short-K products and
+/// for types without int8 levels.
+#[test]
+fn chunk_matvec_where_it_pays() {
+    if ["COCO_MATVEC", "COCO_CHUNK", "COCO_CHUNK_MIN_K", "COCO_CHUNK_SPLITS"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some())
+    {
+        println!("a tuning override is set: the default choice is not what runs");
+        return;
+    }
+    let pick = |ty, k, slots| {
+        MatmulKey::choose(
+            DeviceKernels {
+                matvec: MatmulVariant::MatvecChunk,
+                ..DeviceKernels::PORTABLE
+            },
+            ty,
+            1,
+            false,
+            None,
+        )
+        .sized(k, slots, 1, GemmChoice::Auto, false)
+        .variant
+    };
+    use GgmlType::{Q4_0, Q5_0, Q8_0, F16};
+    use MatmulVariant::{MatvecChunk, MatvecChunkWide, MatvecSubgroup};
+    assert_eq!(pick(Q4_0, 4096, 2 * 14336), MatvecChunkWide(64)); // 8B gate/up: 448 groups
+    assert_eq!(pick(Q4_0, 4096, 128256), MatvecChunkWide(64)); // 8B LM head
+    assert_eq!(pick(Q4_0, 2048, 2 * 8192), MatvecChunkWide(32)); // 1B gate/up: 512 of 32
+    assert_eq!(pick(Q4_0, 4096, 4096), MatvecChunk); // 8B W_o: 256 groups of 16
+    assert_eq!(pick(Q8_0, 640, 262144), MatvecChunkWide(64)); // Gemma-270M LM head
+    assert_eq!(pick(Q8_0, 896, 151936), MatvecChunkWide(64)); // Qwen-0.5B LM head
+    assert_eq!(pick(Q5_0, 640, 2 * 2048), MatvecSubgroup); // Gemma-270M gate/up
+    assert_eq!(pick(Q8_0, 256, 151936), MatvecSubgroup); // K below 512
+    assert_eq!(pick(F16, 640, 262144), MatvecSubgroup); // no int8 levels for F16
+}
+
 /// A split chunk matvec's key: its label, define and one more binding (the context's scratch,
 /// last), and the shader's counter region the same size as the host's bound.
 #[test]
