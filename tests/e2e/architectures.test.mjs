@@ -6,7 +6,9 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { GREEDY, ROOT, firstDifference, generate, guard, loadModel, openPage, record, state, useTestServer } from './lib/harness.mjs';
+import {
+  GREEDY, ROOT, firstDifference, generate, guard, loadModel, longTasksSince, openPage, pageNow, record, state, useTestServer,
+} from './lib/harness.mjs';
 import { nativeRun } from './lib/native.mjs';
 
 // [fixture, the architecture its capability report names]. The llama family is covered by
@@ -41,16 +43,24 @@ describe('every architecture in the page', { timeout: 30 * 60_000 }, () => {
         const { page } = shared.session;
         await openPage(page, shared.server);
         assert.equal(await state(page), 'ready');
+        const loadMark = await pageNow(page);
         await loadModel(page, `fixtures/${name}.gguf`);
+        const loadLongTasks = await longTasksSince(page, loadMark);
         const rows = await page.$$eval('#report tr[data-status]', (trs) => trs.map((r) => [r.dataset.status, r.textContent.replace(/\s+/g, ' ').trim()]));
         assert.deepEqual(rows.filter(([s]) => s === 'not_yet' || s === 'not-yet'), [], `no "not yet" row for ${name}`);
         assert.ok(rows.some(([, text]) => text.includes(arch)), `the report names the architecture ${arch}: ${JSON.stringify(rows)}`);
         const t0 = Date.now();
+        const generateMark = await pageNow(page);
         const run = await generate(page, { prompt: PROMPT, fields: { ...GREEDY, 'max-tokens': N } });
+        const generateLongTasks = await longTasksSince(page, generateMark);
         const want = native.get(name);
         const at = firstDifference(run.ids, want.ids);
         assert.equal(at, -1, `${name}: page and native differ at token ${at}:\n  page   ${JSON.stringify(run.ids)}\n  native ${JSON.stringify(want.ids)}`);
-        record(`architecture ${arch} greedy`, { fixture: name, seconds: (Date.now() - t0) / 1000, decode_tok_s: run.decode_tok_s, dispatches_per_token: run.dispatches_per_token });
+        record(`architecture ${arch} greedy`, {
+          fixture: name, seconds: (Date.now() - t0) / 1000, decode_tok_s: run.decode_tok_s, dispatches_per_token: run.dispatches_per_token,
+          // The main thread's tasks over 50 ms (window.cocoPage.longTasks) in each phase.
+          long_tasks_load: loadLongTasks, long_tasks_generate: generateLongTasks,
+        });
       }));
   }
 });

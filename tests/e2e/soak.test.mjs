@@ -12,7 +12,7 @@
 // tok/s is recorded in target/e2e/timings.jsonl, not asserted (a shared 2-core machine).
 import { describe, it, before } from 'node:test';
 import assert from 'node:assert/strict';
-import { GREEDY, generate, guard, loadModel, openPage, record, useTestServer } from './lib/harness.mjs';
+import { GREEDY, generate, guard, loadModel, longTasksSince, openPage, pageNow, record, useTestServer } from './lib/harness.mjs';
 
 const FIXTURE_URL = 'fixtures/llama-spm-q4_0.gguf';
 const PROMPT = 'Once upon a time';
@@ -38,6 +38,7 @@ describe('browser soak', { timeout: 60 * 60_000 }, () => {
       await loadModel(page, FIXTURE_URL);
       const samples = [];
       let first = null;
+      const mark = await pageNow(page);
       for (let i = 0; i < RUNS; i++) {
         const run = await generate(page, { prompt: PROMPT, fields: { ...GREEDY, 'max-tokens': TOKENS }, timeout: 10 * 60_000 });
         const m = await page.evaluate(() => window.cocoPage.engine.memory());
@@ -88,6 +89,8 @@ describe('browser soak', { timeout: 60 * 60_000 }, () => {
         decode_tok_s_last: last.decode_tok_s,
         decode_tok_s_mean: mean,
         decode_tok_s_per_run: samples.map((s) => Number(s.decode_tok_s.toFixed(2))),
+        // The main thread's tasks over 50 ms (window.cocoPage.longTasks) over all the runs.
+        long_tasks_generate: await longTasksSince(page, mark),
       });
     }));
 });
