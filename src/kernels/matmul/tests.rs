@@ -318,9 +318,14 @@ fn wide_tiles_are_chosen_where_the_grid_stays_full() {
 /// for types without int8 levels.
 #[test]
 fn chunk_matvec_where_it_pays() {
-    if ["COCO_MATVEC", "COCO_CHUNK", "COCO_CHUNK_MIN_K", "COCO_CHUNK_SPLITS"]
-        .iter()
-        .any(|v| std::env::var_os(v).is_some())
+    if [
+        "COCO_MATVEC",
+        "COCO_CHUNK",
+        "COCO_CHUNK_MIN_K",
+        "COCO_CHUNK_SPLITS",
+    ]
+    .iter()
+    .any(|v| std::env::var_os(v).is_some())
     {
         println!("a tuning override is set: the default choice is not what runs");
         return;
@@ -339,7 +344,7 @@ fn chunk_matvec_where_it_pays() {
         .sized(k, slots, 1, GemmChoice::Auto, false)
         .variant
     };
-    use GgmlType::{Q4_0, Q5_0, Q8_0, F16};
+    use GgmlType::{F16, Q4_0, Q5_0, Q8_0};
     use MatmulVariant::{MatvecChunk, MatvecChunkWide, MatvecSubgroup};
     assert_eq!(pick(Q4_0, 4096, 2 * 14336), MatvecChunkWide(64)); // 8B gate/up: 448 groups
     assert_eq!(pick(Q4_0, 4096, 128256), MatvecChunkWide(64)); // 8B LM head
