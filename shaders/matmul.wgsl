@@ -879,6 +879,10 @@ fn main(
 #include "matmul/gemm_wide.wgsl"
 #endif
 
+#ifdef GEMM_COOP
+#include "matmul/gemm_coop.wgsl"
+#endif
+
 #ifdef TILED_COOP
 // The tile kernel on tensor cores (native only: wgpu's experimental cooperative matrices;
 // WebGPU has none). Staging and epilogue are TILED's, but W and x' are staged as f16 and each

@@ -16,8 +16,8 @@ use coco::gguf::GgmlType;
 use coco::gpu::{Binding, GpuTensor, StepRecorder};
 use coco::kernels::get_rows::get_rows;
 use coco::kernels::matmul::MatmulVariant::{
-    self, MatvecChunk, MatvecChunkWide, MatvecRows, MatvecSubgroup, MatvecWorkgroup, Tiled,
-    TiledCoop,
+    self, Coop128, MatvecChunk, MatvecChunkWide, MatvecRows, MatvecSubgroup, MatvecWorkgroup,
+    Tiled, TiledCoop,
 };
 use coco::kernels::matmul::{matmul_variant, MatmulArgs, WideTile};
 use coco::reference::{matmul as reference, ops, quant};
@@ -76,6 +76,9 @@ struct Case {
     /// Soft-cap the outputs in the store (gemma2's LM head), with a cap of a third of the
     /// largest |output|, so most outputs bend and the largest saturate.
     softcap: bool,
+    /// Every other token's x times this (1 in most cases): past f16's 65,504 it checks that
+    /// the tensor-core GEMM stages such tokens scaled, per token.
+    odd_token_x: f32,
 }
 
 impl Case {
@@ -91,6 +94,14 @@ impl Case {
             scale: 1.0,
             part_rows: None,
             softcap: false,
+            odd_token_x: 1.0,
+        }
+    }
+    /// Odd tokens' x around ±2^20, far past f16's range.
+    fn beyond_f16(self) -> Case {
+        Case {
+            odd_token_x: (1 << 20) as f32,
+            ..self
         }
     }
     fn softcap(self) -> Case {
@@ -145,7 +156,10 @@ fn run_matmul(case: Case, seed: u64) -> f64 {
     let Case { ty, n, k, t, .. } = case;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let (bytes, w) = random_weights(&mut rng, ty, n, k);
-    let x = random_f32(&mut rng, t * k);
+    let mut x = random_f32(&mut rng, t * k);
+    for row in x.chunks_mut(k).skip(1).step_by(2) {
+        row.iter_mut().for_each(|v| *v *= case.odd_token_x);
+    }
     let bias = random_f32(&mut rng, n);
     // Without accumulation y starts as NaN, so an output the kernel never wrote fails.
     let y0: Vec<f32> = if case.accumulate {
@@ -368,6 +382,15 @@ fn matmul_type(ty: GgmlType) {
                 .bias()
                 .accumulate()
                 .split(12),
+            // 128 × 128 tiles: partial in slots and tokens, a second token tile, 2 slot tiles.
+            Case::new(ty, 67, 17, Some(Coop128)),
+            Case::new(ty, 131, 33, Some(Coop128))
+                .bias()
+                .accumulate()
+                .scaled(),
+            Case::new(ty, 200, 150, Some(Coop128)).accumulate(),
+            Case::new(ty, 67, 33, Some(Coop128)).softcap(),
+            Case::new(ty, 67, 9, Some(Coop128)).beyond_f16(),
         ]);
     } else {
         println!(
@@ -789,7 +812,7 @@ fn bench_matmul() {
         let mut variants = vec![Tiled];
         variants.extend(WideTile::ALL.map(MatmulVariant::Wide));
         if ctx.has_coop_gemm() {
-            variants.push(TiledCoop);
+            variants.extend([TiledCoop, Coop128]);
         }
         for (n, k) in shapes {
             let bytes = random_bytes((n * ty.bytes_for(k).unwrap()) as usize);

@@ -19,8 +19,8 @@ use coco::gguf::GgmlType;
 use coco::gpu::{Binding, GpuTensor, StepRecorder};
 use coco::kernels::elementwise::Activation;
 use coco::kernels::matmul::MatmulVariant::{
-    self, MatvecChunk, MatvecChunkWide, MatvecRows, MatvecSubgroup, MatvecWorkgroup, Tiled,
-    TiledCoop,
+    self, Coop128, MatvecChunk, MatvecChunkWide, MatvecRows, MatvecSubgroup, MatvecWorkgroup,
+    Tiled, TiledCoop,
 };
 use coco::kernels::matmul::{
     matmul_glu_variant, matmul_normed_variant, matmul_post_norm_add_variant, matmul_qkv_variant,
@@ -191,6 +191,9 @@ fn variants_cases(base: impl Fn(Case) -> Case) -> Vec<Case> {
             base(case(17, Some(TiledCoop))),
             base(case(70, Some(TiledCoop))).no_norm(),
             base(case(64, Some(TiledCoop))).long(),
+            base(case(17, Some(Coop128))),
+            base(case(150, Some(Coop128))).no_norm(),
+            base(case(130, Some(Coop128))).long(),
         ]);
     } else {
         println!(

@@ -731,10 +731,9 @@ impl Plan {
             Some(max) => format!(
                 "steps of <= {max} tokens: {matvec}; longer steps: {}",
                 match (self.kernels.tiled, self.kernels.gemm) {
-                    (MatmulVariant::TiledCoop, _) => format!(
-                        "{} (COCO_COOPMAT=1: f16 tensor cores)",
-                        MatmulVariant::TiledCoop.label()
-                    ),
+                    (tiles, _) if tiles.is_coop() => {
+                        format!("{} (COCO_COOPMAT=1: f16 tensor cores)", tiles.label())
+                    }
                     (_, GemmChoice::Auto) => format!(
                         "the first of {} that leaves >= {WIDE_MIN_GROUPS} workgroups, else {}",
                         WideTile::ALL

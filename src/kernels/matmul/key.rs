@@ -33,8 +33,14 @@ pub enum MatmulVariant {
     /// Tiled matrix–matrix (prefill).
     Tiled,
     /// The same tiles multiplied with f16 cooperative matrices (tensor cores), where the
-    /// native adapter offers them and the user opted in (`GpuContext::has_coop_gemm`).
+    /// native adapter offers them and the user opted in (`GpuContext::has_coop_gemm`): the
+    /// A/B baseline of [`MatmulVariant::Coop128`] (`COCO_GEMM=tiled`), without its per-token
+    /// scaling of activations past f16's range.
     TiledCoop,
+    /// Tensor cores with a 128 × 128 tile and 8 blocks per subgroup
+    /// (`shaders/matmul/gemm_coop.wgsl`): what a device with coco's tensor-core GEMM runs
+    /// unless `TiledCoop` is asked for ([`GemmChoice::pick_coop`]).
+    Coop128,
     /// The portable GEMM with a larger register tile per thread
     /// (`shaders/matmul/gemm_wide.wgsl`): what [`MatmulKey::sized`] picks over `Tiled` where
     /// the grid stays full.
@@ -51,12 +57,21 @@ impl MatmulVariant {
             Self::MatvecRows => "MATVEC_WG",
             Self::Tiled => "TILED",
             Self::TiledCoop => "TILED_COOP",
+            Self::Coop128 => "GEMM_COOP",
             Self::Wide(_) => "GEMM_WIDE",
         }
     }
 
     pub(crate) fn is_tiled(self) -> bool {
-        matches!(self, Self::Tiled | Self::TiledCoop | Self::Wide(_))
+        matches!(
+            self,
+            Self::Tiled | Self::TiledCoop | Self::Coop128 | Self::Wide(_)
+        )
+    }
+
+    /// Whether this shape multiplies on cooperative matrices (tensor cores).
+    pub(crate) fn is_coop(self) -> bool {
+        matches!(self, Self::TiledCoop | Self::Coop128)
     }
 
     /// Whether this shape has the post-norm epilogue ([`Fusion::PostNorm`]): the matvecs
@@ -72,6 +87,7 @@ impl MatmulVariant {
     pub(super) fn tile_tokens(self) -> u32 {
         match self {
             Self::Wide(w) => w.tile().1,
+            Self::Coop128 => COOP_TILE,
             _ => TILE_T,
         }
     }
@@ -88,6 +104,7 @@ impl MatmulVariant {
             Self::MatvecRows => format!("matvec_rows{}", MV_ROWS * MV_LANES),
             Self::Tiled => format!("tiled{TILE_N}x{TILE_T}"),
             Self::TiledCoop => format!("coop{TILE_N}x{TILE_T}"),
+            Self::Coop128 => format!("coop{COOP_TILE}x{COOP_TILE}"),
             Self::Wide(w) => {
                 let (n, t) = w.tile();
                 format!("wide{n}x{t}")
@@ -104,6 +121,7 @@ impl MatmulVariant {
     fn grid(self) -> (u32, u32) {
         match self {
             Self::Tiled | Self::TiledCoop => (TILE_N, 1),
+            Self::Coop128 => (COOP_TILE, 1),
             Self::Wide(w) => (w.tile().0, 1),
             Self::MatvecRows => (MV_ROWS * MV_LANES, 1),
             Self::MatvecWorkgroup => (MV_ROWS, MV_LANES),
@@ -435,7 +453,9 @@ impl MatmulKey {
         };
         // Directives come before any declaration.
         let enables = match self.variant {
-            MatmulVariant::TiledCoop => "enable f16;\nenable wgpu_cooperative_matrix;\n",
+            MatmulVariant::TiledCoop | MatmulVariant::Coop128 => {
+                "enable f16;\nenable wgpu_cooperative_matrix;\n"
+            }
             // The browser's compiler needs it. naga takes the subgroup builtins without it,
             // and with it (naga 30, lavapipe) the subgroup matvec's sums come out NaN.
             MatmulVariant::MatvecSubgroup
@@ -461,6 +481,7 @@ impl MatmulKey {
         // The tile kernels' tile; the wide GEMM's register tile and K chunk.
         let (tile_n, tile_t, wide) = match self.variant {
             MatmulVariant::Wide(w) => (w.tile().0, w.tile().1, w),
+            MatmulVariant::Coop128 => (COOP_TILE, COOP_TILE, WideTile::new(4, 4)),
             _ => (TILE_N, TILE_T, WideTile::new(4, 4)),
         };
         let consts = format!(

@@ -24,9 +24,10 @@
 //!   register tile per thread (`shaders/matmul/gemm_wide.wgsl`), the first of them that
 //!   leaves ≥ [`WIDE_MIN_GROUPS`] workgroups per product (else `tiled64x64`; the fused Q/K/V
 //!   always `tiled64x64`), or one by name ([`GemmChoice`]).
-//! - `coop64x64`: the same tiles multiplied on tensor cores with f16 cooperative matrices,
-//!   where the native adapter offers them and `COCO_COOPMAT=1` asks for it (never in a
-//!   browser).
+//! - `coop128x128`: prefill on tensor cores with f16 cooperative matrices
+//!   (`shaders/matmul/gemm_coop.wgsl`), where the native adapter offers them and
+//!   `COCO_COOPMAT=1` asks for it (never in a browser); `coop64x64`, `tiled64x64`'s tiles on
+//!   tensor cores, is its A/B baseline (`COCO_GEMM=tiled`).
 //!
 //! Every fused form exists in all four shapes, so it serves any T; only its speed, not its
 //! dispatch count, depends on T.
@@ -765,7 +766,7 @@ pub(super) fn launch(
     {
         return err("the subgroup matvec needs Features::SUBGROUP, which this device lacks".into());
     }
-    if key.variant == MatmulVariant::TiledCoop && !ctx.has_coop_gemm() {
+    if key.variant.is_coop() && !ctx.has_coop_gemm() {
         return err(
             "the cooperative-matrix GEMM needs wgpu's experimental cooperative \
                     matrices (16x16x16 f16 -> f32), which this device lacks"

@@ -245,7 +245,8 @@ pub struct KernelSettings {
     pub matvec_shape: String,
     /// The longest step the matvec runs (null: every step, a CPU adapter's prefill too).
     pub matvec_max_t: Option<u32>,
-    /// The prefill tiles: `tiled64x64` or `coop64x64` (tensor cores).
+    /// The prefill tiles: `tiled64x64`, or `coop128x128` (tensor cores; `coop64x64` with
+    /// `COCO_GEMM=tiled`).
     pub tiles: String,
     /// The portable GEMM choice: `auto`, `tiled`, `4x8`, `8x4` or `4x4`.
     pub gemm: String,
@@ -298,7 +299,20 @@ pub const TILE_T: u32 = 64;
 /// BENCHMARKS.md "session 16".
 pub const WIDE_MIN_GROUPS: u64 = 256;
 
+/// The tensor-core GEMM's tile, slots × tokens (`gemm_coop.wgsl`: 8 subgroups of 2 × 4
+/// blocks of 16 × 16).
+pub const COOP_TILE: u32 = 128;
 impl GemmChoice {
+    /// The tensor-core kernel: the 128 × 128 tiles, or with `tiled` the 64 × 64 ones (the
+    /// A/B baseline of session 22, which stages x' without the per-token scale).
+    pub fn pick_coop(self) -> MatmulVariant {
+        if self == GemmChoice::Tiled {
+            MatmulVariant::TiledCoop
+        } else {
+            MatmulVariant::Coop128
+        }
+    }
+
     /// The tile kernel for `slots` rows × `t` tokens.
     pub fn pick(self, slots: u64, t: u32) -> MatmulVariant {
         match self {
@@ -417,7 +431,7 @@ impl DeviceKernels {
             MatmulVariant::MatvecWorkgroup
         };
         let tiled = if ctx.has_coop_gemm() {
-            MatmulVariant::TiledCoop
+            ctx.gemm.pick_coop()
         } else {
             MatmulVariant::Tiled
         };

@@ -86,7 +86,10 @@ fn compile_to_spirv(label: &str, source: &str) {
 /// GEMM's staging of each dequantizer is compiled.
 #[test]
 fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
-    for ty in GgmlType::SUPPORTED {
+    for (ty, variant) in GgmlType::SUPPORTED
+        .into_iter()
+        .flat_map(|ty| [(ty, MatmulVariant::TiledCoop), (ty, MatmulVariant::Coop128)])
+    {
         for (fusion, norm, bias) in [
             (Fusion::None, false, false),
             (Fusion::None, false, true),
@@ -95,7 +98,7 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
         ] {
             let key = MatmulKey {
                 ty,
-                variant: MatmulVariant::TiledCoop,
+                variant,
                 bias,
                 norm,
                 fusion,
@@ -119,6 +122,10 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
         None,
     );
     assert_eq!(key.label(), "matmul_q4_0_coop64x64");
+    // A device with the tensor-core GEMM runs the 128 × 128 tiles; `tiled` keeps the 64 × 64
+    // ones (the A/B baseline).
+    assert_eq!(GemmChoice::Auto.pick_coop(), MatmulVariant::Coop128);
+    assert_eq!(GemmChoice::Tiled.pick_coop(), MatmulVariant::TiledCoop);
 }
 
 #[test]

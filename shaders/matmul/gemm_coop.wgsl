@@ -1,0 +1,247 @@
+// Matrix–matrix (prefill) on tensor cores with a 128 × 128 output tile: what natively
+// replaces TILED_COOP's 64 × 64 where the grid stays full. Included by matmul.wgsl for
+// GEMM_COOP (with TILES: dequant_w8, stage_x), which provides the bindings, slots and stores;
+// kernels/matmul prepends `enable f16;` and `enable wgpu_cooperative_matrix;` and TILE_N =
+// TILE_T = 128.
+//
+// Why: TILED_COOP's 8 subgroups each multiply 2 blocks of 16 × 16 per 16-wide K step, so its
+// staging (dequantize, round to f16, store, two barriers per 32-wide chunk), paid once per 64
+// tokens, bounds it at ~25 TFLOP/s (BENCHMARKS.md "session 9"). Here each subgroup owns 2 ×
+// 4 blocks (32 slots × 64 tokens) and multiplies 8 per K step from 2 + 4 loads, and each
+// weight is dequantized once per 128 tokens: 4× the tensor work per staged element.
+//
+// Subgroup s (8 of 32 lanes; the adapter check asks for exactly 32) owns slots 16(s % 4) ..
+// + 15 and the same 16 slots 64 on, and tokens 64(s / 4) .. + 63. With GLU the first half
+// of the tile's slots are gate rows and the second half the up slots of the same rows (see
+// locate), so each subgroup holds a row's gate and up sums and combines them itself.
+//
+// Numerics: W and x' rounded to f16 (relative error ≤ 2^-11 per element), products
+// accumulated in f32; tests/kernels_matmul.rs bounds the result against the CPU reference.
+// f16 ends at 65,504, and the staged x' (with NORM the raw residual times the norm weight)
+// can pass it: some models' residual streams and FFN activations reach the thousands and
+// beyond. So before the K loop the workgroup finds each token's largest staged |value|, and
+// a token whose largest passes 2^15 is staged times a power of two that brings it under; the
+// epilogue multiplies its sums back (exact: powers of two only move the exponent). Its small
+// elements lose the precision f16 can't hold beside its largest, as in any f16 GEMM.
+
+const KC: u32 = 32u;       // K elements per staged chunk
+const KS: u32 = KC + 8u;   // row stride of the staged tiles: 80 bytes, so the 8 rows a
+                           // matrix load reads at once start in different banks
+const HALF_N: u32 = TILE_N / 2u;
+
+var<workgroup> wt16: array<f16, TILE_N * KS>; // [slot][k]: the W chunk, row-major (A)
+var<workgroup> xt16: array<f16, TILE_T * KS>; // [token][k]: the x' chunk (B, column-major)
+// Per subgroup two 16 × 16 f32 blocks (C, column-major: [token][slot]): the zeros the
+// accumulators start from, then the epilogue's way from matrices to (slot, token) values.
+var<workgroup> ct: array<f32, 8u * 512u>;
+#ifdef NORM
+var<workgroup> token_ss: array<f32, 512>; // Σ x² of each staging thread's elements
+#endif
+var<workgroup> token_unscale: array<f32, TILE_T>; // 2^e: token tok was staged times 2^-e
+
+// The largest |element| of 8 staged values.
+fn abs_max8(v: array<vec4<f32>, 2>) -> f32 {
+    let m = max(abs(v[0]), abs(v[1]));
+    return max(max(m.x, m.y), max(m.z, m.w));
+}
+
+// 2^-e with e the fewest whole steps that bring `m` to ≤ 2^15 (1 when it already is).
+fn f16_scale(m: f32) -> f32 {
+    return exp2(-max(0.0, ceil(log2(m)) - 15.0));
+}
+
+// The 8 values staged times `s`.
+fn scaled8(v: array<vec4<f32>, 2>, s: f32) -> array<vec4<f32>, 2> {
+    return array<vec4<f32>, 2>(v[0] * s, v[1] * s);
+}
+
+// Writes 8 staged f32 (two vec4) as f16 at `at` in wt16 or xt16.
+fn stage_w16(at: u32, v: array<vec4<f32>, 2>) {
+    for (var e = 0u; e < 4u; e++) {
+        wt16[at + e] = f16(v[0][e]);
+        wt16[at + 4u + e] = f16(v[1][e]);
+    }
+}
+
+fn stage_x16(at: u32, v: array<vec4<f32>, 2>) {
+    for (var e = 0u; e < 4u; e++) {
+        xt16[at + e] = f16(v[0][e]);
+        xt16[at + 4u + e] = f16(v[1][e]);
+    }
+}
+
+// rsqrt(mean(x²) + eps) of tile token `tok` from its 4 staging threads' Σ x², or 1 without
+// NORM. Thread li staged tokens li / 4 and li / 4 + 64 (token_ss[li] and [256 + li]).
+fn token_scale(tok: u32) -> f32 {
+#ifdef NORM
+    let b = 4u * tok;
+    let s = token_ss[b] + token_ss[b + 1u] + token_ss[b + 2u] + token_ss[b + 3u];
+    return inverseSqrt(s / f32(p.k) + p.eps);
+#else
+    return 1.0;
+#endif
+}
+
+@compute @workgroup_size(256)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+    @builtin(subgroup_id) sg: u32,
+    @builtin(subgroup_invocation_id) lane: u32,
+) {
+    let g = wid.x + wid.y * nwg.x;
+    if (g >= p.groups) {
+        return;
+    }
+    let t0 = wid.z * TILE_T;
+    let chunks = p.k / KC;
+    // Each thread stages 8 elements of two W rows (slots sr and sr + 64: with GLU a row's
+    // gate and up) and of two tokens (sr and sr + 64) per chunk.
+    let sr = li / 4u;
+    let q = li % 4u;
+    let w_lo = locate(g * TILE_N + sr, TILE_N);
+    let w_hi = locate(g * TILE_N + sr + HALF_N, TILE_N);
+    let lo_live = live(w_lo);
+    let hi_live = live(w_hi);
+    let t_lo = t0 + sr;
+    let t_hi = t0 + sr + HALF_N;
+    let r0 = 16u * (sg % 4u);
+    let n0 = 64u * (sg / 4u);
+    let scratch = sg * 512u;
+    // Each token's largest staged |value| (its 4 staging threads' maxima meet in ct, which
+    // the accumulators' zeros overwrite below), and the scale it is staged with.
+    var unused = 0.0;
+    var max_lo = 0.0;
+    var max_hi = 0.0;
+    for (var c = 0u; c < chunks; c++) {
+        max_lo = max(max_lo, abs_max8(stage_x(t_lo, c, q, &unused)));
+        max_hi = max(max_hi, abs_max8(stage_x(t_hi, c, q, &unused)));
+    }
+    ct[li] = max_lo;
+    ct[256u + li] = max_hi;
+    workgroupBarrier();
+    let b = 4u * sr;
+    let scale_lo = f16_scale(max(max(ct[b], ct[b + 1u]), max(ct[b + 2u], ct[b + 3u])));
+    let scale_hi = f16_scale(max(max(ct[256u + b], ct[257u + b]), max(ct[258u + b], ct[259u + b])));
+    if (q == 0u) {
+        token_unscale[sr] = 1.0 / scale_lo;
+        token_unscale[sr + HALF_N] = 1.0 / scale_hi;
+    }
+    workgroupBarrier();
+    for (var i = 0u; i < 16u; i++) {
+        ct[scratch + 32u * i + lane] = 0.0;
+    }
+    workgroupBarrier();
+    // Accumulators c<h><j>: slots r0 + 64h .. + 15, tokens n0 + 16j .. + 15.
+    var c00 = coopLoad<coop_mat16x16<f32, C>>(&ct[scratch], 16u);
+    var c01 = c00;
+    var c02 = c00;
+    var c03 = c00;
+    var c10 = c00;
+    var c11 = c00;
+    var c12 = c00;
+    var c13 = c00;
+    var ss_lo = 0.0;
+    var ss_hi = 0.0;
+    let zero8 = array<vec4<f32>, 2>(vec4<f32>(0.0), vec4<f32>(0.0));
+    // Chunk c + 1 is loaded while chunk c is multiplied, as in TILED.
+    var w_lo_next = zero8;
+    var w_hi_next = zero8;
+    if (lo_live) {
+        w_lo_next = dequant_w8(w_lo, q);
+    }
+    if (hi_live) {
+        w_hi_next = dequant_w8(w_hi, q);
+    }
+    var x_lo_next = stage_x(t_lo, 0u, q, &ss_lo);
+    var x_hi_next = stage_x(t_hi, 0u, q, &ss_hi);
+    for (var c = 0u; c < chunks; c++) {
+        stage_w16(sr * KS + 8u * q, w_lo_next);
+        stage_w16((sr + HALF_N) * KS + 8u * q, w_hi_next);
+        stage_x16(sr * KS + 8u * q, scaled8(x_lo_next, scale_lo));
+        stage_x16((sr + HALF_N) * KS + 8u * q, scaled8(x_hi_next, scale_hi));
+        workgroupBarrier();
+        if (c + 1u < chunks) {
+            let o = 4u * (c + 1u) + q;
+            if (lo_live) {
+                w_lo_next = dequant_w8(w_lo, o);
+            }
+            if (hi_live) {
+                w_hi_next = dequant_w8(w_hi, o);
+            }
+            x_lo_next = stage_x(t_lo, c + 1u, q, &ss_lo);
+            x_hi_next = stage_x(t_hi, c + 1u, q, &ss_hi);
+        }
+        for (var kk = 0u; kk < KC; kk += 16u) {
+            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[r0 * KS + kk], KS);
+            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[(r0 + HALF_N) * KS + kk], KS);
+            let b0 = coopLoad<coop_mat16x16<f16, B>>(&xt16[n0 * KS + kk], KS);
+            let b1 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(n0 + 16u) * KS + kk], KS);
+            let b2 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(n0 + 32u) * KS + kk], KS);
+            let b3 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(n0 + 48u) * KS + kk], KS);
+            c00 = coopMultiplyAdd(a0, b0, c00);
+            c01 = coopMultiplyAdd(a0, b1, c01);
+            c02 = coopMultiplyAdd(a0, b2, c02);
+            c03 = coopMultiplyAdd(a0, b3, c03);
+            c10 = coopMultiplyAdd(a1, b0, c10);
+            c11 = coopMultiplyAdd(a1, b1, c11);
+            c12 = coopMultiplyAdd(a1, b2, c12);
+            c13 = coopMultiplyAdd(a1, b3, c13);
+        }
+        workgroupBarrier();
+    }
+#ifdef NORM
+    token_ss[li] = ss_lo;
+    token_ss[256u + li] = ss_hi;
+#endif
+    // Four rounds, one per token block: the subgroup parks its two blocks in its scratch,
+    // then lane l takes slot r0 + l % 16 (and its partner 64 on) of tokens l / 16 + 2i.
+    for (var j = 0u; j < 4u; j++) {
+        switch j {
+            case 0u: {
+                coopStore(c00, &ct[scratch], 16u);
+                coopStore(c10, &ct[scratch + 256u], 16u);
+            }
+            case 1u: {
+                coopStore(c01, &ct[scratch], 16u);
+                coopStore(c11, &ct[scratch + 256u], 16u);
+            }
+            case 2u: {
+                coopStore(c02, &ct[scratch], 16u);
+                coopStore(c12, &ct[scratch + 256u], 16u);
+            }
+            default: {
+                coopStore(c03, &ct[scratch], 16u);
+                coopStore(c13, &ct[scratch + 256u], 16u);
+            }
+        }
+        workgroupBarrier();
+        let slot = r0 + lane % 16u;
+        let lo = locate(g * TILE_N + slot, TILE_N);
+        let hi = locate(g * TILE_N + slot + HALF_N, TILE_N);
+        for (var i = 0u; i < 8u; i++) {
+            let n = lane / 16u + 2u * i;
+            let tok = n0 + 16u * j + n;
+            let t = t0 + tok;
+            if (t < p.t) {
+                let scale = token_scale(tok) * token_unscale[tok];
+                let v_lo = ct[scratch + 16u * n + lane % 16u] * scale;
+                let v_hi = ct[scratch + 256u + 16u * n + lane % 16u] * scale;
+#ifdef GLU
+                if (live(lo)) {
+                    store_glu(t, lo.y, v_lo, v_hi);
+                }
+#else
+                if (live(lo)) {
+                    store(lo.x, t, lo.y, v_lo);
+                }
+                if (live(hi)) {
+                    store(hi.x, t, hi.y, v_hi);
+                }
+#endif
+            }
+        }
+        workgroupBarrier();
+    }
+}
