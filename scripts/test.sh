@@ -46,7 +46,8 @@ coco_wasm_target
 # rustc children) on exit.
 tools_pid=""
 fuzz_pid=""
-trap 'for pid in $tools_pid $fuzz_pid; do kill -- "-$pid" 2>/dev/null; done; true' EXIT
+build_pid=""
+trap 'for pid in $tools_pid $fuzz_pid $build_pid; do kill -- "-$pid" 2>/dev/null; done; true' EXIT
 if [ "$e2e" = 1 ] && ! { coco_have_trunk && coco_have_wasm_bindgen; }; then
   say "trunk + wasm-bindgen-cli: building in the background (log: target/ci-logs/web-tools.log)"
   setsid nice -n 15 bash -c 'source scripts/lib/install.sh && coco_install_web_tools' >target/ci-logs/web-tools.log 2>&1 &
@@ -70,8 +71,21 @@ coco_npm
 say "default model"
 coco_model
 
-say "fixtures"
+# Every native test binary builds while the fixtures are generated: the generator is one
+# Python process, which leaves the second core to the compiler (the build needs no fixture).
+# The cargo test runs below then only run. Not niced: it is the critical path.
+say "fixtures, with the native test build alongside (log: target/ci-logs/test-build.log)"
+setsid cargo test --release --no-run --lib --bins --examples --tests >target/ci-logs/test-build.log 2>&1 &
+build_pid=$!
 bash scripts/fixtures.sh
+
+say "waiting for the native test build"
+if ! wait "$build_pid"; then
+  tail -60 target/ci-logs/test-build.log >&2
+  echo "building the native tests failed (full log: target/ci-logs/test-build.log)" >&2
+  exit 1
+fi
+build_pid=""
 
 export VK_ICD_FILENAMES=/usr/share/vulkan/icd.d/lvp_icd.x86_64.json
 export WGPU_BACKEND=vulkan
@@ -140,7 +154,11 @@ if [ "$e2e" = 1 ]; then
   df -Ph "${TMPDIR:-/tmp}" | awk 'NR == 2 { print "disk holding the browser profiles: " $4 " free of " $2 }'
   rm -rf target/e2e/timings.jsonl target/e2e/failures target/e2e/page-after-generation*.png
   e2e_rc=0
-  node --test --test-concurrency=1 --test-reporter=spec tests/e2e/ || e2e_rc=$?
+  # Two test files at a time: one file alone leaves the cores idle much of the time (browser
+  # start-up, page loads, the single-threaded shader compiles, the native reference runs), so
+  # two take ~60% of the time one after the other did (BENCHMARKS.md "session 22"). Each
+  # file has its own server, browsers and profiles, and the tests assert no timings.
+  node --test --test-concurrency=2 --test-reporter=spec tests/e2e/ || e2e_rc=$?
   for shot in target/e2e/page-after-generation*.png; do [ -f "$shot" ] && echo "screenshot after generation: $shot"; done
   [ -f target/e2e/timings.jsonl ] && { echo "measured (target/e2e/timings.jsonl):"; cat target/e2e/timings.jsonl; }
   [ -d target/e2e/failures ] && echo "screenshots of failed tests: target/e2e/failures/"
