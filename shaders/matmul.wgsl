@@ -39,9 +39,9 @@
 // Constants prepended by kernels/matmul.rs (one source of truth for the host's grid math and
 // binding order): MV_ROWS, MV_LANES, MV_UNROLL, MV_RPS, MV_STAGE_VEC4 (matvec), TILE_N,
 // TILE_T (tiled), POST_COUNTERS (POST_NORM), and the binding numbers B_W1, B_W2, B_X, B_Y,
-// B_NORM, B_BIAS, B_ROPE, B_POST, B_SPLIT: storage
-// bindings are numbered 1.. in the order the host lists them (weights, x, outputs, norm_w,
-// biases, inv_freq, post_w, post_scratch, split_sums), so the optional ones shift the rest.
+// B_NORM, B_BIAS, B_ROPE, B_POST, B_SPLIT, B_SCALES: storage bindings are numbered 1.. in
+// the order the host lists them (weights, x, outputs, norm_w, biases, inv_freq, post_w,
+// post_scratch, split_sums, GEMM_COOP's per-token scales), so the optional ones shift the rest.
 //
 // Workgroups are folded into 2-D (x + y·num_workgroups.x) because a large vocabulary's logits
 // can exceed the 65,535-per-dimension limit (matvec: from 524,288 rows at 8 rows per

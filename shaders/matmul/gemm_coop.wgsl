@@ -19,10 +19,10 @@
 // accumulated in f32; tests/kernels_matmul.rs bounds the result against the CPU reference.
 // f16 ends at 65,504, and the staged x' (with NORM the raw residual times the norm weight)
 // can pass it: some models' residual streams and FFN activations reach the thousands and
-// beyond. So before the K loop the workgroup finds each token's largest staged |value|, and
-// a token whose largest passes 2^15 is staged times a power of two that brings it under; the
-// epilogue multiplies its sums back (exact: powers of two only move the exponent). Its small
-// elements lose the precision f16 can't hold beside its largest, as in any f16 GEMM.
+// beyond. So a token is staged times its power-of-two scale from `token_scale.wgsl` (the
+// dispatch before this one; binding tscales) and the epilogue multiplies its sums back (exact:
+// powers of two only move the exponent). Its small elements lose the precision f16 can't
+// hold beside its largest, as in any f16 GEMM.
 
 const KC: u32 = 32u;       // K elements per staged chunk
 const KS: u32 = KC + 8u;   // row stride of the staged tiles: 80 bytes, so the 8 rows a
@@ -38,17 +38,7 @@ var<workgroup> ct: array<f32, 8u * 512u>;
 var<workgroup> token_ss: array<f32, 512>; // Σ x² of each staging thread's elements
 #endif
 var<workgroup> token_unscale: array<f32, TILE_T>; // 2^e: token tok was staged times 2^-e
-
-// The largest |element| of 8 staged values.
-fn abs_max8(v: array<vec4<f32>, 2>) -> f32 {
-    let m = max(abs(v[0]), abs(v[1]));
-    return max(max(m.x, m.y), max(m.z, m.w));
-}
-
-// 2^-e with e the fewest whole steps that bring `m` to ≤ 2^15 (1 when it already is).
-fn f16_scale(m: f32) -> f32 {
-    return exp2(-max(0.0, ceil(log2(m)) - 15.0));
-}
+@group(0) @binding(B_SCALES) var<storage, read> tscales: array<f32>; // [p.t]: 2^-e per token
 
 // The 8 values staged times `s`.
 fn scaled8(v: array<vec4<f32>, 2>, s: f32) -> array<vec4<f32>, 2> {
@@ -109,26 +99,20 @@ fn main(
     let r0 = 16u * (sg % 4u);
     let n0 = 64u * (sg / 4u);
     let scratch = sg * 512u;
-    // Each token's largest staged |value| (its 4 staging threads' maxima meet in ct, which
-    // the accumulators' zeros overwrite below), and the scale it is staged with.
-    var unused = 0.0;
-    var max_lo = 0.0;
-    var max_hi = 0.0;
-    for (var c = 0u; c < chunks; c++) {
-        max_lo = max(max_lo, abs_max8(stage_x(t_lo, c, q, &unused)));
-        max_hi = max(max_hi, abs_max8(stage_x(t_hi, c, q, &unused)));
+    // The scales of the two tokens this thread stages (1 past the step's tokens, which stage
+    // zeros).
+    var scale_lo = 1.0;
+    var scale_hi = 1.0;
+    if (t_lo < p.t) {
+        scale_lo = tscales[t_lo];
     }
-    ct[li] = max_lo;
-    ct[256u + li] = max_hi;
-    workgroupBarrier();
-    let b = 4u * sr;
-    let scale_lo = f16_scale(max(max(ct[b], ct[b + 1u]), max(ct[b + 2u], ct[b + 3u])));
-    let scale_hi = f16_scale(max(max(ct[256u + b], ct[257u + b]), max(ct[258u + b], ct[259u + b])));
+    if (t_hi < p.t) {
+        scale_hi = tscales[t_hi];
+    }
     if (q == 0u) {
         token_unscale[sr] = 1.0 / scale_lo;
         token_unscale[sr + HALF_N] = 1.0 / scale_hi;
     }
-    workgroupBarrier();
     for (var i = 0u; i < 16u; i++) {
         ct[scratch + 32u * i + lane] = 0.0;
     }

@@ -492,8 +492,9 @@ impl GpuContext {
 
     /// The context's one scratch buffer named `name`, `bytes` long, created zeroed on first
     /// use. For kernels that leave it as they found it (the split matvec's arrival counters
-    /// are back at 0 after each dispatch), so every dispatch on this device may share it:
-    /// dispatches that write it run one after another.
+    /// are back at 0 after each dispatch), or whose values live from one dispatch to the next
+    /// only (the tensor-core GEMM's per-token scales), so every dispatch on this device may
+    /// share it: dispatches that write it run one after another.
     pub fn shared_scratch(&self, name: &'static str, bytes: u64) -> wgpu::Buffer {
         let mut cache = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
         cache

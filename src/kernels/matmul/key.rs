@@ -199,8 +199,10 @@ pub(in crate::kernels) struct Layout {
     pub(super) rope: u32,
     /// post_w, then the post-norm scratch (Fusion::PostNorm).
     pub(super) post: u32,
-    /// The split scratch (SPLIT_K), after every other binding.
+    /// The split scratch (SPLIT_K).
     pub(super) split: u32,
+    /// The per-token f16 scales (`Coop128`), after every other binding.
+    pub(super) scales: u32,
     /// Storage bindings in all.
     pub(in crate::kernels) count: u32,
 }
@@ -420,7 +422,7 @@ impl MatmulKey {
     }
 
     /// Bindings 1.. in order: weights, x, outputs, norm_w, biases (one per output), inv_freq,
-    /// post_w and the post-norm scratch, the split scratch.
+    /// post_w and the post-norm scratch, the split scratch, the per-token scales.
     pub(in crate::kernels) fn layout(&self) -> Layout {
         let x = 1 + self.fusion.weights();
         let y = x + 1;
@@ -429,7 +431,8 @@ impl MatmulKey {
         let rope = bias + if self.bias { self.fusion.outputs() } else { 0 };
         let post = rope + matches!(self.fusion, Fusion::QkvRope(_)) as u32;
         let split = post + 2 * (self.fusion == Fusion::PostNorm) as u32;
-        let count = split - 1 + (self.splits > 1) as u32;
+        let scales = split + (self.splits > 1) as u32;
+        let count = scales - 1 + (self.variant == MatmulVariant::Coop128) as u32;
         Layout {
             x,
             y,
@@ -438,6 +441,7 @@ impl MatmulKey {
             rope,
             post,
             split,
+            scales,
             count,
         }
     }
@@ -493,6 +497,7 @@ impl MatmulKey {
              const B_W1: u32 = 2u;\nconst B_W2: u32 = 3u;\nconst B_X: u32 = {}u;\n\
              const B_Y: u32 = {}u;\nconst B_NORM: u32 = {}u;\nconst B_BIAS: u32 = {}u;\n\
              const B_ROPE: u32 = {}u;\nconst B_POST: u32 = {}u;\nconst B_SPLIT: u32 = {}u;\n\
+             const B_SCALES: u32 = {}u;\n\
              const POST_COUNTERS: u32 = {}u;\n",
             (self.stage_k / 4).max(1),
             wide.slots,
@@ -505,6 +510,7 @@ impl MatmulKey {
             l.rope,
             l.post,
             l.split,
+            l.scales,
             super::POST_NORM_MAX_T,
         );
         Ok(format!(

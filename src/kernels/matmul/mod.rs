@@ -777,7 +777,9 @@ pub(super) fn launch(
     // The split scratch is the context's own (appended below).
     debug_assert_eq!(
         layout.count as usize,
-        bindings.len() + (key.splits > 1) as usize,
+        bindings.len()
+            + (key.splits > 1) as usize
+            + (key.variant == MatmulVariant::Coop128) as usize,
         "{}",
         key.label()
     );
@@ -814,6 +816,10 @@ pub(super) fn launch(
             &ctx.shared_scratch("matvec split-K scratch", 4 * words),
         ));
     }
+    if key.variant == MatmulVariant::Coop128 {
+        let scales = record_token_scales(rec, key, &params, &bindings)?;
+        bindings.push(scales);
+    }
     let [gx, gy] = fold(params.groups, max);
     rec.dispatch(
         &label,
@@ -823,4 +829,53 @@ pub(super) fn launch(
         [gx, gy, t_groups],
     )?;
     Ok(())
+}
+
+/// Tokens per step the tensor-core GEMM's per-token scales cover (the context's scratch
+/// holds one f32 each); prefill steps are 512 tokens.
+pub const COOP_SCALES_MAX_T: u32 = 8192;
+
+/// Records `shaders/matmul/token_scale.wgsl` for the product `key` is about to run: each of
+/// the step's tokens' power-of-two f16 scale, into the context's scratch, which it returns
+/// as the GEMM's binding at B_SCALES.
+fn record_token_scales(
+    rec: &mut StepRecorder,
+    key: &MatmulKey,
+    params: &Params,
+    bindings: &[Binding],
+) -> Result<Binding, KernelError> {
+    const KERNEL: &str = "matmul_token_scale";
+    if params.t > COOP_SCALES_MAX_T {
+        return Err(KernelError::Shape {
+            kernel: KERNEL,
+            why: format!(
+                "not yet: a tensor-core GEMM step of {} tokens (at most {COOP_SCALES_MAX_T})",
+                params.t
+            ),
+        });
+    }
+    let ctx = rec.ctx();
+    let scratch =
+        Binding::from(&ctx.shared_scratch("coop GEMM token scales", 4 * COOP_SCALES_MAX_T as u64));
+    let layout = key.layout();
+    let mut inputs = vec![bindings[layout.x as usize - 1].clone()];
+    let (label, defines): (&str, &[&str]) = if key.norm {
+        inputs.push(bindings[layout.norm as usize - 1].clone());
+        ("matmul_token_scale_norm", &["NORM"])
+    } else {
+        ("matmul_token_scale", &[])
+    };
+    inputs.push(scratch.clone());
+    let pipeline = ctx.pipeline(label, || {
+        crate::gpu::preprocess("matmul/token_scale.wgsl", defines)
+    });
+    let scale_params: [u32; 4] = [params.k, params.t, 0, 0];
+    rec.dispatch(
+        label,
+        &pipeline,
+        bytemuck::bytes_of(&scale_params),
+        &inputs,
+        [params.t, 1, 1],
+    )?;
+    Ok(scratch)
 }

@@ -110,6 +110,11 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
             compile_to_spirv(&key.label(), &source);
         }
     }
+    // Its per-token scales (portable WGSL, but only the tensor-core GEMM reads them).
+    for defines in [&[][..], &["NORM"]] {
+        let source = crate::gpu::preprocess("matmul/token_scale.wgsl", defines);
+        compile_to_spirv("matmul_token_scale", &source);
+    }
     let key = MatmulKey::choose(
         DeviceKernels {
             matvec: MatmulVariant::MatvecSubgroup,
