@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The test command (README; CI's .ci/run execs it): installs what is missing, regenerates the
-# fixtures deterministically, runs every native test on lavapipe, builds the page with trunk
-# and runs the browser tests (Playwright + Chromium + SwiftShader WebGPU).
+# fixtures deterministically (the native tests build meanwhile), runs every native test on
+# lavapipe (the wasm32 library and the page build niced in the background meanwhile, in
+# target/web) and runs the browser tests, two files at a time (Playwright + Chromium +
+# SwiftShader WebGPU).
 #
 # A fresh machine builds trunk and wasm-bindgen-cli once (the slow part: see
 # scripts/lib/install.sh); they build in the background (niced, so the tests keep the cores)
@@ -47,7 +49,8 @@ coco_wasm_target
 tools_pid=""
 fuzz_pid=""
 build_pid=""
-trap 'for pid in $tools_pid $fuzz_pid $build_pid; do kill -- "-$pid" 2>/dev/null; done; true' EXIT
+web_pid=""
+trap 'for pid in $tools_pid $fuzz_pid $build_pid $web_pid; do kill -- "-$pid" 2>/dev/null; done; true' EXIT
 if [ "$e2e" = 1 ] && ! { coco_have_trunk && coco_have_wasm_bindgen; }; then
   say "trunk + wasm-bindgen-cli: building in the background (log: target/ci-logs/web-tools.log)"
   setsid nice -n 15 bash -c 'source scripts/lib/install.sh && coco_install_web_tools' >target/ci-logs/web-tools.log 2>&1 &
@@ -86,6 +89,24 @@ if ! wait "$build_pid"; then
   exit 1
 fi
 build_pid=""
+
+# The wasm32 build (and the page, when trunk is already there) builds in the background,
+# niced, while the lavapipe suites run: it takes what they leave idle (their single-threaded
+# moments, the whole-model binaries' ends) and is done or nearly so when they finish. Its own
+# target directory, so that it never holds the lock of target/ that the cargo test runs
+# below take (that costs its build scripts and proc macros a second build).
+web_page=0
+if [ "$e2e" = 1 ] && [ -z "$tools_pid" ]; then web_page=1; fi
+say "wasm32 build$([ "$web_page" = 1 ] && echo " and page build (trunk build --release)"): in the background (log: target/ci-logs/web-build.log)"
+setsid nice -n 10 env CARGO_TARGET_DIR=target/web web_page=$web_page bash -c '
+  source scripts/lib/install.sh
+  set -e
+  start=$(date +%s)
+  cargo build --release --lib --target wasm32-unknown-unknown
+  echo "wasm32 build: $(( $(date +%s) - start )) s"
+  if [ "$web_page" = 1 ]; then coco_build_page; echo "wasm32 and page build: $(( $(date +%s) - start )) s"; fi
+' >target/ci-logs/web-build.log 2>&1 &
+web_pid=$!
 
 export VK_ICD_FILENAMES=/usr/share/vulkan/icd.d/lvp_icd.x86_64.json
 export WGPU_BACKEND=vulkan
@@ -129,8 +150,14 @@ say "cargo test (lavapipe): kernel suites with COCO_MATVEC=8x2x4x2 COCO_CHUNK_SP
 COCO_MATVEC=8x2x4x2 COCO_CHUNK_SPLITS=3 cargo test --release --test kernels_matmul --test kernels_matmul_fused --test kernels_qkv_rope -- --test-threads=2 \
   _f16 _q4_0 _q8_0 _q3_k _q4_k _q6_k _iq4_xs
 
-say "wasm32 build"
-cargo build --release --lib --target wasm32-unknown-unknown
+say "waiting for the wasm32 build$([ "$web_page" = 1 ] && echo " and the page build")"
+if ! wait "$web_pid"; then
+  tail -60 target/ci-logs/web-build.log >&2
+  echo "the wasm32 build$([ "$web_page" = 1 ] && echo " or the page build") failed (full log: target/ci-logs/web-build.log)" >&2
+  exit 1
+fi
+web_pid=""
+grep -E '^(wasm32|wasm32 and page) build: ' target/ci-logs/web-build.log || true
 
 if [ "$e2e" = 1 ]; then
   if [ -n "$tools_pid" ]; then
@@ -144,8 +171,10 @@ if [ "$e2e" = 1 ]; then
     coco_have_trunk && coco_have_wasm_bindgen || { echo "trunk / wasm-bindgen-cli still missing after the install" >&2; exit 1; }
   fi
 
-  say "page build (trunk build --release)"
-  coco_build_page
+  if [ "$web_page" = 0 ]; then
+    say "page build (trunk build --release)"
+    CARGO_TARGET_DIR=target/web coco_build_page
+  fi
 
   say "browser tests (tests/e2e: Playwright + Chromium + SwiftShader WebGPU)"
   # Chromium grants Cache API storage only beyond a reserve it keeps free on the profile's

@@ -410,15 +410,23 @@ fn check_gpu_vs_cpu_in(
         .collect();
     let context = context.min(model.config.context_length);
     let expected = cpu.forward_in_context(&ids, context);
+    // Both fused runs start with the same prefill step, so they share it: the batched run
+    // goes on in `prefill`-sized steps, then the session goes back to the end of that first
+    // step (the engine's own roll-back, as after a stopped generation) and the decode run
+    // goes on from there in one-token steps, over the cache positions the batched steps
+    // wrote. Every logit of both runs is still checked; a separate session would only have
+    // recomputed the first step (on lavapipe a 128k–152k-row LM head per position).
     let mut s = Session::new(ctx, &model, context, LogitsFor::AllTokens);
-    let mut batched = Vec::new();
-    for chunk in ids.chunks(prefill) {
+    let first = s.forward_blocking(&ids[..prefill]).unwrap();
+    let mut batched = first.clone();
+    for chunk in ids[prefill..].chunks(prefill) {
         batched.extend(s.forward_blocking(chunk).unwrap());
     }
-    let mut s2 = Session::new(ctx, &model, context, LogitsFor::AllTokens);
-    let mut stepped = s2.forward_blocking(&ids[..prefill]).unwrap();
+    s.pos = prefill as u32;
+    s.cached_tokens.truncate(prefill);
+    let mut stepped = first;
     for &id in &ids[prefill..] {
-        stepped.extend(s2.forward_blocking(&[id]).unwrap());
+        stepped.extend(s.forward_blocking(&[id]).unwrap());
     }
     let mut runs = vec![("batched", batched), ("decode", stepped)];
     if pipelines == Pipelines::All {
