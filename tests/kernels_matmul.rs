@@ -201,7 +201,7 @@ fn run_matmul(case: Case, seed: u64) -> f64 {
         case.variant,
     )
     .expect("matmul");
-    let labels = rec.labels();
+    let labels = common::product_labels(&rec);
     drop(rec);
     // The int8 chunk matvec multiplies W by x' as it stages it (two int8 levels per chunk):
     // its oracle is the product with that x'' (reference::quant::int8_levels).
@@ -247,7 +247,7 @@ fn run_matmul(case: Case, seed: u64) -> f64 {
     )
     .expect("matmul");
     assert_eq!(
-        rec.labels(),
+        common::product_labels(&rec),
         labels,
         "the same kernels with the soft-cap set"
     );

@@ -204,7 +204,7 @@ fn variants_cases(base: impl Fn(Case) -> Case) -> Vec<Case> {
 }
 
 fn label_of(rec: &StepRecorder) -> String {
-    let labels = rec.labels();
+    let labels = common::product_labels(rec);
     let mut first = labels.first().cloned().unwrap_or_default();
     if labels.len() > 1 {
         first += &format!(" (+{} more)", labels.len() - 1);
@@ -253,7 +253,7 @@ fn run_normed(ty: GgmlType, c: Case, seed: u64) -> Err {
     }
     .expect("matmul_normed");
     assert_eq!(
-        rec.dispatch_count(),
+        common::product_labels(&rec).len(),
         wt.parts.len(),
         "one dispatch per part"
     );
@@ -335,7 +335,7 @@ fn run_glu(ty: GgmlType, c: Case, seed: u64) -> Err {
     )
     .expect("matmul_glu");
     assert_eq!(
-        rec.dispatch_count(),
+        common::product_labels(&rec).len(),
         wg.parts.len(),
         "one dispatch per part pair"
     );
@@ -440,7 +440,11 @@ fn run_qkv(ty: GgmlType, c: Case, seed: u64) -> Err {
     let fuses = !c.mixed && c.part_rows.is_none() && bindings <= limit;
     let parts = wq.parts.len() + wk.parts.len() + wv.parts.len();
     let expected = if fuses { 1 } else { parts };
-    assert_eq!(rec.dispatch_count(), expected, "{c:?}: dispatches");
+    assert_eq!(
+        common::product_labels(&rec).len(),
+        expected,
+        "{c:?}: dispatches"
+    );
     let label = label_of(&rec);
     rec.submit();
 

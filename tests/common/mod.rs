@@ -6,7 +6,7 @@
 use std::sync::OnceLock;
 
 use coco::gguf::GgmlType;
-use coco::gpu::{GpuContext, GpuTensor};
+use coco::gpu::{GpuContext, GpuTensor, StepRecorder};
 use coco::reference::{matmul as reference, quant};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -66,6 +66,15 @@ pub fn weight(
         assert_eq!(t.parts.len(), rows.div_ceil(r), "{name} should be split");
     }
     (t, deq)
+}
+
+/// The labels of `rec`'s product dispatches: without the per-token scale pass that records
+/// before each tensor-core GEMM (`matmul_token_scale`, `…_norm`).
+pub fn product_labels(rec: &StepRecorder) -> Vec<String> {
+    rec.labels()
+        .into_iter()
+        .filter(|l| !l.starts_with("matmul_token_scale"))
+        .collect()
 }
 
 /// A product may differ from the f64 reference by `atol + rtol·|ref|`, with
