@@ -1,5 +1,5 @@
-// Matrix–matrix (prefill) on tensor cores with a 128 × 128 output tile: what natively
-// replaces TILED_COOP's 64 × 64 where the grid stays full. Included by matmul.wgsl for
+// Matrix–matrix (prefill) on tensor cores with a 128 × 128 output tile: what COCO_COOPMAT=1
+// runs natively (TILED_COOP's 64 × 64 tiles are its A/B baseline). Included by matmul.wgsl for
 // GEMM_COOP (with TILES: dequant_w8, stage_x), which provides the bindings, slots and stores;
 // kernels/matmul prepends `enable f16;` and `enable wgpu_cooperative_matrix;` and TILE_N =
 // TILE_T = 128.

@@ -732,7 +732,15 @@ impl Plan {
                 "steps of <= {max} tokens: {matvec}; longer steps: {}",
                 match (self.kernels.tiled, self.kernels.gemm) {
                     (tiles, _) if tiles.is_coop() => {
-                        format!("{} (COCO_COOPMAT=1: f16 tensor cores)", tiles.label())
+                        let scales = if tiles == MatmulVariant::Coop128 {
+                            ", each after matmul_token_scale: per-token f16 scales"
+                        } else {
+                            ""
+                        };
+                        format!(
+                            "{} (COCO_COOPMAT=1: f16 tensor cores{scales})",
+                            tiles.label()
+                        )
                     }
                     (_, GemmChoice::Auto) => format!(
                         "the first of {} that leaves >= {WIDE_MIN_GROUPS} workgroups, else {}",
