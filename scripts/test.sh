@@ -90,15 +90,17 @@ if ! wait "$build_pid"; then
 fi
 build_pid=""
 
-# The wasm32 build (and the page, when trunk is already there) builds in the background,
-# niced, while the lavapipe suites run: it takes what they leave idle (their single-threaded
-# moments, the whole-model binaries' ends) and is done or nearly so when they finish. Its own
-# target directory, so that it never holds the lock of target/ that the cargo test runs
-# below take (that costs its build scripts and proc macros a second build).
+# The wasm32 build (and the page, when trunk is already there) builds in the background
+# while the lavapipe suites run, at the idle scheduling class (chrt --idle): it gets a core
+# only when the tests leave it idle (their single-threaded moments, the binaries' ends), so
+# lavapipe's worker threads, which wait for each other at every dispatch, hardly ever wait
+# for it (against nice 10 the scheduler still gives a build ~10% of a core). Its own target
+# directory, so that it never holds the lock of target/ that the cargo test runs below take
+# (that costs its build scripts and proc macros a second build).
 web_page=0
 if [ "$e2e" = 1 ] && [ -z "$tools_pid" ]; then web_page=1; fi
 say "wasm32 build$([ "$web_page" = 1 ] && echo " and page build (trunk build --release)"): in the background (log: target/ci-logs/web-build.log)"
-setsid nice -n 10 env CARGO_TARGET_DIR=target/web web_page=$web_page bash -c '
+setsid chrt --idle 0 env CARGO_TARGET_DIR=target/web web_page=$web_page bash -c '
   source scripts/lib/install.sh
   set -e
   start=$(date +%s)
