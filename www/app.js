@@ -582,6 +582,8 @@ async function send({ replay = false } = {}) {
       return;
     }
     renderChatLog();
+    // The rendered template showed the conversation before this turn: stale from here on.
+    $("template-view").hidden = true;
   } else if (!promptText) {
     status("Type a prompt first.");
     return;
@@ -663,6 +665,9 @@ function resetChat() {
 
 async function showTemplate() {
   const view = $("template-view");
+  // Hidden until this render arrives, so what stays on screen from an earlier click (an older
+  // conversation) is never taken for the current one.
+  view.hidden = true;
   const messages = [...page.chat];
   if ($("prompt").value.trim()) messages.push({ role: "user", content: $("prompt").value });
   await exclusive("template", async () => {
