@@ -36,10 +36,13 @@
 //   POST_NORM     (MATVEC_SG, MATVEC_CHUNK) y += RMSNorm(x·Wᵀ) ⊙ post_w: gemma's sandwich
 //                 norm folded into W_o / W_down; the last workgroup of a token to finish
 //                 norms the whole row (bindings post_w and post_scratch at B_POST)
+//   QK_NORM       (ROPE_KV, matvec shapes) gemma3's per-head Q/K RMSNorm before the
+//                 rotation; the last workgroup to finish a head norms and rotates it
+//                 (bindings q_norm_w, k_norm_w and the scratch at B_QKN)
 // Constants prepended by kernels/matmul.rs (one source of truth for the host's grid math and
 // binding order): MV_ROWS, MV_LANES, MV_UNROLL, MV_RPS, MV_STAGE_VEC4 (matvec), TILE_N,
 // TILE_T (tiled), POST_COUNTERS (POST_NORM), and the binding numbers B_W1, B_W2, B_X, B_Y,
-// B_NORM, B_BIAS, B_ROPE, B_POST, B_SPLIT, B_SCALES: storage bindings are numbered 1.. in
+// B_NORM, B_BIAS, B_ROPE, B_QKN, B_POST, B_SPLIT, B_SCALES: storage bindings are numbered 1.. in
 // the order the host lists them (weights, x, outputs, norm_w, biases, inv_freq, post_w,
 // post_scratch, split_sums, GEMM_COOP's per-token scales), so the optional ones shift the rest.
 //
@@ -73,7 +76,7 @@ struct Params {
     splits: u32,     // SPLIT_K: workgroups per row group, each over its own range of K; else 1
     rot_half: u32,   // ROPE_KV: rotated pairs per head (partial rotation: < head_dim / 2)
     rot_scale: f32,  // ROPE_KV: factor on cos and sin of the rotated pairs (LongRoPE), else 1
-    _pad3: u32,
+    qk_eps: f32,     // QK_NORM: eps of the per-head Q/K norm
     _pad4: u32,
     _pad5: u32,
 }
@@ -439,6 +442,9 @@ fn store_slot(mr: vec2<u32>, t: u32, own: Sums, partner: Sums) {
 #ifdef POST_NORM
 #include "matmul/post_norm.wgsl"
 #endif
+#ifdef QK_NORM
+#include "matmul/qk_norm.wgsl"
+#endif
 
 #ifdef MATVEC_WG
 // Matrix–vector (decode): a workgroup of 256 (SwiftShader's maximum) computes MV_ROWS slots
@@ -522,9 +528,15 @@ fn main(
         }
         workgroupBarrier();
     }
+#ifdef QK_NORM
+    // Every invocation takes part; invocation i < MV_ROWS stores slot i.
+    let own = locate(g * MV_ROWS + li, MV_ROWS);
+    qk_norm_store(t, li, g, own, finish(partial[(li % MV_ROWS) * MV_LANES]), li < MV_ROWS && live(own));
+#else
     if (lane == 0u && live(mr)) {
         store_slot(mr, t, partial[li], partial[partner_slot(slot) * MV_LANES]);
     }
+#endif
 }
 #endif
 
@@ -692,9 +704,13 @@ fn main(
     }
     post_norm_add(t, li, sg, nsg, lane, mr.y, v, has, p.groups);
 #else
+#ifdef QK_NORM
+    qk_norm_store(t, li, g, mr, finish(slot_sum(li, spr)), li < MV_ROWS && live(mr));
+#else
     if (li < MV_ROWS && live(mr)) {
         store_slot(mr, t, slot_sum(li, spr), slot_sum(partner_slot(li), spr));
     }
+#endif
 #endif
 }
 #endif

@@ -3,7 +3,8 @@
 //! `reference::ops::rope` on q and k, then the cache rows. Every matvec shape, both pair
 //! layouts, whole and partial rotation (4 of 6 or 8 dimensions, cos and sin scaled as
 //! LongRoPE's attention factor scales them), T = 1..3 at a nonzero `pos0`, with and without
-//! the folded norm and the biases.
+//! the folded norm and the biases, and with gemma3's per-head Q/K norm folded in (its last
+//! workgroup per head: heads of 6 and 8 rows, split across workgroups or several in one).
 //!
 //! The shapes are small and awkward on purpose: 5 query heads and 3 KV heads of 6 or 8, so
 //! the q/k/v boundaries fall inside workgroups and inside the subgroup matvec's tasks, and a
@@ -11,7 +12,9 @@
 //!
 //! Tolerance per output: the product's (tests/kernels_matmul_fused.rs: atol = 2e-6·Σ|w·x'|,
 //! rtol = 1e-5); a rotated value adds both halves' allowances (|cos|, |sin| ≤ 1) and 1e-6 of
-//! their magnitude for the angle (the shader's sin/cos are accurate to a few f32 ulps).
+//! their magnitude for the angle (the shader's sin/cos are accurate to a few f32 ulps). The
+//! Q/K norm propagates a value's allowance to first order: y·s·w with s = rsqrt(mean(y²) +
+//! eps) moves by s·|w|·(tol + |y|·Σ|y_j|·tol_j / Σy_j²), plus 1e-6 of its magnitude.
 
 mod common;
 
@@ -21,7 +24,7 @@ use coco::kernels::matmul::MatmulVariant::{
     self, MatvecChunk, MatvecRows, MatvecSubgroup, MatvecWorkgroup, Tiled,
 };
 use coco::kernels::qkv_rope::{matmul_qkv_rope_kv_variant, qkv_rope_fuses};
-use coco::kernels::rope::{RopeKvShape, RopeLayout, Rotary};
+use coco::kernels::rope::{QkNorm, RopeKvShape, RopeLayout, Rotary};
 use coco::reference::{ops, quant};
 use common::{ctx, random_f32, reference_product, weight};
 use rand::SeedableRng;
@@ -43,6 +46,7 @@ struct Case {
     rotary: Rotary,
     norm: bool,
     bias: bool,
+    qk_norm: bool,
 }
 
 fn buffer(name: &str, data: &[f32]) -> wgpu::Buffer {
@@ -65,6 +69,24 @@ fn product(
         }
     }
     (want, tol)
+}
+
+/// The per-head RMSNorm of the reference product `[rows, head_dim]` (in f64) with weights
+/// `w`, and each output's tolerance propagated from the product's (module comment).
+fn normed((want, tol): (Vec<f64>, Vec<f64>), w: &[f32], head_dim: usize) -> (Vec<f64>, Vec<f64>) {
+    let mut values = Vec::with_capacity(want.len());
+    let mut tols = Vec::with_capacity(want.len());
+    for (y, t) in want.chunks(head_dim).zip(tol.chunks(head_dim)) {
+        let sq: f64 = y.iter().map(|v| v * v).sum();
+        let s = 1.0 / (sq / head_dim as f64 + EPS as f64).sqrt();
+        let spread: f64 = y.iter().zip(t).map(|(v, t)| v.abs() * t).sum::<f64>() / sq.max(1e-30);
+        for i in 0..head_dim {
+            let v = y[i] * s * w[i] as f64;
+            values.push(v);
+            tols.push(s * (w[i] as f64).abs() * (t[i] + y[i].abs() * spread) + 1e-6 * v.abs());
+        }
+    }
+    (values, tols)
 }
 
 /// RoPE of the reference product `[t, heads, head_dim]`, with each output's tolerance: the
@@ -125,6 +147,8 @@ fn run(ty: GgmlType, c: Case, seed: u64) -> f64 {
     let x = random_f32(&mut rng, c.t * k, -3.0, 3.0);
     let nw = random_f32(&mut rng, k, -1.5, 1.5);
     let biases = [nq, nkv, nkv].map(|n| random_f32(&mut rng, n, -1.0, 1.0));
+    // gemma3's norm weights sit around 1 (GGUF stores 1 + w).
+    let qk_w = [0, 1].map(|_| random_f32(&mut rng, c.head_dim, 0.5, 1.5));
     // Llama-style frequencies over the rotated dimensions, base 10,000; 0 past them.
     let dims = c.rotary.dims as usize;
     let inv_freq: Vec<f32> = (0..c.head_dim / 2)
@@ -146,6 +170,10 @@ fn run(ty: GgmlType, c: Case, seed: u64) -> f64 {
     let bb: Vec<wgpu::Buffer> = biases.iter().map(|b| buffer("bias", b)).collect();
     let bbind: Vec<Binding> = bb.iter().map(Binding::from).collect();
     let nwbind = Binding::from(&nwb);
+    let qkb: Vec<Binding> = qk_w
+        .iter()
+        .map(|w| Binding::from(&buffer("qk_norm_w", w)))
+        .collect();
     let shape = RopeKvShape {
         t: c.t as u32,
         heads: HEADS as u32,
@@ -156,7 +184,7 @@ fn run(ty: GgmlType, c: Case, seed: u64) -> f64 {
     };
     let mut rec = StepRecorder::new(ctx());
     assert!(
-        qkv_rope_fuses(&rec, &wq, &wk, &wv, c.norm, c.bias, &shape),
+        qkv_rope_fuses(&rec, &wq, &wk, &wv, c.norm, c.bias, c.qk_norm, &shape),
         "{c:?} should fuse"
     );
     matmul_qkv_rope_kv_variant(
@@ -171,6 +199,11 @@ fn run(ty: GgmlType, c: Case, seed: u64) -> f64 {
         &Binding::from(&vcb),
         &Binding::from(&fb),
         c.bias.then_some((&bbind[0], &bbind[1], &bbind[2])),
+        c.qk_norm.then_some(QkNorm {
+            q: &qkb[0],
+            k: &qkb[1],
+            eps: EPS,
+        }),
         &shape,
         Some(c.variant),
     )
@@ -189,14 +222,21 @@ fn run(ty: GgmlType, c: Case, seed: u64) -> f64 {
         label.contains("_i8"),
     );
     let bias = |i: usize| c.bias.then_some(&biases[i][..]);
+    let qk_normed = |p: (Vec<f64>, Vec<f64>), i: usize| {
+        if c.qk_norm {
+            normed(p, &qk_w[i], c.head_dim)
+        } else {
+            p
+        }
+    };
     let (q_want, q_tol) = rotated(
-        product(&q_w, &xn, bias(0), nq, k, c.t),
+        qk_normed(product(&q_w, &xn, bias(0), nq, k, c.t), 0),
         &inv_freq,
         &c,
         HEADS,
     );
     let (k_want, k_tol) = rotated(
-        product(&k_w, &xn, bias(1), nkv, k, c.t),
+        qk_normed(product(&k_w, &xn, bias(1), nkv, k, c.t), 1),
         &inv_freq,
         &c,
         KV_HEADS,
@@ -225,13 +265,15 @@ fn run(ty: GgmlType, c: Case, seed: u64) -> f64 {
         );
     }
     println!(
-        "{label:<48} T={} pos0={:<2} head_dim={} rotated={} norm={:<5} bias={:<5} {:.0}% of tol",
+        "{label:<56} T={:<2} pos0={:<2} head_dim={} rotated={} norm={:<5} bias={:<5} \
+         qk_norm={:<5} {:.0}% of tol",
         c.t,
         c.pos0,
         c.head_dim,
         c.rotary.dims,
         c.norm,
         c.bias,
+        c.qk_norm,
         100.0 * worst
     );
     worst
@@ -256,8 +298,21 @@ fn cases() -> Vec<Case> {
     // Partial rotation, 4 dimensions of 6 or 8: pass-through dimensions inside every head's
     // slots. Listed after the whole-head cases, which keep their seeds (the case's index).
     let partial = [(2, 5, 6, true, true), (1, 46, 8, false, false)];
+    // The per-head Q/K norm folded in (last, so the cases above keep their seeds): heads of 6
+    // straddle the workgroups' slots, heads of 8 fill them or share them.
+    let qk_whole = [
+        (1, 37, 8, true, false),
+        (3, 0, 6, true, true),
+        (32, 9, 8, true, true),
+    ];
+    let qk_partial = [(2, 5, 6, true, false)];
     let mut cases = Vec::new();
-    for (shapes, dims) in [(&whole[..], None), (&partial[..], Some(4))] {
+    for (shapes, dims, qk_norm) in [
+        (&whole[..], None, false),
+        (&partial[..], Some(4), false),
+        (&qk_whole[..], None, true),
+        (&qk_partial[..], Some(4), true),
+    ] {
         for &variant in &variants {
             for layout in [RopeLayout::Normal, RopeLayout::Neox] {
                 for &(t, pos0, head_dim, norm, bias) in shapes {
@@ -277,6 +332,7 @@ fn cases() -> Vec<Case> {
                         rotary,
                         norm,
                         bias,
+                        qk_norm,
                     });
                 }
             }
@@ -347,6 +403,7 @@ fn tiled_steps_keep_the_separate_rope() {
         &wv,
         false,
         false,
+        false,
         &shape(64)
     ));
     let b = |n: usize| buffer("b", &vec![0.0; n]);
@@ -362,6 +419,7 @@ fn tiled_steps_keep_the_separate_rope() {
         &Binding::from(&kc),
         &Binding::from(&vc),
         &Binding::from(&f),
+        None,
         None,
         &shape(17),
         Some(Tiled),

@@ -357,9 +357,13 @@ fn main(
     }
     post_norm_add(t, li, sg, nsg, lane, mr.y, v, has, p.groups / p.splits);
 #else
+#ifdef QK_NORM
+    qk_norm_store(t, li, rg, mr, finish(chunk_sums(li, spr, x2)), li < MV_ROWS && live(mr));
+#else
     if (li < MV_ROWS && live(mr)) {
         store_slot(mr, t, chunk_sums(li, spr, x2), chunk_sums(partner_slot(li), spr, x2));
     }
+#endif
 #endif
 }
 

@@ -13,15 +13,21 @@
 //!
 //! Only the matvec shapes have this epilogue: decode steps of at most `MATVEC_MAX_T` tokens,
 //! and every step on a CPU adapter, whose prefill runs the matvec too. A GPU's prefill chunk
-//! keeps the extra dispatch, which costs nothing next to its GEMMs. gemma3's
-//! per-head Q/K RMSNorm needs a whole head's sums, so it keeps `rope_kv_write`, which folds
-//! that norm in.
+//! keeps the extra dispatch, which costs nothing next to its GEMMs.
+//!
+//! gemma3's and qwen3's per-head Q/K RMSNorm needs a whole head's sums, which several
+//! workgroups compute: with [`QkNorm`] given, each workgroup records its q and k values and
+//! the last to finish a head norms and rotates it (`shaders/matmul/qk_norm.wgsl`), where
+//! otherwise `rope_kv_write` with the norm is a dispatch of its own.
 
 use super::matmul::{
-    check_binding, check_norm, check_weight, chosen_key, launch, qkv_key_fits, Fusion, MatmulKey,
-    MatmulVariant, Norm, Params, QkvBiases,
+    check_binding, check_norm, check_weight, chosen_key, epilogue_scratch, launch, qkv_key_fits,
+    Fusion, MatmulKey, MatmulVariant, Norm, Params, QkvBiases, EPILOGUE_COUNTERS,
+    EPILOGUE_VALUE_WORDS,
 };
-use super::rope::{check_rotary, check_shape, RopeKvShape, RopeLayout};
+use super::rope::{
+    check_rotary, check_shape, QkNorm, RopeKvShape, RopeLayout, QK_NORM_MAX_HEAD_DIM,
+};
 use super::KernelError;
 use crate::gpu::{Binding, GpuContext, GpuTensor, StepRecorder};
 
@@ -31,10 +37,14 @@ fn key(
     wq: &GpuTensor,
     norm: bool,
     biases: bool,
+    qk_norm: bool,
     shape: &RopeKvShape,
     variant: Option<MatmulVariant>,
 ) -> MatmulKey {
-    let fusion = Fusion::QkvRope(shape.rotary.layout);
+    let fusion = Fusion::QkvRope {
+        layout: shape.rotary.layout,
+        qk_norm,
+    };
     let slots = (shape.heads as u64 + 2 * shape.kv_heads as u64) * shape.head_dim as u64;
     chosen_key(
         ctx, wq.ty, shape.t, wq.row_len, slots, biases, norm, fusion, variant,
@@ -42,9 +52,12 @@ fn key(
 }
 
 /// Whether [`matmul_qkv_rope_kv`] runs for these weights and this step on this device: one
-/// type and one part per weight, a matvec step (`t` small enough), and its storage bindings
-/// (up to 12) within the device's per-stage limit (WebGPU's default 8 allows llama without
-/// the norm folded in only, so a browser with the default keeps two dispatches).
+/// type and one part per weight, a matvec step (`t` small enough), with `qk_norm` a head
+/// within [`QK_NORM_MAX_HEAD_DIM`] and the step's heads within the scratch
+/// ([`qk_norm_max_t`]), and its storage bindings (up to 15) within the device's per-stage
+/// limit (WebGPU's default 8 allows llama without the norm folded in only, so a browser
+/// with the default keeps two dispatches).
+#[allow(clippy::too_many_arguments)]
 pub fn qkv_rope_fuses(
     rec: &StepRecorder,
     wq: &GpuTensor,
@@ -52,15 +65,30 @@ pub fn qkv_rope_fuses(
     wv: &GpuTensor,
     norm: bool,
     biases: bool,
+    qk_norm: bool,
     shape: &RopeKvShape,
 ) -> bool {
-    let key = key(rec.ctx(), wq, norm, biases, shape, None);
-    !key.variant.is_tiled() && qkv_key_fits(rec.ctx(), &key, [wq, wk, wv])
+    let key = key(rec.ctx(), wq, norm, biases, qk_norm, shape, None);
+    !key.variant.is_tiled()
+        && qkv_key_fits(rec.ctx(), &key, [wq, wk, wv])
+        && (!qk_norm
+            || (shape.head_dim <= QK_NORM_MAX_HEAD_DIM
+                && shape.t <= qk_norm_max_t(shape.heads, shape.kv_heads, shape.head_dim)))
+}
+
+/// The most tokens one [`matmul_qkv_rope_kv`] with the Q/K norm holds: a counter per q and k
+/// head of each token, and their rows, within the epilogue scratch.
+pub fn qk_norm_max_t(heads: u32, kv_heads: u32, head_dim: u32) -> u32 {
+    let heads = (heads as u64 + kv_heads as u64).max(1);
+    let by_counters = EPILOGUE_COUNTERS as u64 / heads;
+    let by_values = EPILOGUE_VALUE_WORDS / (heads * head_dim.max(1) as u64);
+    by_counters.min(by_values).min(u32::MAX as u64) as u32
 }
 
 /// Whether these weights could take the fused form on this device in a matvec step: the
 /// binding and type half of [`qkv_rope_fuses`], without the step's token count. Which steps
 /// are matvec steps is [`matvec_max_t`]'s rule (`model::Plan` holds both).
+#[allow(clippy::too_many_arguments)]
 pub fn qkv_rope_fits(
     ctx: &GpuContext,
     wq: &GpuTensor,
@@ -68,6 +96,7 @@ pub fn qkv_rope_fits(
     wv: &GpuTensor,
     norm: bool,
     biases: bool,
+    qk_norm: bool,
     layout: RopeLayout,
 ) -> bool {
     let key = MatmulKey {
@@ -75,7 +104,7 @@ pub fn qkv_rope_fits(
         variant: MatmulVariant::MatvecWorkgroup,
         bias: biases,
         norm,
-        fusion: Fusion::QkvRope(layout),
+        fusion: Fusion::QkvRope { layout, qk_norm },
         stage_k: 0,
         splits: 1,
     };
@@ -84,8 +113,9 @@ pub fn qkv_rope_fits(
 
 /// Records, in one dispatch, for the step's tokens `t` at positions `pos0 + t`:
 /// q = RoPE(x'·w_qᵀ + bq) into `q`, RoPE(x'·w_kᵀ + bk) into `k_cache` row `pos0 + t` and
-/// x'·w_vᵀ + bv into `v_cache` row `pos0 + t`, with x' = x or x's RMSNorm. The same result
-/// as `matmul_qkv` then `rope_kv_write` (without a Q/K norm). Check [`qkv_rope_fuses`] first.
+/// x'·w_vᵀ + bv into `v_cache` row `pos0 + t`, with x' = x or x's RMSNorm; with `qk_norm`,
+/// each head of q and k RMS-normed (gemma3, qwen3) before its rotation. The same result as
+/// `matmul_qkv` then `rope_kv_write`. Check [`qkv_rope_fuses`] first.
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_qkv_rope_kv(
     rec: &mut StepRecorder,
@@ -99,10 +129,11 @@ pub fn matmul_qkv_rope_kv(
     v_cache: &Binding,  // [ctx, kv_heads, head_dim] f32
     inv_freq: &Binding, // [head_dim / 2] f32
     biases: Option<QkvBiases>,
+    qk_norm: Option<QkNorm>, // (q_norm_w [head_dim], k_norm_w [head_dim], eps)
     shape: &RopeKvShape,
 ) -> Result<(), KernelError> {
     matmul_qkv_rope_kv_variant(
-        rec, wq, wk, wv, x, norm, q, k_cache, v_cache, inv_freq, biases, shape, None,
+        rec, wq, wk, wv, x, norm, q, k_cache, v_cache, inv_freq, biases, qk_norm, shape, None,
     )
 }
 
@@ -120,6 +151,7 @@ pub fn matmul_qkv_rope_kv_variant(
     v_cache: &Binding,
     inv_freq: &Binding,
     biases: Option<QkvBiases>,
+    qk_norm: Option<QkNorm>,
     shape: &RopeKvShape,
     variant: Option<MatmulVariant>,
 ) -> Result<(), KernelError> {
@@ -161,6 +193,7 @@ pub fn matmul_qkv_rope_kv_variant(
         wq,
         norm.is_some(),
         biases.is_some(),
+        qk_norm.is_some(),
         shape,
         variant,
     );
@@ -207,6 +240,26 @@ pub fn matmul_qkv_rope_kv_variant(
         }
     }
     check_norm(KERNEL, norm, kdim)?;
+    if let Some(qn) = &qk_norm {
+        if head_dim > QK_NORM_MAX_HEAD_DIM {
+            return err(format!(
+                "head_dim {head_dim} over {QK_NORM_MAX_HEAD_DIM}, the most one workgroup's pairs \
+                 cover with the Q/K norm folded in"
+            ));
+        }
+        let max_t = qk_norm_max_t(heads, kv_heads, head_dim);
+        if t > max_t {
+            return err(format!(
+                "{t} tokens of {heads} + {kv_heads} heads: at most {max_t} with the Q/K norm \
+                 folded in (its scratch)"
+            ));
+        }
+        if !qn.eps.is_finite() || qn.eps < 0.0 {
+            return err(format!("eps {} is not a finite value >= 0", qn.eps));
+        }
+        check_binding(KERNEL, "q_norm_w [head_dim]", qn.q, head_dim as u64)?;
+        check_binding(KERNEL, "k_norm_w [head_dim]", qn.k, head_dim as u64)?;
+    }
     let slots = nq + 2 * nkv;
     if slots > u32::MAX as u64 || rows_written > u32::MAX as u64 {
         return err(format!(
@@ -224,6 +277,7 @@ pub fn matmul_qkv_rope_kv_variant(
         head_dim,
         rot_half: rotary.dims / 2,
         rot_scale: rotary.scale,
+        qk_eps: qk_norm.map_or(0.0, |n| n.eps),
         ..Params::default()
     };
     let mut bindings: Vec<Binding> = weights
@@ -236,5 +290,12 @@ pub fn matmul_qkv_rope_kv_variant(
         bindings.extend(b.map(Binding::clone));
     }
     bindings.push(inv_freq.clone());
+    if let Some(qn) = qk_norm {
+        bindings.extend([
+            qn.q.clone(),
+            qn.k.clone(),
+            Binding::from(&epilogue_scratch(rec.ctx())),
+        ]);
+    }
     launch(rec, KERNEL, &key, params, slots as u32, &bindings)
 }

@@ -250,8 +250,8 @@ pub(crate) fn attention_block(
     let (wq, wk, wv) = (&lw.wq, &lw.wk, &lw.wv);
     for op in step.plan.attention_ops(l as usize, t, pos0) {
         match op {
-            // the norm, Q/K/V (+ biases), RoPE and the KV-cache write in one matvec
-            // (kernels::qkv_rope)
+            // the norm, Q/K/V (+ biases), (the per-head Q/K norms,) RoPE and the KV-cache
+            // write in one matvec (kernels::qkv_rope)
             Op::QkvRopeKv => matmul_qkv_rope_kv(
                 rec,
                 wq,
@@ -264,6 +264,11 @@ pub(crate) fn attention_block(
                 &vc,
                 &inv_freq,
                 biases,
+                qk_norm.as_ref().map(|(qn, kn)| QkNorm {
+                    q: qn,
+                    k: kn,
+                    eps: c.rms_eps,
+                }),
                 &rope_shape,
             )?,
             // Q/K/V (+ biases) in one dispatch, the norm folded in or not

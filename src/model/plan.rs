@@ -28,7 +28,7 @@ use crate::kernels::matmul::{
     Fusion, GemmChoice, MatmulVariant, StageX, WideTile, CHUNK_WIDE, WIDE_MIN_GROUPS,
 };
 use crate::kernels::megakernel::MegakernelKey;
-use crate::kernels::qkv_rope::qkv_rope_fits;
+use crate::kernels::qkv_rope::{qk_norm_max_t, qkv_rope_fits};
 use crate::kernels::rope::{RopeLayout, QK_NORM_MAX_HEAD_DIM};
 
 use super::weights::LayerWeights;
@@ -237,14 +237,32 @@ impl Plan {
                     Choice::no("unfused pipeline")
                 } else if !uses_rope {
                     Choice::no("a layer without RoPE (NoPE)")
-                } else if has_qk_norm {
-                    Choice::no("the per-head Q/K norm needs a whole head's sums")
-                } else if qkv_rope_fits(ctx, &lw.wq, &lw.wk, &lw.wv, true, biases, rope) {
+                } else if has_qk_norm && c.head_dim > QK_NORM_MAX_HEAD_DIM {
+                    Choice::no(format!(
+                        "the per-head Q/K norm of head_dim {} > {QK_NORM_MAX_HEAD_DIM}, a \
+                         workgroup's pairs",
+                        c.head_dim
+                    ))
+                } else if qkv_rope_fits(
+                    ctx,
+                    &lw.wq,
+                    &lw.wk,
+                    &lw.wv,
+                    true,
+                    biases,
+                    has_qk_norm,
+                    rope,
+                ) {
                     Choice::yes(format!(
-                        "Q/K/V {} in one buffer each, head_dim {} rope {}",
+                        "Q/K/V {} in one buffer each, head_dim {} rope {}{}",
                         types(&qkv),
                         c.head_dim,
-                        rope_name(rope)
+                        rope_name(rope),
+                        if has_qk_norm {
+                            ", the per-head Q/K norm by each head's last workgroup"
+                        } else {
+                            ""
+                        }
                     ))
                 } else {
                     Choice::no(why_not())
@@ -381,7 +399,7 @@ impl Plan {
                 ops.push(Op::Rope);
             }
             ops.push(Op::KvWrite);
-        } else if lp.qkv_rope.on && self.is_matvec_step(t) {
+        } else if lp.qkv_rope.on && self.is_matvec_step(t) && self.qkv_rope_holds(l, t) {
             ops.push(Op::QkvRopeKv);
         } else {
             ops.push(if lp.qkv_one.on {
@@ -405,6 +423,13 @@ impl Plan {
             &self.attention_shape(l, t, pos0),
         )));
         ops
+    }
+
+    /// Whether the fused Q/K/V + RoPE of layer `l` holds `t` tokens: with the Q/K norm
+    /// folded in, its scratch bounds the tokens ([`qk_norm_max_t`]).
+    fn qkv_rope_holds(&self, l: usize, t: u32) -> bool {
+        self.layers[l].qk_norm.is_none()
+            || t <= qk_norm_max_t(self.heads, self.kv_heads, self.head_dim)
     }
 
     /// Whether layer `l`'s post-norms fold into W_o and W_down on a step of `t` tokens.
@@ -508,7 +533,10 @@ impl Plan {
                 }
                 (Op::Norm(_), ..) => out.push("norm_rms".into()),
                 (Op::QkvRopeKv, Some(lw), Some(lp)) => {
-                    let fusion = Fusion::QkvRope(self.rope);
+                    let fusion = Fusion::QkvRope {
+                        layout: self.rope,
+                        qk_norm: lp.qk_norm.is_some(),
+                    };
                     product(out, &lw.wq, qkv_slots(lw), t, lp.biases, true, fusion)
                 }
                 (Op::Qkv { norm }, Some(lw), Some(lp)) => {
@@ -821,42 +849,51 @@ impl Plan {
                 None => "every step".to_string(),
                 Some(max) => format!("steps of <= {max} tokens"),
             };
+            // Where Q/K/V, RoPE and the KV write don't share the matvec: the rope dispatch,
+            // with the per-head Q/K norms folded in or as two of their own.
+            let rope_lines = |out: &mut Vec<(&'static str, String)>, steps: &str| match &lp.qk_norm
+            {
+                Some(q) if q.on => out.push((
+                    "rope",
+                    format!(
+                        "{steps}per-head Q/K norms, RoPE ({rope}) and the KV-cache write in \
+                             one dispatch ({})",
+                        q.why
+                    ),
+                )),
+                Some(q) => {
+                    out.push((
+                        "qk norm",
+                        format!("{steps}two in-place dispatches ({})", q.why),
+                    ));
+                    out.push(("rope", format!("{steps}{rope_kv}")));
+                }
+                None => out.push(("rope", format!("{steps}{rope_kv}"))),
+            };
             if lp.qkv_rope.on {
+                let qk = if lp.qk_norm.is_some() {
+                    " the per-head Q/K norms,"
+                } else {
+                    ""
+                };
                 out.push((
                     "qkv+rope",
                     format!(
-                        "attention norm, Q/K/V{bias}, RoPE ({rope}) and the KV-cache write in \
-                         one matvec on {matvec_steps} ({})",
+                        "attention norm, Q/K/V{bias},{qk} RoPE ({rope}) and the KV-cache write \
+                         in one matvec on {matvec_steps} ({})",
                         lp.qkv_rope.why
                     ),
                 ));
                 if self.matvec_max_t.is_some() {
                     out.push(("qkv", format!("longer steps: {qkv}")));
-                    out.push((
-                        "rope",
-                        "longer steps: RoPE and the KV-cache write in one".into(),
-                    ));
+                    rope_lines(&mut out, "longer steps: ");
                 }
             } else {
                 out.push((
                     "qkv",
                     format!("{qkv}; RoPE not in the matvec: {}", lp.qkv_rope.why),
                 ));
-                match &lp.qk_norm {
-                    Some(q) if q.on => out.push((
-                        "rope",
-                        format!(
-                            "per-head Q/K norms, RoPE ({rope}) and the KV-cache write in one \
-                             dispatch ({})",
-                            q.why
-                        ),
-                    )),
-                    Some(q) => {
-                        out.push(("qk norm", format!("two in-place dispatches ({})", q.why)));
-                        out.push(("rope", rope_kv));
-                    }
-                    None => out.push(("rope", rope_kv)),
-                }
+                rope_lines(&mut out, "");
             }
         }
         let window = if lp.window > 0 {

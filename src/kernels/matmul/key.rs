@@ -143,8 +143,10 @@ pub enum Fusion {
     /// q, k, v = x·W_qᵀ, x·W_kᵀ, x·W_vᵀ (+ biases): three weights, three outputs.
     Qkv,
     /// Qkv, then RoPE on q and k and the KV-cache write: outputs q, the K cache and the V
-    /// cache, plus an inv_freq binding (matvec shapes only; see `kernels::qkv_rope`).
-    QkvRope(RopeLayout),
+    /// cache, plus an inv_freq binding (matvec shapes only; see `kernels::qkv_rope`). With
+    /// `qk_norm`, gemma3's per-head Q/K RMSNorm before the rotation too, plus the q_norm_w,
+    /// k_norm_w and scratch bindings.
+    QkvRope { layout: RopeLayout, qk_norm: bool },
     /// y += RMSNorm(x·Wᵀ) ⊙ post_w, y the residual stream: gemma's sandwich norm folded into
     /// W_o and W_down, plus the post_w and scratch bindings (the subgroup and chunk matvecs
     /// only; see [`super::matmul_post_norm_add`]).
@@ -156,14 +158,14 @@ impl Fusion {
         match self {
             Fusion::None => 1,
             Fusion::Glu(_) => 2,
-            Fusion::Qkv | Fusion::QkvRope(_) => 3,
+            Fusion::Qkv | Fusion::QkvRope { .. } => 3,
             Fusion::PostNorm => 1,
         }
     }
 
     fn outputs(self) -> u32 {
         match self {
-            Fusion::Qkv | Fusion::QkvRope(_) => 3,
+            Fusion::Qkv | Fusion::QkvRope { .. } => 3,
             _ => 1,
         }
     }
@@ -197,7 +199,9 @@ pub(in crate::kernels) struct Layout {
     pub(super) norm: u32,
     pub(super) bias: u32,
     pub(super) rope: u32,
-    /// post_w, then the post-norm scratch (Fusion::PostNorm).
+    /// q_norm_w, k_norm_w, then the epilogue scratch (QkvRope with qk_norm).
+    pub(super) qkn: u32,
+    /// post_w, then the epilogue scratch (Fusion::PostNorm).
     pub(super) post: u32,
     /// The split scratch (SPLIT_K).
     pub(super) split: u32,
@@ -289,8 +293,9 @@ impl MatmulKey {
             StageX::Normed => self.norm,
             StageX::All => true,
         };
-        // The kernel's other workgroup arrays: partial sums and Σx² per subgroup.
-        let others = 64 * shape.rows_per_task * 8 + 64 * 4;
+        // The kernel's other workgroup arrays: partial sums and Σx² per subgroup, and the
+        // Q/K-norm epilogue's sums and arrival flag.
+        let others = 64 * shape.rows_per_task * 8 + 64 * 4 + 516 * self.has_qk_norm() as u32;
         if matches!(
             self.variant,
             MatmulVariant::MatvecChunk | MatmulVariant::MatvecChunkWide(_)
@@ -320,8 +325,12 @@ impl MatmulKey {
             Fusion::Glu(Activation::Silu) => "_glu_silu",
             Fusion::Glu(Activation::GeluTanh) => "_glu_gelu_tanh",
             Fusion::Qkv => "_qkv",
-            Fusion::QkvRope(RopeLayout::Normal) => "_qkv_rope_normal",
-            Fusion::QkvRope(RopeLayout::Neox) => "_qkv_rope_neox",
+            Fusion::QkvRope { layout, qk_norm } => match (layout, qk_norm) {
+                (RopeLayout::Normal, false) => "_qkv_rope_normal",
+                (RopeLayout::Neox, false) => "_qkv_rope_neox",
+                (RopeLayout::Normal, true) => "_qkv_rope_normal_qk_norm",
+                (RopeLayout::Neox, true) => "_qkv_rope_neox_qk_norm",
+            },
             Fusion::PostNorm => "_post_norm",
         };
         let norm = if self.norm { "_norm" } else { "" };
@@ -361,7 +370,7 @@ impl MatmulKey {
                 },
             ]),
             Fusion::Qkv => defines.extend(["QKV", "MULTI_W"]),
-            Fusion::QkvRope(layout) => {
+            Fusion::QkvRope { layout, qk_norm } => {
                 if self.variant.is_tiled() {
                     return Err(KernelError::Shape {
                         kernel: "matmul_qkv_rope_kv",
@@ -371,6 +380,9 @@ impl MatmulKey {
                 defines.extend(["QKV", "MULTI_W", "ROPE_KV"]);
                 if layout == RopeLayout::Neox {
                     defines.push("ROPE_NEOX");
+                }
+                if qk_norm {
+                    defines.push("QK_NORM");
                 }
             }
             Fusion::PostNorm => {
@@ -416,20 +428,27 @@ impl MatmulKey {
         ) && self.int8_candidate()
     }
 
+    /// Whether this key folds the per-head Q/K norm into the Q/K/V + RoPE matvec.
+    pub(super) fn has_qk_norm(&self) -> bool {
+        matches!(self.fusion, Fusion::QkvRope { qk_norm: true, .. })
+    }
+
     /// Whether a chunk matvec of this key would stage int8 levels.
     fn int8_candidate(&self) -> bool {
         has_int8_dot(self.ty) && matvec_shape().int8
     }
 
     /// Bindings 1.. in order: weights, x, outputs, norm_w, biases (one per output), inv_freq,
-    /// post_w and the post-norm scratch, the split scratch, the per-token scales.
+    /// q_norm_w, k_norm_w and the epilogue scratch, post_w and the epilogue scratch, the
+    /// split scratch, the per-token scales.
     pub(in crate::kernels) fn layout(&self) -> Layout {
         let x = 1 + self.fusion.weights();
         let y = x + 1;
         let norm = y + self.fusion.outputs();
         let bias = norm + self.norm as u32;
         let rope = bias + if self.bias { self.fusion.outputs() } else { 0 };
-        let post = rope + matches!(self.fusion, Fusion::QkvRope(_)) as u32;
+        let qkn = rope + matches!(self.fusion, Fusion::QkvRope { .. }) as u32;
+        let post = qkn + 3 * self.has_qk_norm() as u32;
         let split = post + 2 * (self.fusion == Fusion::PostNorm) as u32;
         let scales = split + (self.splits > 1) as u32;
         let count = scales - 1 + (self.variant == MatmulVariant::Coop128) as u32;
@@ -439,6 +458,7 @@ impl MatmulKey {
             norm,
             bias,
             rope,
+            qkn,
             post,
             split,
             scales,
@@ -496,7 +516,8 @@ impl MatmulKey {
              const GT_N: u32 = {}u;\nconst GT_T: u32 = {}u;\nconst G_KC: u32 = {}u;\n\
              const B_W1: u32 = 2u;\nconst B_W2: u32 = 3u;\nconst B_X: u32 = {}u;\n\
              const B_Y: u32 = {}u;\nconst B_NORM: u32 = {}u;\nconst B_BIAS: u32 = {}u;\n\
-             const B_ROPE: u32 = {}u;\nconst B_POST: u32 = {}u;\nconst B_SPLIT: u32 = {}u;\n\
+             const B_ROPE: u32 = {}u;\nconst B_QKN: u32 = {}u;\nconst B_POST: u32 = {}u;\n\
+             const B_SPLIT: u32 = {}u;\n\
              const B_SCALES: u32 = {}u;\n\
              const POST_COUNTERS: u32 = {}u;\n",
             (self.stage_k / 4).max(1),
@@ -508,10 +529,11 @@ impl MatmulKey {
             l.norm,
             l.bias,
             l.rope,
+            l.qkn,
             l.post,
             l.split,
             l.scales,
-            super::POST_NORM_MAX_T,
+            super::EPILOGUE_COUNTERS,
         );
         Ok(format!(
             "{enables}{consts}{}",
@@ -588,7 +610,9 @@ pub(in crate::kernels) struct Params {
     pub(in crate::kernels) rot_half: u32,
     /// The factor on cos and sin of the rotated pairs (`Rotary::scale`; QKV with RoPE only).
     pub(in crate::kernels) rot_scale: f32,
-    pub(in crate::kernels) _pad: [u32; 3],
+    /// eps of the per-head Q/K norm (QkvRope with qk_norm only).
+    pub(in crate::kernels) qk_eps: f32,
+    pub(in crate::kernels) _pad: [u32; 2],
 }
 
 impl Default for Params {

@@ -229,11 +229,21 @@ pub fn matmul_normed_variant(
     single(rec, w, x, norm, y, t, bias, args, variant)
 }
 
-/// Tokens a [`matmul_post_norm_add`] dispatch may hold: its arrival counters (the shader's
-/// POST_COUNTERS, prepended from here).
+/// Tokens a [`matmul_post_norm_add`] dispatch may hold.
 pub const POST_NORM_MAX_T: u32 = 64;
-/// Words of the post-norm scratch after the counters: the product's rows of every token.
-const POST_NORM_VALUE_WORDS: u64 = 1 << 20;
+/// Arrival counters at the head of the epilogue scratch (the shader's POST_COUNTERS,
+/// prepended from here): one per token of a post-norm product, one per (token, q or k head)
+/// of a Q/K/V + RoPE product with the Q/K norm folded in.
+pub const EPILOGUE_COUNTERS: u32 = 8192;
+/// Words of the epilogue scratch after the counters: the rows of every token.
+pub(crate) const EPILOGUE_VALUE_WORDS: u64 = 1 << 20;
+
+/// The scratch of the epilogues whose last workgroup finishes a row or a head (post-norm,
+/// Q/K norm): the context's own, shared by every such dispatch (they run one after another).
+pub(crate) fn epilogue_scratch(ctx: &GpuContext) -> wgpu::Buffer {
+    let words = EPILOGUE_COUNTERS as u64 + EPILOGUE_VALUE_WORDS;
+    ctx.shared_scratch("matvec epilogue scratch", 4 * words)
+}
 
 /// The residual side of [`matmul_post_norm_add`]: `(post_w[N] f32, eps, y[T, N] f32)`.
 #[derive(Clone, Copy)]
@@ -247,7 +257,7 @@ pub struct PostNormAdd<'a> {
 /// The most tokens one [`matmul_post_norm_add`] of `rows` rows holds: its counters, and
 /// its scratch's room for the rows.
 pub fn post_norm_max_t(rows: u64) -> u32 {
-    (POST_NORM_VALUE_WORDS / rows.max(1)).min(POST_NORM_MAX_T as u64) as u32
+    (EPILOGUE_VALUE_WORDS / rows.max(1)).min(POST_NORM_MAX_T as u64) as u32
 }
 
 /// Whether [`matmul_post_norm_add`] runs for `w` and `t` tokens on this device: one part, a
@@ -309,7 +319,7 @@ pub fn matmul_post_norm_add_variant(
     }
     if !(1..=post_norm_max_t(n)).contains(&t) {
         return err(format!(
-            "{t} tokens of {n} rows: at most {} tokens ({POST_NORM_VALUE_WORDS} values)",
+            "{t} tokens of {n} rows: at most {} tokens ({EPILOGUE_VALUE_WORDS} values)",
             post_norm_max_t(n)
         ));
     }
@@ -339,10 +349,7 @@ pub fn matmul_post_norm_add_variant(
         n: [rows, 0, 0, 0],
         ..Params::default()
     };
-    let words = POST_NORM_MAX_T as u64 + POST_NORM_VALUE_WORDS;
-    let scratch = rec
-        .ctx()
-        .shared_scratch("matvec post-norm scratch", 4 * words);
+    let scratch = epilogue_scratch(rec.ctx());
     let bindings = [
         Binding::from(&w.parts[0].buffer),
         x.clone(),

@@ -158,10 +158,16 @@ fn layouts_number_bindings_in_host_order() {
     let l = key(Fusion::Qkv, false, true).layout();
     assert_eq!((l.bias, l.count), (8, 10));
     // wq, wk, wv, x, q, k_cache, v_cache, norm_w, [bq, bk, bv], inv_freq
-    let l = key(Fusion::QkvRope(RopeLayout::Neox), true, true).layout();
+    let rope = |layout, qk_norm| Fusion::QkvRope { layout, qk_norm };
+    let l = key(rope(RopeLayout::Neox, false), true, true).layout();
     assert_eq!((l.norm, l.bias, l.rope, l.count), (8, 9, 12, 12));
-    let l = key(Fusion::QkvRope(RopeLayout::Normal), true, false).layout();
+    let l = key(rope(RopeLayout::Normal, false), true, false).layout();
     assert_eq!((l.rope, l.count), (9, 9));
+    // ..., inv_freq, q_norm_w, k_norm_w, the epilogue scratch
+    let l = key(rope(RopeLayout::Neox, true), true, false).layout();
+    assert_eq!((l.rope, l.qkn, l.count), (9, 10, 12));
+    let l = key(rope(RopeLayout::Normal, true), true, true).layout();
+    assert_eq!((l.rope, l.qkn, l.count), (12, 13, 15));
 }
 
 #[test]
@@ -222,22 +228,29 @@ fn qkv_rope_compiles_for_the_matvecs_and_is_refused_for_tiles() {
     for variant in [
         MatmulVariant::MatvecWorkgroup,
         MatmulVariant::MatvecSubgroup,
+        MatmulVariant::MatvecChunk,
         MatmulVariant::MatvecRows,
         MatmulVariant::Tiled,
     ] {
-        for layout in [RopeLayout::Normal, RopeLayout::Neox] {
+        for (layout, qk_norm) in [
+            (RopeLayout::Normal, false),
+            (RopeLayout::Neox, false),
+            (RopeLayout::Neox, true),
+        ] {
             let key = MatmulKey {
                 ty: GgmlType::Q4_0,
                 variant,
                 bias: true,
                 norm: true,
-                fusion: Fusion::QkvRope(layout),
+                fusion: Fusion::QkvRope { layout, qk_norm },
                 stage_k: 0,
                 splits: 1,
             };
             if variant.is_tiled() {
                 assert!(key.defines().is_err(), "{}", key.label());
             } else {
+                // as a launch stages it (the chunk matvec's tile), with WebGPU's 16 KiB
+                let key = key.staged(4096, 16384);
                 compile_to_spirv(&key.label(), &key.source().unwrap());
             }
         }
