@@ -169,26 +169,19 @@ fn fused_decode_step_has_the_promised_fusions() {
             assert_eq!(count(&l, |l| l.contains("_post_norm")), folded, "{name}");
             assert_eq!(count(&l, |l| l == "norm_rms_add"), post_norms, "{name}");
         }
-        if c.arch == coco::model::Arch::Gemma3 {
-            // Q/K norms need whole heads: Q/K/V in one matvec, then the norms with RoPE and
-            // the cache write in one; the sandwich norms add into the residual stream.
-            assert_eq!(count(&l, |l| l.contains("_qkv_norm")), layers, "{name}");
-            let qk = format!("rope_kv_write_{rope}_qk_norm");
-            assert_eq!(count(&l, |l| *l == qk), layers, "{name}");
-            // per layer: qkv, rope+norms, attention, o-proj (+ post-norm), glu, down (+ post-norm)
-            assert_eq!(
-                l.len() as u32,
-                2 + 6 * layers + post_norms,
-                "{name}: {l:#?}"
-            );
-        } else if c.arch == coco::model::Arch::Qwen3 {
-            // The same Q/K norm folding as gemma3, without the sandwich norms.
-            assert_eq!(count(&l, |l| l.contains("_qkv_norm")), layers, "{name}");
-            let qk = format!("rope_kv_write_{rope}_qk_norm");
-            assert_eq!(count(&l, |l| *l == qk), layers, "{name}");
-            assert_eq!(count(&l, |l| l == "norm_rms_add"), 0, "{name}");
-            // per layer: qkv, rope+norms, attention, o-proj, glu, down
-            assert_eq!(l.len() as u32, 2 + 6 * layers, "{name}: {l:#?}");
+        if c.arch == coco::model::Arch::Gemma3 || c.arch == coco::model::Arch::Qwen3 {
+            // Q/K norms need whole heads: each head's last workgroup of the Q/K/V matvec
+            // norms and rotates it, with the norm, RoPE and the cache write in that matvec too.
+            let fused = format!("_qkv_rope_{rope}_qk_norm_norm");
+            assert_eq!(count(&l, |l| l.contains(&fused)), layers, "{name}");
+            assert_eq!(count(&l, |l| l.starts_with("rope_kv_write")), 0, "{name}");
+            if c.arch == coco::model::Arch::Qwen3 {
+                assert_eq!(count(&l, |l| l == "norm_rms_add"), 0, "{name}");
+            }
+            // per layer: qkv+norms+rope, attention, o-proj (+ gemma3's post-norm), glu, down
+            // (+ post-norm)
+            let sandwich = if c.arch.is_gemma() { post_norms } else { 0 };
+            assert_eq!(l.len() as u32, 2 + 5 * layers + sandwich, "{name}: {l:#?}");
         } else if c.arch == coco::model::Arch::Gemma2 {
             // No Q/K norms: norm, Q/K/V, RoPE and the cache write in one matvec, as llama;
             // gemma3's sandwich norms; the final soft-cap in the LM head's store, so no
