@@ -26,7 +26,8 @@ use coco::kernels::matmul::{
     matmul_glu_variant, matmul_normed_variant, matmul_post_norm_add_variant, matmul_qkv_variant,
     MatmulArgs, PostNormAdd,
 };
-use coco::reference::{ops, quant};
+use coco::reference::ops;
+use coco::reference::quant::{self, SeenX};
 use common::{ctx, is_k_quant, random_f32, reference_product, weight, Worst as Err, RTOL};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -76,8 +77,8 @@ fn compare(what: &str, got: &[f32], want: &[f64], tol: &[f64], n: usize) -> Err 
 }
 
 /// x' as the kernel `label` sees it: the reference RMSNorm of x, or x itself; for the int8
-/// chunk matvec (`_i8`), staged as its int8 levels (`quant::x_seen`).
-fn normed(x: &[f32], norm_w: Option<&[f32]>, t: usize, k: usize, label: &str) -> Vec<f32> {
+/// chunk matvec (`_i8`), staged as its int8 levels with their slack (`quant::x_seen`).
+fn normed(x: &[f32], norm_w: Option<&[f32]>, t: usize, k: usize, label: &str) -> SeenX {
     quant::x_seen(x, norm_w, t, k, EPS, label.contains("_i8"))
 }
 

@@ -25,7 +25,8 @@ use coco::kernels::matmul::MatmulVariant::{
 };
 use coco::kernels::qkv_rope::{matmul_qkv_rope_kv_variant, qkv_rope_fuses};
 use coco::kernels::rope::{QkNorm, RopeKvShape, RopeLayout, Rotary};
-use coco::reference::{ops, quant};
+use coco::reference::ops;
+use coco::reference::quant::{self, SeenX};
 use common::{ctx, random_f32, reference_product, weight};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -56,7 +57,7 @@ fn buffer(name: &str, data: &[f32]) -> wgpu::Buffer {
 /// Reference outputs `[t, n]` of x'·wᵀ (+ bias) with their tolerances.
 fn product(
     w: &[f32],
-    xn: &[f32],
+    xn: &SeenX,
     bias: Option<&[f32]>,
     n: usize,
     k: usize,

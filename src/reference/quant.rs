@@ -662,11 +662,34 @@ fn quant_q6_k(x: &[f32], b: &mut [u8]) {
 /// product is W·x'' up to f32 summation: the oracle its tests compare with. Each element is
 /// within max|x'| / 64,516 of x'.
 pub fn int8_levels(x: &[f32]) -> Vec<f32> {
+    int8_stage(x).0
+}
+
+/// How far a GPU's x'' may stray from [`int8_levels`]' for each element: d_b where one of
+/// the element's roundings sits within a rounding error of a tie, else 0. WGSL lets a GPU
+/// divide to 2.5 ulp (127/max, max/127), so its d_a and 1/d_a may differ from ours in the
+/// last bits; b = round((x' − d_a·a)/d_b) then moves by up to 127·2^-22 ≈ 0.01 of a level
+/// (d_a·a's error over d_b), and a by far less. Near a tie that flips a level, and x''
+/// moves by d_b (a flip of a is absorbed by b, which then lands within d_b/2 of x' again).
+/// Tests add Σ|w|·slack to a product's tolerance, so a flip is allowed only where it can
+/// happen (a few percent of the elements), not everywhere.
+pub fn int8_slack(x: &[f32]) -> Vec<f32> {
+    int8_stage(x).1
+}
+
+/// [`int8_levels`] and [`int8_slack`] in one pass.
+fn int8_stage(x: &[f32]) -> (Vec<f32>, Vec<f32>) {
+    /// Distance from a tie (in levels) within which a rounding may go either way: b's, a
+    /// little over the 0.01 level its inputs' division error can move it; a's, far less.
+    const B_NEAR_TIE: f32 = 0.02;
+    const A_NEAR_TIE: f32 = 1e-3;
+    let near_tie = |v: f32, within: f32| (v - v.floor() - 0.5).abs() < within;
     assert!(
         x.len().is_multiple_of(32),
         "int8 levels take whole 32-element chunks"
     );
     let mut out = Vec::with_capacity(x.len());
+    let mut slack = Vec::with_capacity(x.len());
     for chunk in x.chunks(32) {
         let max = chunk.iter().fold(0f32, |m, v| m.max(v.abs()));
         let da = max / 127.0;
@@ -674,13 +697,24 @@ pub fn int8_levels(x: &[f32]) -> Vec<f32> {
         let inv_a = if max > 0.0 { 127.0 / max } else { 0.0 };
         let inv_b = 254.0 * inv_a;
         for &v in chunk {
-            let a = (v * inv_a).round_ties_even();
+            let a_levels = v * inv_a;
+            let a = a_levels.round_ties_even();
             let rest = a.mul_add(-da, v);
-            let b = (rest * inv_b).round_ties_even().clamp(-127.0, 127.0);
+            let b_levels = rest * inv_b;
+            let b = b_levels.round_ties_even().clamp(-127.0, 127.0);
             out.push(da * a + db * b);
+            let flips = near_tie(a_levels, A_NEAR_TIE) || near_tie(b_levels, B_NEAR_TIE);
+            slack.push(if flips { db } else { 0.0 });
         }
     }
-    out
+    (out, slack)
+}
+
+/// x' as a matvec sees it: its values and each one's slack (how far a GPU's may stray from
+/// them beyond f32 summation, [`int8_slack`]; zeros but for the int8 chunk matvec).
+pub struct SeenX {
+    pub values: Vec<f32>,
+    pub slack: Vec<f32>,
 }
 
 /// x' as a matvec reading `[rows, n]` x sees it: RMSNorm'd with `norm_w` (when given,
@@ -694,25 +728,35 @@ pub fn x_seen(
     n: usize,
     eps: f32,
     int8: bool,
-) -> Vec<f32> {
+) -> SeenX {
+    let exact = |values: Vec<f32>| SeenX {
+        slack: vec![0.0; values.len()],
+        values,
+    };
     let Some(nw) = norm_w else {
-        return if int8 { int8_levels(x) } else { x.to_vec() };
+        if !int8 {
+            return exact(x.to_vec());
+        }
+        let (values, slack) = int8_stage(x);
+        return SeenX { values, slack };
     };
     if !int8 {
-        return super::ops::rms_norm(x, nw, rows, n, eps);
+        return exact(super::ops::rms_norm(x, nw, rows, n, eps));
     }
-    let mut out = Vec::with_capacity(x.len());
+    let mut seen = SeenX {
+        values: Vec::with_capacity(x.len()),
+        slack: Vec::with_capacity(x.len()),
+    };
     for row in x.chunks(n) {
         let mean_sq = row.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / n as f64;
         let inv = 1.0 / (mean_sq + eps as f64).sqrt();
         let scaled: Vec<f32> = row.iter().zip(nw).map(|(&v, &w)| v * w).collect();
-        out.extend(
-            int8_levels(&scaled)
-                .iter()
-                .map(|&v| (v as f64 * inv) as f32),
-        );
+        let (levels, slack) = int8_stage(&scaled);
+        let unnorm = |v: f32| (v as f64 * inv) as f32;
+        seen.values.extend(levels.into_iter().map(unnorm));
+        seen.slack.extend(slack.into_iter().map(unnorm));
     }
-    out
+    seen
 }
 
 #[cfg(test)]

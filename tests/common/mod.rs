@@ -7,7 +7,8 @@ use std::sync::OnceLock;
 
 use coco::gguf::GgmlType;
 use coco::gpu::{GpuContext, GpuTensor, StepRecorder};
-use coco::reference::{matmul as reference, quant};
+use coco::reference::matmul as reference;
+use coco::reference::quant::{self, SeenX};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -85,18 +86,21 @@ pub const ATOL_PER_ABS_SUM: f64 = 2e-6;
 /// error bound per Σ|w·x| is about 2 · 2^-11; 2e-3 leaves a little headroom.
 pub const COOP_ATOL_PER_ABS_SUM: f64 = 2e-3;
 
-/// The reference product x·wᵀ `[t, n]` in f64-accurate f32 and its tolerance per element for
-/// the kernel `label` (the f16 cooperative-matrix GEMM gets [`COOP_ATOL_PER_ABS_SUM`]).
+/// The reference product x'·wᵀ `[t, n]` in f64-accurate f32 and its tolerance per element
+/// for the kernel `label` (the f16 cooperative-matrix GEMM gets [`COOP_ATOL_PER_ABS_SUM`]),
+/// widened by Σ|w|·slack where x' as the kernel stages it may round either way
+/// (`quant::int8_slack`).
 pub fn reference_product(
     w: &[f32],
-    x: &[f32],
+    x: &SeenX,
     n: usize,
     k: usize,
     t: usize,
     label: &str,
 ) -> (Vec<f64>, Vec<f64>) {
-    let want = reference::matmul(w, x, n, k, t);
-    let abs = reference::matmul_abs(w, x, n, k, t);
+    let want = reference::matmul(w, &x.values, n, k, t);
+    let abs = reference::matmul_abs(w, &x.values, n, k, t);
+    let slack = reference::matmul_abs(w, &x.slack, n, k, t);
     let atol = if label.contains("_coop") {
         COOP_ATOL_PER_ABS_SUM
     } else {
@@ -104,8 +108,8 @@ pub fn reference_product(
     };
     let tol = want
         .iter()
-        .zip(&abs)
-        .map(|(&r, &a)| atol * a as f64 + 1e-6 + RTOL * (r as f64).abs())
+        .zip(abs.iter().zip(&slack))
+        .map(|(&r, (&a, &s))| atol * a as f64 + 1e-6 + RTOL * (r as f64).abs() + s as f64)
         .collect();
     (want.iter().map(|&v| v as f64).collect(), tol)
 }
