@@ -25,7 +25,7 @@ use crate::kernels::get_rows::GetRowsKey;
 use crate::kernels::matmul::{
     can_fuse_glu, chunk_min_k, chunk_short_k_min, chunk_splits_override, matvec_max_t,
     matvec_shape, planned_label, post_norm_fuses, post_norm_max_t, qkv_fuses, DeviceKernels,
-    Fusion, GemmChoice, MatmulVariant, StageX, WideTile, CHUNK_WIDE, WIDE_MIN_GROUPS,
+    Fusion, GemmChoice, MatmulVariant, StageX, WideTile, AUTO_SPLIT, CHUNK_WIDE, WIDE_MIN_GROUPS,
 };
 use crate::kernels::megakernel::MegakernelKey;
 use crate::kernels::qkv_rope::{qk_norm_max_t, qkv_rope_fits};
@@ -745,9 +745,16 @@ impl Plan {
                 } else {
                     String::new()
                 }
-            ) + &chunk_splits_override()
-                .map(|n| format!("; K split {n} ways (COCO_CHUNK_SPLITS)"))
-                .unwrap_or_default()
+            ) + &chunk_splits_override().map_or_else(
+                || {
+                    let (min_k, max_groups, ways) = AUTO_SPLIT;
+                    format!(
+                        "; K split {ways} ways in decode steps where K >= {min_k} over <= \
+                         {max_groups} row groups"
+                    )
+                },
+                |n| format!("; K split {n} ways (COCO_CHUNK_SPLITS)"),
+            )
         } else {
             format!("{mv}{staged}")
         };

@@ -67,22 +67,31 @@ pub fn chunk_shape_override() -> Option<(u32, u32)> {
 }
 /// Split K in the chunk matvec (`SPLIT_K` in matvec_chunk.wgsl): each row group's K shared
 /// by n workgroups over their own ranges of whole chunks, the last to finish adding the
-/// ranges' sums. Off unless `COCO_CHUNK_SPLITS` asks for it: on the H200 every split lost
-/// (BENCHMARKS.md "session 18": a 4,096-row product's 256 workgroups are not what bounds
-/// it; the 8B's o + down 1,423 → 1,610 µs per step at 4 ways, QKV 594 → 1,004).
+/// ranges' sums. It pays only where the unsplit grid leaves most of the GPU idle and each
+/// range is still long: decode steps (T = 1) of K ≥ [`AUTO_SPLIT`]'s over at most its row
+/// groups, split its ways. Measured on the H200 (BENCHMARKS.md "session 24"): Qwen-0.5B's
+/// W_down (K 4,864, 56 row groups of 16) 343 → 297 µs per step, Llama-1B's (K 8,192, 128
+/// groups) 271 → 239; shorter ranges lost (the 1B's W_o, K 2,048: 184 → 213; Gemma-3-270M's
+/// W_down, K 2,048: 237 → 271), and so did the wider grids (the 8B's 4,096-row products' 256
+/// groups: o + down 1,423 → 1,610, session 18). `COCO_CHUNK_SPLITS` overrides the rule.
 ///
 /// The split scratch's arrival counters (one per token and row group; the shader's
 /// SPLIT_COUNTERS) and words for the ranges' records after them (MV_ROWS + 1 per token, row
 /// group and range): a split that would need more runs unsplit.
 pub const SPLIT_COUNTERS: u64 = 4096;
 pub const SPLIT_RECORD_WORDS: u64 = 1 << 18;
+/// (least K, most row groups, ways) of the split rule ([`chunk_splits`]).
+pub const AUTO_SPLIT: (u64, u64, u32) = (4096, 128, 4);
 
 /// Workgroups per row group of a chunk matvec over `groups` row groups of `rows` slots,
-/// `chunks` 32-element chunks of K and `t` tokens: [`chunk_splits_override`] (at most one
-/// per chunk) where the scratch holds it, else 1 (unsplit).
+/// `chunks` 32-element chunks of K and `t` tokens: [`chunk_splits_override`], else
+/// [`AUTO_SPLIT`]'s rule (at most one per chunk), where the scratch holds it; else 1.
 pub fn chunk_splits(groups: u64, rows: u32, chunks: u64, t: u32) -> u32 {
-    let Some(wanted) = chunk_splits_override() else {
-        return 1;
+    let (min_k, max_groups, ways) = AUTO_SPLIT;
+    let wanted = match chunk_splits_override() {
+        Some(n) => n,
+        None if t == 1 && chunks * 32 >= min_k && groups <= max_groups => ways,
+        None => return 1,
     };
     let s = (wanted as u64).min(chunks).max(1);
     let fits = groups * t as u64 <= SPLIT_COUNTERS
@@ -94,9 +103,9 @@ pub fn chunk_splits(groups: u64, rows: u32, chunks: u64, t: u32) -> u32 {
     }
 }
 
-/// The A/B switch `COCO_CHUNK_SPLITS=<n>` (1 ..= 64; 1 is unsplit, the default), read once
-/// per process: every chunk matvec then splits K n ways where the scratch holds it. An
-/// invalid value is ignored with a warning.
+/// The A/B switch `COCO_CHUNK_SPLITS=<n>` (1 ..= 64; 1 is unsplit), read once per process:
+/// every chunk matvec then splits K n ways where the scratch holds it, instead of by
+/// [`AUTO_SPLIT`]'s rule. An invalid value is ignored with a warning.
 pub fn chunk_splits_override() -> Option<u32> {
     static SPLITS: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
     *SPLITS.get_or_init(|| {

@@ -408,8 +408,22 @@ fn split_k_key_and_scratch_layout() {
         source.contains(&format!("const SPLIT_COUNTERS: u32 = {SPLIT_COUNTERS}u;")),
         "matvec_chunk.wgsl's SPLIT_COUNTERS differs from select.rs's"
     );
-    // Unset, no product splits (the A/B switch is off by default).
+    // Unset, the rule splits decode steps' long-K products over few row groups only.
     if chunk_splits_override().is_none() {
-        assert_eq!(chunk_splits(4, 16, 448, 1), 1);
+        let (min_k, max_groups, ways) = AUTO_SPLIT;
+        let chunks = min_k / 32;
+        assert_eq!(chunk_splits(56, 16, 152, 1), ways, "Qwen-0.5B's W_down");
+        assert_eq!(chunk_splits(max_groups, 16, chunks, 1), ways);
+        assert_eq!(
+            chunk_splits(max_groups + 1, 16, chunks, 1),
+            1,
+            "a wider grid"
+        );
+        assert_eq!(
+            chunk_splits(max_groups, 16, chunks - 1, 1),
+            1,
+            "a shorter K"
+        );
+        assert_eq!(chunk_splits(4, 16, chunks, 2), 1, "a two-token step");
     }
 }
