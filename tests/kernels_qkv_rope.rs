@@ -4,7 +4,8 @@
 //! layouts, whole and partial rotation (4 of 6 or 8 dimensions, cos and sin scaled as
 //! LongRoPE's attention factor scales them), T = 1..3 at a nonzero `pos0`, with and without
 //! the folded norm and the biases, and with gemma3's per-head Q/K norm folded in (its last
-//! workgroup per head: heads of 6 and 8 rows, split across workgroups or several in one).
+//! workgroup per head: heads of 6 and 8 rows, split across workgroups or several in one), and
+//! with V left out (a W_v of another type, written by its own product): the V cache untouched.
 //!
 //! The shapes are small and awkward on purpose: 5 query heads and 3 KV heads of 6 or 8, so
 //! the q/k/v boundaries fall inside workgroups and inside the subgroup matvec's tasks, and a
@@ -48,6 +49,8 @@ struct Case {
     norm: bool,
     bias: bool,
     qk_norm: bool,
+    /// V left out of the dispatch (a W_v of another type): the V cache stays untouched.
+    v_apart: bool,
 }
 
 fn buffer(name: &str, data: &[f32]) -> wgpu::Buffer {
@@ -185,14 +188,23 @@ fn run(ty: GgmlType, c: Case, seed: u64) -> f64 {
     };
     let mut rec = StepRecorder::new(ctx());
     assert!(
-        qkv_rope_fuses(&rec, &wq, &wk, &wv, c.norm, c.bias, c.qk_norm, &shape),
+        qkv_rope_fuses(
+            &rec,
+            &wq,
+            &wk,
+            (!c.v_apart).then_some(&wv),
+            c.norm,
+            c.bias,
+            c.qk_norm,
+            &shape
+        ),
         "{c:?} should fuse"
     );
     matmul_qkv_rope_kv_variant(
         &mut rec,
         &wq,
         &wk,
-        &wv,
+        (!c.v_apart).then_some(&wv),
         &Binding::from(&xb),
         c.norm.then_some((&nwbind, EPS)),
         &Binding::from(&qb),
@@ -248,7 +260,17 @@ fn run(ty: GgmlType, c: Case, seed: u64) -> f64 {
     let what = format!("{ty} {c:?} ({label})");
     let mut worst = check(&format!("{what} q"), &read(&qb, c.t * nq), &q_want, &q_tol);
     let rows = c.pos0 * nkv..(c.pos0 + c.t) * nkv;
-    for (name, cache, want, tol) in [("k", &kcb, &k_want, &k_tol), ("v", &vcb, &v_want, &v_tol)] {
+    let caches = [("k", &kcb, &k_want, &k_tol), ("v", &vcb, &v_want, &v_tol)];
+    let written = if c.v_apart { 1 } else { 2 };
+    if c.v_apart {
+        let got = read(&vcb, CONTEXT * nkv);
+        let stray = got.iter().enumerate().find(|&(_, &v)| v != UNTOUCHED);
+        assert!(
+            stray.is_none(),
+            "{what}: V left out, but the V cache was written: {stray:?}"
+        );
+    }
+    for (name, cache, want, tol) in caches.into_iter().take(written) {
         let got = read(cache, CONTEXT * nkv);
         worst = worst.max(check(
             &format!("{what} {name} cache rows"),
@@ -267,7 +289,7 @@ fn run(ty: GgmlType, c: Case, seed: u64) -> f64 {
     }
     println!(
         "{label:<56} T={:<2} pos0={:<2} head_dim={} rotated={} norm={:<5} bias={:<5} \
-         qk_norm={:<5} {:.0}% of tol",
+         qk_norm={:<5} v_apart={:<5} {:.0}% of tol",
         c.t,
         c.pos0,
         c.head_dim,
@@ -275,6 +297,7 @@ fn run(ty: GgmlType, c: Case, seed: u64) -> f64 {
         c.norm,
         c.bias,
         c.qk_norm,
+        c.v_apart,
         100.0 * worst
     );
     worst
@@ -307,12 +330,16 @@ fn cases() -> Vec<Case> {
         (32, 9, 8, true, true),
     ];
     let qk_partial = [(2, 5, 6, true, false)];
+    // V left out (W_v of another type), with and without the Q/K norm (last again).
+    let v_apart = [(1, 37, 8, true, true), (3, 0, 6, true, false)];
     let mut cases = Vec::new();
-    for (shapes, dims, qk_norm) in [
-        (&whole[..], None, false),
-        (&partial[..], Some(4), false),
-        (&qk_whole[..], None, true),
-        (&qk_partial[..], Some(4), true),
+    for (shapes, dims, qk_norm, v_apart) in [
+        (&whole[..], None, false, false),
+        (&partial[..], Some(4), false, false),
+        (&qk_whole[..], None, true, false),
+        (&qk_partial[..], Some(4), true, false),
+        (&v_apart[..], None, false, true),
+        (&v_apart[..], None, true, true),
     ] {
         for &variant in &variants {
             for layout in [RopeLayout::Normal, RopeLayout::Neox] {
@@ -334,6 +361,7 @@ fn cases() -> Vec<Case> {
                         norm,
                         bias,
                         qk_norm,
+                        v_apart,
                     });
                 }
             }
@@ -401,7 +429,7 @@ fn tiled_steps_keep_the_separate_rope() {
         &rec,
         &wq,
         &wk,
-        &wv,
+        Some(&wv),
         false,
         false,
         false,
@@ -413,7 +441,7 @@ fn tiled_steps_keep_the_separate_rope() {
         &mut rec,
         &wq,
         &wk,
-        &wv,
+        Some(&wv),
         &Binding::from(&x),
         None,
         &Binding::from(&q),

@@ -212,6 +212,45 @@ fn fused_decode_step_has_the_promised_fusions() {
     }
 }
 
+/// The default model (llama.cpp's Q4_K_M of Gemma-3-270M) keeps W_v at Q8_0 on half its
+/// layers, where W_q and W_k are Q5_0: there the Q/K/V matvec leaves V out and V's own
+/// product writes the V-cache rows, two dispatches where the three products and RoPE were
+/// four. The plan and the recorded step must agree on it (`labels`), and no layer may fall
+/// back to the separate RoPE + cache-write dispatch.
+#[test]
+fn mixed_v_type_keeps_qk_in_the_rope_matvec() {
+    let ctx = ctx();
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/gemma-3-270m-q4_k_m.gguf");
+    let model = Arc::new(load_path(&ctx, &path, 64).expect("the default model (README set-up)"));
+    let w = &model.weights;
+    let v_apart = w.layers.iter().filter(|lw| lw.wv.ty != lw.wq.ty).count();
+    assert!(v_apart > 0, "the default model's W_v types all equal W_q's");
+    let layers = model.config.n_layers as usize;
+    let l = labels(&ctx, &model, PROMPT, 1, Pipeline::Fused, false);
+    assert_eq!(
+        count(&l, |l| l.contains("_qkv_rope_neox_qk_norm_norm")) as usize,
+        layers,
+        "{l:#?}"
+    );
+    assert_eq!(count(&l, |l| l.starts_with("rope_kv_write")), 0, "{l:#?}");
+    // V's own product: the norm folded in, no fusion, of W_v's type.
+    let v_type = w
+        .layers
+        .iter()
+        .find(|lw| lw.wv.ty != lw.wq.ty)
+        .unwrap()
+        .wv
+        .ty;
+    let v_label = format!("matmul_{}_matvec", v_type.name().to_lowercase());
+    assert_eq!(
+        count(&l, |l| l.starts_with(&v_label)
+            && l.ends_with("_norm")
+            && !l.contains("_qkv")) as usize,
+        v_apart,
+        "{l:#?}"
+    );
+}
+
 /// Attention splits its keys once the step sees more than one 16-key block (few heads, one
 /// token: the single pass would run only `heads` workgroups), and not for a prefill chunk.
 #[test]

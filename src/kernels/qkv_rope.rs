@@ -31,13 +31,15 @@ use super::rope::{
 use super::KernelError;
 use crate::gpu::{Binding, GpuContext, GpuTensor, StepRecorder};
 
-/// The key [`matmul_qkv_rope_kv`] would run with.
+/// The key [`matmul_qkv_rope_kv`] would run with (`v_fused`: V among its rows).
+#[allow(clippy::too_many_arguments)]
 fn key(
     ctx: &GpuContext,
     wq: &GpuTensor,
     norm: bool,
     biases: bool,
     qk_norm: bool,
+    v_fused: bool,
     shape: &RopeKvShape,
     variant: Option<MatmulVariant>,
 ) -> MatmulKey {
@@ -45,7 +47,8 @@ fn key(
         layout: shape.rotary.layout,
         qk_norm,
     };
-    let slots = (shape.heads as u64 + 2 * shape.kv_heads as u64) * shape.head_dim as u64;
+    let kv_parts = if v_fused { 2 } else { 1 };
+    let slots = (shape.heads as u64 + kv_parts * shape.kv_heads as u64) * shape.head_dim as u64;
     chosen_key(
         ctx, wq.ty, shape.t, wq.row_len, slots, biases, norm, fusion, variant,
     )
@@ -56,21 +59,31 @@ fn key(
 /// within [`QK_NORM_MAX_HEAD_DIM`] and the step's heads within the scratch
 /// ([`qk_norm_max_t`]), and its storage bindings (up to 15) within the device's per-stage
 /// limit (WebGPU's default 8 allows llama without the norm folded in only, so a browser
-/// with the default keeps two dispatches).
+/// with the default keeps two dispatches). `wv` `None`: V is left to a product of its own
+/// ([`matmul_qkv_rope_kv`]).
 #[allow(clippy::too_many_arguments)]
 pub fn qkv_rope_fuses(
     rec: &StepRecorder,
     wq: &GpuTensor,
     wk: &GpuTensor,
-    wv: &GpuTensor,
+    wv: Option<&GpuTensor>,
     norm: bool,
     biases: bool,
     qk_norm: bool,
     shape: &RopeKvShape,
 ) -> bool {
-    let key = key(rec.ctx(), wq, norm, biases, qk_norm, shape, None);
+    let key = key(
+        rec.ctx(),
+        wq,
+        norm,
+        biases,
+        qk_norm,
+        wv.is_some(),
+        shape,
+        None,
+    );
     !key.variant.is_tiled()
-        && qkv_key_fits(rec.ctx(), &key, [wq, wk, wv])
+        && qkv_key_fits(rec.ctx(), &key, [wq, wk, wv.unwrap_or(wk)])
         && (!qk_norm
             || (shape.head_dim <= QK_NORM_MAX_HEAD_DIM
                 && shape.t <= qk_norm_max_t(shape.heads, shape.kv_heads, shape.head_dim)))
@@ -93,7 +106,7 @@ pub fn qkv_rope_fits(
     ctx: &GpuContext,
     wq: &GpuTensor,
     wk: &GpuTensor,
-    wv: &GpuTensor,
+    wv: Option<&GpuTensor>,
     norm: bool,
     biases: bool,
     qk_norm: bool,
@@ -108,7 +121,14 @@ pub fn qkv_rope_fits(
         stage_k: 0,
         splits: 1,
     };
-    qkv_key_fits(ctx, &key, [wq, wk, wv])
+    qkv_key_fits(ctx, &key, [wq, wk, wv.unwrap_or(wk)])
+}
+
+/// Whether V's product can write the V-cache rows of any step straight from the position
+/// (a storage binding at row `pos0`: a row of `kv_dim` floats a multiple of the device's
+/// storage offset alignment), which leaving V out of [`matmul_qkv_rope_kv`] needs.
+pub fn v_rows_bindable(ctx: &GpuContext, kv_dim: u64) -> bool {
+    (kv_dim * 4).is_multiple_of(ctx.limits.min_storage_buffer_offset_alignment as u64)
 }
 
 /// Records, in one dispatch, for the step's tokens `t` at positions `pos0 + t`:
@@ -116,18 +136,22 @@ pub fn qkv_rope_fits(
 /// x'·w_vᵀ + bv into `v_cache` row `pos0 + t`, with x' = x or x's RMSNorm; with `qk_norm`,
 /// each head of q and k RMS-normed (gemma3, qwen3) before its rotation. The same result as
 /// `matmul_qkv` then `rope_kv_write`. Check [`qkv_rope_fuses`] first.
+///
+/// `wv` `None` leaves V out (the kernel's V part has no rows, and `v_cache` and bv are bound
+/// but untouched): for a W_v of another type than W_q's and W_k's (llama.cpp's Q4_K_M keeps
+/// some layers' W_v at Q8_0 or Q6_K), whose product then writes the V-cache rows itself.
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_qkv_rope_kv(
     rec: &mut StepRecorder,
-    wq: &GpuTensor,     // [heads · head_dim, K] (gpu::layout)
-    wk: &GpuTensor,     // [kv_heads · head_dim, K] (gpu::layout)
-    wv: &GpuTensor,     // [kv_heads · head_dim, K] (gpu::layout)
-    x: &Binding,        // [T, K] f32 (the raw residual with `norm`)
-    norm: Option<Norm>, // (norm_w [K] f32, eps)
-    q: &Binding,        // [T, heads, head_dim] f32, written rotated
-    k_cache: &Binding,  // [ctx, kv_heads, head_dim] f32
-    v_cache: &Binding,  // [ctx, kv_heads, head_dim] f32
-    inv_freq: &Binding, // [head_dim / 2] f32
+    wq: &GpuTensor,         // [heads · head_dim, K] (gpu::layout)
+    wk: &GpuTensor,         // [kv_heads · head_dim, K] (gpu::layout)
+    wv: Option<&GpuTensor>, // [kv_heads · head_dim, K] (gpu::layout), or None (above)
+    x: &Binding,            // [T, K] f32 (the raw residual with `norm`)
+    norm: Option<Norm>,     // (norm_w [K] f32, eps)
+    q: &Binding,            // [T, heads, head_dim] f32, written rotated
+    k_cache: &Binding,      // [ctx, kv_heads, head_dim] f32
+    v_cache: &Binding,      // [ctx, kv_heads, head_dim] f32
+    inv_freq: &Binding,     // [head_dim / 2] f32
     biases: Option<QkvBiases>,
     qk_norm: Option<QkNorm>, // (q_norm_w [head_dim], k_norm_w [head_dim], eps)
     shape: &RopeKvShape,
@@ -143,7 +167,7 @@ pub fn matmul_qkv_rope_kv_variant(
     rec: &mut StepRecorder,
     wq: &GpuTensor,
     wk: &GpuTensor,
-    wv: &GpuTensor,
+    wv: Option<&GpuTensor>,
     x: &Binding,
     norm: Option<Norm>,
     q: &Binding,
@@ -173,7 +197,8 @@ pub fn matmul_qkv_rope_kv_variant(
     check_shape(KERNEL, t, head_dim, pos0)?;
     check_rotary(KERNEL, &rotary, head_dim)?;
     let max_binding = rec.ctx().max_binding_bytes();
-    let weights = [wq, wk, wv];
+    // Without V, W_k stands in for W_v's binding (read-only, never read: no V rows).
+    let weights = [wq, wk, wv.unwrap_or(wk)];
     for w in weights {
         check_weight(KERNEL, w, max_binding)?;
     }
@@ -182,10 +207,11 @@ pub fn matmul_qkv_rope_kv_variant(
         heads as u64 * head_dim as u64,
         kv_heads as u64 * head_dim as u64,
     );
-    if wq.n_rows != nq || wk.n_rows != nkv || wv.n_rows != nkv {
+    let nv = if wv.is_some() { nkv } else { 0 };
+    if wq.n_rows != nq || weights[1..].iter().any(|w| w.n_rows != nkv) {
         return err(format!(
             "rows {}/{}/{} of {}/{}/{} are not {heads}/{kv_heads}/{kv_heads} heads of {head_dim}",
-            wq.n_rows, wk.n_rows, wv.n_rows, wq.name, wk.name, wv.name
+            wq.n_rows, wk.n_rows, weights[2].n_rows, wq.name, wk.name, weights[2].name
         ));
     }
     let key = key(
@@ -194,6 +220,7 @@ pub fn matmul_qkv_rope_kv_variant(
         norm.is_some(),
         biases.is_some(),
         qk_norm.is_some(),
+        wv.is_some(),
         shape,
         variant,
     );
@@ -201,7 +228,7 @@ pub fn matmul_qkv_rope_kv_variant(
         return err(format!(
             "{}, {} and {} differ in type or row length, are split into parts, or need more \
              storage bindings than this device allows",
-            wq.name, wk.name, wv.name
+            wq.name, wk.name, weights[2].name
         ));
     }
     if key.variant.is_tiled() {
@@ -236,7 +263,7 @@ pub fn matmul_qkv_rope_kv_variant(
     let bias = biases.map(|(bq, bk, bv)| [bq, bk, bv]);
     if let Some(b) = &bias {
         for (i, name) in ["bq", "bk", "bv"].into_iter().enumerate() {
-            check_binding(KERNEL, name, b[i], weights[i].n_rows)?;
+            check_binding(KERNEL, name, b[i], [nq, nkv, nv][i])?;
         }
     }
     check_norm(KERNEL, norm, kdim)?;
@@ -260,20 +287,21 @@ pub fn matmul_qkv_rope_kv_variant(
         check_binding(KERNEL, "q_norm_w [head_dim]", qn.q, head_dim as u64)?;
         check_binding(KERNEL, "k_norm_w [head_dim]", qn.k, head_dim as u64)?;
     }
-    let slots = nq + 2 * nkv;
+    let slots = nq + nkv + nv;
     if slots > u32::MAX as u64 || rows_written > u32::MAX as u64 {
         return err(format!(
             "{slots} rows or {rows_written} cache elements exceed u32"
         ));
     }
-    let rows = [nq as u32, nkv as u32, nkv as u32, 0];
+    let rows = [nq as u32, nkv as u32, nv as u32, 0];
+    let n = [nq as u32, nkv as u32, nkv as u32, 0];
     let params = Params {
         k: kdim as u32,
         t,
         eps: norm.map_or(0.0, |n| n.1),
         pos0,
         rows,
-        n: rows,
+        n,
         head_dim,
         rot_half: rotary.dims / 2,
         rot_scale: rotary.scale,

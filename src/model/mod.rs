@@ -252,11 +252,11 @@ pub(crate) fn attention_block(
         match op {
             // the norm, Q/K/V (+ biases), (the per-head Q/K norms,) RoPE and the KV-cache
             // write in one matvec (kernels::qkv_rope)
-            Op::QkvRopeKv => matmul_qkv_rope_kv(
+            Op::QkvRopeKv { v_apart } => matmul_qkv_rope_kv(
                 rec,
                 wq,
                 wk,
-                wv,
+                (!v_apart).then_some(wv),
                 &x,
                 Some(norm),
                 &q,
@@ -271,6 +271,20 @@ pub(crate) fn attention_block(
                 }),
                 &rope_shape,
             )?,
+            // V (+ bias) of its own type, straight into its V-cache rows
+            Op::VIntoCache => {
+                let row_bytes = wv.n_rows * 4;
+                let rows = Binding::range(
+                    &kv.v[l as usize],
+                    pos0 as u64 * row_bytes,
+                    t as u64 * row_bytes,
+                );
+                let args = MatmulArgs {
+                    bias: bv.as_ref().map(|b| &b.buffer),
+                    ..MatmulArgs::default()
+                };
+                matmul_normed(rec, wv, &x, norm.0, norm.1, &rows, t, args)?
+            }
             // Q/K/V (+ biases) in one dispatch, the norm folded in or not
             Op::Qkv { norm: folded } => {
                 let (input, norm) = if folded {

@@ -28,7 +28,7 @@ use crate::kernels::matmul::{
     Fusion, GemmChoice, MatmulVariant, StageX, WideTile, AUTO_SPLIT, CHUNK_WIDE, WIDE_MIN_GROUPS,
 };
 use crate::kernels::megakernel::MegakernelKey;
-use crate::kernels::qkv_rope::{qk_norm_max_t, qkv_rope_fits};
+use crate::kernels::qkv_rope::{qk_norm_max_t, qkv_rope_fits, v_rows_bindable};
 use crate::kernels::rope::{RopeLayout, QK_NORM_MAX_HEAD_DIM};
 
 use super::weights::LayerWeights;
@@ -49,8 +49,12 @@ pub enum Op {
     Embed,
     /// RMSNorm of the residual stream into `xn`, for the products that read it.
     Norm(NormOf),
-    /// Attention norm + Q/K/V (+ biases) + RoPE + the KV-cache write: one matvec.
-    QkvRopeKv,
+    /// Attention norm + Q/K/V (+ biases) + RoPE + the KV-cache write: one matvec;
+    /// `v_apart`: V left to [`Op::VIntoCache`].
+    QkvRopeKv { v_apart: bool },
+    /// Attention norm + V (+ bias) written straight into the V-cache rows: one product, for
+    /// a W_v of another type than W_q's and W_k's.
+    VIntoCache,
     /// Q/K/V (+ biases) in one dispatch; `norm`: the attention norm folded in.
     Qkv { norm: bool },
     /// Q, K and V as three products (each with the norm folded in when `norm`).
@@ -129,6 +133,9 @@ pub enum FfnPlan {
 pub struct LayerPlan {
     /// [`Op::QkvRopeKv`] on matvec steps.
     pub qkv_rope: Choice,
+    /// With `qkv_rope`: W_v's type differs from W_q's and W_k's, so V is its own product
+    /// into the cache ([`Op::VIntoCache`]).
+    pub v_apart: bool,
     /// [`Op::Qkv`] rather than [`Op::QkvEach`] (fused pipeline, steps without `qkv_rope`).
     pub qkv_one: Choice,
     /// gemma3, qwen3: their Q/K norms folded into [`Op::RopeKvWrite`]; `None` without Q/K norms.
@@ -233,6 +240,11 @@ impl Plan {
                 };
                 let has_qk_norm = lw.q_norm.is_some() && lw.k_norm.is_some();
                 let uses_rope = c.uses_rope(l as u32);
+                // W_v of its own type (llama.cpp's Q4_K_M keeps some layers' at Q8_0 or
+                // Q6_K): Q/K take the fused matvec and V writes its cache rows itself.
+                let v_apart = lw.wq.ty == lw.wk.ty
+                    && lw.wv.ty != lw.wq.ty
+                    && v_rows_bindable(ctx, lw.wv.n_rows);
                 let qkv_rope = if !fused {
                     Choice::no("unfused pipeline")
                 } else if !uses_rope {
@@ -247,15 +259,21 @@ impl Plan {
                     ctx,
                     &lw.wq,
                     &lw.wk,
-                    &lw.wv,
+                    (!v_apart).then_some(&lw.wv),
                     true,
                     biases,
                     has_qk_norm,
                     rope,
                 ) {
+                    let (fused, v) = if v_apart {
+                        (&qkv[..2], format!("; V ({}) apart", lw.wv.ty.name()))
+                    } else {
+                        (&qkv[..], String::new())
+                    };
                     Choice::yes(format!(
-                        "Q/K/V {} in one buffer each, head_dim {} rope {}{}",
-                        types(&qkv),
+                        "{} {} in one buffer each{v}, head_dim {} rope {}{}",
+                        if v_apart { "Q/K" } else { "Q/K/V" },
+                        types(fused),
                         c.head_dim,
                         rope_name(rope),
                         if has_qk_norm {
@@ -323,6 +341,7 @@ impl Plan {
                     }
                 });
                 LayerPlan {
+                    v_apart: v_apart && qkv_rope.on,
                     qkv_rope,
                     qkv_one,
                     qk_norm,
@@ -400,7 +419,12 @@ impl Plan {
             }
             ops.push(Op::KvWrite);
         } else if lp.qkv_rope.on && self.is_matvec_step(t) && self.qkv_rope_holds(l, t) {
-            ops.push(Op::QkvRopeKv);
+            ops.push(Op::QkvRopeKv {
+                v_apart: lp.v_apart,
+            });
+            if lp.v_apart {
+                ops.push(Op::VIntoCache);
+            }
         } else {
             ops.push(if lp.qkv_one.on {
                 Op::Qkv { norm: true }
@@ -532,12 +556,16 @@ impl Plan {
                     out.extend(std::iter::repeat_n(label, w.token_embd.parts.len()));
                 }
                 (Op::Norm(_), ..) => out.push("norm_rms".into()),
-                (Op::QkvRopeKv, Some(lw), Some(lp)) => {
+                (Op::QkvRopeKv { v_apart }, Some(lw), Some(lp)) => {
                     let fusion = Fusion::QkvRope {
                         layout: self.rope,
                         qk_norm: lp.qk_norm.is_some(),
                     };
-                    product(out, &lw.wq, qkv_slots(lw), t, lp.biases, true, fusion)
+                    let slots = qkv_slots(lw) - if v_apart { lw.wv.n_rows } else { 0 };
+                    product(out, &lw.wq, slots, t, lp.biases, true, fusion)
+                }
+                (Op::VIntoCache, Some(lw), Some(lp)) => {
+                    product(out, &lw.wv, lw.wv.n_rows, t, lp.biases, true, Fusion::None)
                 }
                 (Op::Qkv { norm }, Some(lw), Some(lp)) => {
                     product(out, &lw.wq, qkv_slots(lw), t, lp.biases, norm, Fusion::Qkv)
@@ -883,14 +911,24 @@ impl Plan {
                 } else {
                     ""
                 };
+                let qkv_parts = if lp.v_apart { "Q/K" } else { "Q/K/V" };
                 out.push((
                     "qkv+rope",
                     format!(
-                        "attention norm, Q/K/V{bias},{qk} RoPE ({rope}) and the KV-cache write \
-                         in one matvec on {matvec_steps} ({})",
+                        "attention norm, {qkv_parts}{bias},{qk} RoPE ({rope}) and the KV-cache \
+                         write in one matvec on {matvec_steps} ({})",
                         lp.qkv_rope.why
                     ),
                 ));
+                if lp.v_apart {
+                    out.push((
+                        "v",
+                        format!(
+                            "attention norm and V{bias} into the V-cache rows in a product of \
+                             its own on {matvec_steps} (W_v's type differs)"
+                        ),
+                    ));
+                }
                 if self.matvec_max_t.is_some() {
                     out.push(("qkv", format!("longer steps: {qkv}")));
                     rope_lines(&mut out, "longer steps: ");
