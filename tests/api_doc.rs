@@ -185,6 +185,7 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
         f16_used: false,
         subgroups: true,
         subgroups_why: "granted by the browser".into(),
+        int8_dot: true,
         timestamp_query: true,
         limits: Limits {
             max_storage_binding: 128 << 20,

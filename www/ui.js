@@ -163,6 +163,9 @@ export function renderGpuPanel(adapter) {
     ["shader-f16", adapter.shader_f16 ? (adapter.f16_used ? "present, used" : "present, not used") : "absent"],
     ["Timestamp queries", adapter.timestamp_query ? "yes (per-kernel timings work)" : "no (no per-kernel chart)"],
     ["Subgroups", `${adapter.subgroups ? "used" : "not used"}: ${adapter.subgroups_why}`],
+    ["Int8 dot products", adapter.int8_dot
+      ? `in this browser's WGSL: ${adapter.subgroups ? "the decode matvec reads x' as int8 levels" : "unused without subgroups"}`
+      : "not yet: this browser's WGSL lacks packed_4x8_integer_dot_product (the decode matvec keeps x' in f32)"],
     ["Max storage binding", formatBinary(l.max_storage_binding)],
     ["Max buffer", formatBinary(l.max_buffer)],
     ["Max invocations per workgroup", l.max_invocations],

@@ -32,6 +32,8 @@ function wrapRequestDevice() {
       // WGSL's subgroup_id / num_subgroups builtins (Chromium 144+), which coco's subgroup
       // kernels use.
       subgroup_id: navigator.gpu?.wgslLanguageFeatures?.has("subgroup_id") ?? false,
+      // WGSL's dot4I8Packed / pack4xI8, which the int8 decode matvec uses.
+      packed_4x8: navigator.gpu?.wgslLanguageFeatures?.has("packed_4x8_integer_dot_product") ?? false,
       min_size: info.subgroupMinSize ?? 0,
       max_size: info.subgroupMaxSize ?? 0,
     });

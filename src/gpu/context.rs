@@ -250,9 +250,11 @@ impl GpuContext {
         );
         #[cfg(target_arch = "wasm32")]
         let subgroups = {
+            let grant = super::features::browser::granted(&label);
+            super::features::set_packed_4x8_dot(grant.is_some_and(|g| g.packed_4x8));
             let decision = SubgroupDecision::browser(
                 options,
-                super::features::browser::granted(&label),
+                grant,
                 info.device_type == wgpu::DeviceType::Cpu,
             );
             // wgpu's own feature set never holds SUBGROUP here; coco's does when the browser

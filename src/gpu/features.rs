@@ -4,6 +4,8 @@
 //! coco asks for it itself (`browser_features.js`) and decides here whether its subgroup
 //! kernels may run on what the browser granted.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 /// Whether to use subgroup operations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum SubgroupChoice {
@@ -257,7 +259,8 @@ impl SubgroupDecision {
 
 const TURNED_OFF: &str = "turned off: workgroup reductions everywhere (an A/B switch)";
 
-/// What the browser said about `subgroups` for coco's device (`browser_features.js`).
+/// What the browser said about `subgroups` for coco's device (`browser_features.js`), and
+/// whether its WGSL has the packed 4×8-bit integer dot product.
 #[derive(Clone, Copy, Debug, Default, serde::Deserialize)]
 pub struct BrowserGrant {
     pub offered: bool,
@@ -265,6 +268,25 @@ pub struct BrowserGrant {
     pub subgroup_id: bool,
     pub min_size: u32,
     pub max_size: u32,
+    #[serde(default)]
+    pub packed_4x8: bool,
+}
+
+/// Whether this process's WGSL compiler takes `dot4I8Packed` and `pack4xI8` (WGSL's
+/// `packed_4x8_integer_dot_product`), which the chunk matvec's int8 levels need. naga always
+/// does; a browser says so in `navigator.gpu.wgslLanguageFeatures`, read when coco's device
+/// opens (one device per page, so one answer per process).
+static PACKED_4X8_DOT: AtomicBool = AtomicBool::new(cfg!(not(target_arch = "wasm32")));
+
+/// See [`PACKED_4X8_DOT`].
+pub fn packed_4x8_dot() -> bool {
+    PACKED_4X8_DOT.load(Ordering::Relaxed)
+}
+
+/// Records what the browser's WGSL offers (see [`PACKED_4X8_DOT`]).
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+pub(crate) fn set_packed_4x8_dot(available: bool) {
+    PACKED_4X8_DOT.store(available, Ordering::Relaxed)
 }
 
 #[cfg(target_arch = "wasm32")]
@@ -305,7 +327,19 @@ mod tests {
             subgroup_id: true,
             min_size: 32,
             max_size: 32,
+            packed_4x8: true,
         }
+    }
+
+    /// A grant from a page that predates the field (or a browser without the list) reads as
+    /// no packed dot product: the f32 matvec, never a shader the compiler may reject.
+    #[test]
+    fn a_grant_without_packed_4x8_means_none() {
+        let grant: BrowserGrant = serde_json::from_str(
+            r#"{"offered":true,"granted":true,"subgroup_id":true,"min_size":32,"max_size":32}"#,
+        )
+        .expect("grant");
+        assert!(!grant.packed_4x8);
     }
 
     #[test]

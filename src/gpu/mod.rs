@@ -12,8 +12,8 @@ mod weights;
 
 pub use context::{GpuContext, GpuError, ResourceCounts};
 pub use features::{
-    AttentionMerge, BrowserGrant, DeviceOptions, GemmChoice, SubgroupChoice, SubgroupDecision,
-    WideTile,
+    packed_4x8_dot, AttentionMerge, BrowserGrant, DeviceOptions, GemmChoice, SubgroupChoice,
+    SubgroupDecision, WideTile,
 };
 pub use recorder::{Binding, SpanTime, StepRecorder, Timing};
 pub use shader::{preprocess, preprocess_with, shader_source};

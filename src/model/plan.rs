@@ -757,7 +757,7 @@ impl Plan {
                 "{mv} where K >= {}, else {}{staged}{}",
                 chunk_min_k(),
                 MatmulVariant::MatvecSubgroup.label(),
-                if matvec_shape().int8 {
+                if matvec_shape().int8 && crate::gpu::packed_4x8_dot() {
                     let wide = CHUNK_WIDE
                         .iter()
                         .map(|(slots, groups)| format!("{slots} where that leaves >= {groups}"))

@@ -38,6 +38,10 @@ pub struct Adapter {
     pub subgroups: bool,
     /// Why or why not, in words (in the browser coco requests `subgroups` itself).
     pub subgroups_why: String,
+    /// Whether the WGSL compiler has the packed 4×8-bit integer dot product, with which the
+    /// subgroup decode matvec stages x' as int8 levels (natively always; in a browser when
+    /// `navigator.gpu.wgslLanguageFeatures` lists `packed_4x8_integer_dot_product`).
+    pub int8_dot: bool,
     pub timestamp_query: bool,
     pub limits: Limits,
 }
@@ -67,6 +71,7 @@ impl Adapter {
             f16_used: false,
             subgroups: ctx.has_subgroups(),
             subgroups_why: ctx.subgroups.why.clone(),
+            int8_dot: crate::gpu::packed_4x8_dot(),
             timestamp_query: ctx.features.contains(wgpu::Features::TIMESTAMP_QUERY),
             limits: Limits {
                 max_storage_binding: l.max_storage_buffer_binding_size,

@@ -435,7 +435,7 @@ impl MatmulKey {
 
     /// Whether a chunk matvec of this key would stage int8 levels.
     fn int8_candidate(&self) -> bool {
-        has_int8_dot(self.ty) && matvec_shape().int8
+        has_int8_dot(self.ty) && matvec_shape().int8 && crate::gpu::packed_4x8_dot()
     }
 
     /// Bindings 1.. in order: weights, x, outputs, norm_w, biases (one per output), inv_freq,

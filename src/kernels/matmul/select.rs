@@ -172,10 +172,11 @@ impl MatvecShape {
         rows_per_task: SG_ROWS_PER_TASK,
         stage_x: StageX::Never,
         chunk: true,
-        // Natively only until a browser's WGSL compiler has been seen to take it: the page
-        // reaches the chunk matvec only with subgroups, on a real GPU (Chromium on the H200),
-        // where it was not run this session (BENCHMARKS.md "session 17").
-        int8: cfg!(not(target_arch = "wasm32")),
+        // Where the WGSL compiler has the packed 4×8-bit dot product
+        // ([`crate::gpu::packed_4x8_dot`]: naga always; a browser when its
+        // wgslLanguageFeatures list it). The page reaches the chunk matvec only with
+        // subgroups, on a real GPU (Chromium on the H200: BENCHMARKS.md "session 24").
+        int8: true,
     };
 
     /// `<rows>x<unroll>[x<rows per task>[x<stage>[x<chunk>[x<int8>]]]]`, e.g. `8x2x4`,
