@@ -15,21 +15,15 @@
 //! the context left, and [`BATCH_BUDGET_SECONDS`] over the measured time per token, so a slow
 //! GPU still streams text steadily (SwiftShader: ~2.5 s per Gemma token, so K stays 1).
 //!
-//! While the host waits for batch B, batches B + 1 and B + 2 are already recorded and queued
-//! behind it (each one's first token is the previous one's last draw, on the GPU), so the
-//! host's recording and the readback round trip overlap GPU work. Two batches ahead, not
-//! one: in a browser a batch also crosses to the GPU process, which validates and encodes
-//! it after the page's wasm has recorded it. With one batch ahead, that chain (Gemma-3-270M
-//! on the H200: ~12 ms of wasm recording per 16 steps, then the GPU process's share) was
-//! not hidden behind the batch running: the page took 1.5 ms per token for a 0.95 ms step
-//! (BENCHMARKS.md "session 24"). After B's ids come back the host walks them exactly as
-//! the one-token CPU loop in `Session::generate` would — stop tokens, `on_token` returning
-//! false, `max_new`, a full context — and stops there. What ran past the stop is discarded:
-//! `pos` and `cached_tokens` only count the steps the CPU loop would have run, and the KV
-//! rows the speculative steps wrote lie past `pos`, where the next prefill or step
-//! overwrites them.
-//! The cost of a stop is at most [`MAX_IN_FLIGHT`] batches of wasted GPU work, queued ahead
-//! of the next call; a Stop button is answered within one batch.
+//! While the host waits for batch B, batch B + 1 is already recorded and queued behind it
+//! (its first token is B's last draw, on the GPU), so the host's recording and the readback
+//! round trip overlap GPU work. After B's ids come back the host walks them exactly as the
+//! one-token CPU loop in `Session::generate` would — stop tokens, `on_token` returning false,
+//! `max_new`, a full context — and stops there. What ran past the stop is discarded: `pos`
+//! and `cached_tokens` only count the steps the CPU loop would have run, and the KV rows the
+//! speculative steps wrote lie past `pos`, where the next prefill or step overwrites them.
+//! The cost of a stop is at most two batches of wasted GPU work, queued ahead of the next
+//! call; a Stop button is answered within one batch.
 //!
 //! Host cost, measured on lavapipe natively (2 shared cores), bind groups cached, K = 16:
 //! `model::forward` recording ~0.5 µs per dispatch, and bind groups + pass encoding + submit
@@ -41,7 +35,7 @@ use std::collections::VecDeque;
 use crate::gpu::{Binding, StepRecorder};
 use crate::kernels::argmax::argmax;
 use crate::kernels::sample::{sample, SampleBuffers};
-use crate::model::{self, MAX_IN_FLIGHT, MAX_STEPS};
+use crate::model::{self, MAX_STEPS};
 use crate::sampler::{Derived, SamplerConfig, MAX_RECENT};
 
 use super::{EngineError, Session, StopReason};
@@ -51,35 +45,11 @@ use crate::model::{rows_of, LogitsFor};
 /// K ≤ this / the measured seconds per token (`Session::batch_budget_seconds`'s default).
 pub const BATCH_BUDGET_SECONDS: f64 = 0.05;
 
-/// Batches the loop keeps submitted ahead of reading (`Session::batches_in_flight`):
-/// [`MAX_IN_FLIGHT`], or natively `COCO_IN_FLIGHT` (1 ..= [`MAX_IN_FLIGHT`]; 2 is the
-/// previous loop, for A/B runs), read once per process.
-pub fn batches_in_flight() -> u32 {
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        static CHOSEN: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-        *CHOSEN.get_or_init(|| {
-            let Ok(v) = std::env::var("COCO_IN_FLIGHT") else {
-                return MAX_IN_FLIGHT;
-            };
-            v.parse::<u32>()
-                .ok()
-                .filter(|n| (1..=MAX_IN_FLIGHT).contains(n))
-                .unwrap_or_else(|| {
-                    log::warn!("COCO_IN_FLIGHT={v:?} ignored: expected 1 ..= {MAX_IN_FLIGHT}");
-                    MAX_IN_FLIGHT
-                })
-        })
-    }
-    #[cfg(target_arch = "wasm32")]
-    MAX_IN_FLIGHT
-}
-
 /// A submitted batch whose ids are not yet read.
 struct InFlight {
     k: u32,
     index: wgpu::SubmissionIndex,
-    /// Its slot's readback buffer, whose mapping was requested right after the submit.
+    /// Its half's readback buffer, whose mapping was requested right after the submit.
     buffer: wgpu::Buffer,
     /// The mapping's outcome; `None` once `read_batch` has taken it.
     mapped: Option<futures_channel::oneshot::Receiver<Result<(), wgpu::BufferAsyncError>>>,
@@ -132,16 +102,15 @@ impl Session {
         let mut submitted = 0;
         let mut read = 0u32;
         let mut k_next = 1;
-        let mut slot = 0;
-        let depth = self.batches_in_flight.clamp(1, MAX_IN_FLIGHT) as usize;
+        let mut half = 0;
         let mut first_id_seconds = None;
         // (seconds, ids read) at the first read: the batches after it time the steps.
         let mut since_first: Option<(f64, u32)> = None;
         let mut stop = StopReason::MaxTokens;
         for step in 0..max_new {
             if ready.is_empty() {
-                // Keep `depth` batches queued, so the GPU has work while the host reads one.
-                while in_flight.len() < depth && submitted < producible {
+                // Keep two batches queued, so the GPU has work while the host reads one.
+                while in_flight.len() < 2 && submitted < producible {
                     // Until a batch of forwards has been timed, at most 2 steps; a zero
                     // budget means one step per submit.
                     let budget = match since_first {
@@ -162,10 +131,10 @@ impl Session {
                         first,
                         submitted == 0,
                         k,
-                        slot,
+                        half,
                     )?);
                     submitted += k;
-                    slot = (slot + 1) % depth;
+                    half ^= 1;
                     k_next = (k_next * 2).min(MAX_STEPS);
                 }
                 let batch = in_flight
@@ -227,8 +196,8 @@ impl Session {
     /// Records `k` steps drawing the ids at positions `first..first + k` in one pass: step i
     /// runs the forward of the previous id (in `ids[0]`) at position `first + i - 1`, except
     /// when `from_prefill` and i = 0, whose draw reads the prefill's logits row `first_row`.
-    /// Each draw writes the next id into `ids[0]` and ring entry `slot · MAX_STEPS + i`. Then
-    /// copies the ring slot to its readback buffer, and submits.
+    /// Each draw writes the next id into `ids[0]` and ring slot `half · MAX_STEPS + i`. Then
+    /// copies the ring half to its readback buffer, and submits.
     fn submit_batch(
         &mut self,
         draw: Option<&Derived>,
@@ -236,11 +205,11 @@ impl Session {
         first: u32,
         from_prefill: bool,
         k: u32,
-        slot: usize,
+        half: usize,
     ) -> Result<InFlight, EngineError> {
         self.refresh_plan();
         let clock = crate::util::Clock::start();
-        let readback = self.readback(slot);
+        let readback = self.readback(half);
         let c = &self.model.config;
         let s = &self.scratch;
         let mut rec = StepRecorder::new(&self.ctx);
@@ -257,7 +226,7 @@ impl Session {
             cands: &cands,
             recent: &recent,
         };
-        let base = slot as u32 * MAX_STEPS;
+        let base = half as u32 * MAX_STEPS;
         let mut step_dispatches = None;
         for i in 0..k {
             let before = rec.dispatch_count();
@@ -374,11 +343,11 @@ impl Session {
         Ok(ids)
     }
 
-    /// Readback buffer `slot` (`[MAX_STEPS]` u32), made on first use.
-    fn readback(&mut self, slot: usize) -> wgpu::Buffer {
+    /// Readback buffer `half` (`[MAX_STEPS]` u32), made on first use.
+    fn readback(&mut self, half: usize) -> wgpu::Buffer {
         let ctx = &self.ctx;
-        // One per slot and session, made once, so a steady decode loop creates no buffers.
-        self.readback[slot]
+        // Two per session, made once, so a steady decode loop creates no buffers.
+        self.readback[half]
             .get_or_insert_with(|| ctx.readback_buffer("generated_readback", MAX_STEPS as u64 * 4))
             .clone()
     }

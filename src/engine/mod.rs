@@ -6,9 +6,7 @@ mod decode;
 mod loader;
 mod megakernel;
 
-pub use crate::model::{
-    KvCache, LogitsFor, Model, Scratch, LOGITS_ROWS, MAX_IN_FLIGHT, MAX_STEPS, PREFILL_CHUNK,
-};
+pub use crate::model::{KvCache, LogitsFor, Model, Scratch, LOGITS_ROWS, MAX_STEPS, PREFILL_CHUNK};
 pub use decode::BATCH_BUDGET_SECONDS;
 #[cfg(not(target_arch = "wasm32"))]
 pub use loader::load_path;
@@ -120,11 +118,8 @@ pub struct Session {
     pub cpu_sampling: bool,
     /// GPU time one decode batch may take (K ≤ this / seconds per token; engine/decode.rs).
     pub batch_budget_seconds: f64,
-    /// Decode batches kept submitted ahead of the one being read, 1 ..= [`MAX_IN_FLIGHT`]
-    /// (engine/decode.rs).
-    pub batches_in_flight: u32,
-    /// Mapped copies of the slots of `scratch.generated`, made on first use.
-    readback: [Option<wgpu::Buffer>; MAX_IN_FLIGHT as usize],
+    /// Mapped copies of the two halves of `scratch.generated`, made on first use.
+    readback: [Option<wgpu::Buffer>; 2],
     /// What each step runs, for `pipeline` and `megakernel` ([`Session::plan`]).
     plan: model::Plan,
 }
@@ -172,8 +167,7 @@ impl Session {
             megakernel: false,
             cpu_sampling: false,
             batch_budget_seconds: decode::BATCH_BUDGET_SECONDS,
-            batches_in_flight: decode::batches_in_flight(),
-            readback: Default::default(),
+            readback: [None, None],
             plan,
         }
     }

@@ -37,10 +37,6 @@ pub struct Model {
 /// round trip (~110 µs on the H200) is already < 5% of 16 steps.
 pub const MAX_STEPS: u32 = 16;
 
-/// Most decode batches submitted and not yet read (engine/decode.rs): the slots of
-/// `Scratch::generated` and the session's readback buffers.
-pub const MAX_IN_FLIGHT: u32 = 3;
-
 /// Preallocated activations for up to `rows` tokens per step. Shapes are `[rows, …]` f32.
 pub struct Scratch {
     pub rows: u32,
@@ -64,8 +60,8 @@ pub struct Scratch {
     pub inv_freq: Vec<wgpu::Buffer>,
     /// The GPU argmax's (key, index) pairs `[PARTIALS_WORDS]` u32 (see `kernels::argmax`).
     pub argmax_partials: wgpu::Buffer,
-    /// Ids chosen by the GPU decode loop `[MAX_IN_FLIGHT, MAX_STEPS]` u32: a slot per batch
-    /// in flight, so one batch can be read back while the next ones write (engine/decode.rs).
+    /// Ids chosen by the GPU decode loop `[2, MAX_STEPS]` u32: two halves, so one batch can
+    /// be read back while the next writes (engine/decode.rs).
     pub generated: wgpu::Buffer,
     /// The GPU sampler's histograms and counters `[COUNT_WORDS]` u32 (`kernels::sample`).
     pub sample_counts: wgpu::Buffer,
@@ -110,7 +106,7 @@ impl Scratch {
         4 * (r + r * c.dim as u64 * 3 + r * qd * 2 + r * kvd * 2 + r * c.ffn_dim as u64 * 3)
             + 4 * logit_rows as u64 * c.vocab_size as u64
             + 4 * partials
-            + 4 * (PARTIALS_WORDS + MAX_IN_FLIGHT as u64 * MAX_STEPS as u64)
+            + 4 * (PARTIALS_WORDS + 2 * MAX_STEPS as u64)
             + 4 * (COUNT_WORDS + 2 * CAND_PAIRS + MAX_RECENT as u64)
     }
 
@@ -155,7 +151,7 @@ impl Scratch {
             ),
             inv_freq,
             argmax_partials: ctx.storage_buffer("argmax_partials", PARTIALS_WORDS * 4),
-            generated: ctx.storage_buffer("generated", (MAX_IN_FLIGHT * MAX_STEPS) as u64 * 4),
+            generated: ctx.storage_buffer("generated", 2 * MAX_STEPS as u64 * 4),
             sample_counts: ctx.storage_buffer("sample_counts", COUNT_WORDS * 4),
             sample_cands: ctx.storage_buffer("sample_cands", 2 * CAND_PAIRS * 4),
             recent: ctx.storage_buffer("recent", MAX_RECENT as u64 * 4),
