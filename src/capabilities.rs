@@ -324,6 +324,8 @@ pub fn check(header: &Header, adapter: &AdapterFacts, context: u32) -> Report {
 
     let mut gpu_bytes = header.total_tensor_bytes();
     if let Some(c) = &config {
+        use crate::model::{widening_extra_bytes, widenings};
+        gpu_bytes += widening_extra_bytes(header, &widenings(c, header, adapter.max_binding_bytes));
         // The logits step binds one row of the residual stream by offset.
         let row_bytes = c.dim as u64 * 4;
         let align = adapter.storage_offset_alignment.max(1) as u64;

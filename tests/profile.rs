@@ -15,7 +15,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use coco::bench::{bench_prompt, profile_step, ProfileError, ProfiledStep, StepProfile};
-use coco::engine::{load_path, LogitsFor, Model, Session};
+use coco::engine::{load_path, Loader, LogitsFor, Model, Session};
+use coco::gguf::FileChunks;
 use coco::gpu::{AttentionMerge, GpuContext};
 use coco::model::{Op, Pipeline};
 
@@ -212,46 +213,95 @@ fn fused_decode_step_has_the_promised_fusions() {
     }
 }
 
-/// The default model (llama.cpp's Q4_K_M of Gemma-3-270M) keeps W_v at Q8_0 on half its
-/// layers, where W_q and W_k are Q5_0: there the Q/K/V matvec leaves V out and V's own
-/// product writes the V-cache rows, two dispatches where the three products and RoPE were
-/// four. The plan and the recorded step must agree on it (`labels`), and no layer may fall
-/// back to the separate RoPE + cache-write dispatch.
+/// The default model (llama.cpp's Q4_K_M Gemma-3-270M) has W_v at Q8_0 beside Q5_0 W_q and
+/// W_k on 9 of its 18 layers. The loader widens those W_q and W_k to Q8_0 (exactly: the same
+/// values), so every layer runs Q/K/V, RoPE and the cache write as one matvec. Loaded at the
+/// file's types instead, the Q/K/V matvec leaves V out and V's own product writes the V-cache
+/// rows. Both must record the plan's labels, neither may fall back to the separate RoPE +
+/// cache-write dispatch, and the two must produce the same logits. The widened load streams
+/// in odd-sized writes, so widened blocks straddle the writes (`GpuTensor::write_unit`).
 #[test]
-fn mixed_v_type_keeps_qk_in_the_rope_matvec() {
+fn mixed_qkv_types_widen_into_one_rope_matvec() {
     let ctx = ctx();
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/gemma-3-270m-q4_k_m.gguf");
-    let model = Arc::new(load_path(&ctx, &path, 64).expect("the default model (README set-up)"));
-    let w = &model.weights;
-    let v_apart = w.layers.iter().filter(|lw| lw.wv.ty != lw.wq.ty).count();
-    assert!(v_apart > 0, "the default model's W_v types all equal W_q's");
-    let layers = model.config.n_layers as usize;
-    let l = labels(&ctx, &model, PROMPT, 1, Pipeline::Fused, false);
-    assert_eq!(
-        count(&l, |l| l.contains("_qkv_rope_neox_qk_norm_norm")) as usize,
-        layers,
-        "{l:#?}"
-    );
-    assert_eq!(count(&l, |l| l.starts_with("rope_kv_write")), 0, "{l:#?}");
-    // V's own product right after the Q/K matvec: the norm folded in, no fusion, of W_v's
-    // type (counted by position: the LM head may be a product of that type and form too).
-    let v_type = w
+    let load_with = |widen: bool| {
+        let mut file = FileChunks::open(&path, 1 << 20).expect("the default model (README set-up)");
+        let mut loader = Loader::new(&ctx, 64, Some(file.len)).with_staging_bytes(1_000_003);
+        if !widen {
+            loader = loader.without_widening();
+        }
+        while let Some(chunk) = file.next_chunk().expect("read") {
+            loader.push(chunk).expect("load");
+        }
+        Arc::new(loader.finish().expect("load").0)
+    };
+    let widened = load_with(true);
+    let apart = load_with(false);
+    let layers = widened.config.n_layers as usize;
+    let v_apart = apart
+        .weights
         .layers
         .iter()
-        .find(|lw| lw.wv.ty != lw.wq.ty)
-        .unwrap()
-        .wv
-        .ty;
-    let v_label = format!("matmul_{}_matvec", v_type.name().to_lowercase());
-    let v_products = l
-        .windows(2)
-        .filter(|pair| {
-            pair[0].contains("_qkv_rope_")
-                && pair[1].starts_with(&v_label)
-                && pair[1].ends_with("_norm")
-        })
+        .filter(|lw| lw.wv.ty != lw.wq.ty)
         .count();
-    assert_eq!(v_products, v_apart, "{l:#?}");
+    assert!(v_apart > 0, "the default model's W_v types all equal W_q's");
+    let w = &widened.weights;
+    assert!(w
+        .layers
+        .iter()
+        .all(|lw| lw.wq.ty == lw.wv.ty && lw.wk.ty == lw.wv.ty));
+    assert_eq!(
+        w.layers.iter().filter(|lw| lw.wq.is_widened()).count(),
+        v_apart
+    );
+    assert!(widened.weight_bytes > apart.weight_bytes);
+
+    // V's own product right after the Q/K matvec: the norm folded in, no fusion, of W_v's
+    // type (counted by position: the LM head may be a product of that type and form too).
+    let v_label = |m: &Model| {
+        let lw = m.weights.layers.iter().find(|lw| lw.wv.ty != lw.wq.ty);
+        lw.map(|lw| format!("matmul_{}_matvec", lw.wv.ty.name().to_lowercase()))
+    };
+    let v_products = |l: &[String], v_label: &str| {
+        l.windows(2)
+            .filter(|pair| {
+                pair[0].contains("_qkv_rope_")
+                    && pair[1].starts_with(v_label)
+                    && pair[1].ends_with("_norm")
+            })
+            .count()
+    };
+    let l_widened = labels(&ctx, &widened, PROMPT, 1, Pipeline::Fused, false);
+    let l_apart = labels(&ctx, &apart, PROMPT, 1, Pipeline::Fused, false);
+    for l in [&l_widened, &l_apart] {
+        assert_eq!(
+            count(l, |l| l.contains("_qkv_rope_neox_qk_norm_norm")) as usize,
+            layers,
+            "{l:#?}"
+        );
+        assert_eq!(count(l, |l| l.starts_with("rope_kv_write")), 0, "{l:#?}");
+    }
+    assert_eq!(v_label(&widened), None);
+    let apart_label = v_label(&apart).unwrap();
+    assert_eq!(v_products(&l_apart, &apart_label), v_apart, "{l_apart:#?}");
+    assert_eq!(l_widened.len() + v_apart, l_apart.len());
+
+    let ids = bench_prompt(&widened, 7);
+    let logits = |m: &Arc<Model>| {
+        let mut s = Session::new(&ctx, m, 64, LogitsFor::LastToken);
+        s.forward_blocking(&ids).expect("forward")
+    };
+    let (a, b) = (logits(&widened), logits(&apart));
+    let worst = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0f32, f32::max);
+    // The same weights and the same int8 x': only the order of the block sums may differ.
+    assert!(
+        worst < 1e-3,
+        "widened and file-type logits differ by {worst}"
+    );
 }
 
 /// Attention splits its keys once the step sees more than one 16-key block (few heads, one

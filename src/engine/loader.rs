@@ -14,7 +14,9 @@ use crate::capabilities::{self, Report};
 use crate::chat::ChatTemplate;
 use crate::gguf::{Event, GgmlType, GgufError, Header, Parser};
 use crate::gpu::{GpuContext, GpuTensor};
-use crate::model::{fused_pieces, Config, ConfigError, RopeFactors, Weights, ROPE_FACTOR_TENSORS};
+use crate::model::{
+    fused_pieces, widenings, Config, ConfigError, RopeFactors, Weights, ROPE_FACTOR_TENSORS,
+};
 use crate::tokenizer::{Tokenizer, TokenizerError};
 
 use super::Model;
@@ -61,7 +63,7 @@ struct Piece {
 
 impl Piece {
     fn end_byte(&self) -> u64 {
-        self.first_byte + self.tensor.total_bytes()
+        self.first_byte + self.tensor.file_bytes()
     }
 }
 
@@ -88,6 +90,9 @@ pub struct Loader {
     rope_factors: Vec<(usize, String, Vec<u8>)>,
     /// Staged bytes per write ([`STAGING_BYTES`]; tests shrink it to cross piece boundaries).
     staging_bytes: usize,
+    /// Whether Q/K/V of mixed types are widened to one (`model::widenings`); tests turn it
+    /// off to compare.
+    widen: bool,
     tensors_done: usize,
     error: Option<LoadError>,
 }
@@ -110,6 +115,7 @@ impl Loader {
             staging: None,
             rope_factors: Vec::new(),
             staging_bytes: STAGING_BYTES,
+            widen: true,
             tensors_done: 0,
             error: None,
         }
@@ -120,6 +126,12 @@ impl Loader {
     /// fixtures' tensors never reach at 4 MiB.
     pub fn with_staging_bytes(mut self, bytes: usize) -> Loader {
         self.staging_bytes = bytes.max(1);
+        self
+    }
+
+    /// Keeps every tensor at the file's type (the A/B of `model::widenings`).
+    pub fn without_widening(mut self) -> Loader {
+        self.widen = false;
         self
     }
 
@@ -201,6 +213,10 @@ impl Loader {
         let config = Config::from_gguf(header)?;
         let tokenizer = Tokenizer::from_gguf(&header.metadata)?;
         let max_part = self.ctx.max_binding_bytes();
+        let widened: HashMap<String, GgmlType> = match self.widen {
+            true => widenings(&config, header, max_part).into_iter().collect(),
+            false => HashMap::new(),
+        };
         self.tensors = header
             .tensors
             .iter()
@@ -211,14 +227,12 @@ impl Loader {
                 pieces
                     .into_iter()
                     .map(|(name, rows)| {
-                        let tensor = GpuTensor::allocate(
-                            &self.ctx,
-                            &name,
-                            t.ty,
-                            t.row_len(),
-                            rows,
-                            max_part,
-                        );
+                        let ty = widened.get(&name).copied().unwrap_or(t.ty);
+                        let mut tensor =
+                            GpuTensor::allocate(&self.ctx, &name, ty, t.row_len(), rows, max_part);
+                        if ty != t.ty {
+                            tensor = tensor.widened_from(t.ty);
+                        }
                         let piece = Piece { first_byte, tensor };
                         first_byte = piece.end_byte();
                         piece
@@ -318,6 +332,8 @@ impl Loader {
             .flatten()
             .map(|p| (p.tensor.name.clone(), p.tensor))
             .collect();
+        // What the GPU holds: the file's tensor bytes, plus what widening added.
+        let weight_bytes = by_name.values().map(GpuTensor::total_bytes).sum();
         let rope_factors = RopeFactors::from_named(
             std::mem::take(&mut self.rope_factors)
                 .into_iter()
@@ -332,7 +348,6 @@ impl Loader {
         );
         let weights = Weights::from_tensors(&config, by_name, rope_factors)?;
         let chat_template = ChatTemplate::from_gguf(&header.metadata, &tokenizer).transpose();
-        let weight_bytes = header.total_tensor_bytes();
         let type_summary = summarize_types(header);
         let report = self
             .report

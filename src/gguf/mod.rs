@@ -7,6 +7,7 @@ mod file;
 mod metadata;
 mod parser;
 mod types;
+mod widen;
 mod writer;
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -14,4 +15,5 @@ pub use file::{read_header, read_path, FileChunks};
 pub use metadata::{Metadata, MetadataError, Value};
 pub use parser::{Event, GgufError, Header, Parser, TensorInfo};
 pub use types::GgmlType;
+pub use widen::{is_lossless_widening, widen_blocks};
 pub use writer::Writer;

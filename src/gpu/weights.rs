@@ -21,7 +21,10 @@ pub struct TensorPart {
 #[derive(Clone, Debug)]
 pub struct GpuTensor {
     pub name: String,
+    /// The type the GPU holds and the kernels read.
     pub ty: GgmlType,
+    /// The file's type: `ty`, unless the loader widened the tensor ([`GpuTensor::widened_from`]).
+    pub file_ty: GgmlType,
     /// Elements per row (GGUF `dims[0]`; the matmul's K).
     pub row_len: u64,
     /// Rows (product of the other dims; the matmul's N).
@@ -74,6 +77,7 @@ impl GpuTensor {
         GpuTensor {
             name: name.to_string(),
             ty,
+            file_ty: ty,
             row_len,
             n_rows,
             row_bytes,
@@ -97,12 +101,41 @@ impl GpuTensor {
         t
     }
 
-    /// Writes the file's `bytes` at byte `offset` of the tensor (file order), splitting across
-    /// parts and re-laying them out for the type (`layout::relay_blocks`). `offset` and each
-    /// piece's length must be multiples of [`GpuTensor::write_unit`] except at a part's or
-    /// the tensor's end; a short tail is zero-padded (callers stream in such pieces, see
-    /// `engine::loader`).
+    /// Marks a tensor allocated as `ty` as filled from the file's `file_ty` blocks, which
+    /// [`GpuTensor::write_at`] converts exactly (`gguf::widen_blocks`). Panics unless that is a
+    /// lossless widening.
+    pub fn widened_from(mut self, file_ty: GgmlType) -> GpuTensor {
+        assert!(
+            crate::gguf::is_lossless_widening(file_ty, self.ty),
+            "{file_ty} -> {} is not a lossless widening",
+            self.ty
+        );
+        self.file_ty = file_ty;
+        self
+    }
+
+    pub fn is_widened(&self) -> bool {
+        self.file_ty != self.ty
+    }
+
+    /// Writes the file's `bytes` at byte `offset` of the tensor's file bytes, splitting across
+    /// parts and re-laying them out for the type (`layout::relay_blocks`), after widening
+    /// them where the tensor was widened. `offset` and each piece's length must be multiples
+    /// of [`GpuTensor::write_unit`] except at a part's or the tensor's end; a short tail is
+    /// zero-padded (callers stream in such pieces, see `engine::loader`).
     pub fn write_at(&self, ctx: &GpuContext, offset: u64, bytes: &[u8]) {
+        if self.is_widened() {
+            let block = |ty: GgmlType| ty.block_geometry().expect("quantized").1 as u64;
+            let (from, to) = (block(self.file_ty), block(self.ty));
+            let wide = crate::gguf::widen_blocks(self.file_ty, self.ty, bytes);
+            self.write_gpu_bytes(ctx, offset / from * to, &wide);
+        } else {
+            self.write_gpu_bytes(ctx, offset, bytes);
+        }
+    }
+
+    /// [`GpuTensor::write_at`] for bytes already of type `ty`, at a byte offset of them.
+    fn write_gpu_bytes(&self, ctx: &GpuContext, offset: u64, bytes: &[u8]) {
         let mut offset = offset;
         let mut bytes = bytes;
         let block_bytes = self.ty.block_geometry().map_or(4, |(_, b)| b as u64);
@@ -118,7 +151,8 @@ impl GpuTensor {
             let n = ((end - offset) as usize).min(bytes.len());
             if layout::is_relaid(self.ty) {
                 let part_blocks = part.n_rows * self.row_bytes / block_bytes;
-                let piece = layout::RELAY_PIECE_BYTES / self.write_unit() * self.write_unit();
+                let unit = layout::write_unit(self.ty);
+                let piece = layout::RELAY_PIECE_BYTES / unit * unit;
                 let mut at = offset - start;
                 for chunk in bytes[..n].chunks(piece) {
                     let first_block = at / block_bytes;
@@ -136,9 +170,13 @@ impl GpuTensor {
         }
     }
 
-    /// See [`GpuTensor::write_at`].
+    /// See [`GpuTensor::write_at`]; in file bytes. A widened tensor takes two file blocks,
+    /// which widen to two of its blocks: a multiple of `ty`'s own unit.
     pub fn write_unit(&self) -> usize {
-        layout::write_unit(self.ty)
+        match self.file_ty.block_geometry() {
+            Some((_, block)) if self.is_widened() => 2 * block,
+            _ => layout::write_unit(self.ty),
+        }
     }
 
     /// The binding of a single-part tensor (norm weights, biases: small f32 vectors).
@@ -146,7 +184,13 @@ impl GpuTensor {
         super::Binding::from(&self.parts[0].buffer)
     }
 
+    /// Bytes on the GPU.
     pub fn total_bytes(&self) -> u64 {
         self.row_bytes * self.n_rows
+    }
+
+    /// Bytes in the file: [`GpuTensor::total_bytes`] unless widened.
+    pub fn file_bytes(&self) -> u64 {
+        self.file_ty.bytes_for(self.row_len).unwrap_or(0) * self.n_rows
     }
 }

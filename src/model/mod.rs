@@ -16,7 +16,10 @@ pub mod weights;
 
 pub use config::{Activation, Arch, Config, ConfigError, LongRope, RopeScaling, RopeStyle};
 pub use plan::{NormOf, Op, Plan, PlanLine};
-pub use weights::{fused_pieces, LayerWeights, RopeFactors, Weights, ROPE_FACTOR_TENSORS};
+pub use weights::{
+    fused_pieces, widening_extra_bytes, widenings, LayerWeights, RopeFactors, Weights,
+    ROPE_FACTOR_TENSORS,
+};
 
 use crate::gpu::{Binding, StepRecorder};
 use crate::kernels::attention::{attention_planned, kv_write};

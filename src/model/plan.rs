@@ -197,6 +197,34 @@ fn types(ws: &[&GpuTensor]) -> String {
     ws.iter().map(|w| w.ty.name()).collect::<Vec<_>>().join("/")
 }
 
+/// "; attn_q, attn_k widened from the file's Q5_0 at load …" for the widened ones of `ws`.
+fn widened(ws: &[&GpuTensor]) -> String {
+    let widened: Vec<&&GpuTensor> = ws.iter().filter(|w| w.is_widened()).collect();
+    let Some(first) = widened.first() else {
+        return String::new();
+    };
+    let extra: u64 = widened
+        .iter()
+        .map(|w| w.total_bytes() - w.file_bytes())
+        .sum();
+    format!(
+        "; {} widened from the file's {} at load: the same values, +{:.2} MiB",
+        widened
+            .iter()
+            .map(|w| short_name(&w.name))
+            .collect::<Vec<_>>()
+            .join(", "),
+        first.file_ty.name(),
+        extra as f64 / (1 << 20) as f64
+    )
+}
+
+/// "attn_q" of "blk.3.attn_q.weight".
+fn short_name(name: &str) -> &str {
+    let name = name.strip_suffix(".weight").unwrap_or(name);
+    name.rsplit('.').next().unwrap_or(name)
+}
+
 fn parts(w: &GpuTensor) -> String {
     match w.parts.len() {
         1 => format!("{}, one buffer", w.ty.name()),
@@ -271,9 +299,10 @@ impl Plan {
                         (&qkv[..], String::new())
                     };
                     Choice::yes(format!(
-                        "{} {} in one buffer each{v}, head_dim {} rope {}{}",
+                        "{} {} in one buffer each{}{v}, head_dim {} rope {}{}",
                         if v_apart { "Q/K" } else { "Q/K/V" },
                         types(fused),
+                        widened(fused),
                         c.head_dim,
                         rope_name(rope),
                         if has_qk_norm {
@@ -288,7 +317,11 @@ impl Plan {
                 let qkv_one = if !fused {
                     Choice::no("unfused pipeline")
                 } else if qkv_fuses(ctx, &lw.wq, &lw.wk, &lw.wv, true, biases) {
-                    Choice::yes(format!("Q/K/V {} in one buffer each", types(&qkv)))
+                    Choice::yes(format!(
+                        "Q/K/V {} in one buffer each{}",
+                        types(&qkv),
+                        widened(&qkv)
+                    ))
                 } else {
                     Choice::no(why_not())
                 };
