@@ -734,18 +734,40 @@ fn dequant_w8(mr: vec2<u32>, o: u32) -> array<vec4<f32>, 2> {
 #ifdef QKV
     if (mr.x == 2u) {
         wsel = 2u;
-        return dequant8(wr, o);
+        return as_f16_operands(dequant8(wr, o));
     }
 #endif
 #ifdef MULTI_W
     if (mr.x == 1u) {
         wsel = 1u;
-        return dequant8(wr, o);
+        return as_f16_operands(dequant8(wr, o));
     }
     wsel = 0u;
 #endif
-    return dequant8(wr, o);
+    return as_f16_operands(dequant8(wr, o));
 }
+
+// With F16_OPERANDS (select.rs f16_operands: the tensor-core GEMM's numerics on the portable
+// tiles) each staged element rounded to the nearest f16 value, ties to even; otherwise as is.
+fn as_f16_operands(v: array<vec4<f32>, 2>) -> array<vec4<f32>, 2> {
+#ifdef F16_OPERANDS
+    return array<vec4<f32>, 2>(round_f16(v[0]), round_f16(v[1]));
+#else
+    return v;
+#endif
+}
+
+#ifdef F16_OPERANDS
+// f16 has 10 stored significand bits down to 2^-14 and steps of 2^-24 below: add half a step
+// (less one ulp of f32 where the kept bit is even, so ties go to even) and cut the low 13
+// bits, or round to whole steps of 2^-24. f32's range stays (see f16_operands).
+fn round_f16(v: vec4<f32>) -> vec4<f32> {
+    let u = bitcast<vec4<u32>>(v);
+    let normal = bitcast<vec4<f32>>((u + 0x0fffu + ((u >> vec4<u32>(13u)) & vec4<u32>(1u))) & vec4<u32>(0xffffe000u));
+    let sub = round(v * 16777216.0) / 16777216.0;
+    return select(normal, sub, abs(v) < vec4<f32>(6.103515625e-05));
+}
+#endif
 
 // Elements 8q .. 8q + 7 of 32-wide chunk c of x'[t] (zeros past the step's tokens); with NORM
 // their squares are added to ss before the norm weight scales them.
@@ -762,7 +784,7 @@ fn stage_x(t: u32, c: u32, q: u32, ss: ptr<function, f32>) -> array<vec4<f32>, 2
         xb *= norm_w[8u * c + 2u * q + 1u];
 #endif
     }
-    return array<vec4<f32>, 2>(xa, xb);
+    return as_f16_operands(array<vec4<f32>, 2>(xa, xb));
 }
 
 // acc + the 4 dot products of slots a0..a3 with b, where at[e] holds element e of every slot

@@ -252,7 +252,7 @@ fn run_matmul(case: Case, seed: u64) -> f64 {
     rec.submit();
     let got = ctx.read_f32(&yb, 0, (t * n) as u64).expect("readback");
     // Unforced cases pick the device's kernel, which is the f16 one on tensor-core adapters.
-    let atol_per_abs = if labels[0].contains("_coop") {
+    let atol_per_abs = if common::has_f16_operands(&labels[0]) {
         COOP_ATOL_PER_ABS_SUM
     } else {
         ATOL_PER_ABS_SUM

@@ -50,22 +50,88 @@ fn ids_of(v: &Value) -> Vec<u32> {
 /// HF's top-1/top-2 logit margin below which f32 summation order alone can flip argmax.
 const NEAR_TIE: f64 = 2e-3;
 
-/// Greedy ids must equal HF's. The one allowed difference is at a step where HF's own top-1
-/// and top-2 are within `NEAR_TIE` (a tie in all but rounding); the sequences legitimately
-/// part there, so the comparison stops at that step.
-fn assert_greedy_matches(got: &[u32], expected: &[u32], margins: &[f64], text: &str) {
-    assert_eq!(got.len(), expected.len(), "greedy length for {text:?}");
+/// The largest |Δlogit| against HF's, as a fraction of the golden's largest |logit|
+/// ([`logit_scale`]), where prompt steps multiply f16-rounded operands (the tensor-core GEMM,
+/// the default natively where offered, or its emulation on the portable tiles;
+/// [`f16_operands`]). Rounding W and x' to f16 (2^-11 relative each) with f32 sums is what
+/// llama.cpp's tensor-core path computes too. On these fixtures it moves logits by 0.9e-3 …
+/// 3.2e-3 of that scale (1.5e-2 on the default model … 0.27 on phi3-q4_k, whose logits reach
+/// 85), where the f32 tiles stay within 1e-4 (BENCHMARKS.md "session 25"). A forward that is
+/// wrong moves them by the scale itself.
+const F16_REL_DELTA: f64 = 5e-3;
+
+/// [`check_gpu_vs_cpu`]'s bound on |Δ| / (1 + |reference|) where prompt steps multiply f16
+/// operands ([`f16_operands`]); 2e-3 otherwise. Measured with the emulation over 150 tokens
+/// (prefill steps of 70, past the matvec's 32): gemma3-q8_0 0.11–0.15, llama-spm-q4_0
+/// 0.068–0.075, gemma2-q8_0 0.068–0.084 over the four pipelines, against 2e-5 … 1.3e-4 for
+/// 13-token checks, whose steps stay on the f32 matvec (BENCHMARKS.md "session 25").
+const F16_VS_CPU_REL: f32 = 0.3;
+
+/// The largest |logit| among HF's top entries of a golden.
+fn logit_scale(golden: &Value) -> f64 {
+    let mut scale = 0.0f64;
+    for prompt in golden["prompts"].as_array().into_iter().flatten() {
+        for pos in prompt["positions"].as_array().into_iter().flatten() {
+            for entry in pos["top"].as_array().into_iter().flatten() {
+                scale = scale.max(entry[1].as_f64().unwrap_or(0.0).abs());
+            }
+        }
+    }
+    scale
+}
+
+/// The |Δlogit| bound of f16 operands for `golden` ([`F16_REL_DELTA`]).
+fn f16_max_delta(golden: &Value) -> f64 {
+    F16_REL_DELTA * logit_scale(golden)
+}
+
+/// Whether this run's prompt steps may multiply f16-rounded operands: on an adapter that runs
+/// the tensor-core GEMM, or with `COCO_GEMM_F16_OPERANDS=1` (how CI checks those numerics on
+/// lavapipe). Steps of up to the matvec's token count never do.
+fn f16_operands(ctx: &GpuContext) -> bool {
+    ctx.has_coop_gemm() || coco::kernels::matmul::f16_operands()
+}
+
+/// HF's top-1/top-2 margin below which this run's logits may legitimately rank the two the
+/// other way: f32 summation order ([`NEAR_TIE`]), or f16 operands' error on both logits.
+fn near_tie(ctx: &GpuContext, golden: &Value) -> f64 {
+    if f16_operands(ctx) {
+        2.0 * f16_max_delta(golden)
+    } else {
+        NEAR_TIE
+    }
+}
+
+/// Greedy ids must equal HF's: the mismatch, if any. The one allowed difference is at a step
+/// where HF's own top-1 and top-2 are within `near_tie` (a tie in all but rounding); the
+/// sequences legitimately part there, so the comparison stops at that step.
+fn greedy_mismatch(
+    got: &[u32],
+    expected: &[u32],
+    margins: &[f64],
+    text: &str,
+    near_tie: f64,
+) -> Option<String> {
+    if got.len() != expected.len() {
+        return Some(format!(
+            "greedy length for {text:?}: {} vs {}",
+            got.len(),
+            expected.len()
+        ));
+    }
     for (i, (g, e)) in got.iter().zip(expected).enumerate() {
         if g != e {
             let margin = margins.get(i).copied().unwrap_or(f64::INFINITY);
-            assert!(
-                margin < NEAR_TIE,
-                "greedy continuation of {text:?} differs from HF at step {i}: got {g}, HF {e} (HF margin {margin:.2e})\n got {got:?}\n  hf {expected:?}"
-            );
+            if margin >= near_tie {
+                return Some(format!(
+                    "greedy continuation of {text:?} differs from HF at step {i}: got {g}, HF {e} (HF margin {margin:.2e})\n got {got:?}\n  hf {expected:?}"
+                ));
+            }
             println!("greedy {text:?}: parts from HF at step {i} on a near-tie (HF margin {margin:.1e}); {i} tokens identical");
-            return;
+            return None;
         }
     }
+    None
 }
 
 /// Greedy continuation by raw argmax over the session's decode path (no EOS stop: the
@@ -86,6 +152,65 @@ struct Agreement {
     positions: usize,
     top1_equal: usize,
     max_delta: f64,
+    /// HF's top-1 − top-2 margin at each position whose top-1 differs.
+    miss_margins: Vec<f64>,
+    /// Those of the misses at a margin below the run's [`near_tie`]: not counted against it.
+    near_tie_misses: usize,
+    /// Greedy continuations that differ from HF's (`greedy_mismatch`).
+    greedy_mismatches: Vec<String>,
+    /// The margin below which a miss is a near-tie here ([`near_tie`]).
+    near_tie: f64,
+    /// The |Δlogit| bound where the operands were f16 ([`f16_max_delta`]), else None.
+    f16_max_delta: Option<f64>,
+}
+
+impl Agreement {
+    fn report_line(&self, name: &str) -> String {
+        let misses = if self.miss_margins.is_empty() {
+            String::new()
+        } else {
+            let m: Vec<String> = self
+                .miss_margins
+                .iter()
+                .map(|m| format!("{m:.1e}"))
+                .collect();
+            format!("  (HF top-1 − top-2 at the misses: {})", m.join(", "))
+        };
+        format!(
+            "{name:<22} top-1 {}/{} ({:.1}%)  max|Δlogit| {:.2e}{misses}",
+            self.top1_equal,
+            self.positions,
+            100.0 * self.top1_equal as f64 / self.positions as f64,
+            self.max_delta
+        )
+    }
+
+    /// What fails HF's oracle: top-1 agreement under 99% (a miss at a near-tie is rounding,
+    /// not a wrong forward, so it doesn't count), |Δlogit| past [`f16_max_delta`] where the
+    /// operands were f16, and greedy continuations that part from HF's.
+    fn failures(&self, name: &str) -> Vec<String> {
+        let mut failures = Vec::new();
+        let counted = (self.top1_equal + self.near_tie_misses) as f64 / self.positions as f64;
+        if counted < 0.99 {
+            failures.push(format!(
+                "{name}: top-1 agreement {:.1}% < 99% (misses at HF margins below {:.1e} excused)",
+                counted * 100.0,
+                self.near_tie
+            ));
+        }
+        if let Some(bound) = self.f16_max_delta.filter(|&b| self.max_delta >= b) {
+            failures.push(format!(
+                "{name}: max|Δlogit| {:.2e} >= {bound:.2e} with f16 operands",
+                self.max_delta
+            ));
+        }
+        failures.extend(
+            self.greedy_mismatches
+                .iter()
+                .map(|m| format!("{name}: {m}")),
+        );
+        failures
+    }
 }
 
 /// Teacher-forced logits for every prompt of a golden, compared with HF's, and the first
@@ -100,7 +225,13 @@ fn check_against_hf(
         positions: 0,
         top1_equal: 0,
         max_delta: 0.0,
+        miss_margins: Vec::new(),
+        near_tie_misses: 0,
+        greedy_mismatches: Vec::new(),
+        near_tie: near_tie(ctx, golden),
+        f16_max_delta: f16_operands(ctx).then(|| f16_max_delta(golden)),
     };
+    let near_tie = agreement.near_tie;
     let vocab = model.config.vocab_size as usize;
     for prompt in golden["prompts"].as_array().expect("prompts") {
         let ids = ids_of(&prompt["ids"]);
@@ -118,6 +249,14 @@ fn check_against_hf(
             agreement.positions += 1;
             if argmax(row) == hf_top1 {
                 agreement.top1_equal += 1;
+            } else {
+                let logit = |i: usize| top.get(i).and_then(|e| e[1].as_f64());
+                let margin = match (logit(0), logit(1)) {
+                    (Some(a), Some(b)) => a - b,
+                    _ => f64::NAN,
+                };
+                agreement.miss_margins.push(margin);
+                agreement.near_tie_misses += (margin < near_tie) as usize;
             }
             for entry in top {
                 let id = entry[0].as_u64().expect("id") as usize;
@@ -133,12 +272,10 @@ fn check_against_hf(
                 .map(|m| m.iter().filter_map(|x| x.as_f64()).collect())
                 .unwrap_or_default();
             let got = greedy(ctx, model, &ids, expected.len());
-            assert_greedy_matches(
-                &got,
-                &expected,
-                &margins,
-                prompt["text"].as_str().unwrap_or("?"),
-            );
+            let text = prompt["text"].as_str().unwrap_or("?");
+            if let Some(m) = greedy_mismatch(&got, &expected, &margins, text, near_tie) {
+                agreement.greedy_mismatches.push(m);
+            }
         }
     }
     agreement
@@ -219,6 +356,7 @@ fn family_types_match_hugging_face(family: &str, types: Types) -> Vec<(Value, f6
     }
     assert!(!names.is_empty(), "no {family} goldens in tests/goldens");
     let mut report = Vec::new();
+    let mut failures = Vec::new();
     let mut deltas = Vec::new();
     for name in &names {
         let g = golden(name);
@@ -231,22 +369,13 @@ fn family_types_match_hugging_face(family: &str, types: Types) -> Vec<(Value, f6
             8
         };
         let a = check_against_hf(&ctx, &model, &g, greedy_tokens);
-        let rate = a.top1_equal as f64 / a.positions as f64;
-        report.push(format!(
-            "{name:<22} top-1 {}/{} ({:.1}%)  max|Δlogit| {:.2e}",
-            a.top1_equal,
-            a.positions,
-            rate * 100.0,
-            a.max_delta
-        ));
-        assert!(
-            rate >= 0.99,
-            "{name}: top-1 agreement {:.1}% < 99%",
-            rate * 100.0
-        );
+        report.push(a.report_line(name));
+        failures.extend(a.failures(name));
         deltas.push((g, a.max_delta));
     }
+    // Every fixture's figures first, so one failure doesn't hide the others'.
     println!("{}", report.join("\n"));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
     deltas
 }
 
@@ -323,7 +452,9 @@ fn gemma3_fixtures_match_hugging_face() {
 /// alone could not see the final cap, which keeps every row's order.
 #[test]
 fn gemma2_fixtures_match_hugging_face() {
+    let f16 = f16_operands(&gpu());
     for (g, max_delta) in family_matches_hugging_face("gemma2") {
+        let bound = if f16 { f16_max_delta(&g) } else { 1e-2 };
         let name = g["fixture"].as_str().unwrap_or("?").to_string();
         let sens = &g["checks"]["sensitivity"];
         let moved = |key: &str| {
@@ -357,7 +488,10 @@ fn gemma2_fixtures_match_hugging_face() {
                 "{name}: max|Δlogit| {max_delta} vs {what} {by}"
             );
         }
-        assert!(max_delta < 1e-2, "{name}: max|Δlogit| {max_delta}");
+        assert!(
+            max_delta < bound,
+            "{name}: max|Δlogit| {max_delta} >= {bound}"
+        );
     }
 }
 
@@ -429,6 +563,11 @@ fn check_gpu_vs_cpu_in(
         stepped.extend(s.forward_blocking(&[id]).unwrap());
     }
     let mut runs = vec![("batched", batched), ("decode", stepped)];
+    let rel_bound = if f16_operands(ctx) {
+        F16_VS_CPU_REL
+    } else {
+        2e-3
+    };
     if pipelines == Pipelines::All {
         runs.extend(other_pipelines(ctx, &model, name, &ids, prefill, context));
     }
@@ -445,7 +584,7 @@ fn check_gpu_vs_cpu_in(
             worst.0, worst.1
         );
         assert!(
-            worst.0 < 2e-3,
+            worst.0 < rel_bound,
             "{name} {what}: logit {} = {} vs reference {}",
             worst.1,
             got[worst.1],
@@ -598,15 +737,9 @@ fn gemma_270m_matches_hugging_face() {
     let g = golden("gemma-3-270m");
     let model = Arc::new(load_path(&ctx, &fixture("gemma-3-270m"), 512).expect("load gemma"));
     let a = check_against_hf(&ctx, &model, &g, 0);
-    let rate = a.top1_equal as f64 / a.positions as f64;
-    println!(
-        "gemma-3-270m: top-1 {}/{} ({:.1}%) max|Δlogit| {:.3}",
-        a.top1_equal,
-        a.positions,
-        rate * 100.0,
-        a.max_delta
-    );
-    assert!(rate >= 0.99, "top-1 agreement {:.1}% < 99%", rate * 100.0);
+    println!("{}", a.report_line("gemma-3-270m"));
+    let failures = a.failures("gemma-3-270m");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
     // The greedy continuation of "The capital of France is".
     let france = g["prompts"]
         .as_array()
@@ -623,7 +756,10 @@ fn gemma_270m_matches_hugging_face() {
         .map(|m| m.iter().filter_map(|x| x.as_f64()).collect())
         .unwrap_or_default();
     let got = greedy(&ctx, &model, &ids_of(&france["ids"]), expected.len());
-    assert_greedy_matches(&got, &expected, &margins, "The capital of France is");
+    let text = "The capital of France is";
+    if let Some(m) = greedy_mismatch(&got, &expected, &margins, text, a.near_tie) {
+        panic!("{m}");
+    }
     println!("greedy: {:?}", model.tokenizer.decode(&got));
 }
 

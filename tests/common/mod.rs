@@ -86,6 +86,12 @@ pub const ATOL_PER_ABS_SUM: f64 = 2e-6;
 /// error bound per Σ|w·x| is about 2 · 2^-11; 2e-3 leaves a little headroom.
 pub const COOP_ATOL_PER_ABS_SUM: f64 = 2e-3;
 
+/// Whether the kernel `label` multiplies f16-rounded operands: the cooperative-matrix GEMM, or
+/// the portable tiles emulating it (`COCO_GEMM_F16_OPERANDS=1`, labels ending `_f16ops`).
+pub fn has_f16_operands(label: &str) -> bool {
+    label.contains("_coop") || label.ends_with("_f16ops")
+}
+
 /// The reference product x'·wᵀ `[t, n]` in f64-accurate f32 and its tolerance per element
 /// for the kernel `label` (the f16 cooperative-matrix GEMM gets [`COOP_ATOL_PER_ABS_SUM`]),
 /// widened by Σ|w|·slack where x' as the kernel stages it may round either way
@@ -101,7 +107,7 @@ pub fn reference_product(
     let want = reference::matmul(w, &x.values, n, k, t);
     let abs = reference::matmul_abs(w, &x.values, n, k, t);
     let slack = reference::matmul_abs(w, &x.slack, n, k, t);
-    let atol = if label.contains("_coop") {
+    let atol = if has_f16_operands(label) {
         COOP_ATOL_PER_ABS_SUM
     } else {
         ATOL_PER_ABS_SUM

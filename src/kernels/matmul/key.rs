@@ -317,6 +317,12 @@ impl MatmulKey {
         }
     }
 
+    /// Whether this portable tile kernel rounds its operands as the tensor-core GEMM does
+    /// ([`f16_operands`]).
+    fn f16_operands(&self) -> bool {
+        self.variant.is_tiled() && !self.variant.is_coop() && f16_operands()
+    }
+
     /// `matmul_q4_k_matvec_wg256`, `matmul_f16_tiled64x64_bias`,
     /// `matmul_q8_0_matvec_sg256_glu_silu_norm`, `matmul_q4_0_matvec_wg256_qkv_norm_bias`, …
     pub fn label(&self) -> String {
@@ -346,8 +352,9 @@ impl MatmulKey {
         } else {
             String::new()
         };
+        let f16 = if self.f16_operands() { "_f16ops" } else { "" };
         format!(
-            "matmul_{}_{}{fusion}{norm}{bias}{staged}{int8}{splits}",
+            "matmul_{}_{}{fusion}{norm}{bias}{staged}{int8}{splits}{f16}",
             self.ty.name().to_lowercase(),
             self.variant.label()
         )
@@ -415,6 +422,9 @@ impl MatmulKey {
         }
         if self.splits > 1 {
             defines.push("SPLIT_K");
+        }
+        if self.f16_operands() {
+            defines.push("F16_OPERANDS");
         }
         Ok(defines)
     }

@@ -392,6 +392,19 @@ pub fn chunk_min_k_override() -> Option<u64> {
 
 /// [`MATVEC_MAX_T`], or the tuning override `COCO_MATVEC_MAX_T` (1..=512), read once per
 /// process: for measuring where the matvec stops beating the tiles on a new GPU.
+/// `COCO_GEMM_F16_OPERANDS=1`: the portable tiles round each staged weight and x' element to
+/// f16 (round to nearest even, f16's subnormals included), as the tensor-core GEMM stages
+/// them, and multiply-add in f32 as it does. So an adapter without tensor cores (lavapipe)
+/// can show what the tensor-core path's numerics do to every HF golden: on the H200 the
+/// tensor-core GEMM and this emulation gave the same figures where both ran (BENCHMARKS.md
+/// "session 25"), and `tests/model.rs` holds both to the same f16 bounds. Only x''s range
+/// is not f16's: the tensor-core GEMM scales a token whose x' passes 2^15 by a power of two,
+/// which keeps its rounding relative, as f32's range does here.
+pub fn f16_operands() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("COCO_GEMM_F16_OPERANDS").is_ok_and(|v| v == "1"))
+}
+
 fn matvec_max_t_setting() -> u32 {
     static MAX_T: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     *MAX_T.get_or_init(|| {
