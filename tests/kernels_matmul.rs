@@ -392,7 +392,7 @@ fn matmul_type(ty: GgmlType) {
         ]);
     } else {
         println!(
-            "{ty}: the f16 cooperative-matrix GEMM is off (COCO_COOPMAT=1 where offered); not run"
+            "{ty}: the f16 cooperative-matrix GEMM is off (not offered here, or COCO_COOPMAT=0); not run"
         );
     }
     let mut worst = 0f64;

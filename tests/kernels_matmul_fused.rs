@@ -198,7 +198,7 @@ fn variants_cases(base: impl Fn(Case) -> Case) -> Vec<Case> {
         ]);
     } else {
         println!(
-            "the f16 cooperative-matrix GEMM is off (COCO_COOPMAT=1 where offered); not tested"
+            "the f16 cooperative-matrix GEMM is off (not offered here, or COCO_COOPMAT=0); not tested"
         );
     }
     cases

@@ -189,9 +189,9 @@ fn open_gpu(verbose: bool) -> Result<Arc<GpuContext>> {
             "cooperative matrix: {} | coco's f16 prefill GEMM: {}",
             ctx.cooperative_matrix,
             if ctx.has_coop_gemm() {
-                "on (COCO_COOPMAT=1)"
+                "on (f16 operands, f32 sums; COCO_COOPMAT=0 turns it off)"
             } else {
-                "off (opt in with COCO_COOPMAT=1 where offered)"
+                "off (not offered here, or COCO_COOPMAT=0)"
             }
         );
         let k = coco::kernels::matmul::KernelSettings::of(&ctx);

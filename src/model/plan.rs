@@ -834,7 +834,7 @@ impl Plan {
                             ""
                         };
                         format!(
-                            "{} (COCO_COOPMAT=1: f16 tensor cores{scales})",
+                            "{} (f16 tensor cores{scales}; COCO_COOPMAT=0: the portable tiles)",
                             tiles.label()
                         )
                     }

@@ -25,8 +25,8 @@
 //!   leaves ≥ [`WIDE_MIN_GROUPS`] workgroups per product (else `tiled64x64`; the fused Q/K/V
 //!   always `tiled64x64`), or one by name ([`GemmChoice`]).
 //! - `coop128x128`: prefill on tensor cores with f16 cooperative matrices
-//!   (`shaders/matmul/gemm_coop.wgsl`), where the native adapter offers them and
-//!   `COCO_COOPMAT=1` asks for it (never in a browser); `coop64x64`, `tiled64x64`'s tiles on
+//!   (`shaders/matmul/gemm_coop.wgsl`), where the native adapter offers them (never in a
+//!   browser) unless `COCO_COOPMAT=0`; `coop64x64`, `tiled64x64`'s tiles on
 //!   tensor cores, is its A/B baseline (`COCO_GEMM=tiled`).
 //!
 //! Every fused form exists in all four shapes, so it serves any T; only its speed, not its
