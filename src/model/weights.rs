@@ -141,8 +141,6 @@ pub fn widenings(
         else {
             continue; // phi3's stacked attn_qkv: one type already
         };
-        let widened_bytes =
-            |t: &TensorInfo, to: GgmlType| to.bytes_for(t.row_len()).map(|b| b * t.n_rows());
         let target = qkv.iter().map(|t| t.ty).find(|&to| {
             qkv.iter()
                 .all(|t| t.ty == to || crate::gguf::is_lossless_widening(t.ty, to))
@@ -150,7 +148,7 @@ pub fn widenings(
         let Some(to) = target.filter(|&to| qkv.iter().any(|t| t.ty != to)) else {
             continue;
         };
-        let sizes: Option<Vec<u64>> = qkv.iter().map(|t| widened_bytes(t, to)).collect();
+        let sizes: Option<Vec<u64>> = qkv.iter().map(|t| widened_size(t, to)).collect();
         let Some(sizes) = sizes else { continue };
         let extra: u64 = sizes
             .iter()
@@ -169,13 +167,19 @@ pub fn widenings(
     out
 }
 
+/// The bytes of tensor `t` stored as `to` (None where its rows aren't whole `to` blocks, or the
+/// size overflows: a hostile header's dimensions).
+fn widened_size(t: &TensorInfo, to: GgmlType) -> Option<u64> {
+    to.bytes_for(t.row_len())?.checked_mul(t.n_rows())
+}
+
 /// The GPU bytes that `widened` (from [`widenings`]) adds to the file's tensor bytes.
 pub fn widening_extra_bytes(header: &Header, widened: &[(String, GgmlType)]) -> u64 {
     widened
         .iter()
         .filter_map(|(name, to)| {
             let t = header.tensor(name)?;
-            Some((to.bytes_for(t.row_len())? * t.n_rows()).saturating_sub(t.n_bytes))
+            Some(widened_size(t, *to)?.saturating_sub(t.n_bytes))
         })
         .sum()
 }
