@@ -42,9 +42,20 @@ LONG_PROMPT = (
     "people reading newspapers, talking about the weather and the prices, and the church bells ring "
     "every hour. When the evening comes, the lamps along the river are lit one by one, musicians "
     "play in the squares, and the town slowly goes quiet until the next day begins again with bread.")
-LONG_TASKS = """window.__longTasks = [];
-new PerformanceObserver((list) => { for (const e of list.getEntries()) window.__longTasks.push(Math.round(e.duration)); })
-  .observe({ type: 'longtask', buffered: true });"""
+# Long tasks with their start times, and a timeline of the page's states and status lines,
+# so a long task can be placed against what the page was doing (ms since navigation).
+LONG_TASKS = """window.__longTasks = []; window.__longTaskAt = []; window.__timeline = [];
+new PerformanceObserver((list) => { for (const e of list.getEntries()) {
+  window.__longTasks.push(Math.round(e.duration));
+  window.__longTaskAt.push([Math.round(e.startTime), Math.round(e.duration)]); } })
+  .observe({ type: 'longtask', buffered: true });
+document.addEventListener('DOMContentLoaded', () => {
+  const note = () => { const st = document.getElementById('app')?.dataset.state;
+    const tx = (document.getElementById('status-text')?.textContent || '').slice(0, 80);
+    const last = window.__timeline[window.__timeline.length - 1];
+    if (!last || last[1] !== st || last[2] !== tx) window.__timeline.push([Math.round(performance.now()), st, tx]); };
+  new MutationObserver(note).observe(document.body, { subtree: true, childList: true, attributes: true, characterData: true });
+  note(); });"""
 # Done when the page shows an error state, or the generation has finished (and, with a
 # benchmark, its result is there). The page asks before a large download: confirm.
 DONE = """(() => { const st = document.getElementById('app')?.dataset.state;
@@ -62,7 +73,8 @@ FACTS = """(() => { const p = window.cocoPage; const s = p.lastStats || {};
   const { ids, text, ...stats } = s;
   return { adapter: p.engine.adapter(), memory: p.engine.memory(), bench: p.benchResult,
            stats: { ...stats, n_ids: ids ? ids.length : 0 }, text: text ?? null,
-           long_tasks_ms: window.__longTasks, adapter_name: p.adapterName,
+           long_tasks_ms: window.__longTasks, long_tasks_at: window.__longTaskAt,
+           timeline: (window.__timeline || []).slice(0, 200), adapter_name: p.adapterName,
            status: document.getElementById('status-text')?.textContent }; })()"""
 
 

@@ -4,9 +4,9 @@
 //! Same answer as [`crate::sampler::argmax`] bit for bit, NaN and ties included (see the
 //! shader's header).
 //!
-//! Two dispatches: `argmax_partial` (up to [`MAX_GROUPS`] workgroups, each reducing a chunk to
-//! a (key, index) pair) and `argmax_finish` (one workgroup over those pairs). Both use
-//! workgroup memory only, so the browser runs the same code.
+//! One dispatch: up to [`MAX_GROUPS`] workgroups each reduce a chunk to a (key, index) pair,
+//! and the last of them to finish reduces the pairs (an arrival counter in the partials
+//! buffer). Workgroup memory only, so the browser runs the same code.
 
 use bytemuck::{Pod, Zeroable};
 
@@ -14,41 +14,20 @@ use super::elementwise::check_len;
 use super::KernelError;
 use crate::gpu::{preprocess, Binding, StepRecorder};
 
-/// Workgroups of the partial stage at most: one per partial, and the finish stage's 256
-/// invocations reduce them in one tree.
+/// Workgroups at most: one per (key, index) pair, and the last workgroup's 256 invocations
+/// reduce the pairs in one tree.
 pub const MAX_GROUPS: u32 = 256;
-/// Logits per invocation in the partial stage before another workgroup is added: 262,144
+/// Logits per invocation before another workgroup is added: 262,144
 /// logits (Gemma 3) use all 256 groups, 4 logits per invocation.
 const PER_INVOCATION: u32 = 4;
 const WG: u32 = 256;
 
-/// u32 words of the partials buffer: a (key, index) pair per partial-stage workgroup.
-pub const PARTIALS_WORDS: u64 = 2 * MAX_GROUPS as u64;
+/// u32 words of the partials buffer: the arrival counter, then a (key, index) pair per
+/// workgroup.
+pub const PARTIALS_WORDS: u64 = 1 + 2 * MAX_GROUPS as u64;
 
-/// The two stages of argmax.wgsl.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub enum ArgmaxStage {
-    /// Many workgroups, each reducing a chunk of the row.
-    Partial,
-    /// One workgroup reducing the partials and writing the id (different bindings: a define).
-    Finish,
-}
-
-impl ArgmaxStage {
-    /// `argmax_partial` / `argmax_finish`.
-    pub fn label(self) -> &'static str {
-        match self {
-            ArgmaxStage::Partial => "argmax_partial",
-            ArgmaxStage::Finish => "argmax_finish",
-        }
-    }
-    fn defines(self) -> &'static [&'static str] {
-        match self {
-            ArgmaxStage::Partial => &[],
-            ArgmaxStage::Finish => &["FINISH"],
-        }
-    }
-}
+/// The kernel's label (profiles and dispatch lists).
+pub const LABEL: &str = "argmax";
 
 /// Mirrors `Params` in argmax.wgsl.
 #[repr(C)]
@@ -60,7 +39,7 @@ struct Params {
     slot: u32,
 }
 
-/// Partial-stage workgroups and the logits each reduces, for a row of `n`.
+/// Workgroups and the logits each reduces, for a row of `n`.
 pub fn split(n: u32) -> (u32, u32) {
     let groups = n.div_ceil(WG * PER_INVOCATION).clamp(1, MAX_GROUPS);
     (groups, n.div_ceil(groups).max(1))
@@ -99,30 +78,20 @@ pub fn argmax(
         groups,
         slot,
     };
-    for stage in [ArgmaxStage::Partial, ArgmaxStage::Finish] {
-        let label = stage.label();
-        let pipeline = rec
-            .ctx()
-            .pipeline(label, || preprocess("argmax.wgsl", stage.defines()));
-        let (bindings, workgroups) = match stage {
-            ArgmaxStage::Partial => (vec![logits.clone(), partials.clone()], groups),
-            ArgmaxStage::Finish => (
-                vec![
-                    partials.clone(),
-                    logits.clone(),
-                    ids.clone(),
-                    generated.clone(),
-                ],
-                1,
-            ),
-        };
-        rec.dispatch(
-            label,
-            &pipeline,
-            bytemuck::bytes_of(&params),
-            &bindings,
-            [workgroups, 1, 1],
-        )?;
-    }
+    let pipeline = rec
+        .ctx()
+        .pipeline(LABEL, || preprocess("argmax.wgsl", &[]));
+    rec.dispatch(
+        LABEL,
+        &pipeline,
+        bytemuck::bytes_of(&params),
+        &[
+            logits.clone(),
+            partials.clone(),
+            ids.clone(),
+            generated.clone(),
+        ],
+        [groups, 1, 1],
+    )?;
     Ok(())
 }

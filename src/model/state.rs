@@ -58,7 +58,7 @@ pub struct Scratch {
     pub attn_partials: wgpu::Buffer,
     /// Per-layer RoPE inverse frequencies `[head_dim/2]`.
     pub inv_freq: Vec<wgpu::Buffer>,
-    /// The GPU argmax's (key, index) pairs `[PARTIALS_WORDS]` u32 (see `kernels::argmax`).
+    /// The GPU argmax's arrival counter and (key, index) pairs `[PARTIALS_WORDS]` u32 (see `kernels::argmax`).
     pub argmax_partials: wgpu::Buffer,
     /// Ids chosen by the GPU decode loop `[2, MAX_STEPS]` u32: two halves, so one batch can
     /// be read back while the next writes (engine/decode.rs).
