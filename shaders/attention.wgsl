@@ -10,10 +10,6 @@
 //               ranges with the log-sum-exp rescaling and writes out
 //   COMBINE     the merge as its own dispatch, one workgroup per (head, query token)
 //   (SPLIT and COMBINE also take RANGES, the partials' layout; MERGE adds the merge)
-//   O_PROJ      (with SPLIT and LAST_COMBINES) W_o folded in: each head's merging workgroup
-//               multiplies its head's output by its slice of W_o, and the last head of a
-//               token adds the heads' sums into the residual stream (POST_NORM: gemma's
-//               post-attention norm first); no `out`
 // (Dao et al., "Flash-Decoding for long-context inference", 2023; the merge is the online
 // softmax of Milakov & Gimelshein 2018 applied across workgroups.)
 //
@@ -239,26 +235,18 @@ struct Params {
     splits: u32, // key ranges per (query token, head); at most MAX_SPLITS
     chunk: u32,  // keys per range (a multiple of BLOCK); range s of token t starts at first(t) + s * chunk
     softcap: f32, // > 0: scores <- softcap * tanh(score / softcap) (gemma2); 0 = none
-    o_rows: u32,  // O_PROJ: W_o's rows (the model dim)
-    o_base: u32,  // O_PROJ: the word where the heads' W_o sums start (after the records)
-    o_scale: f32, // O_PROJ: multiplies the sum added into the residual (granite; else 1)
-    eps: f32,     // O_PROJ with POST_NORM: the post-norm's epsilon
     _pad1: u32,
     _pad2: u32,
 }
 
 // The partials, as u32 words accessed atomically (floats by bitcast):
-//   [0, ROW_COUNTERS)         one arrival counter per (token, head), 0 between dispatches
-//                             (attention.rs SPLIT_MAX_ROWS, the most rows a split step has);
-//   [ROW_COUNTERS, COUNTERS)  O_PROJ: one per token, counting its heads' merges;
-//   then per (token, head, range) a record of 4 + head_dim words: m, l, 0, 0, acc[head_dim];
-//   O_PROJ: from o_base, per (token, head) o_rows words, the head's W_o slice times its
-//   output (the host keeps o_base past the step's records).
+//   [0, COUNTERS)  one arrival counter per (token, head), 0 between dispatches (attention.rs
+//                  RANGE_COUNTERS: SPLIT_MAX_ROWS, the most rows a split step has);
+//   then per (token, head, range) a record of 4 + head_dim words: m, l, 0, 0, acc[head_dim].
 // Atomic accesses because in LAST_COMBINES one workgroup reads what others wrote in the
 // same dispatch: an atomic load is never served from a stale cache line, and the writers'
 // storageBarrier before their counter increment orders their records before it.
-const ROW_COUNTERS: u32 = 512u;
-const COUNTERS: u32 = 1024u; // attention.rs RANGE_COUNTERS
+const COUNTERS: u32 = 512u;
 const MAX_SPLITS: u32 = 1024u; // attention.rs MAX_SPLITS; 2 * 4 KiB of workgroup memory
 const WG: u32 = 128u; // under SwiftShader's and WebGPU's default 256 cap
 const LOWEST: f32 = -3.0e38; // as in TILED: finite, below any real score
@@ -369,11 +357,7 @@ fn merge_ranges(t: u32, h: u32, lid: u32) {
         for (var gg = 0u; gg < groups; gg++) {
             a += sums[gg * hd4 + lid];
         }
-#ifdef O_PROJ
-        o_head[lid] = a / l;
-#else
         out[(t * p.heads + h) * hd4 + lid] = a / l;
-#endif
     }
 }
 #endif
@@ -387,11 +371,7 @@ fn merge_ranges(t: u32, h: u32, lid: u32) {
 @group(0) @binding(3) var<storage, read> v_cache: array<vec4<f32>>; // [ctx, kv_heads, head_dim / 4]
 @group(0) @binding(4) var<storage, read_write> partials: array<atomic<u32>>; // see RANGES
 #ifdef LAST_COMBINES
-#ifdef O_PROJ
-#include "attention_o_proj.wgsl"
-#else
 @group(0) @binding(5) var<storage, read_write> out: array<vec4<f32>>; // [T, heads, head_dim / 4]
-#endif
 var<workgroup> arrived: u32; // the counter's value before this workgroup's increment
 #endif
 
@@ -548,9 +528,6 @@ fn main(
             atomicStore(&partials[counter], 0u);
         }
         merge_ranges(t, h, lid);
-#ifdef O_PROJ
-        o_project(t, h, lid);
-#endif
     }
 #endif
 }

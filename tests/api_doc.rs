@@ -256,7 +256,6 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
             tiles: "tiled64x64".into(),
             gemm: "auto".into(),
             attention_merge: "in_split",
-            o_fold: "auto",
         },
         pipeline: "fused",
         prompt_tokens: 8,

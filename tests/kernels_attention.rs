@@ -6,13 +6,10 @@
 
 mod common;
 
-use coco::gguf::GgmlType;
 use coco::gpu::{Binding, StepRecorder};
-use coco::kernels::attention::{self, AttentionShape, OProj};
+use coco::kernels::attention::{self, AttentionShape};
 use coco::reference::ops;
-use common::{assert_close_f32, ctx, random_uniform, read_f32, upload_f32, weight};
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
+use common::{assert_close_f32, ctx, random_uniform, read_f32, upload_f32};
 
 /// Writes a prefill chunk of `pos0` tokens and then the step's `t` tokens through
 /// `kv_write`, runs `attention` for the step, and compares cache and output with the CPU.
@@ -86,7 +83,7 @@ fn check_attention(seed: u64, shape: AttentionShape) -> attention::AttentionPlan
     // Sized as the engine sizes it, for this step's tokens and cache rows; the arrival
     // counters zeroed as a new buffer is, and the records NaN-filled, so a partial the split
     // pass failed to write shows.
-    let n_partials = attention::partials_len(heads as u32, hd as u32, t as u32, ctx_len as u32, 0);
+    let n_partials = attention::partials_len(heads as u32, hd as u32, t as u32, ctx_len as u32);
     let mut partials = vec![f32::NAN; n_partials.max(1) as usize];
     let counters = (attention::RANGE_COUNTERS as usize).min(partials.len());
     partials[..counters].fill(0.0);
@@ -322,144 +319,29 @@ fn attention_split_decode_shapes() {
 #[test]
 fn attention_partials_len_covers_every_plan() {
     // The engine allocates partials_len once, for its largest step and its context; every
-    // (t, pos0, window) it can run must fit, with W_o folded in (o_rows > 0: every step that
-    // may split takes the split kernel, and the heads' sums follow the records) or not, and
-    // no plan may pass the combine's 1024 ranges.
+    // (t, pos0, window) it can run must fit, and no plan may pass the combine's 1024 ranges.
     for (heads, hd) in [(32, 64), (4, 256), (14, 64), (1, 8)] {
         for context in [1, 16, 17, 33, 64, 65, 129, 700, 4096, 32768] {
-            for o_rows in [0u32, 640] {
-                let max_t = 64;
-                let have = attention::partials_len(heads, hd, max_t, context, o_rows);
-                for t in 1..=max_t.min(context) {
-                    let step = if context > 1000 { 37 } else { 1 };
-                    for keys in (t..=context).step_by(step).chain([context]) {
-                        for window in [0, 8, 512] {
-                            let s = shape(t, heads, heads, hd, keys - t, window);
-                            let split = attention::plan_split(&s).filter(|_| o_rows > 0);
-                            let p = split.unwrap_or_else(|| attention::plan(&s));
-                            let need = if p.splits > 1 || split.is_some() {
-                                let rows = (t * heads) as u64;
-                                attention::RANGE_COUNTERS
-                                    + rows * (p.splits * (hd + 4)) as u64
-                                    + rows * o_rows as u64
-                            } else {
-                                0
-                            };
-                            assert!(need <= have, "{s:?} {p:?}: needs {need}, have {have}");
-                            assert!(p.splits <= 1024, "{s:?} {p:?}");
-                        }
+            let max_t = 64;
+            let have = attention::partials_len(heads, hd, max_t, context);
+            for t in 1..=max_t.min(context) {
+                let step = if context > 1000 { 37 } else { 1 };
+                for keys in (t..=context).step_by(step).chain([context]) {
+                    for window in [0, 8, 512] {
+                        let s = shape(t, heads, heads, hd, keys - t, window);
+                        let p = attention::plan(&s);
+                        let need = if p.splits > 1 {
+                            (t * heads * p.splits * (hd + 4)) as u64
+                        } else {
+                            0
+                        };
+                        assert!(need <= have, "{s:?} {p:?}: needs {need}, have {have}");
+                        assert!(p.splits <= 1024, "{s:?} {p:?}");
                     }
                 }
             }
         }
     }
-}
-
-/// Attention with W_o folded into its merge (`attention::attention_o_proj`) against the CPU:
-/// `ops::attention`, then the residual plus `scale · W_o · attention` in f64, or gemma's
-/// residual plus `RMSNorm(W_o · attention) · w`. Runs the dispatch twice in one pass, so the
-/// second must find both arrival counters back at 0 (and adds the product twice).
-fn check_o_proj(seed: u64, shape: AttentionShape, dim: usize, ty: GgmlType, post_norm: bool) {
-    let (t, heads, kv_heads, hd, pos0) = (
-        shape.t as usize,
-        shape.heads as usize,
-        shape.kv_heads as usize,
-        shape.head_dim as usize,
-        shape.pos0 as usize,
-    );
-    let row = kv_heads * hd;
-    let k_all = random_uniform(seed, (pos0 + t) * row, 2.0);
-    let v_all = random_uniform(seed + 1, (pos0 + t) * row, 2.0);
-    let q = random_uniform(seed + 2, t * heads * hd, 2.0);
-    let x0 = random_uniform(seed + 3, t * dim, 3.0);
-    let post_w: Vec<f32> = random_uniform(seed + 4, dim, 0.5).iter().map(|v| 1.0 + v).collect();
-    let mut rng = ChaCha8Rng::seed_from_u64(seed + 5);
-    let (wo, wo_values) = weight(&mut rng, "wo", ty, dim, heads * hd, None, 0.5);
-    let scale = if post_norm { 1.0 } else { 0.22 }; // granite's residual multiplier
-    let eps = 1e-6f32;
-
-    let (kc, vc) = (upload_f32("k_cache", &k_all), upload_f32("v_cache", &v_all));
-    let qb = upload_f32("q", &q);
-    let x = upload_f32("x", &x0);
-    let wb = upload_f32("post_w", &post_w);
-    let o_rows = dim as u32;
-    let n = attention::partials_len(heads as u32, hd as u32, t as u32, (pos0 + t) as u32, o_rows);
-    let mut partials = vec![f32::NAN; n as usize];
-    partials[..attention::RANGE_COUNTERS as usize].fill(0.0);
-    let partials = upload_f32("partials", &partials);
-    let plan = attention::plan_split(&shape).expect("a shape the split kernel takes");
-    let (xb, pb) = (Binding::from(&x), Binding::from(&wb));
-    let o = OProj {
-        w: &wo,
-        residual: &xb,
-        post_norm: post_norm.then_some((&pb, eps)),
-        scale,
-    };
-    let mut rec = StepRecorder::new(ctx());
-    for _ in 0..2 {
-        attention::attention_o_proj(
-            &mut rec,
-            &(&qb).into(),
-            &(&kc).into(),
-            &(&vc).into(),
-            &(&partials).into(),
-            &shape,
-            plan,
-            &o,
-        )
-        .unwrap();
-    }
-    assert_eq!(
-        rec.labels(),
-        vec![attention::o_proj_label(ty, hd as u32, post_norm); 2]
-    );
-    rec.submit();
-
-    let attn = ops::attention(&q, &k_all, &v_all, &shape);
-    let k = heads * hd;
-    let mut want = x0.clone();
-    for ti in 0..t {
-        let y: Vec<f64> = (0..dim)
-            .map(|r| {
-                (0..k)
-                    .map(|c| wo_values[r * k + c] as f64 * attn[ti * k + c] as f64)
-                    .sum()
-            })
-            .collect();
-        let inv_rms = if post_norm {
-            1.0 / (y.iter().map(|v| v * v).sum::<f64>() / dim as f64 + eps as f64).sqrt()
-        } else {
-            scale as f64
-        };
-        for r in 0..dim {
-            let add = y[r] * inv_rms * if post_norm { post_w[r] as f64 } else { 1.0 };
-            want[ti * dim + r] = (x0[ti * dim + r] as f64 + 2.0 * add) as f32;
-        }
-    }
-    let what = format!(
-        "attention + W_o ({ty}{}) t={t} heads={heads}/{kv_heads} hd={hd} dim={dim} pos0={pos0} \
-         window={} ({} ranges of {})",
-        if post_norm { ", post-norm" } else { "" },
-        shape.window,
-        plan.splits,
-        plan.chunk
-    );
-    assert_close_f32(&what, &read_f32(&x, want.len()), &want, 2e-4, 2e-4);
-}
-
-#[test]
-fn attention_with_w_o_folded_matches_reference() {
-    // gemma-3-270m's shape (4 heads of 256, dim 640) at 513 keys (33 ranges) and at 4 keys
-    // (one range: the split kernel even where the single pass would run); Q4_K and Q6_K, the
-    // default model's W_o types, with the post-norm.
-    check_o_proj(400, shape(1, 4, 1, 256, 512, 0), 640, GgmlType::Q4_K, true);
-    check_o_proj(410, shape(1, 4, 1, 256, 3, 512), 640, GgmlType::Q6_K, true);
-    // llama / granite: several tokens of a matvec step, a window, the residual multiplier.
-    check_o_proj(420, shape(3, 4, 2, 64, 100, 0), 256, GgmlType::Q4_0, false);
-    check_o_proj(430, shape(1, 14, 2, 64, 700, 512), 896, GgmlType::Q8_0, false);
-    // phi3's head_dim 96 (three chunks per head), and a type without an int8 path.
-    check_o_proj(440, shape(2, 8, 4, 96, 40, 0), 768, GgmlType::Q5_0, false);
-    check_o_proj(450, shape(1, 4, 2, 64, 20, 0), 256, GgmlType::IQ4_NL, true);
 }
 
 #[test]

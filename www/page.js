@@ -24,7 +24,6 @@ export const page = {
   cpuSampling: false, // a link's cpu_sampling=1: sample on the CPU (A/B, debugging)
   subgroups: undefined, // a link's subgroups=0 / 1: false / true (A/B runs); undefined: the engine decides
   attnMerge: undefined, // a link's attn_merge=separate: "separate" (A/B runs); undefined: in the split kernel
-  oFold: undefined, // a link's o_fold=0: false (W_o never folded into attention, A/B runs); undefined: where the plan allows
   gemm: undefined, // a link's gemm=tiled / 4x8 / 8x4 / 4x4: the prefill GEMM by name; undefined: by product
   adapterName: "", // the browser's name for the GPU (wgpu's browser backend reports none)
 };

@@ -116,8 +116,6 @@ export function readShareParams(search = location.search) {
   // And who merges flash-decoding's key ranges: "separate" (a second dispatch, the A/B
   // baseline) or the split kernel's last workgroup (anything else, the default).
   if (params.has("attn_merge")) out.attnMerge = params.get("attn_merge") === "separate" ? "separate" : "in_split";
-  // W_o folded into attention (the default, where the plan allows) or never (o_fold=0).
-  if (params.has("o_fold")) out.oFold = params.get("o_fold") !== "0";
   // The prefill GEMM by name (A/B runs, and the tile kernels through the browser's compiler).
   if (params.has("gemm")) {
     const gemm = params.get("gemm");
@@ -131,7 +129,7 @@ export function readShareParams(search = location.search) {
 
 /**
  * Builds the share link for the current state.
- * state: {model, mode, prompt, chat (messages), fields: {id: value}, megakernel, cpuSampling, subgroups, attnMerge, oFold, gemm}
+ * state: {model, mode, prompt, chat (messages), fields: {id: value}, megakernel, cpuSampling, subgroups, attnMerge, gemm}
  */
 export function buildShareUrl(state, base = location.href) {
   const url = new URL(base);
@@ -151,7 +149,6 @@ export function buildShareUrl(state, base = location.href) {
   if (state.cpuSampling) params.set("cpu_sampling", "1");
   if (state.subgroups !== undefined) params.set("subgroups", state.subgroups ? "1" : "0");
   if (state.attnMerge === "separate") params.set("attn_merge", "separate");
-  if (state.oFold === false) params.set("o_fold", "0");
   if (state.gemm && state.gemm !== "auto") params.set("gemm", state.gemm);
   url.search = params.toString();
   return url.href;

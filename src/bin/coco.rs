@@ -197,15 +197,14 @@ fn open_gpu(verbose: bool) -> Result<Arc<GpuContext>> {
         let k = coco::kernels::matmul::KernelSettings::of(&ctx);
         eprintln!(
             "kernels: decode {} (COCO_MATVEC={}) up to {} tokens | prefill {} (COCO_GEMM={}) | \
-             attention merge {} | W_o into attention {} (COCO_O_FOLD)",
+             attention merge {}",
             k.matvec,
             k.matvec_shape,
             k.matvec_max_t
                 .map_or("any number of".into(), |t| t.to_string()),
             k.tiles,
             k.gemm,
-            k.attention_merge,
-            k.o_fold
+            k.attention_merge
         );
     }
     Ok(ctx)

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::features::{AttentionMerge, DeviceOptions, GemmChoice, OFold, SubgroupDecision};
+use super::features::{AttentionMerge, DeviceOptions, GemmChoice, SubgroupDecision};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
@@ -54,9 +54,6 @@ pub struct GpuContext {
     pub subgroups: SubgroupDecision,
     /// Who merges flash-decoding's key ranges (the caller's choice; one dispatch by default).
     pub attention_merge: AttentionMerge,
-    /// Whether W_o may fold into attention (the caller's choice; where the plan allows by
-    /// default).
-    pub o_fold: OFold,
     /// Which portable GEMM prefill runs (the caller's choice; by product by default).
     pub gemm: GemmChoice,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
@@ -300,7 +297,6 @@ impl GpuContext {
             cooperative_matrix,
             subgroups,
             attention_merge: options.attention_merge,
-            o_fold: options.o_fold,
             gemm: options.gemm,
             pipelines: Mutex::new(HashMap::new()),
             scratch: Mutex::new(HashMap::new()),

@@ -62,35 +62,6 @@ impl AttentionMerge {
     }
 }
 
-/// Whether W_o may fold into flash-decoding's merge (`kernels::attention::OProj`, the plan's
-/// `o_fold`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum OFold {
-    /// Where the plan's rule allows.
-    #[default]
-    Auto,
-    /// Never: W_o as its own product, the A/B baseline (`COCO_O_FOLD=0`, a link's `o_fold=0`).
-    Off,
-}
-
-impl OFold {
-    /// "0" / "off": off; anything else: auto, as links and the environment spell it.
-    pub fn parse(v: &str) -> Self {
-        match v.trim() {
-            "0" | "off" => OFold::Off,
-            _ => OFold::Auto,
-        }
-    }
-
-    /// "auto" or "off", as `Coco.open` and bench records spell it.
-    pub fn name(self) -> &'static str {
-        match self {
-            OFold::Auto => "auto",
-            OFold::Off => "off",
-        }
-    }
-}
-
 /// The wide GEMM's register tile (`kernels::matmul`, `shaders/matmul/gemm_wide.wgsl`): W
 /// rows (slots) × tokens per thread; the workgroup's 16 × 16 threads make a tile of 16× that.
 /// 8 × 8 is not offered: it measured 3–4× slower than 4 × 8 on the H200 (its accumulators
@@ -184,7 +155,6 @@ impl GemmChoice {
 pub struct DeviceOptions {
     pub subgroups: SubgroupChoice,
     pub attention_merge: AttentionMerge,
-    pub o_fold: OFold,
     /// Anything but `Auto` also runs the tiles on a CPU adapter, which otherwise prefills
     /// with the matvec: so the page can put the tile kernels through the browser's compiler.
     pub gemm: GemmChoice,
@@ -192,8 +162,7 @@ pub struct DeviceOptions {
 
 impl DeviceOptions {
     /// The defaults, with `COCO_SUBGROUPS` (0 / 1) choosing subgroups, `COCO_ATTN_MERGE`
-    /// (`separate`) the attention merge, `COCO_O_FOLD` (0) W_o's fold into attention and
-    /// `COCO_GEMM` the prefill GEMM (native A/B runs).
+    /// (`separate`) the attention merge and `COCO_GEMM` the prefill GEMM (native A/B runs).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn from_env() -> Self {
         DeviceOptions {
@@ -201,7 +170,6 @@ impl DeviceOptions {
                 .map_or(SubgroupChoice::Auto, |v| SubgroupChoice::parse(&v)),
             attention_merge: std::env::var("COCO_ATTN_MERGE")
                 .map_or(AttentionMerge::InSplit, |v| AttentionMerge::parse(&v)),
-            o_fold: std::env::var("COCO_O_FOLD").map_or(OFold::Auto, |v| OFold::parse(&v)),
             gemm: std::env::var("COCO_GEMM").map_or(GemmChoice::Auto, |v| {
                 GemmChoice::parse_or_warn(&v, "COCO_GEMM")
             }),

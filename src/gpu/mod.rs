@@ -12,7 +12,7 @@ mod weights;
 
 pub use context::{GpuContext, GpuError, ResourceCounts};
 pub use features::{
-    packed_4x8_dot, AttentionMerge, BrowserGrant, OFold, DeviceOptions, GemmChoice, SubgroupChoice,
+    packed_4x8_dot, AttentionMerge, BrowserGrant, DeviceOptions, GemmChoice, SubgroupChoice,
     SubgroupDecision, WideTile,
 };
 pub use recorder::{Binding, SpanTime, StepRecorder, Timing};

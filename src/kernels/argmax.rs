@@ -78,9 +78,7 @@ pub fn argmax(
         groups,
         slot,
     };
-    let pipeline = rec
-        .ctx()
-        .pipeline(LABEL, || preprocess("argmax.wgsl", &[]));
+    let pipeline = rec.ctx().pipeline(LABEL, || preprocess("argmax.wgsl", &[]));
     rec.dispatch(
         LABEL,
         &pipeline,

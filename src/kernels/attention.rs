@@ -51,9 +51,7 @@ use bytemuck::{Pod, Zeroable};
 
 use super::elementwise::{check_len, grid};
 use super::KernelError;
-use super::matmul::weight_define;
-use crate::gguf::GgmlType;
-use crate::gpu::{preprocess, AttentionMerge, Binding, GpuTensor, StepRecorder};
+use crate::gpu::{preprocess, AttentionMerge, Binding, StepRecorder};
 
 /// Largest head_dim the attention kernel handles (gemma3's 256); `MAX_HEAD_DIM` in the shader.
 pub const MAX_HEAD_DIM: u32 = 256;
@@ -84,33 +82,11 @@ const _: () = assert!(TARGET_WORKGROUPS <= MAX_SPLITS);
 /// beyond it the single pass already has enough workgroups.
 pub const SPLIT_MAX_ROWS: u32 = 512;
 
-/// Arrival counters at the front of the partials (the shader's `COUNTERS`): one per (token,
-/// head) of a split step, which the split workgroups count themselves in to (the last one
-/// merges), then one per token, which a folded W_o's heads count themselves in to (the last
-/// one adds the heads' sums into the residual). They are 0 between dispatches (the last
-/// workgroup resets its own), so the partials buffer must start zeroed (WebGPU
-/// zero-initializes new buffers).
-pub const RANGE_COUNTERS: u64 = 2 * SPLIT_MAX_ROWS as u64;
-
-/// Most heads × dim a folded W_o may have ([`o_fold_fits`]): the token's last head adds that
-/// many partial sums, 128 per invocation at most, in its tail. Gemma-3-270M has 4 × 640 and
-/// Qwen2.5-0.5B 14 × 896; Llama-3.2-1B's 32 × 2,048 would be 512 loads per invocation.
-pub const O_FOLD_MAX_SUMS: u32 = 16_384;
-
-/// Most dim × head_dim a folded W_o may have: one merging workgroup's slice of it (Gemma-3-270M
-/// 640 × 256: 40 chunks of 32 weights per invocation).
-pub const O_FOLD_MAX_SLICE: u32 = 262_144;
-
-/// Whether W_o (`dim` rows of `heads · head_dim`) is small enough to fold into the split
-/// kernel's merge (`O_PROJ` in attention.wgsl): its heads' slices whole chunks, and both the
-/// slices and the sum over heads within a workgroup's tail (the megakernel's lesson: a fold
-/// must not trade the GPU's occupancy for a dispatch).
-pub fn o_fold_fits(heads: u32, head_dim: u32, dim: u32) -> bool {
-    head_dim.is_multiple_of(32)
-        && head_dim <= MAX_HEAD_DIM
-        && (heads as u64) * (dim as u64) <= O_FOLD_MAX_SUMS as u64
-        && (dim as u64) * (head_dim as u64) <= O_FOLD_MAX_SLICE as u64
-}
+/// Arrival counters at the front of the partials, one per (token, head) of a split step
+/// (the shader's `COUNTERS`): the split workgroups count themselves in, and the last one
+/// merges. They are 0 between dispatches (the last workgroup resets its own), so the partials
+/// buffer must start zeroed (WebGPU zero-initializes new buffers).
+pub const RANGE_COUNTERS: u64 = SPLIT_MAX_ROWS as u64;
 
 /// f32 per (token, head, range) in the partials: `vec4(m, l, 0, 0)`, then `acc[head_dim]`.
 fn partial_row(head_dim: u32) -> u64 {
@@ -176,53 +152,41 @@ pub fn plan(shape: &AttentionShape) -> AttentionPlan {
         splits: 1,
         chunk: n,
     };
-    if shape.t == 0 || shape.heads == 0 {
+    let rows = shape.t.saturating_mul(shape.heads);
+    if shape.t == 0 || rows == 0 {
         return single(0);
     }
     let n = visible_keys(shape.pos0.saturating_add(shape.t - 1), shape.window);
-    match plan_split(shape) {
-        Some(split) if split.splits >= 2 => split,
-        _ => single(n),
+    if rows > SPLIT_MAX_ROWS {
+        return single(n);
     }
-}
-
-/// [`plan`]'s key ranges for a step that takes the split kernel whatever its key count (W_o
-/// folded in: only the split kernel's merge can take it), so possibly one range; `None`
-/// where `t · heads > SPLIT_MAX_ROWS`, which takes the single pass.
-pub fn plan_split(shape: &AttentionShape) -> Option<AttentionPlan> {
-    let rows = shape.t.saturating_mul(shape.heads);
-    if shape.t == 0 || rows == 0 || rows > SPLIT_MAX_ROWS {
-        return None;
-    }
-    let n = visible_keys(shape.pos0.saturating_add(shape.t - 1), shape.window);
     let want = TARGET_WORKGROUPS.div_ceil(rows);
     let chunk = n.div_ceil(want).next_multiple_of(SPLIT_BLOCK);
-    Some(AttentionPlan {
-        splits: n.div_ceil(chunk),
-        chunk,
-    })
+    let splits = n.div_ceil(chunk);
+    if splits < 2 {
+        return single(n);
+    }
+    AttentionPlan { splits, chunk }
 }
 
 /// f32 elements of the partials buffer that [`attention`] needs for any step of up to
 /// `max_t` tokens, `heads` query heads of `head_dim`, and at most `context` cache rows (any
-/// `pos0` and window); with `o_rows > 0` also [`attention_o_proj`]'s for a W_o of that many
-/// rows. Allocate it once per session; it may be 0.
-pub fn partials_len(heads: u32, head_dim: u32, max_t: u32, context: u32, o_rows: u32) -> u64 {
+/// `pos0` and window). Allocate it once per session; it may be 0.
+pub fn partials_len(heads: u32, head_dim: u32, max_t: u32, context: u32) -> u64 {
     // `splits` is at most `want` (see `plan`) and at most one range per 16-key block; the
     // bound is reached at some key count, and `plan` is not monotone in it, so take the bound.
     let blocks = context.div_ceil(SPLIT_BLOCK) as u64;
     (1..=max_t)
         .filter_map(|t| {
             let rows = t as u64 * heads as u64;
-            if rows == 0 || rows > SPLIT_MAX_ROWS as u64 || (blocks < 2 && o_rows == 0) {
+            if rows == 0 || rows > SPLIT_MAX_ROWS as u64 || blocks < 2 {
                 return None;
             }
             let want = (TARGET_WORKGROUPS as u64).div_ceil(rows);
-            let records = rows * want.min(blocks).max(1) * partial_row(head_dim);
-            Some(records + rows * o_rows as u64)
+            Some(rows * want.min(blocks) * partial_row(head_dim))
         })
         .max()
-        .map_or(0, |words| RANGE_COUNTERS + words)
+        .map_or(0, |records| RANGE_COUNTERS + records)
 }
 
 /// Query tokens (BQ) and keys (BK) per tile of the `TILED` kernel for `head_dim`: powers of
@@ -281,10 +245,6 @@ struct SplitParams {
     splits: u32,
     chunk: u32,
     softcap: f32,
-    o_rows: u32,
-    o_base: u32,
-    o_scale: f32,
-    eps: f32,
     _pad: [u32; 2],
 }
 
@@ -367,68 +327,6 @@ pub fn attention_planned(
     shape: &AttentionShape,
     how: AttentionPlan,
 ) -> Result<(), KernelError> {
-    run(rec, q, k_cache, v_cache, Target::Out(out), partials, shape, how)
-}
-
-/// W_o folded into flash-decoding's merge (`O_PROJ` in attention.wgsl): the residual
-/// stream `[t, dim]` gains `scale · W_o · attention`, or with `post_norm` gemma's
-/// `RMSNorm(W_o · attention) · w`. One dispatch for attention and W_o.
-pub struct OProj<'a> {
-    /// `[heads · head_dim → dim]`, one buffer, [`o_fold_fits`].
-    pub w: &'a GpuTensor,
-    /// `[t, dim]` f32, added into.
-    pub residual: &'a Binding,
-    /// gemma's post-attention norm: its weight `[dim]` and epsilon.
-    pub post_norm: Option<(&'a Binding, f32)>,
-    /// granite's residual multiplier (1 elsewhere); not with `post_norm`.
-    pub scale: f32,
-}
-
-/// The pipeline label of [`attention_o_proj`] for W_o of type `ty`.
-pub fn o_proj_label(ty: GgmlType, head_dim: u32, post_norm: bool) -> String {
-    format!(
-        "attention_split_merge_o_{}_hd{head_dim}{}",
-        ty.name().to_ascii_lowercase(),
-        if post_norm { "_post_norm" } else { "" }
-    )
-}
-
-/// Attention with W_o folded in ([`OProj`]) on the split path `how` ([`plan_split`]'s:
-/// possibly a single range). `partials` as for [`attention_planned`], sized by
-/// [`partials_len`] with `o_rows` = W_o's rows.
-#[allow(clippy::too_many_arguments)] // each buffer is its own binding
-pub fn attention_o_proj(
-    rec: &mut StepRecorder,
-    q: &Binding,
-    k_cache: &Binding,
-    v_cache: &Binding,
-    partials: &Binding,
-    shape: &AttentionShape,
-    how: AttentionPlan,
-    o: &OProj,
-) -> Result<(), KernelError> {
-    run(rec, q, k_cache, v_cache, Target::OProj(o), partials, shape, how)
-}
-
-/// Where the attention output goes.
-enum Target<'a> {
-    /// `[t, heads, head_dim]` f32.
-    Out(&'a Binding),
-    /// Through W_o into the residual stream (the split path only).
-    OProj(&'a OProj<'a>),
-}
-
-#[allow(clippy::too_many_arguments)] // each buffer is its own binding
-fn run(
-    rec: &mut StepRecorder,
-    q: &Binding,
-    k_cache: &Binding,
-    v_cache: &Binding,
-    target: Target,
-    partials: &Binding,
-    shape: &AttentionShape,
-    how: AttentionPlan,
-) -> Result<(), KernelError> {
     const KERNEL: &str = "attention";
     let AttentionShape {
         t,
@@ -471,9 +369,7 @@ fn run(
     let rows = pos0 as u64 + t as u64;
     let elems = t as u64 * heads as u64 * head_dim as u64;
     check_len(KERNEL, "q", q, elems)?;
-    if let Target::Out(out) = target {
-        check_len(KERNEL, "out", out, elems)?;
-    }
+    check_len(KERNEL, "out", out, elems)?;
     let cache = rows * kv_heads as u64 * head_dim as u64;
     check_len(KERNEL, "k_cache", k_cache, cache)?;
     check_len(KERNEL, "v_cache", v_cache, cache)?;
@@ -483,13 +379,12 @@ fn run(
         return bad(format!("{splits} key ranges: not in 1..={MAX_SPLITS}"));
     }
     let last = (pos0 + t).saturating_sub(1);
-    let single = splits == 1 && matches!(target, Target::Out(_));
-    if !single && (chunk == 0 || chunk.saturating_mul(splits) < visible_keys(last, window)) {
+    if splits > 1 && (chunk == 0 || chunk.saturating_mul(splits) < visible_keys(last, window)) {
         return bad(format!(
             "{splits} ranges of {chunk} keys do not cover the last token's keys"
         ));
     }
-    if let (true, Target::Out(out)) = (single, &target) {
+    if splits == 1 {
         let (bq, bk) = tiled_tile(head_dim);
         let label = format!("attention_tiled_hd{head_dim}");
         let pipeline = rec.ctx().pipeline(&label, || {
@@ -507,7 +402,7 @@ fn run(
             scale,
             softcap,
         };
-        let bindings = [q.clone(), k_cache.clone(), v_cache.clone(), (*out).clone()];
+        let bindings = [q.clone(), k_cache.clone(), v_cache.clone(), out.clone()];
         rec.dispatch(
             &label,
             &pipeline,
@@ -519,86 +414,13 @@ fn run(
     }
 
     let rows = elems / head_dim as u64;
-    if rows > SPLIT_MAX_ROWS as u64 {
+    if rows > RANGE_COUNTERS {
         return bad(format!(
-            "{rows} (token, head) rows split: more than the {SPLIT_MAX_ROWS} arrival counters"
+            "{rows} (token, head) rows split: more than the {RANGE_COUNTERS} arrival counters"
         ));
     }
-    let records_end = RANGE_COUNTERS + rows * splits as u64 * partial_row(head_dim);
-    let mut params = SplitParams {
-        t,
-        heads,
-        kv_heads,
-        head_dim,
-        pos0,
-        window,
-        scale,
-        splits,
-        chunk,
-        softcap,
-        o_rows: 0,
-        o_base: 0,
-        o_scale: 1.0,
-        eps: 0.0,
-        _pad: [0; 2],
-    };
-    let mut bindings = vec![
-        q.clone(),
-        k_cache.clone(),
-        v_cache.clone(),
-        partials.clone(),
-    ];
-    let out = match target {
-        Target::Out(out) => out,
-        Target::OProj(o) => {
-            let label = o_proj_label(o.w.ty, head_dim, o.post_norm.is_some());
-            let o_rows = o.w.n_rows;
-            if !o_fold_fits(heads, head_dim, o_rows as u32)
-                || o.w.row_len != (heads * head_dim) as u64
-                || o.w.parts.len() != 1
-            {
-                return bad(format!(
-                    "W_o {} ({} × {} in {} buffers) does not fold into attention with {heads} \
-                     heads of {head_dim}",
-                    o.w.name,
-                    o.w.n_rows,
-                    o.w.row_len,
-                    o.w.parts.len()
-                ));
-            }
-            let o_end = records_end + rows * o_rows;
-            check_len(KERNEL, "partials", partials, o_end)?;
-            check_len(KERNEL, "residual", o.residual, t as u64 * o_rows)?;
-            let o_base = u32::try_from(records_end).map_err(|_| KernelError::Shape {
-                kernel: KERNEL,
-                why: format!("partials of {o_end} words overflow a u32 index"),
-            })?;
-            params.o_rows = o_rows as u32;
-            params.o_base = o_base;
-            params.o_scale = o.scale;
-            bindings.extend([Binding::from(&o.w.parts[0].buffer), o.residual.clone()]);
-            if let Some((w, eps)) = o.post_norm {
-                check_len(KERNEL, "post_norm", w, o_rows)?;
-                params.eps = eps;
-                bindings.push(w.clone());
-            }
-            let define = weight_define(o.w.ty)?;
-            let post = o.post_norm.is_some();
-            let pipeline = rec.ctx().pipeline(&label, || {
-                let chunks = head_dim / 32;
-                let batch = (8 / chunks).max(1);
-                let mut defines = vec!["RANGES", "MERGE", "SPLIT", "LAST_COMBINES", "O_PROJ", define];
-                if post {
-                    defines.push("POST_NORM");
-                }
-                format!("const O_CHUNKS: u32 = {chunks}u;\nconst O_BATCH: u32 = {batch}u;\n")
-                    + &preprocess("attention.wgsl", &defines)
-            });
-            rec.dispatch(&label, &pipeline, bytemuck::bytes_of(&params), &bindings, [splits, heads, t])?;
-            return Ok(());
-        }
-    };
-    check_len(KERNEL, "partials", partials, records_end)?;
+    let partial_elems = RANGE_COUNTERS + rows * splits as u64 * partial_row(head_dim);
+    check_len(KERNEL, "partials", partials, partial_elems)?;
     let merged = rec.ctx().attention_merge == AttentionMerge::InSplit;
     let label = if merged {
         "attention_split_merge"
@@ -613,6 +435,25 @@ fn run(
         };
         preprocess("attention.wgsl", defines)
     });
+    let params = SplitParams {
+        t,
+        heads,
+        kv_heads,
+        head_dim,
+        pos0,
+        window,
+        scale,
+        splits,
+        chunk,
+        softcap,
+        _pad: [0; 2],
+    };
+    let mut bindings = vec![
+        q.clone(),
+        k_cache.clone(),
+        v_cache.clone(),
+        partials.clone(),
+    ];
     if merged {
         bindings.push(out.clone());
     }

@@ -20,7 +20,7 @@ use crate::kernels::get_rows::get_rows;
 use crate::kernels::matmul::{matmul, MatmulArgs};
 use crate::kernels::KernelError;
 
-use super::{attention_block, gated_ffn, lm_head, megakernel_ffn, misplaced, LogitsFor, Op, Step};
+use super::{attention_block, gated_ffn, lm_head, megakernel_ffn, LogitsFor, Op, Step};
 
 pub(crate) fn forward(
     rec: &mut StepRecorder,
@@ -49,15 +49,8 @@ pub(crate) fn forward(
         // attention RMSNorm, Q/K/V (+ qwen2 biases), qwen3's per-head Q/K norms, RoPE (none
         // on smollm3's NoPE layers), KV-cache write, causal attention
         attention_block(rec, step, l as u32)?;
-        // output projection, added into the residual stream (unless folded into attention)
-        for op in step.plan.o_proj_ops(l, t) {
-            match op {
-                Op::OProj { residual: true } => {
-                    matmul(rec, &lw.wo, &Binding::from(&s.attn), &x, t, accumulate)?
-                }
-                op => return Err(misplaced(op)),
-            }
-        }
+        // output projection, added into the residual stream
+        matmul(rec, &lw.wo, &Binding::from(&s.attn), &x, t, accumulate)?;
         // FFN: RMSNorm, SwiGLU, down projection added into the residual stream
         ffn(rec, step, l)?;
     }

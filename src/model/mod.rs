@@ -22,7 +22,7 @@ pub use weights::{
 };
 
 use crate::gpu::{Binding, StepRecorder};
-use crate::kernels::attention::{attention_o_proj, attention_planned, kv_write, OProj};
+use crate::kernels::attention::{attention_planned, kv_write};
 use crate::kernels::elementwise;
 use crate::kernels::matmul::{matmul, matmul_glu, matmul_normed, matmul_qkv, MatmulArgs};
 use crate::kernels::megakernel::{can_use_megakernel, ffn_megakernel, PostNorm};
@@ -344,20 +344,6 @@ pub(crate) fn attention_block(
                 let shape = step.plan.attention_shape(l as usize, t, pos0);
                 let (out, partials) = (Binding::from(&s.attn), Binding::from(&s.attn_partials));
                 attention_planned(rec, &q, &kc, &vc, &out, &partials, &shape, how)?
-            }
-            // the same with W_o folded into its merge: the residual stream gains W_o · attention
-            // (gemma: its post-norm), and no W_o dispatch follows
-            Op::AttentionOProj(how) => {
-                let shape = step.plan.attention_shape(l as usize, t, pos0);
-                let partials = Binding::from(&s.attn_partials);
-                let post_w = lw.post_attn_norm.as_ref().map(|w| w.vector());
-                let o = OProj {
-                    w: &lw.wo,
-                    residual: &x,
-                    post_norm: post_w.as_ref().map(|w| (w, c.rms_eps)),
-                    scale: c.residual_scale,
-                };
-                attention_o_proj(rec, &q, &kc, &vc, &partials, &shape, how, &o)?
             }
             op => return Err(misplaced(op)),
         }

@@ -18,10 +18,10 @@
 
 mod text;
 
-pub use text::PlanLine;
 use text::rope_name;
+pub use text::PlanLine;
 
-use crate::gpu::{AttentionMerge, GpuContext, GpuTensor, OFold};
+use crate::gpu::{AttentionMerge, GpuContext, GpuTensor};
 use crate::kernels::attention::{self, AttentionPlan, AttentionShape, SPLIT_BLOCK, SPLIT_MAX_ROWS};
 use crate::kernels::elementwise::Activation;
 use crate::kernels::get_rows::GetRowsKey;
@@ -35,7 +35,7 @@ use crate::kernels::qkv_rope::{qk_norm_max_t, qkv_rope_fits, v_rows_bindable};
 use crate::kernels::rope::{RopeLayout, QK_NORM_MAX_HEAD_DIM};
 
 use super::weights::LayerWeights;
-use super::{activation, rope_layout, Arch, Config, LogitsFor, Model, Pipeline};
+use super::{activation, rope_layout, Arch, LogitsFor, Model, Pipeline};
 
 /// Which RMSNorm a [`Op::Norm`] or [`Op::PostNorm`] applies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,10 +73,6 @@ pub enum Op {
     KvWrite,
     /// Causal attention on this path: one pass, or split key ranges and their combine.
     Attention(AttentionPlan),
-    /// Attention on the split path with W_o folded into its merge: each token's last head
-    /// adds the heads' W_o sums into the residual stream (gemma's post-norm first), one
-    /// dispatch where attention and W_o took two (`kernels::attention::OProj`).
-    AttentionOProj(AttentionPlan),
     /// W_o; `residual`: added into the residual stream, else written to `proj`.
     OProj { residual: bool },
     /// W_o with gemma's post-norm folded in: the normed product added into the residual
@@ -155,8 +151,6 @@ pub struct LayerPlan {
     /// The post-norms folded into W_o and W_down on matvec steps ([`Op::OProjPostNorm`],
     /// [`Op::DownPostNorm`]); `None` without post-norms.
     pub post_norm_fold: Option<Choice>,
-    /// W_o folded into attention's merge on matvec steps that split ([`Op::AttentionOProj`]).
-    pub o_fold: Choice,
     /// Sliding-window size (0: full causal attention).
     pub window: u32,
     /// RoPE on q and k; `false` on SmolLM3's NoPE layers, whose Q/K/V products are followed
@@ -382,7 +376,6 @@ impl Plan {
                         ))
                     }
                 });
-                let o_fold = o_fold_choice(c, ctx, fused, &lw.wo);
                 LayerPlan {
                     v_apart: v_apart && qkv_rope.on,
                     qkv_rope,
@@ -392,7 +385,6 @@ impl Plan {
                     biases,
                     post_norms: c.post_norms,
                     post_norm_fold,
-                    o_fold,
                     window: c.window(l as u32),
                     rope: uses_rope,
                 }
@@ -487,24 +479,10 @@ impl Plan {
                 Op::KvWrite
             });
         }
-        let shape = self.attention_shape(l, t, pos0);
-        ops.push(match attention::plan_split(&shape) {
-            Some(split) if self.o_folded(l, t) => Op::AttentionOProj(split),
-            _ => Op::Attention(attention::plan(&shape)),
-        });
+        ops.push(Op::Attention(attention::plan(
+            &self.attention_shape(l, t, pos0),
+        )));
         ops
-    }
-
-    /// Whether layer `l`'s W_o folds into attention on a step of `t` tokens.
-    fn o_folded(&self, l: usize, t: u32) -> bool {
-        self.layers[l].o_fold.on && t <= self.o_fold_max_t()
-    }
-
-    /// The longest step W_o may fold on: a matvec step whose attention may take the split
-    /// kernel ([`attention::plan_split`]).
-    fn o_fold_max_t(&self) -> u32 {
-        let split = SPLIT_MAX_ROWS / self.heads.max(1);
-        self.matvec_max_t.map_or(split, |m| m.min(split))
     }
 
     /// Whether the fused Q/K/V + RoPE of layer `l` holds `t` tokens: with the Q/K norm
@@ -523,9 +501,7 @@ impl Plan {
     /// Layer `l`'s output projection for a step of `t` tokens: W_o into the residual stream
     /// (gemma's post-norm folded in, or as its own dispatch).
     pub fn o_proj_ops(&self, l: usize, t: u32) -> Vec<Op> {
-        if self.o_folded(l, t) {
-            vec![] // in the attention dispatch
-        } else if !self.layers[l].post_norms {
+        if !self.layers[l].post_norms {
             vec![Op::OProj { residual: true }]
         } else if self.post_norm_folded(l, t) {
             vec![Op::OProjPostNorm]
@@ -653,11 +629,6 @@ impl Plan {
                 (Op::Attention(_), ..) => {
                     out.extend(["attention_split".into(), "attention_combine".into()])
                 }
-                (Op::AttentionOProj(_), Some(lw), Some(lp)) => out.push(attention::o_proj_label(
-                    lw.wo.ty,
-                    self.head_dim,
-                    lp.post_norms,
-                )),
                 (Op::OProj { .. }, Some(lw), _) => {
                     product(out, &lw.wo, lw.wo.n_rows, t, false, false, Fusion::None)
                 }
@@ -723,41 +694,5 @@ impl Plan {
             push(&mut out, None, op);
         }
         out
-    }
-
-}
-
-/// Whether W_o folds into attention's merge (`kernels::attention::OProj`), and why.
-fn o_fold_choice(c: &Config, ctx: &GpuContext, fused: bool, wo: &GpuTensor) -> Choice {
-    // q, k, v, partials, W_o, the residual (+ the post-norm's weight)
-    let bindings = 6 + c.post_norms as u32;
-    let limit = ctx.limits.max_storage_buffers_per_shader_stage;
-    if !fused {
-        Choice::no("unfused pipeline")
-    } else if ctx.o_fold == OFold::Off {
-        Choice::no("switched off (COCO_O_FOLD=0, a link's o_fold=0)")
-    } else if ctx.attention_merge != AttentionMerge::InSplit {
-        Choice::no("the attention merge is its own dispatch")
-    } else if !attention::o_fold_fits(c.n_heads, c.head_dim, c.dim) {
-        Choice::no(format!(
-            "{} heads x dim {} or dim x head_dim {} past the fold's {} / {}: a workgroup's \
-             tail would cost more than the dispatch saved",
-            c.n_heads,
-            c.dim,
-            c.head_dim,
-            attention::O_FOLD_MAX_SUMS,
-            attention::O_FOLD_MAX_SLICE
-        ))
-    } else if wo.parts.len() != 1 {
-        Choice::no("W_o is split into buffers")
-    } else if bindings > limit {
-        Choice::no(format!("{bindings} storage bindings > this device's {limit} per stage"))
-    } else {
-        Choice::yes(format!(
-            "W_o ({}) by each head's merging workgroup, the heads summed into the residual \
-             stream by the token's last{}",
-            wo.ty.name(),
-            if c.post_norms { ", post-norm included" } else { "" }
-        ))
     }
 }

@@ -4,7 +4,7 @@
 
 use crate::gpu::{Binding, GpuContext};
 use crate::kernels::argmax::PARTIALS_WORDS;
-use crate::kernels::attention::{o_fold_fits, partials_len};
+use crate::kernels::attention::partials_len;
 use crate::kernels::sample::{CAND_PAIRS, COUNT_WORDS};
 use crate::sampler::MAX_RECENT;
 use crate::tokenizer::Tokenizer;
@@ -102,7 +102,7 @@ impl Scratch {
         let r = rows as u64;
         let qd = (c.n_heads * c.head_dim) as u64;
         let kvd = (c.n_kv_heads * c.head_dim) as u64;
-        let partials = partials_len(c.n_heads, c.head_dim, rows, c.context_length, o_fold_rows(c));
+        let partials = partials_len(c.n_heads, c.head_dim, rows, c.context_length);
         4 * (r + r * c.dim as u64 * 3 + r * qd * 2 + r * kvd * 2 + r * c.ffn_dim as u64 * 3)
             + 4 * logit_rows as u64 * c.vocab_size as u64
             + 4 * partials
@@ -147,7 +147,7 @@ impl Scratch {
             // At least one f32: a zero-sized buffer cannot be bound.
             attn_partials: f32s(
                 "attn_partials",
-                partials_len(c.n_heads, c.head_dim, rows, context, o_fold_rows(c)).max(1),
+                partials_len(c.n_heads, c.head_dim, rows, context).max(1),
             ),
             inv_freq,
             argmax_partials: ctx.storage_buffer("argmax_partials", PARTIALS_WORDS * 4),
@@ -180,14 +180,4 @@ pub fn rows_of(buffer: &wgpu::Buffer, first: u32, rows: u32, width: u32) -> Bind
         first as u64 * width as u64 * 4,
         rows as u64 * width as u64 * 4,
     )
-}
-
-/// W_o's rows where the plan may fold it into attention (`Plan`'s `o_fold`), else 0: the
-/// partials then hold the heads' W_o sums too.
-fn o_fold_rows(c: &Config) -> u32 {
-    if o_fold_fits(c.n_heads, c.head_dim, c.dim) {
-        c.dim
-    } else {
-        0
-    }
 }

@@ -420,9 +420,6 @@ pub struct OpenOptions {
     /// Who merges flash-decoding's key ranges: "separate" (a second dispatch, the A/B
     /// baseline) or "in_split" / null / absent (the split kernel's last workgroup).
     pub attention_merge: Option<String>,
-    /// W_o folded into attention where the plan allows: true / null / absent, or false (W_o
-    /// as its own product, the A/B baseline).
-    pub o_fold: Option<bool>,
     /// The portable prefill GEMM: "tiled" (the 64 × 64 tiles, the A/B baseline), "4x8",
     /// "8x4" or "4x4" (that wide register tile everywhere), or "auto" / null / absent (by
     /// product). Anything but auto also runs the tiles on a software adapter.

@@ -35,7 +35,7 @@ use crate::capabilities::{self, Report};
 use crate::chat::Message;
 use crate::engine::{Loader, LogitsFor, Model, Scratch, Session, PREFILL_CHUNK};
 use crate::gguf::Parser;
-use crate::gpu::{AttentionMerge, DeviceOptions, GemmChoice, GpuContext, OFold, SubgroupChoice};
+use crate::gpu::{AttentionMerge, DeviceOptions, GemmChoice, GpuContext, SubgroupChoice};
 use crate::model::Pipeline;
 use crate::util::Clock;
 
@@ -213,10 +213,6 @@ impl Coco {
                     ),
                     )))
                 }
-            },
-            o_fold: match options.o_fold {
-                Some(false) => OFold::Off,
-                _ => OFold::Auto,
             },
             gemm: match options.gemm.as_deref() {
                 None => GemmChoice::Auto,

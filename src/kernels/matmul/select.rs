@@ -262,8 +262,6 @@ pub struct KernelSettings {
     pub gemm: String,
     /// Who merges flash-decoding's key ranges: `in_split` or `separate`.
     pub attention_merge: &'static str,
-    /// W_o folded into attention where the plan allows (`auto`) or never (`off`).
-    pub o_fold: &'static str,
 }
 
 impl KernelSettings {
@@ -276,7 +274,6 @@ impl KernelSettings {
             tiles: kernels.tiled.label(),
             gemm: ctx.gemm.name(),
             attention_merge: ctx.attention_merge.name(),
-            o_fold: ctx.o_fold.name(),
         }
     }
 }

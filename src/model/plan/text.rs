@@ -305,19 +305,7 @@ impl Plan {
             ),
             None => format!("{w} added into the residual stream by the product"),
         };
-        if lp.o_fold.on {
-            out.push((
-                "o proj",
-                format!(
-                    "folded into attention on steps of <= {} tokens: {}; else {}",
-                    self.o_fold_max_t(),
-                    lp.o_fold.why,
-                    post_norm("W_o")
-                ),
-            ));
-        } else {
-            out.push(("o proj", format!("{} (not folded into attention: {})", post_norm("W_o"), lp.o_fold.why)));
-        }
+        out.push(("o proj", post_norm("W_o")));
         let act = match self.act {
             Activation::Silu => "SiLU",
             Activation::GeluTanh => "GELU-tanh",
@@ -395,4 +383,3 @@ impl fmt::Display for Plan {
         Ok(())
     }
 }
-
