@@ -254,13 +254,18 @@ fn attention_split_matches_reference() {
 
 #[test]
 fn attention_split_edge_ranges() {
-    // Two tokens at 128 and 129 keys: nine 16-key ranges, the first token's last one empty.
+    // Two tokens at 128 and 129 keys: five 32-key ranges (head_dim 64: two blocks at
+    // least), the first token's last one empty.
     let plan = check_attention(2000, shape(2, 4, 1, 64, 127, 0));
-    assert_eq!((plan.splits, plan.chunk), (9, 16));
-    // 65 keys: four full ranges and a one-key range. head_dim / 4 = 25 does not divide the
+    assert_eq!((plan.splits, plan.chunk), (5, 32));
+    // 65 keys: two full ranges and a one-key range. head_dim / 4 = 25 does not divide the
     // 128 invocations (5 value groups, 3 idle invocations) nor the 8 score lanes.
     let plan = check_attention(2010, shape(1, 4, 2, 100, 64, 0));
-    assert_eq!((plan.splits, plan.chunk), (5, 16));
+    assert_eq!((plan.splits, plan.chunk), (3, 32));
+    // One-block ranges: head_dim 256 (a block is 32 KiB of K and V), the first token's last
+    // range empty.
+    let plan = check_attention(2005, shape(2, 4, 1, 256, 127, 0));
+    assert_eq!((plan.splits, plan.chunk), (9, 16));
     // Enough tokens for the single pass: t · heads above 512.
     let plan = check_attention(2020, shape(17, 32, 8, 64, 600, 0));
     assert_eq!(plan.splits, 1);
@@ -289,14 +294,18 @@ fn attention_split_decode_shapes() {
                     let plan = check_attention(seed, s);
                     seed += 10;
                     split += (plan.splits > 1) as u32;
+                    // A range holds at least 16 KiB of K and V in whole 16-key blocks: one
+                    // block of head_dim 256, two of 64. Past that, these shapes split.
+                    let least = (16 * 1024 / (8 * hd)).next_multiple_of(16);
+                    let visible = if window == 0 {
+                        pos + t
+                    } else {
+                        window.min(pos + t)
+                    };
+                    assert_eq!(plan.splits > 1, visible > least, "{s:?}: {plan:?}");
                     if plan.splits > 1 {
                         assert_eq!(plan.chunk % 16, 0, "{s:?}: {plan:?}");
                         // The last token's keys are all covered, by non-empty ranges.
-                        let visible = if window == 0 {
-                            pos + t
-                        } else {
-                            window.min(pos + t)
-                        };
                         assert!(plan.splits * plan.chunk >= visible, "{s:?}: {plan:?}");
                         assert!((plan.splits - 1) * plan.chunk < visible, "{s:?}: {plan:?}");
                     }
@@ -304,9 +313,9 @@ fn attention_split_decode_shapes() {
             }
         }
     }
-    // Window 8 never splits (8 keys); everything else past 16 keys does.
+    // Window 8 never splits (8 keys).
     assert!(
-        split >= 30,
+        split >= 29,
         "only {split} of the shapes took the split path"
     );
     // The decode plans the per-layer predictions in attention.rs assume (513 keys).
@@ -314,6 +323,9 @@ fn attention_split_decode_shapes() {
     assert_eq!((p.splits, p.chunk), (33, 16));
     let p = attention::plan(&shape(1, 32, 8, 64, 512, 0));
     assert_eq!((p.splits, p.chunk), (11, 48));
+    // Qwen2.5-0.5B: 14 heads of 64, ranges of two blocks (the 16 KiB floor), not one.
+    let p = attention::plan(&shape(1, 14, 2, 64, 512, 0));
+    assert_eq!((p.splits, p.chunk), (17, 32));
 }
 
 #[test]

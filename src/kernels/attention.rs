@@ -73,6 +73,14 @@ pub const SPLIT_BLOCK: u32 = 16;
 /// (BENCHMARKS.md "session 19").
 const TARGET_WORKGROUPS: u32 = 512;
 
+/// The least K and V bytes a range reads (whole blocks): below it a range's one round trip
+/// is too little work for the merge's cost per range. On the H200 at 513 keys, Qwen2.5-0.5B
+/// (14 heads of 64) took its attention from 324 to 293 µs per step with ranges of two
+/// blocks (16 KiB) instead of one (8 KiB), while Gemma-3-270M (heads of 256: 32 KiB a
+/// block) lost 233 -> 237 with two, and the Llama shapes, whose ranges are three blocks,
+/// lost with six (BENCHMARKS.md "session 26").
+const MIN_RANGE_BYTES: u32 = 16 * 1024;
+
 /// Most ranges per (token, head): `MAX_SPLITS` in the shader's `COMBINE` workgroup arrays.
 /// [`plan`] gives at most `TARGET_WORKGROUPS` ranges, which is not above this.
 const MAX_SPLITS: u32 = 1024;
@@ -138,13 +146,16 @@ fn visible_keys(pos: u32, window: u32) -> u32 {
 ///
 /// - `t · heads > SPLIT_MAX_ROWS` (512): single pass. There are enough workgroups already.
 /// - otherwise aim for `want = ⌈TARGET_WORKGROUPS / (t · heads)⌉` ranges per (token, head):
-///   `chunk = ⌈n / want⌉` rounded up to whole 16-key blocks, `splits = ⌈n / chunk⌉`, where
-///   `n` is the key count of the step's last token (the largest).
+///   `chunk = ⌈n / want⌉`, at least [`MIN_RANGE_BYTES`] of K and V, rounded up to whole
+///   16-key blocks, `splits = ⌈n / chunk⌉`, where `n` is the key count of the step's last
+///   token (the largest).
 /// - `splits == 1` (at most 16 keys): single pass.
 ///
 /// Llama-3.2-1B decoding at 513 keys: `t · heads = 32`, `want = 16`, `chunk = 48`,
 /// `splits = 11`: 352 split workgroups of three blocks each.
 /// Gemma-3-270M at 513 keys: `t · heads = 4`, `want = 128`, `chunk = 16`, `splits = 33`.
+/// Qwen2.5-0.5B at 513 keys: `t · heads = 14`, `want = 37`, `chunk = 32` (the bytes' floor,
+/// not 16), `splits = 17`.
 /// `splits <= want`, so `t · heads · splits < TARGET_WORKGROUPS + t · heads`: the partials
 /// stay under `1024 · (head_dim + 4)` floats whatever the context ([`partials_len`]).
 pub fn plan(shape: &AttentionShape) -> AttentionPlan {
@@ -161,7 +172,8 @@ pub fn plan(shape: &AttentionShape) -> AttentionPlan {
         return single(n);
     }
     let want = TARGET_WORKGROUPS.div_ceil(rows);
-    let chunk = n.div_ceil(want).next_multiple_of(SPLIT_BLOCK);
+    let least = MIN_RANGE_BYTES / (8 * shape.head_dim.max(1)); // K and V rows, 4 bytes a float
+    let chunk = n.div_ceil(want).max(least).next_multiple_of(SPLIT_BLOCK);
     let splits = n.div_ceil(chunk);
     if splits < 2 {
         return single(n);
