@@ -256,6 +256,7 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
             tiles: "tiled64x64".into(),
             gemm: "auto".into(),
             attention_merge: "in_split",
+            batches_in_flight: 3,
         },
         pipeline: "fused",
         prompt_tokens: 8,

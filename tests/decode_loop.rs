@@ -107,19 +107,30 @@ fn session(ctx: &Arc<GpuContext>, model: &Arc<Model>, context: u32, gpu: bool) -
     s
 }
 
-/// Tokens from which the GPU loop's batches (1, 2, 4, 8, then MAX_STEPS = 16 steps per
-/// submit) reach a full one: the runs that check K = MAX_STEPS generate this many.
+/// Tokens from which the GPU loop's batches reach a full one (MAX_STEPS = 16 steps per
+/// submit): the runs that check K = MAX_STEPS generate this many.
 const FULL_RAMP: u32 = 40;
 
-/// The largest steps per submit a GPU-loop `generate` of `n` tokens reaches.
-fn ramp_max(n: u32) -> u32 {
-    let (mut k, mut done, mut max) = (1, 0, 0);
-    while done < n {
-        max = max.max(k.min(n - done));
-        done += k;
-        k = (k * 2).min(MAX_STEPS);
+/// The largest steps per submit a GPU-loop `generate` of `n` tokens reaches with `depth`
+/// batches in flight: engine/decode.rs's policy with an unlimited budget. K doubles from 1
+/// up to MAX_STEPS, but at most 2 until two batches have been read (the first one timed).
+fn ramp_max(n: u32, depth: u32) -> u32 {
+    let (mut submitted, mut k_next, mut reads, mut max) = (0, 1, 0, 0);
+    let mut in_flight = std::collections::VecDeque::new();
+    loop {
+        while in_flight.len() < depth as usize && submitted < n {
+            let cap = if reads >= 2 { MAX_STEPS } else { 2 };
+            let k = k_next.min(cap).min(n - submitted);
+            in_flight.push_back(k);
+            submitted += k;
+            max = max.max(k);
+            k_next = (k_next * 2).min(MAX_STEPS);
+        }
+        if in_flight.pop_front().is_none() {
+            return max;
+        }
+        reads += 1;
     }
-    max
 }
 
 /// CPU path vs GPU loop on one model: `n` greedy tokens (FULL_RAMP reaches a batch of
@@ -151,7 +162,10 @@ fn compare(
     assert_eq!(a.stop, StopReason::MaxTokens);
     assert!(!cpu.stats.sampler_on_gpu && cpu.stats.steps_per_submit == 1);
     assert!(gpu_s.stats.sampler_on_gpu);
-    assert_eq!(gpu_s.stats.steps_per_submit, ramp_max(n));
+    assert_eq!(
+        gpu_s.stats.steps_per_submit,
+        ramp_max(n, ctx.batches_in_flight)
+    );
     assert_eq!(
         gpu_s.stats.dispatches_per_token,
         cpu.stats.dispatches_per_token + 1,
@@ -243,7 +257,7 @@ fn compare_sampled(ctx: &Arc<GpuContext>, model: &Arc<Model>, how_many: usize, n
             "{cfg:?}: CPU sampler vs GPU loop (K ≤ 16)"
         );
         assert_eq!(runs[1], runs[2], "{cfg:?}: GPU loop K ≤ 16 vs K = 1");
-        assert_eq!(k16.stats.steps_per_submit, ramp_max(n));
+        assert_eq!(k16.stats.steps_per_submit, ramp_max(n, ctx.batches_in_flight));
         assert_eq!(k1.stats.steps_per_submit, 1);
         assert!(k16.stats.sampler_on_gpu && !cpu.stats.sampler_on_gpu);
         let distinct: std::collections::BTreeSet<_> = runs[0].0.ids.iter().collect();

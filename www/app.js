@@ -137,6 +137,7 @@ function restoreLink(link) {
   if (link.cpuSampling !== undefined) page.cpuSampling = link.cpuSampling;
   if (link.subgroups !== undefined) page.subgroups = link.subgroups;
   if (link.attnMerge !== undefined) page.attnMerge = link.attnMerge;
+  if (link.inFlight !== undefined) page.inFlight = link.inFlight;
   if (link.gemm !== undefined) page.gemm = link.gemm;
 }
 
@@ -172,9 +173,11 @@ async function openEngine() {
   status("Starting the engine…");
   try {
     // A link's subgroups=0 / 1 turns them off / on wherever granted (A/B runs); otherwise
-    // the engine decides. attn_merge=separate: the two-dispatch attention merge; gemm=…: the
-    // prefill GEMM by name (www/API.md).
-    page.engine = await startEngine({ subgroups: page.subgroups, attention_merge: page.attnMerge, gemm: page.gemm });
+    // the engine decides. attn_merge=separate: the two-dispatch attention merge; in_flight=N:
+    // decode batches kept in flight; gemm=…: the prefill GEMM by name (www/API.md).
+    page.engine = await startEngine({
+      subgroups: page.subgroups, attention_merge: page.attnMerge, batches_in_flight: page.inFlight, gemm: page.gemm,
+    });
   } catch (err) {
     const message = errorMessage(err);
     // Kind "not_yet": no adapter or device (Coco.open), or no module workers or no WebGPU
@@ -713,7 +716,7 @@ function currentShareState() {
   // The conversation without its last answer: that answer is what the link reproduces.
   const chat = [...page.chat];
   if (chat.length && chat[chat.length - 1].role === "assistant") chat.pop();
-  return { model: $("model-url").value.trim(), mode, prompt: $("prompt").value, chat, fields, megakernel: $("megakernel").checked, cpuSampling: page.cpuSampling, subgroups: page.subgroups, attnMerge: page.attnMerge, gemm: page.gemm };
+  return { model: $("model-url").value.trim(), mode, prompt: $("prompt").value, chat, fields, megakernel: $("megakernel").checked, cpuSampling: page.cpuSampling, subgroups: page.subgroups, attnMerge: page.attnMerge, inFlight: page.inFlight, gemm: page.gemm };
 }
 
 async function copyLink() {

@@ -116,6 +116,12 @@ export function readShareParams(search = location.search) {
   // And who merges flash-decoding's key ranges: "separate" (a second dispatch, the A/B
   // baseline) or the split kernel's last workgroup (anything else, the default).
   if (params.has("attn_merge")) out.attnMerge = params.get("attn_merge") === "separate" ? "separate" : "in_split";
+  // Decode batches kept in flight, 1–3 (A/B runs; absent: the engine's 3).
+  if (params.has("in_flight")) {
+    const n = Number(params.get("in_flight"));
+    if ([1, 2, 3].includes(n)) out.inFlight = n;
+    else out.problems.push(`ignored in_flight="${params.get("in_flight").slice(0, 40)}" (not 1, 2 or 3)`);
+  }
   // The prefill GEMM by name (A/B runs, and the tile kernels through the browser's compiler).
   if (params.has("gemm")) {
     const gemm = params.get("gemm");
@@ -129,7 +135,7 @@ export function readShareParams(search = location.search) {
 
 /**
  * Builds the share link for the current state.
- * state: {model, mode, prompt, chat (messages), fields: {id: value}, megakernel, cpuSampling, subgroups, attnMerge, gemm}
+ * state: {model, mode, prompt, chat (messages), fields: {id: value}, megakernel, cpuSampling, subgroups, attnMerge, inFlight, gemm}
  */
 export function buildShareUrl(state, base = location.href) {
   const url = new URL(base);
@@ -149,6 +155,7 @@ export function buildShareUrl(state, base = location.href) {
   if (state.cpuSampling) params.set("cpu_sampling", "1");
   if (state.subgroups !== undefined) params.set("subgroups", state.subgroups ? "1" : "0");
   if (state.attnMerge === "separate") params.set("attn_merge", "separate");
+  if (state.inFlight !== undefined) params.set("in_flight", String(state.inFlight));
   if (state.gemm && state.gemm !== "auto") params.set("gemm", state.gemm);
   url.search = params.toString();
   return url.href;

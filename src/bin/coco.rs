@@ -197,14 +197,15 @@ fn open_gpu(verbose: bool) -> Result<Arc<GpuContext>> {
         let k = coco::kernels::matmul::KernelSettings::of(&ctx);
         eprintln!(
             "kernels: decode {} (COCO_MATVEC={}) up to {} tokens | prefill {} (COCO_GEMM={}) | \
-             attention merge {}",
+             attention merge {} | decode batches in flight {} (COCO_IN_FLIGHT)",
             k.matvec,
             k.matvec_shape,
             k.matvec_max_t
                 .map_or("any number of".into(), |t| t.to_string()),
             k.tiles,
             k.gemm,
-            k.attention_merge
+            k.attention_merge,
+            k.batches_in_flight
         );
     }
     Ok(ctx)

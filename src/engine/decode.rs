@@ -15,15 +15,22 @@
 //! the context left, and [`BATCH_BUDGET_SECONDS`] over the measured time per token, so a slow
 //! GPU still streams text steadily (SwiftShader: ~2.5 s per Gemma token, so K stays 1).
 //!
-//! While the host waits for batch B, batch B + 1 is already recorded and queued behind it
-//! (its first token is B's last draw, on the GPU), so the host's recording and the readback
-//! round trip overlap GPU work. After B's ids come back the host walks them exactly as the
+//! While the host waits for batch B, batches B + 1 and B + 2 are already recorded and queued
+//! behind it (each one's first token is the previous one's last draw, on the GPU), so the
+//! host's recording and the readback round trip overlap GPU work. Why two behind and not
+//! one: after B's ids are back, the host records B + 3, and in the browser that batch then
+//! passes through the GPU process (Dawn's validation and Vulkan recording) before the GPU
+//! can start it. With one batch behind, the GPU idled for that readback + recording +
+//! translation whenever it took longer than a batch's GPU time: on the H200 in Chromium a
+//! token took the 0.91 ms GPU step plus ~14 µs per dispatch (BENCHMARKS.md, sessions 25-26).
+//! The depth is `GpuContext::batches_in_flight` (`COCO_IN_FLIGHT`, a link's `in_flight`: the
+//! A/B knob). After B's ids come back the host walks them exactly as the
 //! one-token CPU loop in `Session::generate` would — stop tokens, `on_token` returning false,
 //! `max_new`, a full context — and stops there. What ran past the stop is discarded: `pos`
 //! and `cached_tokens` only count the steps the CPU loop would have run, and the KV rows the
 //! speculative steps wrote lie past `pos`, where the next prefill or step overwrites them.
-//! The cost of a stop is at most two batches of wasted GPU work, queued ahead of the next
-//! call; a Stop button is answered within one batch.
+//! The cost of a stop is at most the batches in flight of wasted GPU work, queued ahead of
+//! the next call; a Stop button is answered within one batch.
 //!
 //! Host cost, measured on lavapipe natively (2 shared cores), bind groups cached, K = 16:
 //! `model::forward` recording ~0.5 µs per dispatch, and bind groups + pass encoding + submit
@@ -35,7 +42,7 @@ use std::collections::VecDeque;
 use crate::gpu::{Binding, StepRecorder};
 use crate::kernels::argmax::argmax;
 use crate::kernels::sample::{sample, SampleBuffers};
-use crate::model::{self, MAX_STEPS};
+use crate::model::{self, MAX_BATCHES_IN_FLIGHT, MAX_STEPS};
 use crate::sampler::{Derived, SamplerConfig, MAX_RECENT};
 
 use super::{EngineError, Session, StopReason};
@@ -49,7 +56,7 @@ pub const BATCH_BUDGET_SECONDS: f64 = 0.05;
 struct InFlight {
     k: u32,
     index: wgpu::SubmissionIndex,
-    /// Its half's readback buffer, whose mapping was requested right after the submit.
+    /// Its slot's readback buffer, whose mapping was requested right after the submit.
     buffer: wgpu::Buffer,
     /// The mapping's outcome; `None` once `read_batch` has taken it.
     mapped: Option<futures_channel::oneshot::Receiver<Result<(), wgpu::BufferAsyncError>>>,
@@ -102,15 +109,17 @@ impl Session {
         let mut submitted = 0;
         let mut read = 0u32;
         let mut k_next = 1;
-        let mut half = 0;
+        let depth = self.ctx.batches_in_flight.clamp(1, MAX_BATCHES_IN_FLIGHT) as usize;
+        let mut slot = 0;
         let mut first_id_seconds = None;
         // (seconds, ids read) at the first read: the batches after it time the steps.
         let mut since_first: Option<(f64, u32)> = None;
         let mut stop = StopReason::MaxTokens;
         for step in 0..max_new {
             if ready.is_empty() {
-                // Keep two batches queued, so the GPU has work while the host reads one.
-                while in_flight.len() < 2 && submitted < producible {
+                // Keep `depth` batches queued, so the GPU has work while the host reads one
+                // and records the next.
+                while in_flight.len() < depth && submitted < producible {
                     // Until a batch of forwards has been timed, at most 2 steps; a zero
                     // budget means one step per submit.
                     let budget = match since_first {
@@ -131,10 +140,10 @@ impl Session {
                         first,
                         submitted == 0,
                         k,
-                        half,
+                        slot,
                     )?);
                     submitted += k;
-                    half ^= 1;
+                    slot = (slot + 1) % depth;
                     k_next = (k_next * 2).min(MAX_STEPS);
                 }
                 let batch = in_flight
@@ -196,8 +205,8 @@ impl Session {
     /// Records `k` steps drawing the ids at positions `first..first + k` in one pass: step i
     /// runs the forward of the previous id (in `ids[0]`) at position `first + i - 1`, except
     /// when `from_prefill` and i = 0, whose draw reads the prefill's logits row `first_row`.
-    /// Each draw writes the next id into `ids[0]` and ring slot `half · MAX_STEPS + i`. Then
-    /// copies the ring half to its readback buffer, and submits.
+    /// Each draw writes the next id into `ids[0]` and ring entry `slot · MAX_STEPS + i`. Then
+    /// copies the ring slot to its readback buffer, and submits.
     fn submit_batch(
         &mut self,
         draw: Option<&Derived>,
@@ -205,11 +214,11 @@ impl Session {
         first: u32,
         from_prefill: bool,
         k: u32,
-        half: usize,
+        slot: usize,
     ) -> Result<InFlight, EngineError> {
         self.refresh_plan();
         let clock = crate::util::Clock::start();
-        let readback = self.readback(half);
+        let readback = self.readback(slot);
         let c = &self.model.config;
         let s = &self.scratch;
         let mut rec = StepRecorder::new(&self.ctx);
@@ -226,7 +235,7 @@ impl Session {
             cands: &cands,
             recent: &recent,
         };
-        let base = half as u32 * MAX_STEPS;
+        let base = slot as u32 * MAX_STEPS;
         let mut step_dispatches = None;
         for i in 0..k {
             let before = rec.dispatch_count();
@@ -289,8 +298,8 @@ impl Session {
         // Ask for the mapping now, before the next batch is submitted: the browser (Dawn)
         // resolves a mapAsync only once all work submitted before the call is done, so a
         // request made after batch B + 1's submit waited for B + 1 as well, and the GPU idled
-        // while the host recorded B + 2 (H200, Chromium: 2.2 ms per Gemma-3-270M token = the
-        // 0.9 ms of recording plus the 1.3 ms step).
+        // while the host recorded the next batch (H200, Chromium: 2.2 ms per Gemma-3-270M
+        // token = the 0.9 ms of recording plus the 1.3 ms step).
         let (sender, receiver) = futures_channel::oneshot::channel();
         readback
             .slice(..k as u64 * 4)
@@ -343,11 +352,11 @@ impl Session {
         Ok(ids)
     }
 
-    /// Readback buffer `half` (`[MAX_STEPS]` u32), made on first use.
-    fn readback(&mut self, half: usize) -> wgpu::Buffer {
+    /// Readback buffer `slot` (`[MAX_STEPS]` u32), made on first use.
+    fn readback(&mut self, slot: usize) -> wgpu::Buffer {
         let ctx = &self.ctx;
-        // Two per session, made once, so a steady decode loop creates no buffers.
-        self.readback[half]
+        // One per slot and session, made once, so a steady decode loop creates no buffers.
+        self.readback[slot]
             .get_or_insert_with(|| ctx.readback_buffer("generated_readback", MAX_STEPS as u64 * 4))
             .clone()
     }

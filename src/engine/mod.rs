@@ -6,7 +6,10 @@ mod decode;
 mod loader;
 mod megakernel;
 
-pub use crate::model::{KvCache, LogitsFor, Model, Scratch, LOGITS_ROWS, MAX_STEPS, PREFILL_CHUNK};
+pub use crate::model::{
+    KvCache, LogitsFor, Model, Scratch, LOGITS_ROWS, MAX_BATCHES_IN_FLIGHT, MAX_STEPS,
+    PREFILL_CHUNK,
+};
 pub use decode::BATCH_BUDGET_SECONDS;
 #[cfg(not(target_arch = "wasm32"))]
 pub use loader::load_path;
@@ -118,8 +121,8 @@ pub struct Session {
     pub cpu_sampling: bool,
     /// GPU time one decode batch may take (K ≤ this / seconds per token; engine/decode.rs).
     pub batch_budget_seconds: f64,
-    /// Mapped copies of the two halves of `scratch.generated`, made on first use.
-    readback: [Option<wgpu::Buffer>; 2],
+    /// Mapped copies of the slots of `scratch.generated`, made on first use.
+    readback: [Option<wgpu::Buffer>; MAX_BATCHES_IN_FLIGHT as usize],
     /// What each step runs, for `pipeline` and `megakernel` ([`Session::plan`]).
     plan: model::Plan,
 }
@@ -167,7 +170,7 @@ impl Session {
             megakernel: false,
             cpu_sampling: false,
             batch_budget_seconds: decode::BATCH_BUDGET_SECONDS,
-            readback: [None, None],
+            readback: Default::default(),
             plan,
         }
     }

@@ -155,6 +155,9 @@ impl GemmChoice {
 pub struct DeviceOptions {
     pub subgroups: SubgroupChoice,
     pub attention_merge: AttentionMerge,
+    /// Decode batches the GPU loop keeps in flight, 1..=3 (`None`: 3; engine/decode.rs): the
+    /// A/B knob `COCO_IN_FLIGHT`, a link's `in_flight`.
+    pub batches_in_flight: Option<u32>,
     /// Anything but `Auto` also runs the tiles on a CPU adapter, which otherwise prefills
     /// with the matvec: so the page can put the tile kernels through the browser's compiler.
     pub gemm: GemmChoice,
@@ -162,7 +165,8 @@ pub struct DeviceOptions {
 
 impl DeviceOptions {
     /// The defaults, with `COCO_SUBGROUPS` (0 / 1) choosing subgroups, `COCO_ATTN_MERGE`
-    /// (`separate`) the attention merge and `COCO_GEMM` the prefill GEMM (native A/B runs).
+    /// (`separate`) the attention merge, `COCO_IN_FLIGHT` (1..=3) the decode batches in flight
+    /// and `COCO_GEMM` the prefill GEMM (native A/B runs).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn from_env() -> Self {
         DeviceOptions {
@@ -170,6 +174,9 @@ impl DeviceOptions {
                 .map_or(SubgroupChoice::Auto, |v| SubgroupChoice::parse(&v)),
             attention_merge: std::env::var("COCO_ATTN_MERGE")
                 .map_or(AttentionMerge::InSplit, |v| AttentionMerge::parse(&v)),
+            batches_in_flight: std::env::var("COCO_IN_FLIGHT")
+                .ok()
+                .and_then(|v| v.trim().parse().ok()),
             gemm: std::env::var("COCO_GEMM").map_or(GemmChoice::Auto, |v| {
                 GemmChoice::parse_or_warn(&v, "COCO_GEMM")
             }),

@@ -37,6 +37,10 @@ pub struct Model {
 /// round trip (~110 µs on the H200) is already < 5% of 16 steps.
 pub const MAX_STEPS: u32 = 16;
 
+/// Most decode batches the GPU loop keeps submitted and unread at once (engine/decode.rs):
+/// a slot of `MAX_STEPS` ids each in `Scratch::generated`, and a readback buffer each.
+pub const MAX_BATCHES_IN_FLIGHT: u32 = 3;
+
 /// Preallocated activations for up to `rows` tokens per step. Shapes are `[rows, …]` f32.
 pub struct Scratch {
     pub rows: u32,
@@ -60,8 +64,8 @@ pub struct Scratch {
     pub inv_freq: Vec<wgpu::Buffer>,
     /// The GPU argmax's arrival counter and (key, index) pairs `[PARTIALS_WORDS]` u32 (see `kernels::argmax`).
     pub argmax_partials: wgpu::Buffer,
-    /// Ids chosen by the GPU decode loop `[2, MAX_STEPS]` u32: two halves, so one batch can
-    /// be read back while the next writes (engine/decode.rs).
+    /// Ids chosen by the GPU decode loop `[MAX_BATCHES_IN_FLIGHT, MAX_STEPS]` u32: a slot per
+    /// batch in flight, so batches can be read back while later ones write (engine/decode.rs).
     pub generated: wgpu::Buffer,
     /// The GPU sampler's histograms and counters `[COUNT_WORDS]` u32 (`kernels::sample`).
     pub sample_counts: wgpu::Buffer,
@@ -106,7 +110,7 @@ impl Scratch {
         4 * (r + r * c.dim as u64 * 3 + r * qd * 2 + r * kvd * 2 + r * c.ffn_dim as u64 * 3)
             + 4 * logit_rows as u64 * c.vocab_size as u64
             + 4 * partials
-            + 4 * (PARTIALS_WORDS + 2 * MAX_STEPS as u64)
+            + 4 * (PARTIALS_WORDS + (MAX_BATCHES_IN_FLIGHT * MAX_STEPS) as u64)
             + 4 * (COUNT_WORDS + 2 * CAND_PAIRS + MAX_RECENT as u64)
     }
 
@@ -151,7 +155,10 @@ impl Scratch {
             ),
             inv_freq,
             argmax_partials: ctx.storage_buffer("argmax_partials", PARTIALS_WORDS * 4),
-            generated: ctx.storage_buffer("generated", 2 * MAX_STEPS as u64 * 4),
+            generated: ctx.storage_buffer(
+                "generated",
+                (MAX_BATCHES_IN_FLIGHT * MAX_STEPS) as u64 * 4,
+            ),
             sample_counts: ctx.storage_buffer("sample_counts", COUNT_WORDS * 4),
             sample_cands: ctx.storage_buffer("sample_cands", 2 * CAND_PAIRS * 4),
             recent: ctx.storage_buffer("recent", MAX_RECENT as u64 * 4),

@@ -214,6 +214,15 @@ impl Coco {
                     )))
                 }
             },
+            batches_in_flight: match options.batches_in_flight {
+                Some(n) if !(1..=crate::model::MAX_BATCHES_IN_FLIGHT).contains(&n) => {
+                    return Err(throw(PageError::new(
+                        super::error::ErrorKind::InvalidRequest,
+                        format!("open options: batches_in_flight {n} is not 1, 2 or 3"),
+                    )))
+                }
+                n => n,
+            },
             gemm: match options.gemm.as_deref() {
                 None => GemmChoice::Auto,
                 Some(v) => GemmChoice::parse(v).ok_or_else(|| {

@@ -262,6 +262,8 @@ pub struct KernelSettings {
     pub gemm: String,
     /// Who merges flash-decoding's key ranges: `in_split` or `separate`.
     pub attention_merge: &'static str,
+    /// Decode batches the GPU loop keeps in flight (`COCO_IN_FLIGHT`, the page's `in_flight`).
+    pub batches_in_flight: u32,
 }
 
 impl KernelSettings {
@@ -274,6 +276,7 @@ impl KernelSettings {
             tiles: kernels.tiled.label(),
             gemm: ctx.gemm.name(),
             attention_merge: ctx.attention_merge.name(),
+            batches_in_flight: ctx.batches_in_flight,
         }
     }
 }
