@@ -256,7 +256,7 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
             tiles: "tiled64x64".into(),
             gemm: "auto".into(),
             attention_merge: "in_split",
-            batches_in_flight: 3,
+            batches_in_flight: 2,
         },
         pipeline: "fused",
         prompt_tokens: 8,

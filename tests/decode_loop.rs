@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use coco::engine::{load_path, LogitsFor, Model, Session, StopReason, MAX_STEPS};
 use coco::gguf::{read_header, Value};
-use coco::gpu::{Binding, GpuContext, StepRecorder};
+use coco::gpu::{Binding, DeviceOptions, GpuContext, StepRecorder};
 use coco::kernels::argmax::{argmax, PARTIALS_WORDS};
 use coco::model::Pipeline;
 use coco::sampler::{self, SamplerConfig};
@@ -257,7 +257,10 @@ fn compare_sampled(ctx: &Arc<GpuContext>, model: &Arc<Model>, how_many: usize, n
             "{cfg:?}: CPU sampler vs GPU loop (K ≤ 16)"
         );
         assert_eq!(runs[1], runs[2], "{cfg:?}: GPU loop K ≤ 16 vs K = 1");
-        assert_eq!(k16.stats.steps_per_submit, ramp_max(n, ctx.batches_in_flight));
+        assert_eq!(
+            k16.stats.steps_per_submit,
+            ramp_max(n, ctx.batches_in_flight)
+        );
         assert_eq!(k1.stats.steps_per_submit, 1);
         assert!(k16.stats.sampler_on_gpu && !cpu.stats.sampler_on_gpu);
         let distinct: std::collections::BTreeSet<_> = runs[0].0.ids.iter().collect();
@@ -384,6 +387,23 @@ fn gpu_loop_matches_cpu_path_qwen_phi3_and_gemma() {
 }
 
 /// SmolLM3's NoPE layer (layer 3: the KV write without RoPE) through the decode loop.
+#[test]
+fn gpu_loop_matches_cpu_path_at_every_depth() {
+    // One and three batches in flight (the default is two): the same tokens, the same
+    // rolled-back state after a stop, and the ring slots cycling through each depth.
+    for depth in [1, 3] {
+        let options = DeviceOptions {
+            batches_in_flight: Some(depth),
+            ..DeviceOptions::default()
+        };
+        let ctx =
+            Arc::new(pollster::block_on(GpuContext::with_options(options)).expect("a GPU adapter"));
+        assert_eq!(ctx.batches_in_flight, depth);
+        let model = Arc::new(load(&ctx, "llama-spm-q4_0"));
+        compare(&ctx, &model, Pipeline::Fused, false, FULL_RAMP, Stop::Also);
+    }
+}
+
 #[test]
 fn gpu_loop_matches_cpu_path_smollm3() {
     let ctx = gpu();

@@ -24,7 +24,7 @@ export const page = {
   cpuSampling: false, // a link's cpu_sampling=1: sample on the CPU (A/B, debugging)
   subgroups: undefined, // a link's subgroups=0 / 1: false / true (A/B runs); undefined: the engine decides
   attnMerge: undefined, // a link's attn_merge=separate: "separate" (A/B runs); undefined: in the split kernel
-  inFlight: undefined, // a link's in_flight=1..3: decode batches kept in flight (A/B runs); undefined: the engine's 3
+  inFlight: undefined, // a link's in_flight=1..3: decode batches kept in flight (A/B runs); undefined: the engine's 2
   gemm: undefined, // a link's gemm=tiled / 4x8 / 8x4 / 4x4: the prefill GEMM by name; undefined: by product
   adapterName: "", // the browser's name for the GPU (wgpu's browser backend reports none)
 };

@@ -116,7 +116,7 @@ export function readShareParams(search = location.search) {
   // And who merges flash-decoding's key ranges: "separate" (a second dispatch, the A/B
   // baseline) or the split kernel's last workgroup (anything else, the default).
   if (params.has("attn_merge")) out.attnMerge = params.get("attn_merge") === "separate" ? "separate" : "in_split";
-  // Decode batches kept in flight, 1–3 (A/B runs; absent: the engine's 3).
+  // Decode batches kept in flight, 1–3 (A/B runs; absent: the engine's 2).
   if (params.has("in_flight")) {
     const n = Number(params.get("in_flight"));
     if ([1, 2, 3].includes(n)) out.inFlight = n;

@@ -15,16 +15,13 @@
 //! the context left, and [`BATCH_BUDGET_SECONDS`] over the measured time per token, so a slow
 //! GPU still streams text steadily (SwiftShader: ~2.5 s per Gemma token, so K stays 1).
 //!
-//! While the host waits for batch B, batches B + 1 and B + 2 are already recorded and queued
-//! behind it (each one's first token is the previous one's last draw, on the GPU), so the
-//! host's recording and the readback round trip overlap GPU work. Why two behind and not
-//! one: after B's ids are back, the host records B + 3, and in the browser that batch then
-//! passes through the GPU process (Dawn's validation and Vulkan recording) before the GPU
-//! can start it. With one batch behind, the GPU idled for that readback + recording +
-//! translation whenever it took longer than a batch's GPU time: on the H200 in Chromium a
-//! token took the 0.91 ms GPU step plus ~14 µs per dispatch (BENCHMARKS.md, sessions 25-26).
-//! The depth is `GpuContext::batches_in_flight` (`COCO_IN_FLIGHT`, a link's `in_flight`: the
-//! A/B knob). After B's ids come back the host walks them exactly as the
+//! While the host waits for batch B, batch B + 1 is already recorded and queued behind it
+//! (its first token is B's last draw, on the GPU), so the host's recording and the readback
+//! round trip overlap GPU work. That depth is `GpuContext::batches_in_flight` (1..=3;
+//! `COCO_IN_FLIGHT`, a link's `in_flight`): a third batch queued made no difference natively
+//! and lost ~12% in Chromium on the H200 (BENCHMARKS.md "session 26"), where a token takes
+//! the GPU step plus ~14 µs per dispatch of browser overhead whatever the depth.
+//! After B's ids come back the host walks them exactly as the
 //! one-token CPU loop in `Session::generate` would — stop tokens, `on_token` returning false,
 //! `max_new`, a full context — and stops there. What ran past the stop is discarded: `pos`
 //! and `cached_tokens` only count the steps the CPU loop would have run, and the KV rows the

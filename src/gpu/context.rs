@@ -55,7 +55,7 @@ pub struct GpuContext {
     /// Who merges flash-decoding's key ranges (the caller's choice; one dispatch by default).
     pub attention_merge: AttentionMerge,
     /// Decode batches the GPU loop keeps submitted and unread, 1..=`MAX_BATCHES_IN_FLIGHT`
-    /// (the caller's choice; the most by default).
+    /// (the caller's choice; `DEFAULT_BATCHES_IN_FLIGHT` by default).
     pub batches_in_flight: u32,
     /// Which portable GEMM prefill runs (the caller's choice; by product by default).
     pub gemm: GemmChoice,
@@ -302,7 +302,7 @@ impl GpuContext {
             attention_merge: options.attention_merge,
             batches_in_flight: options
                 .batches_in_flight
-                .unwrap_or(crate::model::MAX_BATCHES_IN_FLIGHT)
+                .unwrap_or(crate::model::DEFAULT_BATCHES_IN_FLIGHT)
                 .clamp(1, crate::model::MAX_BATCHES_IN_FLIGHT),
             gemm: options.gemm,
             pipelines: Mutex::new(HashMap::new()),

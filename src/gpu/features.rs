@@ -155,7 +155,7 @@ impl GemmChoice {
 pub struct DeviceOptions {
     pub subgroups: SubgroupChoice,
     pub attention_merge: AttentionMerge,
-    /// Decode batches the GPU loop keeps in flight, 1..=3 (`None`: 3; engine/decode.rs): the
+    /// Decode batches the GPU loop keeps in flight, 1..=3 (`None`: 2; engine/decode.rs): the
     /// A/B knob `COCO_IN_FLIGHT`, a link's `in_flight`.
     pub batches_in_flight: Option<u32>,
     /// Anything but `Auto` also runs the tiles on a CPU adapter, which otherwise prefills

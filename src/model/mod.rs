@@ -31,7 +31,8 @@ use crate::kernels::qkv_rope::matmul_qkv_rope_kv;
 use crate::kernels::rope::{rope, rope_kv_write, QkNorm, RopeKvShape, RopeLayout, Rotary};
 use crate::kernels::KernelError;
 pub use state::{
-    rows_of, KvCache, LogitsFor, Model, Scratch, LOGITS_ROWS, MAX_BATCHES_IN_FLIGHT, MAX_STEPS, PREFILL_CHUNK,
+    rows_of, KvCache, LogitsFor, Model, Scratch, DEFAULT_BATCHES_IN_FLIGHT, LOGITS_ROWS,
+    MAX_BATCHES_IN_FLIGHT, MAX_STEPS, PREFILL_CHUNK,
 };
 
 /// How a step is cut into dispatches. Both compute the same thing; tests check they agree.

@@ -41,6 +41,11 @@ pub const MAX_STEPS: u32 = 16;
 /// a slot of `MAX_STEPS` ids each in `Scratch::generated`, and a readback buffer each.
 pub const MAX_BATCHES_IN_FLIGHT: u32 = 3;
 
+/// The decode batches in flight by default: the one being read and one queued behind it.
+/// Three lost in the page on the H200 (Chromium: tg128 725 against 821 tok/s, six reps each)
+/// and made no difference natively (BENCHMARKS.md "session 26").
+pub const DEFAULT_BATCHES_IN_FLIGHT: u32 = 2;
+
 /// Preallocated activations for up to `rows` tokens per step. Shapes are `[rows, …]` f32.
 pub struct Scratch {
     pub rows: u32,
@@ -155,10 +160,8 @@ impl Scratch {
             ),
             inv_freq,
             argmax_partials: ctx.storage_buffer("argmax_partials", PARTIALS_WORDS * 4),
-            generated: ctx.storage_buffer(
-                "generated",
-                (MAX_BATCHES_IN_FLIGHT * MAX_STEPS) as u64 * 4,
-            ),
+            generated: ctx
+                .storage_buffer("generated", (MAX_BATCHES_IN_FLIGHT * MAX_STEPS) as u64 * 4),
             sample_counts: ctx.storage_buffer("sample_counts", COUNT_WORDS * 4),
             sample_cands: ctx.storage_buffer("sample_cands", 2 * CAND_PAIRS * 4),
             recent: ctx.storage_buffer("recent", MAX_RECENT as u64 * 4),

@@ -403,7 +403,11 @@ mod tests {
             let q = values((t * heads * hd) as usize, 3);
             // 16-key ranges (whole blocks), as `plan` cuts real heads: these tiny heads stay
             // under its bytes' floor per range, so it would not split them at all.
-            let keys = if window > 0 { window.min(pos0 + t) } else { pos0 + t };
+            let keys = if window > 0 {
+                window.min(pos0 + t)
+            } else {
+                pos0 + t
+            };
             let p = AttentionPlan {
                 splits: keys.div_ceil(16),
                 chunk: 16,

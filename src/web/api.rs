@@ -420,8 +420,7 @@ pub struct OpenOptions {
     /// Who merges flash-decoding's key ranges: "separate" (a second dispatch, the A/B
     /// baseline) or "in_split" / null / absent (the split kernel's last workgroup).
     pub attention_merge: Option<String>,
-    /// Decode batches the GPU loop keeps in flight, 1..=3 (null / absent: 3; fewer: the A/B
-    /// baselines).
+    /// Decode batches the GPU loop keeps in flight, 1..=3 (null / absent: 2; A/B runs).
     pub batches_in_flight: Option<u32>,
     /// The portable prefill GEMM: "tiled" (the 64 × 64 tiles, the A/B baseline), "4x8",
     /// "8x4" or "4x4" (that wide register tile everywhere), or "auto" / null / absent (by
