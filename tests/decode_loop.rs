@@ -405,6 +405,31 @@ fn gpu_loop_matches_cpu_path_at_every_depth() {
 }
 
 #[test]
+fn position_free_dispatches_share_bind_groups_across_a_batch() {
+    // The recorder packs equal parameter blocks once, so a product whose parameters don't
+    // depend on the position binds the same block at every step of a batch, and a fresh
+    // session's first batches create bind groups only for what does depend on it (RoPE,
+    // attention, the draw's ring slot: 13 of this fixture's 33 dispatches per step). Without
+    // that, every (step, dispatch) of a 16-step batch had its own: more than 100% of
+    // `undeduplicated` with the prefill's; with it ~66%.
+    let ctx = gpu();
+    let model = Arc::new(load(&ctx, "gemma3-q4_k"));
+    let mut s = session(&ctx, &model, 512, true);
+    let before = ctx.resource_counts().bind_groups;
+    let run = generate(&mut s, &prompt(&model), FULL_RAMP, None);
+    assert_eq!(run.ids.len(), FULL_RAMP as usize);
+    assert_eq!(s.stats.steps_per_submit, MAX_STEPS);
+    let created = ctx.resource_counts().bind_groups - before;
+    let per_step = s.stats.dispatches_per_token as usize;
+    let undeduplicated = per_step * MAX_STEPS as usize;
+    eprintln!("bind groups: {created} for {per_step} dispatches per step ({undeduplicated} one per step)");
+    assert!(
+        created * 4 < undeduplicated * 3,
+        "{created} bind groups for {per_step} dispatches per step over {MAX_STEPS}-step batches"
+    );
+}
+
+#[test]
 fn gpu_loop_matches_cpu_path_smollm3() {
     let ctx = gpu();
     let model = Arc::new(load(&ctx, "smollm3-q8_0"));

@@ -3,7 +3,11 @@
 //! Every kernel takes its scalar parameters from a uniform at `@group(0) @binding(0)` and its
 //! tensors from storage bindings 1..n. The recorder packs all parameter blocks into one uniform
 //! buffer (each at the device's uniform offset alignment), creates the bind groups and encodes
-//! the pass. On the H200 an extra compute pass costs ~64 µs against ~3.5 µs for a dependent
+//! the pass. Equal blocks are packed once: a bind group is cached by its block's offset, so
+//! a product whose parameters don't depend on the position (most of a decode step) shares one
+//! bind group across a batch's steps instead of one per step. A fresh session creates its
+//! bind groups on its first batches, and those creations were the gap between a benchmark's
+//! decode (a fresh session per run) and a second generation (BENCHMARKS.md "session 26"). On the H200 an extra compute pass costs ~64 µs against ~3.5 µs for a dependent
 //! dispatch inside a pass (DEVICE.md), so a whole decode step lives in one pass.
 //!
 //! [`StepRecorder::submit_timed`] is the profiling mode: GPU times from timestamp queries.
@@ -12,6 +16,7 @@
 //! pass's overhead to each: its sum is larger than the real one-pass step, which
 //! [`Timing::Step`] measures for comparison.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::context::BindGroupKey;
@@ -59,6 +64,8 @@ struct Dispatch {
 pub struct StepRecorder<'a> {
     ctx: &'a GpuContext,
     params: Vec<u8>,
+    /// The offset in `params` of each distinct (padded) parameter block.
+    blocks: HashMap<Vec<u8>, u64>,
     dispatches: Vec<Dispatch>,
 }
 
@@ -67,6 +74,7 @@ impl<'a> StepRecorder<'a> {
         StepRecorder {
             ctx,
             params: Vec::new(),
+            blocks: HashMap::new(),
             dispatches: Vec::new(),
         }
     }
@@ -95,16 +103,24 @@ impl<'a> StepRecorder<'a> {
         if workgroups.contains(&0) {
             return Ok(()); // nothing to do (an empty shape); not an error
         }
-        let align = self.ctx.limits.min_uniform_buffer_offset_alignment.max(16) as usize;
-        let params_offset = self.params.len().div_ceil(align) * align;
-        self.params.resize(params_offset, 0);
-        self.params.extend_from_slice(params);
         let params_size = (params.len().max(16) as u64 + 15) & !15;
-        self.params.resize(params_offset + params_size as usize, 0);
+        let mut block = params.to_vec();
+        block.resize(params_size as usize, 0);
+        let params_offset = match self.blocks.get(&block) {
+            Some(&offset) => offset,
+            None => {
+                let align = self.ctx.limits.min_uniform_buffer_offset_alignment.max(16) as usize;
+                let offset = self.params.len().div_ceil(align) * align;
+                self.params.resize(offset, 0);
+                self.params.extend_from_slice(&block);
+                self.blocks.insert(block, offset as u64);
+                offset as u64
+            }
+        };
         self.dispatches.push(Dispatch {
             pipeline: pipeline.clone(),
             label: label.to_string(),
-            params_offset: params_offset as u64,
+            params_offset,
             params_size,
             bindings: bindings.to_vec(),
             workgroups,
