@@ -422,7 +422,9 @@ fn position_free_dispatches_share_bind_groups_across_a_batch() {
     let created = ctx.resource_counts().bind_groups - before;
     let per_step = s.stats.dispatches_per_token as usize;
     let undeduplicated = per_step * MAX_STEPS as usize;
-    eprintln!("bind groups: {created} for {per_step} dispatches per step ({undeduplicated} one per step)");
+    eprintln!(
+        "bind groups: {created} for {per_step} dispatches per step ({undeduplicated} one per step)"
+    );
     assert!(
         created * 4 < undeduplicated * 3,
         "{created} bind groups for {per_step} dispatches per step over {MAX_STEPS}-step batches"

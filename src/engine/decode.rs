@@ -19,8 +19,8 @@
 //! (its first token is B's last draw, on the GPU), so the host's recording and the readback
 //! round trip overlap GPU work. That depth is `GpuContext::batches_in_flight` (1..=3;
 //! `COCO_IN_FLIGHT`, a link's `in_flight`): a third batch queued made no difference natively
-//! and lost ~12% in Chromium on the H200 (BENCHMARKS.md "session 26"), where a token takes
-//! the GPU step plus ~14 µs per dispatch of browser overhead whatever the depth.
+//! and lost in Chromium on the H200 (tg128 725 against 821 tok/s; BENCHMARKS.md "session
+//! 26"), where a token takes the GPU step plus ~14 µs per dispatch of browser overhead.
 //! After B's ids come back the host walks them exactly as the
 //! one-token CPU loop in `Session::generate` would — stop tokens, `on_token` returning false,
 //! `max_new`, a full context — and stops there. What ran past the stop is discarded: `pos`

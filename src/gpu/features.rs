@@ -174,9 +174,13 @@ impl DeviceOptions {
                 .map_or(SubgroupChoice::Auto, |v| SubgroupChoice::parse(&v)),
             attention_merge: std::env::var("COCO_ATTN_MERGE")
                 .map_or(AttentionMerge::InSplit, |v| AttentionMerge::parse(&v)),
-            batches_in_flight: std::env::var("COCO_IN_FLIGHT")
-                .ok()
-                .and_then(|v| v.trim().parse().ok()),
+            batches_in_flight: std::env::var("COCO_IN_FLIGHT").ok().and_then(|v| {
+                let n = v.trim().parse::<u32>().ok().filter(|n| (1..=3).contains(n));
+                if n.is_none() {
+                    log::warn!("COCO_IN_FLIGHT={v:?} ignored: expected 1, 2 or 3");
+                }
+                n
+            }),
             gemm: std::env::var("COCO_GEMM").map_or(GemmChoice::Auto, |v| {
                 GemmChoice::parse_or_warn(&v, "COCO_GEMM")
             }),

@@ -6,9 +6,12 @@
 //! the pass. Equal blocks are packed once: a bind group is cached by its block's offset, so
 //! a product whose parameters don't depend on the position (most of a decode step) shares one
 //! bind group across a batch's steps instead of one per step. A fresh session creates its
-//! bind groups on its first batches, and those creations were the gap between a benchmark's
-//! decode (a fresh session per run) and a second generation (BENCHMARKS.md "session 26"). On the H200 an extra compute pass costs ~64 µs against ~3.5 µs for a dependent
-//! dispatch inside a pass (DEVICE.md), so a whole decode step lives in one pass.
+//! bind groups on its first batches (`coco bench` opens one per run): on the gemma3 fixture
+//! over 40 tokens 351 instead of 866, and on the H200 tg128 rose 1–10% with the decode step
+//! 27–48 µs shorter (BENCHMARKS.md "session 26").
+//!
+//! On the H200 an extra compute pass costs ~64 µs against ~3.5 µs for a dependent dispatch
+//! inside a pass (DEVICE.md), so a whole decode step lives in one pass.
 //!
 //! [`StepRecorder::submit_timed`] is the profiling mode: GPU times from timestamp queries.
 //! WebGPU only has pass-level `timestamp_writes` (timestamps inside a pass are a native-only

@@ -67,7 +67,8 @@ pub struct Scratch {
     pub attn_partials: wgpu::Buffer,
     /// Per-layer RoPE inverse frequencies `[head_dim/2]`.
     pub inv_freq: Vec<wgpu::Buffer>,
-    /// The GPU argmax's arrival counter and (key, index) pairs `[PARTIALS_WORDS]` u32 (see `kernels::argmax`).
+    /// The GPU argmax's arrival counter and (key, index) pairs `[PARTIALS_WORDS]` u32 (see
+    /// `kernels::argmax`).
     pub argmax_partials: wgpu::Buffer,
     /// Ids chosen by the GPU decode loop `[MAX_BATCHES_IN_FLIGHT, MAX_STEPS]` u32: a slot per
     /// batch in flight, so batches can be read back while later ones write (engine/decode.rs).
