@@ -11,6 +11,10 @@
 # libvulkan1 package (the device has the NVIDIA driver but no loader). MODELS picks shapes
 # (default: all five). Writes JSON lines to $OUT/decode.jsonl and prints a table last: tg128
 # and the decode step's matvec µs with their read bandwidth.
+#
+# PROMPTS="1 8 32 64" measures short prompts instead (issue 16's pp32 ≤ 4 decode steps):
+# `bench -p P -n 16 --reps 5` per length, and a table of the prompt's ms against the decode
+# step's.
 set -uo pipefail
 B=.bench
 M=/tmp/models
@@ -47,12 +51,35 @@ for spec in $MODELS; do
     esac
     vars=()
     [ -n "$var" ] && IFS=+ read -ra vars <<< "$var"
-    echo "== $m $spec_bin"
-    env ${shape:+COCO_MATVEC=$shape} "${vars[@]}" "$B/$bin" bench -m "$M/$m.gguf" -p 512 -n 128 --reps 3 --profile --json 2>>"$OUT/err.txt" \
-      | python3 -c "import json,sys; r=json.load(sys.stdin); r['build']='$spec_bin'; r['shape']='$m'; print(json.dumps(r))" \
-      | tee -a "$OUT/decode.jsonl" | cut -c1-300
+    for p in ${PROMPTS:-512}; do
+      echo "== $m $spec_bin${PROMPTS:+ pp$p}"
+      if [ -n "${PROMPTS:-}" ]; then
+        args=(-p "$p" -n 16 --reps 5)
+      else
+        args=(-p 512 -n 128 --reps 3 --profile)
+      fi
+      env ${shape:+COCO_MATVEC=$shape} "${vars[@]}" "$B/$bin" bench -m "$M/$m.gguf" "${args[@]}" --json 2>>"$OUT/err.txt" \
+        | python3 -c "import json,sys; r=json.load(sys.stdin); r['build']='$spec_bin'; r['shape']='$m'; r['prompt']=$p; print(json.dumps(r))" \
+        | tee -a "$OUT/decode.jsonl" | cut -c1-300
+    done
   done
 done
+if [ -n "${PROMPTS:-}" ]; then
+  python3 - "$OUT" <<'PY'
+import json, sys
+print("\n| shape | build | prompt | prefill ms | decode step ms | prefill in decode steps |")
+print("|---|---|---|---|---|---|")
+for line in open(f"{sys.argv[1]}/decode.jsonl"):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    pp_ms = 1000 * r["prompt"] / r["pp_tok_s"]
+    step_ms = 1000 / r["tg_tok_s"]
+    print(f"| {r['shape']} | {r['build']} | {r['prompt']} | {pp_ms:.2f} | {step_ms:.2f} | {pp_ms / step_ms:.1f} |")
+PY
+  exit 0
+fi
 python3 - "$OUT" <<'PY'
 import json, sys
 out = sys.argv[1]
