@@ -54,7 +54,7 @@ for spec in $MODELS; do
     for p in ${PROMPTS:-512}; do
       echo "== $m $spec_bin${PROMPTS:+ pp$p}"
       if [ -n "${PROMPTS:-}" ]; then
-        args=(-p "$p" -n 16 --reps 5)
+        args=(-p "$p" -n 16 --reps 5 ${PROFILE:+--profile})
       else
         args=(-p 512 -n 128 --reps 3 --profile)
       fi

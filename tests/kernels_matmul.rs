@@ -352,9 +352,6 @@ fn matmul_type(ty: GgmlType) {
                 .accumulate()
                 .split(12),
             Case::new(ty, 19, 1, Some(MatvecChunk)).wide(),
-            // Several tokens per workgroup (int8 levels) over two tiles of K, three of the
-            // eight tokens past T.
-            Case::new(ty, 19, 5, Some(MatvecChunk)).wide().bias(),
             Case::new(ty, 67, 1, Some(MatvecSubgroup))
                 .split(12)
                 .softcap(),

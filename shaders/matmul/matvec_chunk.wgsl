@@ -20,34 +20,21 @@
 // `spr` subgroups per task; after each tile a task's sums are added into `dots`, so K of
 // any length runs in tiles with two barriers each.
 
-// A workgroup computes its slots for MV_TOKENS consecutive tokens, from token wid.z ·
-// MV_TOKENS on (tokens past p.t are staged as copies of the last and never stored). With
-// more than one (INT8 only; the host builds no f32 variant with more), each weight chunk is
-// loaded and its quants decoded once for all of them: a short prompt's step of T tokens read
-// W T times and decoded it T times, one token per workgroup, at ~0.25 ms per token on the
-// Llama-1B shape (BENCHMARKS.md "session 22").
-
 #ifdef INT8
 // With INT8 (weight types with an idot32) a tile of x' is staged as int8 levels instead
 // (common/dequant.wgsl's XChunk): the inner loop then multiplies 4 weights per
 // dot4I8Packed. The f32 loop was bound by instructions per weight (a convert and two FMAs
 // each): ~1.2 TB/s of the H200's 4.1 on Q4_0 (BENCHMARKS.md "session 17"). Each level is
-// its own plane of vec4s indexed by chunk, so the lanes' reads are consecutive; token tt's
-// planes are planes 4·tt .. 4·tt + 3.
+// its own plane of vec4s indexed by chunk, so the lanes' reads are consecutive.
 const MV_STAGE_CHUNKS: u32 = MV_STAGE_VEC4 / 8u;
-var<workgroup> xq: array<vec4<u32>, 4u * MV_TOKENS * MV_STAGE_CHUNKS>; // a0, a1, b0, b1 per token
-var<workgroup> xd: array<vec4<f32>, MV_TOKENS * MV_STAGE_CHUNKS>;      // (d_a, d_b, Σx', Σx²)
+var<workgroup> xq: array<vec4<u32>, 4u * MV_STAGE_CHUNKS>; // planes a0, a1, b0, b1
+var<workgroup> xd: array<vec4<f32>, MV_STAGE_CHUNKS>;      // (d_a, d_b, Σx', 0)
 #else
 var<workgroup> xs: array<vec4<f32>, MV_STAGE_VEC4>; // a tile of x'[t] (⊙ norm_w with NORM)
 #endif
-// Σ w·x' per (token, slot, subgroup part): a plane of DOTS_PLANE per token.
-const DOTS_PLANE: u32 = 64u * MV_RPS;
-const MV_OUT: u32 = MV_RPS * MV_TOKENS; // a task's sums: MV_RPS rows × MV_TOKENS tokens
-var<workgroup> dots: array<f32, MV_TOKENS * DOTS_PLANE>;
+var<workgroup> dots: array<f32, 64u * MV_RPS>;     // Σ w·x' per (slot, subgroup part)
 #ifdef NORM
-// Σx²: per subgroup (at most 64 of them) on the f32 path; with INT8, per token, summed from
-// the staged chunks' Σx² (xd.w) tile by tile.
-var<workgroup> xs_ss: array<f32, 64>;
+var<workgroup> xs_ss: array<f32, 64>;              // Σx² per subgroup (at most 64 of them)
 #endif
 
 #ifdef SPLIT_K
@@ -78,17 +65,14 @@ fn swz(v: u32) -> u32 {
 }
 
 #ifdef INT8
-// Stages vec4s v0 .. v0 + n4 of x'[t0 + tt] for every token tt of the workgroup as int8
-// levels, an invocation per (token, 32-element chunk); each chunk's Σx² goes in its xd.w.
-fn stage_tile(t0: u32, v0: u32, n4: u32, li: u32) {
+// Stages x'[t] vec4s v0 .. v0 + n4 as int8 levels, an invocation per 32-element chunk;
+// returns this invocation's Σx² of them.
+fn stage_tile(xrow: u32, v0: u32, n4: u32, li: u32) -> f32 {
+    var ss = 0.0;
     let chunks = n4 / 8u;
-    for (var j = li; j < MV_TOKENS * chunks; j += 256u) {
-        let tt = j / chunks;
-        let c = j - tt * chunks;
-        let xrow = min(t0 + tt, p.t - 1u) * (p.k / 4u);
+    for (var c = li; c < chunks; c += 256u) {
         var v: array<vec4<f32>, 8>;
         var m = vec4<f32>(0.0);
-        var ss = 0.0;
         for (var i = 0u; i < 8u; i++) {
             let a = x[xrow + v0 + 8u * c + i];
 #ifdef NORM
@@ -122,76 +106,50 @@ fn stage_tile(t0: u32, v0: u32, n4: u32, li: u32) {
         // so the product is exactly W·x'' for the staged x'' (reference::quant::int8_levels).
         let ta = (sum_a.x + sum_a.y) + (sum_a.z + sum_a.w);
         let tb = (sum_b.x + sum_b.y) + (sum_b.z + sum_b.w);
-        let planes = 4u * tt * MV_STAGE_CHUNKS + c;
-        xq[planes] = vec4<u32>(a[0], a[1], a[2], a[3]);
-        xq[planes + MV_STAGE_CHUNKS] = vec4<u32>(a[4], a[5], a[6], a[7]);
-        xq[planes + 2u * MV_STAGE_CHUNKS] = vec4<u32>(b[0], b[1], b[2], b[3]);
-        xq[planes + 3u * MV_STAGE_CHUNKS] = vec4<u32>(b[4], b[5], b[6], b[7]);
-        xd[tt * MV_STAGE_CHUNKS + c] = vec4<f32>(da, db, da * f32(ta) + db * f32(tb), ss);
+        xq[c] = vec4<u32>(a[0], a[1], a[2], a[3]);
+        xq[MV_STAGE_CHUNKS + c] = vec4<u32>(a[4], a[5], a[6], a[7]);
+        xq[2u * MV_STAGE_CHUNKS + c] = vec4<u32>(b[0], b[1], b[2], b[3]);
+        xq[3u * MV_STAGE_CHUNKS + c] = vec4<u32>(b[4], b[5], b[6], b[7]);
+        xd[c] = vec4<f32>(da, db, da * f32(ta) + db * f32(tb), 0.0);
     }
+    return ss;
 }
 
-#ifdef NORM
-// Adds the staged tile's Σx² (its `chunks` chunks' xd.w) into xs_ss[tt] for every token: a
-// subgroup per token, so each xs_ss entry has one writer.
-fn add_tile_x2(chunks: u32, sg: u32, nsg: u32, lane: u32, sg_size: u32) {
-    for (var tt = sg; tt < MV_TOKENS; tt += nsg) {
-        var s = 0.0;
-        for (var c = lane; c < chunks; c += sg_size) {
-            s += xd[tt * MV_STAGE_CHUNKS + c].w;
-        }
-        let total = subgroupAdd(s);
-        if (lane == 0u) {
-            xs_ss[tt] += total;
-        }
-    }
-}
-#endif
-
-// The staged chunk c of token tt's tile.
-fn x_chunk(tt: u32, c: u32) -> XChunk {
-    let planes = 4u * tt * MV_STAGE_CHUNKS + c;
+// The staged chunk c of the tile.
+fn x_chunk(c: u32) -> XChunk {
     return XChunk(
-        xq[planes],
-        xq[planes + MV_STAGE_CHUNKS],
-        xq[planes + 2u * MV_STAGE_CHUNKS],
-        xq[planes + 3u * MV_STAGE_CHUNKS],
-        xd[tt * MV_STAGE_CHUNKS + c],
+        xq[c],
+        xq[MV_STAGE_CHUNKS + c],
+        xq[2u * MV_STAGE_CHUNKS + c],
+        xq[3u * MV_STAGE_CHUNKS + c],
+        xd[c],
     );
 }
 
 // Σ w·x' of rows `row`, row + 1, … (MV_RPS, each clamped to `last`) of weight m over the
-// staged tile's chunks first, first + stride, … < chunks (the tile starts at chunk c0), for
-// every token: out[r · MV_TOKENS + tt]. A row's chunk is loaded once for all the tokens, and
-// compilers hoist its decoding (idot32 is pure) out of the token loop.
-fn dot_chunks(m: u32, row: u32, last: u32, c0: u32, chunks: u32, first: u32, stride: u32) -> array<f32, MV_OUT> {
+// staged tile's chunks first, first + stride, … < chunks (the tile starts at chunk c0).
+fn dot_chunks(m: u32, row: u32, last: u32, c0: u32, chunks: u32, first: u32, stride: u32) -> array<f32, MV_RPS> {
     var wr: array<WRow, MV_RPS>;
-    var out: array<f32, MV_OUT>;
+    var out: array<f32, MV_RPS>;
     for (var r = 0u; r < MV_RPS; r++) {
         wr[r] = row_of(m, slot_row(min(row + r, last)));
-    }
-    for (var i = 0u; i < MV_OUT; i++) {
-        out[i] = 0.0;
+        out[r] = 0.0;
     }
     for (var c = first; c < chunks; c += stride) {
         var raw: array<Raw32, MV_RPS>;
         for (var r = 0u; r < MV_RPS; r++) {
             raw[r] = raw32(wr[r], c0 + c);
         }
-        for (var tt = 0u; tt < MV_TOKENS; tt++) {
-            let xc = x_chunk(tt, c);
-            for (var r = 0u; r < MV_RPS; r++) {
-                out[r * MV_TOKENS + tt] += idot32(raw[r], xc);
-            }
+        let xc = x_chunk(c);
+        for (var r = 0u; r < MV_RPS; r++) {
+            out[r] += idot32(raw[r], xc);
         }
     }
     return out;
 }
 #else
-// Stages vec4s v0 .. v0 + n4 of x'[t0] into xs (MV_TOKENS is 1 here); returns this
-// invocation's Σx² of them.
-fn stage_tile_f32(t0: u32, v0: u32, n4: u32, li: u32) -> f32 {
-    let xrow = t0 * (p.k / 4u);
+// Stages x'[t] vec4s v0 .. v0 + n4 into xs; returns this invocation's Σx² of them.
+fn stage_tile(xrow: u32, v0: u32, n4: u32, li: u32) -> f32 {
     var ss = 0.0;
     for (var i = li; i < n4; i += 256u) {
         let a = x[xrow + v0 + i];
@@ -207,7 +165,7 @@ fn stage_tile_f32(t0: u32, v0: u32, n4: u32, li: u32) -> f32 {
 
 // Σ w·x' of rows `row`, row + 1, … (MV_RPS, each clamped to `last`) of weight m over the
 // staged tile's chunks first, first + stride, … < chunks (the tile starts at chunk c0).
-fn dot_chunks(m: u32, row: u32, last: u32, c0: u32, chunks: u32, first: u32, stride: u32) -> array<f32, MV_OUT> {
+fn dot_chunks(m: u32, row: u32, last: u32, c0: u32, chunks: u32, first: u32, stride: u32) -> array<f32, MV_RPS> {
     var wr: array<WRow, MV_RPS>;
     var acc: array<vec4<f32>, MV_RPS>;
     for (var r = 0u; r < MV_RPS; r++) {
@@ -228,7 +186,7 @@ fn dot_chunks(m: u32, row: u32, last: u32, c0: u32, chunks: u32, first: u32, str
             }
         }
     }
-    var out: array<f32, MV_OUT>;
+    var out: array<f32, MV_RPS>;
     for (var r = 0u; r < MV_RPS; r++) {
         out[r] = (acc[r].x + acc[r].y) + (acc[r].z + acc[r].w);
     }
@@ -237,7 +195,7 @@ fn dot_chunks(m: u32, row: u32, last: u32, c0: u32, chunks: u32, first: u32, str
 #endif
 
 // dot_chunks for rows mr.y, … of weight mr.x; each branch sets `wsel` to a constant.
-fn dot_chunks_w(mr: vec2<u32>, last: u32, c0: u32, chunks: u32, first: u32, stride: u32) -> array<f32, MV_OUT> {
+fn dot_chunks_w(mr: vec2<u32>, last: u32, c0: u32, chunks: u32, first: u32, stride: u32) -> array<f32, MV_RPS> {
 #ifdef QKV
     if (mr.x == 2u) {
         wsel = 2u;
@@ -254,24 +212,18 @@ fn dot_chunks_w(mr: vec2<u32>, last: u32, c0: u32, chunks: u32, first: u32, stri
     return dot_chunks(0u, mr.y, last, c0, chunks, first, stride);
 }
 
-// The sums of task slots f, f + 1, … over the tile (out[r · MV_TOKENS + tt]); a QKV task
-// straddling two weights takes one row at a time (as dot_task in MATVEC_SG).
-fn dot_chunk_task(f: u32, c0: u32, chunks: u32, first: u32, stride: u32) -> array<f32, MV_OUT> {
+// The sums of task slots f, f + 1, … over the tile; a QKV task straddling two weights takes
+// one row at a time (as dot_task in MATVEC_SG).
+fn dot_chunk_task(f: u32, c0: u32, chunks: u32, first: u32, stride: u32) -> array<f32, MV_RPS> {
     let mr = locate(f, MV_ROWS);
 #ifdef QKV
     if (locate(f + MV_RPS - 1u, MV_ROWS).x != mr.x) {
-        var out: array<f32, MV_OUT>;
-        for (var i = 0u; i < MV_OUT; i++) {
-            out[i] = 0.0;
-        }
+        var out: array<f32, MV_RPS>;
         for (var r = 0u; r < MV_RPS; r++) {
             let mr_r = locate(f + r, MV_ROWS);
+            out[r] = 0.0;
             if (live(mr_r)) {
-                // Rows mr_r.y.. clamped to mr_r.y: the first MV_TOKENS sums are that row's.
-                let one = dot_chunks_w(mr_r, mr_r.y, c0, chunks, first, stride);
-                for (var tt = 0u; tt < MV_TOKENS; tt++) {
-                    out[r * MV_TOKENS + tt] = one[tt];
-                }
+                out[r] = dot_chunks_w(mr_r, mr_r.y, c0, chunks, first, stride)[0];
             }
         }
         return out;
@@ -294,7 +246,7 @@ fn main(
     if (g >= p.groups) {
         return;
     }
-    let t0 = wid.z * MV_TOKENS;
+    let t = wid.z;
     let k4 = p.k / 4u;
     // The row group, and the vec4s of x'[t] this workgroup reads: whole chunks of K, all of
     // it unless split.
@@ -309,154 +261,126 @@ fn main(
     let kv0 = 0u;
     let kv1 = k4;
 #endif
-    for (var i = li; i < MV_TOKENS * DOTS_PLANE; i += 256u) {
+    let xrow = t * (p.k / 4u);
+    for (var i = li; i < 64u * MV_RPS; i += 256u) {
         dots[i] = 0.0;
     }
-#ifdef NORM
-    if (li < 64u) {
-        xs_ss[li] = 0.0;
-    }
-#endif
     let tasks = MV_ROWS / MV_RPS;
     let spr = max(1u, nsg / tasks); // subgroups per task
     let part = sg % spr;
     let task_step = max(1u, nsg / spr); // tasks are dealt to subgroups round-robin
-    var ss = 0.0; // the f32 path's Σx² of this invocation's staged elements
+    var ss = 0.0;
     for (var v0 = kv0; v0 < kv1; v0 += MV_STAGE_VEC4) {
         let n4 = min(MV_STAGE_VEC4, kv1 - v0);
         workgroupBarrier(); // the previous tile's readers are done (and dots is zeroed)
-#ifdef INT8
-        stage_tile(t0, v0, n4, li);
+        ss += stage_tile(xrow, v0, n4, li);
         workgroupBarrier();
-#ifdef NORM
-        add_tile_x2(n4 / 8u, sg, nsg, lane, sg_size);
-#endif
-#else
-        ss += stage_tile_f32(t0, v0, n4, li);
-        workgroupBarrier();
-#endif
         for (var k = sg / spr; k < tasks; k += task_step) {
             let f = rg * MV_ROWS + k * MV_RPS;
-            var acc: array<f32, MV_OUT>;
-            for (var i = 0u; i < MV_OUT; i++) {
-                acc[i] = 0.0;
+            var acc: array<f32, MV_RPS>;
+            for (var r = 0u; r < MV_RPS; r++) {
+                acc[r] = 0.0;
             }
             if (live(locate(f, MV_ROWS))) {
                 acc = dot_chunk_task(f, v0 / 8u, n4 / 8u, part * sg_size + lane, spr * sg_size);
             }
             for (var r = 0u; r < MV_RPS; r++) {
-                for (var tt = 0u; tt < MV_TOKENS; tt++) {
-                    let sum = subgroupAdd(acc[r * MV_TOKENS + tt]);
-                    if (lane == 0u) {
-                        dots[tt * DOTS_PLANE + (k * MV_RPS + r) * spr + part] += sum;
-                    }
+                let sum = subgroupAdd(acc[r]);
+                if (lane == 0u) {
+                    dots[(k * MV_RPS + r) * spr + part] += sum;
                 }
             }
         }
     }
 #ifdef NORM
-#ifndef INT8
     let s = subgroupAdd(ss);
     if (lane == 0u) {
         xs_ss[sg] = s;
     }
 #endif
-#endif
     workgroupBarrier();
-    let mr = locate(rg * MV_ROWS + li, MV_ROWS);
-    // The epilogue, token by token (every condition here is uniform over the workgroup).
-    for (var tt = 0u; tt < MV_TOKENS; tt++) {
-        let t = t0 + tt;
-        if (t >= p.t) {
-            break;
-        }
-        var x2 = 0.0;
+    var x2 = 0.0;
 #ifdef NORM
-#ifdef INT8
-        x2 = xs_ss[tt];
-#else
-        for (var i = 0u; i < nsg; i++) {
-            x2 += xs_ss[i];
-        }
-#endif
+    for (var i = 0u; i < nsg; i++) {
+        x2 += xs_ss[i];
+    }
 #endif
 #ifdef SPLIT_K
-        if (p.splits > 1u) {
-            // Record this range's sums; the workgroup that arrives last for (t, rg) reads
-            // every range's back, in split order, as its own (dots, x2). Its storageBarrier is
-            // device-scoped in naga's SPIR-V, ordering the records before the counter
-            // increment.
-            let record = split_record(t, rg, split);
+    if (p.splits > 1u) {
+        // Record this range's sums; the workgroup that arrives last for (t, rg) reads every
+        // range's back, in split order, as its own (dots, x2). Its storageBarrier is
+        // device-scoped in naga's SPIR-V, ordering the records before the counter increment.
+        let record = split_record(t, rg, split);
+        if (li < MV_ROWS) {
+            atomicStore(&split_sums[record + li], bitcast<u32>(chunk_dot(li, spr)));
+        }
+        if (li == MV_ROWS) {
+            atomicStore(&split_sums[record + MV_ROWS], bitcast<u32>(x2));
+        }
+        storageBarrier();
+        let counter = t * (p.groups / p.splits) + rg;
+        if (li == 0u) {
+            split_arrived = atomicAdd(&split_sums[counter], 1u);
+        }
+        if (workgroupUniformLoad(&split_arrived) != p.splits - 1u) {
+            return;
+        }
+        storageBarrier();
+        if (li == 0u) {
+            atomicStore(&split_sums[counter], 0u);
+        }
+        if (li <= MV_ROWS) {
+            var total = 0.0;
+            for (var sp = 0u; sp < p.splits; sp++) {
+                total += bitcast<f32>(atomicLoad(&split_sums[split_record(t, rg, sp) + li]));
+            }
             if (li < MV_ROWS) {
-                atomicStore(&split_sums[record + li], bitcast<u32>(chunk_dot(tt, li, spr)));
-            }
-            if (li == MV_ROWS) {
-                atomicStore(&split_sums[record + MV_ROWS], bitcast<u32>(x2));
-            }
-            storageBarrier();
-            let counter = t * (p.groups / p.splits) + rg;
-            if (li == 0u) {
-                split_arrived = atomicAdd(&split_sums[counter], 1u);
-            }
-            if (workgroupUniformLoad(&split_arrived) != p.splits - 1u) {
-                continue;
-            }
-            storageBarrier();
-            if (li == 0u) {
-                atomicStore(&split_sums[counter], 0u);
-            }
-            if (li <= MV_ROWS) {
-                var total = 0.0;
-                for (var sp = 0u; sp < p.splits; sp++) {
-                    total += bitcast<f32>(atomicLoad(&split_sums[split_record(t, rg, sp) + li]));
+                dots[li * spr] = total;
+                for (var i = 1u; i < spr; i++) {
+                    dots[li * spr + i] = 0.0;
                 }
-                if (li < MV_ROWS) {
-                    dots[tt * DOTS_PLANE + li * spr] = total;
-                    for (var i = 1u; i < spr; i++) {
-                        dots[tt * DOTS_PLANE + li * spr + i] = 0.0;
-                    }
-                } else {
-                    split_x2 = total;
-                }
+            } else {
+                split_x2 = total;
             }
-            workgroupBarrier();
-            x2 = split_x2;
         }
+        workgroupBarrier();
+        x2 = split_x2;
+    }
 #endif
+    let mr = locate(rg * MV_ROWS + li, MV_ROWS);
 #ifdef POST_NORM
-        // The row groups arrive (with split K, each group's last range).
-        let has = li < MV_ROWS && live(mr);
-        var v = 0.0;
-        if (has) {
-            v = finish(chunk_sums(tt, li, spr, x2)) + bias_of(0u, mr.y);
-        }
-        post_norm_add(t, li, sg, nsg, lane, mr.y, v, has, p.groups / p.splits);
+    // The row groups arrive (with split K, each group's last range).
+    let has = li < MV_ROWS && live(mr);
+    var v = 0.0;
+    if (has) {
+        v = finish(chunk_sums(li, spr, x2)) + bias_of(0u, mr.y);
+    }
+    post_norm_add(t, li, sg, nsg, lane, mr.y, v, has, p.groups / p.splits);
 #else
 #ifdef QK_NORM
-        qk_norm_store(t, li, rg, mr, finish(chunk_sums(tt, li, spr, x2)), li < MV_ROWS && live(mr));
+    qk_norm_store(t, li, rg, mr, finish(chunk_sums(li, spr, x2)), li < MV_ROWS && live(mr));
 #else
-        if (li < MV_ROWS && live(mr)) {
-            store_slot(mr, t, chunk_sums(tt, li, spr, x2), chunk_sums(tt, partner_slot(li), spr, x2));
-        }
-#endif
-#endif
+    if (li < MV_ROWS && live(mr)) {
+        store_slot(mr, t, chunk_sums(li, spr, x2), chunk_sums(partner_slot(li), spr, x2));
     }
+#endif
+#endif
 }
 
-// Slot r's Σ w·x' for token tt of the workgroup from its `spr` parts.
-fn chunk_dot(tt: u32, r: u32, spr: u32) -> f32 {
+// Slot r's Σ w·x' from its `spr` parts.
+fn chunk_dot(r: u32, spr: u32) -> f32 {
     var s = 0.0;
     for (var i = 0u; i < spr; i++) {
-        s += dots[tt * DOTS_PLANE + r * spr + i];
+        s += dots[r * spr + i];
     }
     return s;
 }
 
-// Slot r's Sums for token tt from its `spr` parts (and Σx²[t] with NORM).
-fn chunk_sums(tt: u32, r: u32, spr: u32, x2: f32) -> Sums {
+// Slot r's Sums from its `spr` parts (and Σx²[t] with NORM).
+fn chunk_sums(r: u32, spr: u32, x2: f32) -> Sums {
 #ifdef NORM
-    return Sums(chunk_dot(tt, r, spr), x2);
+    return Sums(chunk_dot(r, spr), x2);
 #else
-    return chunk_dot(tt, r, spr);
+    return chunk_dot(r, spr);
 #endif
 }

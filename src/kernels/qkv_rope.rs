@@ -120,7 +120,6 @@ pub fn qkv_rope_fits(
         fusion: Fusion::QkvRope { layout, qk_norm },
         stage_k: 0,
         splits: 1,
-        tokens: 1,
     };
     qkv_key_fits(ctx, &key, [wq, wk, wv.unwrap_or(wk)])
 }

@@ -189,10 +189,6 @@ pub struct MatmulKey {
     /// Workgroups per row group of the chunk matvec, each over a range of K (`SPLIT_K`,
     /// [`chunk_splits`]); 1 everywhere else.
     pub splits: u32,
-    /// Tokens per workgroup of the chunk matvec with int8 levels (`MV_TOKENS`,
-    /// [`chunk_tokens`]; fewer where the device's workgroup memory can't stage them, see
-    /// [`MatmulKey::staged`]); 1 everywhere else.
-    pub tokens: u32,
 }
 
 /// Storage binding numbers of a [`MatmulKey`]'s layout: the order the host lists them in.
@@ -235,7 +231,6 @@ impl MatmulKey {
             fusion: Fusion::None,
             stage_k: 0,
             splits: 1,
-            tokens: 1,
         }
     }
 
@@ -274,25 +269,16 @@ impl MatmulKey {
             MatmulVariant::Tiled if !matches!(self.fusion, Fusion::Qkv) => gemm.pick(slots, t),
             v => v,
         };
-        let chunk = matches!(
-            variant,
-            MatmulVariant::MatvecChunk | MatmulVariant::MatvecChunkWide(_)
-        );
-        let splits = if chunk {
-            let rows = variant.slots_per_group();
-            chunk_splits(slots.div_ceil(rows as u64), rows, k / 32, t)
-        } else {
-            1
-        };
-        let tokens = if chunk && self.int8_candidate() {
-            chunk_tokens(t)
-        } else {
-            1
+        let splits = match variant {
+            MatmulVariant::MatvecChunk | MatmulVariant::MatvecChunkWide(_) => {
+                let rows = variant.slots_per_group();
+                chunk_splits(slots.div_ceil(rows as u64), rows, k / 32, t)
+            }
+            _ => 1,
         };
         MatmulKey {
             variant,
             splits,
-            tokens,
             ..self
         }
     }
@@ -314,46 +300,19 @@ impl MatmulKey {
             self.variant,
             MatmulVariant::MatvecChunk | MatmulVariant::MatvecChunkWide(_)
         ) {
-            return self.chunk_staged(k, workgroup_bytes, others);
+            // Tiles of whole 32-element chunks, as many as the device's workgroup memory holds;
+            // with split K no more than a workgroup's range.
+            let fit = workgroup_bytes.saturating_sub(others) / 128 * 32;
+            let range = (k / 32).div_ceil(self.splits.max(1)) * 32;
+            return MatmulKey {
+                stage_k: range.min(fit.clamp(32, CHUNK_TILE_MAX_K)),
+                ..self
+            };
         }
         let fits = k <= STAGE_MAX_K && k.is_multiple_of(8) && 4 * k + others <= workgroup_bytes;
         let staged = self.variant == MatmulVariant::MatvecSubgroup && wanted && fits;
         MatmulKey {
             stage_k: if staged { k } else { 0 },
-            ..self
-        }
-    }
-
-    /// [`MatmulKey::staged`] for the chunk matvec: tiles of whole 32-element chunks, as many
-    /// as the device's workgroup memory holds (with split K no more than a workgroup's range).
-    /// With several tokens per workgroup, each token's tile (80 bytes per chunk as int8
-    /// levels) and its partial sums take their share, so the tokens are halved until a tile
-    /// holds [`CHUNK_TOKENS_MIN_TILE`] chunks (or all of K), and K is dealt into tiles of equal
-    /// size. One token keeps the decode kernel's tiles as they were tuned.
-    fn chunk_staged(self, k: u32, workgroup_bytes: u32, others: u32) -> MatmulKey {
-        let chunks = k / 32;
-        let mut tokens = self.tokens.max(1);
-        while tokens > 1 {
-            let rows_per_task = self.source_shape().1;
-            // The other tokens' partial sums, and the post-norm and split epilogues' arrays
-            // (260 and 8 bytes), which `others` leaves to the slack of a one-token tile.
-            let sums = 4 * 64 * rows_per_task * (tokens - 1) + 268;
-            let fit = workgroup_bytes.saturating_sub(others + sums) / (80 * tokens);
-            if fit >= CHUNK_TOKENS_MIN_TILE.min(chunks) {
-                let tiles = chunks.div_ceil(fit.min(CHUNK_TILE_MAX_K / 32));
-                return MatmulKey {
-                    stage_k: chunks.div_ceil(tiles) * 32,
-                    tokens,
-                    ..self
-                };
-            }
-            tokens /= 2;
-        }
-        let fit = workgroup_bytes.saturating_sub(others) / 128 * 32;
-        let range = (k / 32).div_ceil(self.splits.max(1)) * 32;
-        MatmulKey {
-            stage_k: range.min(fit.clamp(32, CHUNK_TILE_MAX_K)),
-            tokens: 1,
             ..self
         }
     }
@@ -394,13 +353,8 @@ impl MatmulKey {
             String::new()
         };
         let f16 = if self.f16_operands() { "_f16ops" } else { "" };
-        let tokens = if self.tokens > 1 {
-            format!("_t{}", self.tokens)
-        } else {
-            String::new()
-        };
         format!(
-            "matmul_{}_{}{fusion}{norm}{bias}{staged}{int8}{splits}{tokens}{f16}",
+            "matmul_{}_{}{fusion}{norm}{bias}{staged}{int8}{splits}{f16}",
             self.ty.name().to_lowercase(),
             self.variant.label()
         )
@@ -469,15 +423,6 @@ impl MatmulKey {
         if self.splits > 1 {
             defines.push("SPLIT_K");
         }
-        if self.tokens > 1 && !self.int8() {
-            return Err(KernelError::Shape {
-                kernel: "matmul",
-                why: format!(
-                    "{} tokens per workgroup: only the chunk matvec with int8 levels takes more than one",
-                    self.tokens
-                ),
-            });
-        }
         if self.f16_operands() {
             defines.push("F16_OPERANDS");
         }
@@ -531,20 +476,6 @@ impl MatmulKey {
         }
     }
 
-    /// Groups per trip and rows per task of the subgroup and chunk matvecs' row loops (their
-    /// tuned shapes); the other kernels don't use them.
-    fn source_shape(&self) -> (u32, u32) {
-        match self.variant {
-            MatmulVariant::MatvecSubgroup => {
-                let shape = matvec_shape();
-                (shape.unroll, shape.rows_per_task)
-            }
-            MatmulVariant::MatvecChunk => (1, chunk_shape().1),
-            MatmulVariant::MatvecChunkWide(_) => (1, CHUNK_WIDE_ROWS_PER_TASK),
-            _ => (2, 1),
-        }
-    }
-
     /// The preprocessed WGSL, with the grid constants and binding numbers the host also uses
     /// prepended (one source of truth; `GpuContext::pipeline` takes no override constants).
     pub(super) fn source(&self) -> Result<String, KernelError> {
@@ -570,7 +501,17 @@ impl MatmulKey {
             }
             _ => "",
         };
-        let (mv_unroll, mv_rps) = self.source_shape();
+        // Groups per trip and rows per task of the subgroup matvec's row loop (its tuned
+        // shape); the other kernels don't use them.
+        let (mv_unroll, mv_rps) = match self.variant {
+            MatmulVariant::MatvecSubgroup => {
+                let shape = matvec_shape();
+                (shape.unroll, shape.rows_per_task)
+            }
+            MatmulVariant::MatvecChunk => (1, chunk_shape().1),
+            MatmulVariant::MatvecChunkWide(_) => (1, CHUNK_WIDE_ROWS_PER_TASK),
+            _ => (2, 1),
+        };
         // The tile kernels' tile; the wide GEMM's register tile and K chunk.
         let (tile_n, tile_t, wide) = match self.variant {
             MatmulVariant::Wide(w) => (w.tile().0, w.tile().1, w),
@@ -580,7 +521,7 @@ impl MatmulKey {
         let consts = format!(
             "const MV_ROWS: u32 = {mv_rows}u;\nconst MV_LANES: u32 = {mv_lanes}u;\n\
              const MV_UNROLL: u32 = {mv_unroll}u;\nconst MV_RPS: u32 = {mv_rps}u;\n\
-             const MV_STAGE_VEC4: u32 = {}u;\nconst MV_TOKENS: u32 = {}u;\n\
+             const MV_STAGE_VEC4: u32 = {}u;\n\
              const TILE_N: u32 = {tile_n}u;\nconst TILE_T: u32 = {tile_t}u;\n\
              const GT_N: u32 = {}u;\nconst GT_T: u32 = {}u;\nconst G_KC: u32 = {}u;\n\
              const B_W1: u32 = 2u;\nconst B_W2: u32 = 3u;\nconst B_X: u32 = {}u;\n\
@@ -590,7 +531,6 @@ impl MatmulKey {
              const B_SCALES: u32 = {}u;\n\
              const POST_COUNTERS: u32 = {}u;\n",
             (self.stage_k / 4).max(1),
-            self.tokens.max(1),
             wide.slots,
             wide.tokens,
             wide.chunk(),

@@ -510,7 +510,6 @@ pub fn qkv_fuses(
         fusion: Fusion::Qkv,
         stage_k: 0,
         splits: 1,
-        tokens: 1,
     };
     qkv_key_fits(ctx, &key, [wq, wk, wv])
 }
@@ -799,18 +798,17 @@ pub(super) fn launch(
         ));
     }
     let max = ctx.limits.max_compute_workgroups_per_dimension;
-    // Staging sets the chunk matvec's tokens per workgroup, hence the grid's z.
-    let key = &key.staged(params.k, ctx.limits.max_compute_workgroup_storage_size);
     let t = params.t;
     let t_groups = match key.variant {
         v if v.is_tiled() => t.div_ceil(v.tile_tokens()),
-        _ => t.div_ceil(key.tokens), // key.tokens tokens per z slice (one but for int8 chunks)
+        _ => t, // one token per z slice
     };
     if t_groups > max {
         return err(format!(
             "{t} tokens need {t_groups} workgroups along z, over the limit {max}"
         ));
     }
+    let key = &key.staged(params.k, ctx.limits.max_compute_workgroup_storage_size);
     // Defines are checked here; the source is only built on a pipeline-cache miss (this runs
     // for every dispatch of every step).
     key.defines()?;

@@ -118,38 +118,6 @@ pub fn chunk_splits_override() -> Option<u32> {
     })
 }
 
-/// Most tokens a workgroup of the chunk matvec with int8 levels computes in a step of several
-/// (a prompt of up to [`MATVEC_MAX_T`]): each weight chunk is then loaded and decoded once for
-/// all of them instead of once per token. `COCO_CHUNK_TOKENS` overrides it ([`chunk_tokens`]).
-pub const CHUNK_TOKENS: u32 = 8;
-/// Fewest 32-element chunks a tile of several tokens' x' may hold before
-/// [`MatmulKey::staged`](super::MatmulKey::staged) halves the tokens (a tile per two
-/// barriers; 32 chunks is K = 1,024).
-pub const CHUNK_TOKENS_MIN_TILE: u32 = 32;
-
-/// Tokens per workgroup of an int8 chunk matvec for a step of `t` tokens: the power of two
-/// that covers `t`, at most [`CHUNK_TOKENS`] or the A/B override `COCO_CHUNK_TOKENS=<n>` (a
-/// power of two in 1..=16; 1 is one token per workgroup, as before), read once per process.
-/// Powers of two keep a prompt's distinct pipelines to a few.
-pub fn chunk_tokens(t: u32) -> u32 {
-    static MAX: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    let max = *MAX.get_or_init(|| {
-        let Ok(v) = std::env::var("COCO_CHUNK_TOKENS") else {
-            return CHUNK_TOKENS;
-        };
-        match v.trim().parse::<u32>() {
-            Ok(n) if n.is_power_of_two() && n <= 16 => n,
-            _ => {
-                log::warn!(
-                    "COCO_CHUNK_TOKENS={v:?} ignored: expected a power of two in 1..=16"
-                );
-                CHUNK_TOKENS
-            }
-        }
-    });
-    t.max(1).next_power_of_two().min(max)
-}
-
 /// The chunk matvec runs the products with at least this K; shorter rows keep the lane-per-8
 /// matvec, which measured faster on them (too few chunks per row to occupy a task's lanes;
 /// BENCHMARKS.md "session 13"). `COCO_CHUNK_MIN_K` overrides it ([`chunk_min_k`]).

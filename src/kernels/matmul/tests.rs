@@ -104,7 +104,6 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
                 fusion,
                 stage_k: 0,
                 splits: 1,
-                tokens: 1,
             };
             let source = key.source().unwrap();
             assert!(source.contains("coopMultiplyAdd"), "{}", key.label());
@@ -144,7 +143,6 @@ fn layouts_number_bindings_in_host_order() {
         fusion,
         stage_k: 0,
         splits: 1,
-        tokens: 1,
     };
     // w, x, y, [norm_w], [bias]
     let l = key(Fusion::None, false, true).layout();
@@ -247,7 +245,6 @@ fn qkv_rope_compiles_for_the_matvecs_and_is_refused_for_tiles() {
                 fusion: Fusion::QkvRope { layout, qk_norm },
                 stage_k: 0,
                 splits: 1,
-                tokens: 1,
             };
             if variant.is_tiled() {
                 assert!(key.defines().is_err(), "{}", key.label());
@@ -279,7 +276,6 @@ fn every_variant_preprocesses() {
                     fusion,
                     stage_k: 0,
                     splits: 1,
-                    tokens: 1,
                 };
                 let src = key.source().unwrap();
                 assert!(
@@ -294,7 +290,6 @@ fn every_variant_preprocesses() {
                             norm,
                             stage_k: 2048,
                             splits: 1,
-                            tokens: 1,
                             ..key
                         };
                         compile_to_spirv(&key.label(), &key.source().unwrap());
@@ -431,52 +426,4 @@ fn split_k_key_and_scratch_layout() {
         );
         assert_eq!(chunk_splits(4, 16, chunks, 2), 1, "a two-token step");
     }
-}
-
-/// Several tokens per workgroup: the int8 chunk matvec of a prompt step takes the power of two
-/// that covers T (at most CHUNK_TOKENS), labelled `_t<n>`, with its grid and tiles sized for
-/// them; the f32 chunk loop and the one-token step keep one; a workgroup memory too small for
-/// a tile of CHUNK_TOKENS_MIN_TILE chunks halves the tokens.
-#[test]
-fn chunk_tokens_per_workgroup() {
-    let sized = |ty, t| {
-        MatmulKey {
-            norm: true,
-            ..MatmulKey::choose(
-                DeviceKernels::with_matvec(MatmulVariant::MatvecChunk),
-                ty,
-                t,
-                false,
-                None,
-            )
-        }
-        .sized(2048, 64, t, GemmChoice::Auto, true)
-    };
-    assert_eq!(sized(GgmlType::Q4_0, 1).tokens, 1);
-    assert_eq!(sized(GgmlType::Q4_0, 3).tokens, 4);
-    assert_eq!(sized(GgmlType::Q4_0, 32).tokens, CHUNK_TOKENS);
-    // IQ4_NL has no int8 form: its f32 loop stages one token's x' per workgroup.
-    assert_eq!(sized(GgmlType::IQ4_NL, 32).tokens, 1);
-
-    // K = 2,048 is 64 chunks: at the H200's 48 KiB a tile holds 63 of 8 tokens' levels
-    // (beside their partial sums), so K is dealt into two equal tiles.
-    let key = sized(GgmlType::Q4_0, 32).staged(2048, 48 * 1024);
-    assert_eq!((key.tokens, key.stage_k), (8, 1024), "{}", key.label());
-    assert!(key.label().ends_with("_norm_xs1024_i8_t8"), "{}", key.label());
-    assert!(key.source().unwrap().contains("const MV_TOKENS: u32 = 8u;"));
-    let key = sized(GgmlType::Q4_0, 32).staged(512, 48 * 1024);
-    assert_eq!((key.tokens, key.stage_k), (8, 512), "{}", key.label());
-    // WebGPU's least workgroup memory, 16 KiB, holds 32 chunks of 4 tokens' levels, not 8's.
-    let key = sized(GgmlType::Q4_0, 32).staged(2048, 16 * 1024);
-    assert_eq!(key.tokens, 4, "{}", key.label());
-    assert!(key.stage_k >= CHUNK_TOKENS_MIN_TILE * 32);
-    let key = sized(GgmlType::Q4_0, 32).staged(2048, 4 * 1024);
-    assert_eq!(key.tokens, 1, "{}", key.label());
-    assert!(!key.label().contains("_t"), "{}", key.label());
-
-    let f32_loop = MatmulKey {
-        tokens: 2,
-        ..sized(GgmlType::IQ4_NL, 2)
-    };
-    assert!(f32_loop.defines().is_err(), "only the int8 chunk loop takes several tokens");
 }
