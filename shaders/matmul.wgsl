@@ -26,7 +26,8 @@
 // Defines (kernels/matmul.rs builds them from a MatmulKey):
 //   weight type   F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_XS
 //                 (every weight has this type)
-//   kernel shape  MATVEC_WG | MATVEC_SG | MATVEC_CHUNK | TILED | GEMM_WIDE | TILED_COOP
+//   kernel shape  MATVEC_WG | MATVEC_SG | MATVEC_CHUNK | TILED | GEMM_WIDE | TILED_COOP |
+//                 GEMM_COOP (the last two with COOP_STAGING: per-token scales at B_SCALES)
 //   fusion        (none) | GLU + MULTI_W + SILU|GELU_TANH | QKV + MULTI_W [+ ROPE_KV [+ ROPE_NEOX]]
 //   NORM          binding norm_w[K]
 //   BIAS          binding bias[N] (of W, or of W_q); QKV_BIAS adds bias1, bias2 (W_k, W_v)
@@ -917,6 +918,10 @@ fn main(
 #include "matmul/gemm_wide.wgsl"
 #endif
 
+#ifdef COOP_STAGING
+#include "matmul/coop_staging.wgsl"
+#endif
+
 #ifdef GEMM_COOP
 #include "matmul/gemm_coop.wgsl"
 #endif
@@ -928,6 +933,7 @@ fn main(
 // accumulating in f32. The price is rounding W and x' to f16 (11-bit significands, a relative
 // error of at most 2^-11 per element; tests/kernels_matmul.rs bounds the result against the
 // CPU reference). kernels/matmul.rs prepends `enable f16;` and `enable wgpu_cooperative_matrix;`.
+// x' is staged scaled per token as in GEMM_COOP (matmul/coop_staging.wgsl).
 var<workgroup> wt16: array<f16, TILE_N * 32u>; // [TILE_N][32]: the W chunk, row-major (A)
 var<workgroup> xt16: array<f16, TILE_T * 32u>; // [TILE_T][32]: x' chunk by token (B, column-major)
 var<workgroup> ct: array<f32, TILE_N * TILE_T>; // [TILE_T][TILE_N]: the outputs (C, column-major)
@@ -935,29 +941,15 @@ var<workgroup> ct: array<f32, TILE_N * TILE_T>; // [TILE_T][TILE_N]: the outputs
 var<workgroup> token_ss: array<f32, 256>; // Σ x² of each staging thread's elements
 #endif
 
-// rsqrt(mean(x²) + eps) of tile token `tok` from its 4 staging threads' Σ x², or 1 without NORM.
+// What tile token `tok`'s sums are multiplied by: rsqrt(mean(x²) + eps) from its 4 staging
+// threads' Σ x² (1 without NORM), times the inverse of its staging scale.
 fn token_scale(tok: u32) -> f32 {
 #ifdef NORM
     let s = token_ss[tok * 4u] + token_ss[tok * 4u + 1u] + token_ss[tok * 4u + 2u] + token_ss[tok * 4u + 3u];
-    return inverseSqrt(s / f32(p.k) + p.eps);
+    return inverseSqrt(s / f32(p.k) + p.eps) * token_unscale[tok];
 #else
-    return 1.0;
+    return token_unscale[tok];
 #endif
-}
-
-// Writes 8 staged f32 (two vec4) as f16 at `at` in wt16 or xt16.
-fn stage_w16(at: u32, v: array<vec4<f32>, 2>) {
-    for (var e = 0u; e < 4u; e++) {
-        wt16[at + e] = f16(v[0][e]);
-        wt16[at + 4u + e] = f16(v[1][e]);
-    }
-}
-
-fn stage_x16(at: u32, v: array<vec4<f32>, 2>) {
-    for (var e = 0u; e < 4u; e++) {
-        xt16[at + e] = f16(v[0][e]);
-        xt16[at + 4u + e] = f16(v[1][e]);
-    }
 }
 
 @compute @workgroup_size(256)
@@ -982,6 +974,10 @@ fn main(
     // as the zeroed output tile (there is no zero constructor for cooperative matrices).
     let r0 = 16u * (sg % 4u);
     let n0 = 32u * (sg / 4u);
+    let scale = staging_scale(t_stage);
+    if (q == 0u) {
+        token_unscale[sr] = 1.0 / scale;
+    }
     for (var i = li; i < TILE_N * TILE_T; i += 256u) {
         ct[i] = 0.0;
     }
@@ -997,7 +993,7 @@ fn main(
     var x_next = stage_x(t_stage, 0u, q, &ss);
     for (var c = 0u; c < chunks; c++) {
         stage_w16(sr * 32u + 8u * q, w_next);
-        stage_x16(sr * 32u + 8u * q, x_next);
+        stage_x16(sr * 32u + 8u * q, scaled8(x_next, scale));
         workgroupBarrier();
         if (c + 1u < chunks) {
             if (staged_live) {

@@ -376,6 +376,7 @@ fn matmul_type(ty: GgmlType) {
                 .scaled(),
             Case::new(ty, 67, 70, Some(TiledCoop)).accumulate(),
             Case::new(ty, 67, 33, Some(TiledCoop)).softcap(),
+            Case::new(ty, 67, 9, Some(TiledCoop)).beyond_f16(),
             Case::new(ty, 67, 17, Some(TiledCoop))
                 .bias()
                 .accumulate()

@@ -17,12 +17,8 @@
 //
 // Numerics: W and x' rounded to f16 (relative error ≤ 2^-11 per element), products
 // accumulated in f32; tests/kernels_matmul.rs bounds the result against the CPU reference.
-// f16 ends at 65,504, and the staged x' (with NORM the raw residual times the norm weight)
-// can pass it: some models' residual streams and FFN activations reach the thousands and
-// beyond. So a token is staged times its power-of-two scale from `token_scale.wgsl` (the
-// dispatch before this one; binding tscales) and the epilogue multiplies its sums back (exact:
-// powers of two only move the exponent). Its small elements lose the precision f16 can't
-// hold beside its largest, as in any f16 GEMM.
+// x' is staged scaled per token, so values past f16's range stay finite
+// (matmul/coop_staging.wgsl, which also holds the staging stores).
 
 const KC: u32 = 32u;       // K elements per staged chunk
 const KS: u32 = KC + 8u;   // row stride of the staged tiles: 80 bytes, so the 8 rows a
@@ -37,28 +33,6 @@ var<workgroup> ct: array<f32, 8u * 512u>;
 #ifdef NORM
 var<workgroup> token_ss: array<f32, 512>; // Σ x² of each staging thread's elements
 #endif
-var<workgroup> token_unscale: array<f32, TILE_T>; // 2^e: token tok was staged times 2^-e
-@group(0) @binding(B_SCALES) var<storage, read> tscales: array<f32>; // [p.t]: 2^-e per token
-
-// The 8 values staged times `s`.
-fn scaled8(v: array<vec4<f32>, 2>, s: f32) -> array<vec4<f32>, 2> {
-    return array<vec4<f32>, 2>(v[0] * s, v[1] * s);
-}
-
-// Writes 8 staged f32 (two vec4) as f16 at `at` in wt16 or xt16.
-fn stage_w16(at: u32, v: array<vec4<f32>, 2>) {
-    for (var e = 0u; e < 4u; e++) {
-        wt16[at + e] = f16(v[0][e]);
-        wt16[at + 4u + e] = f16(v[1][e]);
-    }
-}
-
-fn stage_x16(at: u32, v: array<vec4<f32>, 2>) {
-    for (var e = 0u; e < 4u; e++) {
-        xt16[at + e] = f16(v[0][e]);
-        xt16[at + 4u + e] = f16(v[1][e]);
-    }
-}
 
 // rsqrt(mean(x²) + eps) of tile token `tok` from its 4 staging threads' Σ x², or 1 without
 // NORM. Thread li staged tokens li / 4 and li / 4 + 64 (token_ss[li] and [256 + li]).
@@ -99,16 +73,9 @@ fn main(
     let r0 = 16u * (sg % 4u);
     let n0 = 64u * (sg / 4u);
     let scratch = sg * 512u;
-    // The scales of the two tokens this thread stages (1 past the step's tokens, which stage
-    // zeros).
-    var scale_lo = 1.0;
-    var scale_hi = 1.0;
-    if (t_lo < p.t) {
-        scale_lo = tscales[t_lo];
-    }
-    if (t_hi < p.t) {
-        scale_hi = tscales[t_hi];
-    }
+    // The scales of the two tokens this thread stages.
+    let scale_lo = staging_scale(t_lo);
+    let scale_hi = staging_scale(t_hi);
     if (q == 0u) {
         token_unscale[sr] = 1.0 / scale_lo;
         token_unscale[sr + HALF_N] = 1.0 / scale_hi;

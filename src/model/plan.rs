@@ -28,7 +28,8 @@ use crate::kernels::get_rows::GetRowsKey;
 use crate::kernels::matmul::{
     can_fuse_glu, chunk_min_k, chunk_short_k_min, chunk_splits_override, matvec_max_t,
     matvec_shape, planned_label, post_norm_fuses, post_norm_max_t, qkv_fuses, DeviceKernels,
-    Fusion, GemmChoice, MatmulVariant, StageX, WideTile, AUTO_SPLIT, CHUNK_WIDE, WIDE_MIN_GROUPS,
+    Fusion, GemmChoice, MatmulVariant, StageX, WideTile, AUTO_SPLIT, CHUNK_WIDE, COOP64_MAX_T,
+    WIDE_MIN_GROUPS,
 };
 use crate::kernels::megakernel::MegakernelKey;
 use crate::kernels::qkv_rope::{qk_norm_max_t, qkv_rope_fits, v_rows_bindable};

@@ -33,9 +33,10 @@ pub enum MatmulVariant {
     /// Tiled matrix–matrix (prefill).
     Tiled,
     /// The same tiles multiplied with f16 cooperative matrices (tensor cores), where the
-    /// native adapter offers them and the user opted in (`GpuContext::has_coop_gemm`): the
-    /// A/B baseline of [`MatmulVariant::Coop128`] (`COCO_GEMM=tiled`), without its per-token
-    /// scaling of activations past f16's range.
+    /// native adapter offers them (`GpuContext::has_coop_gemm`), with
+    /// [`MatmulVariant::Coop128`]'s per-token scaling of activations past f16's range: what
+    /// [`MatmulKey::sized`] picks for steps of up to [`COOP64_MAX_T`] tokens, and everywhere
+    /// with `COCO_GEMM=tiled`.
     TiledCoop,
     /// Tensor cores with a 128 × 128 tile and 8 blocks per subgroup
     /// (`shaders/matmul/gemm_coop.wgsl`): what a device with coco's tensor-core GEMM runs
@@ -205,7 +206,7 @@ pub(in crate::kernels) struct Layout {
     pub(super) post: u32,
     /// The split scratch (SPLIT_K).
     pub(super) split: u32,
-    /// The per-token f16 scales (`Coop128`), after every other binding.
+    /// The per-token f16 scales (the cooperative-matrix tiles), after every other binding.
     pub(super) scales: u32,
     /// Storage bindings in all.
     pub(in crate::kernels) count: u32,
@@ -263,6 +264,9 @@ impl MatmulKey {
                         MatmulVariant::MatvecChunkWide(per)
                     })
             }
+            // Short steps take the 64-token tensor-core tiles: the 128-token ones leave most of
+            // the GPU idle there, each of their few workgroups walking all of K.
+            MatmulVariant::Coop128 if t <= COOP64_MAX_T => MatmulVariant::TiledCoop,
             // The fused Q/K/V keeps the 64 × 64 tiles: as wide64x128 it ran 2.8× slower on
             // the Llama-8B shape (105.7 against 37.7 ms per 512-token step; BENCHMARKS.md
             // "session 16"), the slowdown gemm_wide.wgsl warns of.
@@ -366,6 +370,9 @@ impl MatmulKey {
         if self.variant.is_tiled() {
             defines.push("TILES");
         }
+        if self.variant.is_coop() {
+            defines.push("COOP_STAGING");
+        }
         match self.fusion {
             Fusion::None => {}
             Fusion::Glu(act) => defines.extend([
@@ -461,7 +468,7 @@ impl MatmulKey {
         let post = qkn + 3 * self.has_qk_norm() as u32;
         let split = post + 2 * (self.fusion == Fusion::PostNorm) as u32;
         let scales = split + (self.splits > 1) as u32;
-        let count = scales - 1 + (self.variant == MatmulVariant::Coop128) as u32;
+        let count = scales - 1 + self.variant.is_coop() as u32;
         Layout {
             x,
             y,

@@ -26,8 +26,8 @@
 //!   always `tiled64x64`), or one by name ([`GemmChoice`]).
 //! - `coop128x128`: prefill on tensor cores with f16 cooperative matrices
 //!   (`shaders/matmul/gemm_coop.wgsl`), where the native adapter offers them (never in a
-//!   browser) unless `COCO_COOPMAT=0`; `coop64x64`, `tiled64x64`'s tiles on
-//!   tensor cores, is its A/B baseline (`COCO_GEMM=tiled`).
+//!   browser) unless `COCO_COOPMAT=0`; `coop64x64`, `tiled64x64`'s tiles on tensor cores,
+//!   runs the steps of up to [`COOP64_MAX_T`] tokens, and every step with `COCO_GEMM=tiled`.
 //!
 //! Every fused form exists in all four shapes, so it serves any T; only its speed, not its
 //! dispatch count, depends on T.
@@ -784,9 +784,7 @@ pub(super) fn launch(
     // The split scratch is the context's own (appended below).
     debug_assert_eq!(
         layout.count as usize,
-        bindings.len()
-            + (key.splits > 1) as usize
-            + (key.variant == MatmulVariant::Coop128) as usize,
+        bindings.len() + (key.splits > 1) as usize + key.variant.is_coop() as usize,
         "{}",
         key.label()
     );
@@ -823,7 +821,7 @@ pub(super) fn launch(
             &ctx.shared_scratch("matvec split-K scratch", 4 * words),
         ));
     }
-    if key.variant == MatmulVariant::Coop128 {
+    if key.variant.is_coop() {
         let scales = record_token_scales(rec, key, &params, &bindings)?;
         bindings.push(scales);
     }

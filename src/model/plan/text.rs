@@ -141,13 +141,17 @@ impl Plan {
                 "steps of <= {max} tokens: {matvec}; longer steps: {}",
                 match (self.kernels.tiled, self.kernels.gemm) {
                     (tiles, _) if tiles.is_coop() => {
-                        let scales = if tiles == MatmulVariant::Coop128 {
-                            ", each after matmul_token_scale: per-token f16 scales"
+                        let short = if tiles == MatmulVariant::Coop128 {
+                            format!(
+                                "{} up to {COOP64_MAX_T} tokens, else ",
+                                MatmulVariant::TiledCoop.label()
+                            )
                         } else {
-                            ""
+                            String::new()
                         };
                         format!(
-                            "{} (f16 tensor cores{scales}; COCO_COOPMAT=0: the portable tiles)",
+                            "{short}{} (f16 tensor cores, each after matmul_token_scale: \
+                             per-token f16 scales; COCO_COOPMAT=0: the portable tiles)",
                             tiles.label()
                         )
                     }
