@@ -3,13 +3,14 @@
 
 import { $ } from "./ui.js";
 
-/** Everything the page knows. Tests read engine, state, lastStats, peakWasm and longTasks. */
+/** Everything the page knows. Tests read engine, state, lastStats, peakWasm, longTasks and longFrames. */
 export const page = {
   engine: null,
   state: "starting",
   lastStats: null,
   peakWasm: 0, // the highest wasm heap the engine's worker reported, in bytes
   longTasks: [], // {start, duration} in ms (performance.now()) of every main-thread task > 50 ms
+  longFrames: [], // every animation frame > 50 ms: its scripts' and rendering's share (below)
   presets: [],
   defaultPreset: null,
   hasModel: false, // a model is on the GPU and ready to generate
@@ -39,6 +40,32 @@ try {
   }).observe({ type: "longtask", buffered: true });
 } catch {
   // a browser without the Long Tasks API: page.longTasks stays empty
+}
+// What filled them: Chromium's Long Animation Frames API attributes a frame over 50 ms to the
+// scripts that ran in it (each one's entry point and duration) and to style, layout and paint.
+// A long task whose frame shows little script time was the main thread waiting for a core,
+// not working (the e2e tests record both).
+try {
+  new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) {
+      const scripts = [...(e.scripts ?? [])].sort((a, b) => b.duration - a.duration);
+      page.longFrames.push({
+        start: e.startTime,
+        duration: e.duration,
+        blocking: e.blockingDuration,
+        script: scripts.reduce((sum, s) => sum + s.duration, 0),
+        // from the start of rendering (style, layout, paint) to the frame's end
+        render: e.renderStart > 0 ? e.startTime + e.duration - e.renderStart : 0,
+        top: scripts.slice(0, 3).map((s) => ({
+          invoker: s.invoker,
+          source: `${(s.sourceURL ?? "").split("/").pop()}:${s.sourceFunctionName ?? ""}`,
+          duration: s.duration,
+        })),
+      });
+    }
+  }).observe({ type: "long-animation-frame", buffered: true });
+} catch {
+  // a browser without the Long Animation Frames API: page.longFrames stays empty
 }
 
 // ---------------------------------------------------------------------------------------

@@ -375,17 +375,31 @@ export async function pageNow(page) {
 
 /**
  * The page's main-thread long tasks (over 50 ms, window.cocoPage.longTasks) that started at
- * or after `since` (a pageNow() mark): {count, longest_ms, total_ms}. Recorded, never asserted
- * on (durations on a shared 2-core machine say nothing about a bug).
+ * or after `since` (a pageNow() mark): {count, longest_ms, total_ms, frames}. `frames` are the
+ * long animation frames of the same window (window.cocoPage.longFrames), longest first, at
+ * most three: each one's ms, its scripts' ms, its rendering's ms and its longest scripts
+ * (entry point, file:function, ms). Recorded, never asserted on (durations on a shared 2-core
+ * machine say nothing about a bug).
  */
 export async function longTasksSince(page, since) {
   return page.evaluate((since) => {
     const tasks = (window.cocoPage?.longTasks ?? []).filter((t) => t.start >= since);
     const round = (ms) => Math.round(ms);
+    const frames = (window.cocoPage?.longFrames ?? [])
+      .filter((f) => f.start >= since)
+      .sort((a, b) => b.duration - a.duration)
+      .slice(0, 3)
+      .map((f) => ({
+        ms: round(f.duration),
+        script_ms: round(f.script),
+        render_ms: round(f.render),
+        top: f.top.map((s) => `${s.invoker} ${s.source} ${round(s.duration)}`),
+      }));
     return {
       count: tasks.length,
       longest_ms: round(tasks.reduce((a, t) => Math.max(a, t.duration), 0)),
       total_ms: round(tasks.reduce((a, t) => a + t.duration, 0)),
+      frames,
     };
   }, since);
 }
