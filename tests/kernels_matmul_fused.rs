@@ -90,6 +90,9 @@ struct Case {
     bias: bool,
     accumulate: bool,
     long: bool,
+    /// K = 4,352: past CHUNK_TILE_MAX_K, so a chunk matvec stages x' in two tiles or more
+    /// (and sums each token's Σx² over them).
+    two_tiles: bool,
     part_rows: Option<usize>,
     /// GLU: the activation; QKV: W_k and W_v of another type (the three-dispatch fallback).
     gelu: bool,
@@ -104,6 +107,7 @@ fn case(t: usize, variant: Option<MatmulVariant>) -> Case {
         bias: false,
         accumulate: false,
         long: false,
+        two_tiles: false,
         part_rows: None,
         gelu: false,
         mixed: false,
@@ -128,6 +132,20 @@ impl Case {
     }
     fn long(self) -> Case {
         Case { long: true, ..self }
+    }
+    fn two_tiles(self) -> Case {
+        Case {
+            two_tiles: true,
+            ..self
+        }
+    }
+    /// K of this case for weights of type `ty`.
+    fn k(&self, ty: GgmlType) -> usize {
+        if self.two_tiles {
+            4352
+        } else {
+            k_for(ty, self.long)
+        }
     }
     fn split(self, rows: usize) -> Case {
         Case {
@@ -183,6 +201,7 @@ fn variants_cases(base: impl Fn(Case) -> Case) -> Vec<Case> {
             base(case(2, Some(MatvecChunk))).long(),
             base(case(3, Some(MatvecChunk))).no_norm(),
             base(case(32, Some(MatvecChunk))).long(),
+            base(case(2, Some(MatvecChunk))).two_tiles(),
         ]);
     } else {
         println!("no SUBGROUP on this adapter; subgroup matvec not tested");
@@ -218,7 +237,7 @@ fn label_of(rec: &StepRecorder) -> String {
 /// y (+)= norm(x)·wᵀ (+ bias) for N = 67; returns the max |error|.
 fn run_normed(ty: GgmlType, c: Case, seed: u64) -> Err {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let (n, k, t) = (67, k_for(ty, c.long), c.t);
+    let (n, k, t) = (67, c.k(ty), c.t);
     let (wt, w) = weight(&mut rng, "w", ty, n, k, c.part_rows, 2.0);
     let x = residual(&mut rng, t, k);
     let nw = random_f32(&mut rng, k, -1.5, 1.5);
@@ -308,7 +327,7 @@ fn normed_type(ty: GgmlType) -> Err {
 /// out = act(x'·w_gateᵀ) ⊙ (x'·w_upᵀ) for ffn = 67; returns the max |error|.
 fn run_glu(ty: GgmlType, c: Case, seed: u64) -> Err {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let (ffn, k, t) = (67, k_for(ty, c.long), c.t);
+    let (ffn, k, t) = (67, c.k(ty), c.t);
     let (wg, gate_w) = weight(&mut rng, "w_gate", ty, ffn, k, c.part_rows, 2.0);
     let (wu, up_w) = weight(&mut rng, "w_up", ty, ffn, k, c.part_rows, 2.0);
     let x = residual(&mut rng, t, k);
@@ -397,7 +416,7 @@ fn glu_type(ty: GgmlType) -> Err {
 /// fall inside workgroups); returns the max |error|.
 fn run_qkv(ty: GgmlType, c: Case, seed: u64) -> Err {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let (k, t) = (k_for(ty, c.long), c.t);
+    let (k, t) = (c.k(ty), c.t);
     let ns = [67usize, 19, 19];
     let kv_ty = if c.mixed { other_type(ty) } else { ty };
     let (wq, q_w) = weight(&mut rng, "wq", ty, ns[0], k, c.part_rows, 2.0);
