@@ -64,31 +64,25 @@ for spec in $MODELS; do
     done
   done
 done
-if [ -n "${PROMPTS:-}" ]; then
-  python3 - "$OUT" <<'PY'
+# The table: prompts in decode steps with PROMPTS, else tg128 and the decode step's kernels.
+python3 - "$OUT" "${PROMPTS:+prompts}" <<'PY'
 import json, sys
-print("\n| shape | build | prompt | prefill ms | decode step ms | prefill in decode steps |")
-print("|---|---|---|---|---|---|")
-for line in open(f"{sys.argv[1]}/decode.jsonl"):
-    try:
-        r = json.loads(line)
-    except ValueError:
-        continue
-    pp_ms = 1000 * r["prompt"] / r["pp_tok_s"]
-    step_ms = 1000 / r["tg_tok_s"]
-    print(f"| {r['shape']} | {r['build']} | {r['prompt']} | {pp_ms:.2f} | {step_ms:.2f} | {pp_ms / step_ms:.1f} |")
-PY
-  exit 0
-fi
-python3 - "$OUT" <<'PY'
-import json, sys
-out = sys.argv[1]
-print("\n| shape | build | tg128 tok/s | pp512 tok/s | dispatches/token | decode step µs (one pass) | matvec µs | kernels (µs) |")
-print("|---|---|---|---|---|---|---|---|")
+out, prompts = sys.argv[1], sys.argv[2] == "prompts"
+if prompts:
+    print("\n| shape | build | prompt | prefill ms | decode step ms | prefill in decode steps |")
+    print("|---|---|---|---|---|---|")
+else:
+    print("\n| shape | build | tg128 tok/s | pp512 tok/s | dispatches/token | decode step µs (one pass) | matvec µs | kernels (µs) |")
+    print("|---|---|---|---|---|---|---|---|")
 for line in open(f"{out}/decode.jsonl"):
     try:
         r = json.loads(line)
     except ValueError:
+        continue
+    if prompts:
+        pp_ms = 1000 * r["prompt"] / r["pp_tok_s"]
+        step_ms = 1000 / r["tg_tok_s"]
+        print(f"| {r['shape']} | {r['build']} | {r['prompt']} | {pp_ms:.2f} | {step_ms:.2f} | {pp_ms / step_ms:.1f} |")
         continue
     p = r.get("profile") or {}
     ks = p.get("kernels", []) if isinstance(p, dict) else []
