@@ -6,8 +6,7 @@
 // generating, not-yet, error, lost.
 
 import {
-  LoadError, ProgressMeter, CacheWriter, byteSource, cacheAvailable, clearCache, deleteCached,
-  listCached, probeSize, readCached, readHeader, writeCacheMeta,
+  ProgressMeter, cacheAvailable, clearCache, deleteCached, listCached, probeSize, readCached,
 } from "./download.js";
 import { buildShareUrl, checkModelUrl, readShareParams, FIELD_PARAMS } from "./share.js";
 import {
@@ -31,10 +30,6 @@ const AUTO_LOAD_MAX_BYTES = 300_000_000;
 const MIN_CONTEXT = 64;
 const MAX_CONTEXT = 131072;
 const POLL_MS = 1000;
-// The most bytes of the file handed to the engine's worker and not yet taken by it: the
-// download reads ahead while the worker pushes into GPU buffers, within this bound.
-const MAX_IN_FLIGHT_BYTES = 8 << 20;
-const UI_UPDATE_MS = 100;
 
 // ---------------------------------------------------------------------------------------
 // Start-up: theme, presets, the link, the engine
@@ -272,10 +267,11 @@ function updateProgress(p) {
 }
 
 /**
- * Loads `rawUrl` into the engine, as one engine call (`exclusive`): the probe (the cached
- * copy when there is a complete one, else the header over the network and its report),
- * the stream of every byte into GPU buffers, then the integrity check and the cache entry.
- * The cache never keeps a partial file: every failure path deletes it.
+ * Loads `rawUrl` into the engine, as one engine call (`exclusive`). The engine's worker does
+ * the load itself (www/model_load.js): the probe (the cached copy when there is a complete
+ * one, else the header over the network and its report), the stream of every byte into GPU
+ * buffers and the cache copy, the integrity check and the cache entry; the cache never keeps
+ * a partial file. This thread gets its events and keeps the page up to date.
  */
 async function loadModel(rawUrl) {
   const check = checkModelUrl(rawUrl);
@@ -288,18 +284,22 @@ async function loadModel(rawUrl) {
     renderReport(null);
     $("report-summary").textContent = "Reading the header…";
     page.abort = new AbortController();
-    // What the three steps share; `began` and `writer` tell the failure path what to undo.
-    const load = {
-      url: check.url, engine: page.engine, context: readContext(), signal: page.abort.signal,
-      plan: null, writer: null, began: false,
-    };
+    const url = check.url;
+    const engine = page.engine;
+    const onEvent = loadEvents(url);
     setState("inspecting");
     try {
-      if (!(await probeModel(load))) return;
-      const { done, received } = await streamModel(load);
-      await verifyAndKeep(load, done, received);
+      const options = { context: readContext(), expected_sha256: presetFor(url)?.sha256 || null };
+      const result = await engine.load_url(url, options, { signal: page.abort.signal, onEvent });
+      if (result.status === "not_yet") {
+        status("Not yet: this model can't run on this GPU; see the report. Nothing more was downloaded.");
+        setState("not-yet");
+        return;
+      }
+      await pollMemory();
+      await finishLoad(url, engine, result);
     } catch (err) {
-      await loadFailed(load, err);
+      await loadFailed(engine, err);
     } finally {
       page.abort = null;
       refreshCacheList();
@@ -307,138 +307,69 @@ async function loadModel(rawUrl) {
   });
 }
 
-/**
- * Step 1: where the bytes come from and whether this GPU can run them. Returns false (the
- * page in state `not-yet`) when the report says no, before the bulk download.
- */
-async function probeModel(load) {
-  const { url, engine, context, signal } = load;
-  const cached = await readCached(url);
-  if (cached) {
-    // No download to protect, so no separate header probe: load_push runs the same
-    // check first (and refuses with its report), and the wasm heap is spared a second
-    // parse of the header (the probe's copy of the prefix and its vocabulary).
-    status(`Reading ${displayName(url)} from this browser's storage (no network)…`);
-    $("report-summary").textContent = "Checked as the kept copy loads…";
-    load.plan = {
-      result: { status: "ok", report: null, model: null }, buffered: [], reader: cached.response.body.getReader(),
-      done: false, total: cached.meta.bytes, cached: true, meta: cached.meta, rangeSupported: false,
-    };
-    return true;
-  }
-  status(`Reading the header of ${displayName(url)}…`);
-  load.plan = await readHeader(url, engine, context, signal);
-  const { result } = load.plan;
-  showInspection(result);
-  if (result.status === "invalid") {
-    throw new LoadError(`This is not a GGUF file coco can read: ${result.error}`, "invalid_file");
-  }
-  if (result.status === "not_yet") {
-    load.plan.reader?.cancel?.().catch(() => {});
-    status("Not yet: this model can't run on this GPU; see the report. Nothing more was downloaded.");
-    setState("not-yet");
-    return false;
-  }
-  return true;
+/** What the page does with each of load_url's events (www/model_load.js lists them). */
+function loadEvents(url) {
+  let meter = null;
+  return (event) => {
+    switch (event.kind) {
+      case "source":
+        if (event.cached) {
+          status(`Reading ${displayName(url)} from this browser's storage (no network)…`);
+          $("report-summary").textContent = "Checked as the kept copy loads…";
+        } else {
+          status(`Reading the header of ${displayName(url)}…`);
+        }
+        break;
+      case "header":
+        showInspection(event.result);
+        break;
+      case "streaming":
+        setState("downloading");
+        status(event.cached ? "Loading from this browser's storage (no network)…" : `Downloading ${displayName(url)} into the GPU…`);
+        // load_begin dropped whatever model was loaded before.
+        page.hasModel = false;
+        meter = new ProgressMeter(event.total);
+        break;
+      case "progress":
+        if (!meter) break;
+        updateProgress(meter.update(event.bytes));
+        pollMemory();
+        break;
+      case "streamed": {
+        if (!meter) break;
+        const p = meter.update(event.bytes);
+        updateProgress(p);
+        $("progress-text").textContent = `${formatBytes(event.bytes)} in ${formatSeconds(p.elapsed)}`
+          + (p.elapsed > 0 ? ` (${formatBytes(event.bytes / p.elapsed)}/s)` : "");
+        break;
+      }
+      case "resume":
+        status(`The connection dropped at ${formatBytes(event.at)}; resuming (attempt ${event.resume} of 3)…`);
+        break;
+      default:
+        break;
+    }
+  };
 }
 
-/** Step 2: every byte into the engine (and into the cache writer); → load_finish's result. */
-async function streamModel(load) {
-  const { url, engine, context, signal, plan } = load;
-  setState("downloading");
-  status(plan.cached ? "Loading from this browser's storage (no network)…" : `Downloading ${displayName(url)} into the GPU…`);
-  await engine.load_begin(context, plan.total ?? undefined);
-  load.began = true;
-  page.hasModel = false;
-  if (!plan.cached) load.writer = await CacheWriter.open(url, plan.total).catch(() => null);
-  const meter = new ProgressMeter(plan.total);
-  let received = 0;
-  let lastUi = 0;
-  const onResume = (e) => {
-    status(`The connection dropped at ${formatBytes(e.at)}; resuming (attempt ${e.resume} of 3)…`);
-  };
-  // Each chunk's memory moves to the engine's worker (no copy stays here) and comes back once
-  // the engine has read it, then goes on to the cache. Pushes are answered in order; the loop
-  // waits for the oldest only while more than MAX_IN_FLIGHT_BYTES are out, so the download
-  // and the engine work at the same time. A refused chunk fails the load when its turn comes.
-  const inFlight = [];
-  let inFlightBytes = 0;
-  const settleOldest = async () => {
-    const { pushed, bytes } = inFlight.shift();
-    inFlightBytes -= bytes;
-    await pushed;
-  };
-  const keep = (bytes) => load.writer?.write(bytes);
-  for await (const chunk of byteSource(url, plan, signal, onResume)) {
-    if (signal.aborted) throw new LoadError("cancelled", "cancelled");
-    const bytes = chunk.length;
-    const pushed = engine.load_push(chunk, keep);
-    pushed.catch(() => {}); // awaited in order by settleOldest; this only marks it handled
-    inFlight.push({ pushed, bytes });
-    inFlightBytes += bytes;
-    received += bytes;
-    while (inFlightBytes > MAX_IN_FLIGHT_BYTES) await settleOldest();
-    const now = performance.now();
-    if (now - lastUi > UI_UPDATE_MS) {
-      lastUi = now;
-      // Progress counts the bytes the engine has taken, not the ones still on their way.
-      updateProgress(meter.update(received - inFlightBytes));
-      pollMemory();
-    }
-  }
-  while (inFlight.length) await settleOldest();
-  if (signal.aborted) throw new LoadError("cancelled", "cancelled");
-  const final = meter.update(received);
-  updateProgress(final);
-  $("progress-text").textContent = `${formatBytes(received)} in ${formatSeconds(final.elapsed)}`
-    + (final.elapsed > 0 ? ` (${formatBytes(received / final.elapsed)}/s)` : "");
-  await pollMemory();
-  const done = await engine.load_finish();
-  load.began = false;
-  await pollMemory();
-  return { done, received };
-}
-
-/** Step 3: the sha256 the engine computed against the kept copy and the preset; then the cache entry. */
-async function verifyAndKeep(load, done, received) {
-  const { url, plan } = load;
-  const preset = presetFor(url);
-  const sameHash = (a, b) => String(a).toLowerCase() === String(b).toLowerCase();
-  if (plan.cached && !sameHash(done.sha256, plan.meta.sha256)) {
-    await deleteCached(url);
-    throw new LoadError(`The kept copy failed its integrity check (sha256 ${done.sha256.slice(0, 16)}… instead of ${plan.meta.sha256.slice(0, 16)}…) and was deleted. Load again to download it.`, "integrity");
-  }
-  if (preset && preset.sha256 && !sameHash(done.sha256, preset.sha256)) {
-    throw new LoadError(`The downloaded file is not the expected one (sha256 ${done.sha256.slice(0, 16)}…, expected ${preset.sha256.slice(0, 16)}…); it was not kept.`, "integrity");
-  }
-  let keptNote = plan.cached ? " from this browser's storage" : "";
-  if (load.writer) {
-    const stored = await load.writer.commit();
-    if (stored) {
-      await writeCacheMeta(url, {
-        bytes: received, sha256: done.sha256, etag: plan.validators?.etag || null,
-        last_modified: plan.validators?.lastModified || null, date: new Date().toISOString(),
-      });
-      keptNote = "; kept in this browser for next time";
-    } else {
-      keptNote = `; not kept in this browser (${errorMessage(load.writer.failed)})`;
-    }
-    load.writer = null;
-  } else if (!plan.cached) {
-    keptNote = cacheAvailable() ? "; not kept (the browser's storage could not be opened)" : "; not kept (no Cache API: the page is not on https or localhost)";
-  }
+/** After load_url's "ok": the kernels compiled, the numbers and the report shown. */
+async function finishLoad(url, engine, { done, cached, kept }) {
+  let keptNote = "";
+  if (cached) keptNote = " from this browser's storage";
+  else if (kept.stored) keptNote = "; kept in this browser for next time";
+  else keptNote = `; not kept (${kept.reason})`;
 
   // The browser compiles a kernel when it first runs: do that now, not in the first
   // generation (it made a fresh page's first generation decode at half speed).
   status("Compiling the GPU kernels…");
-  const warmSeconds = await load.engine.warm_up();
+  const warmSeconds = await engine.warm_up();
   page.hasModel = true;
   page.loadedUrl = url;
   page.loadSeconds = done.load_seconds;
   if (done.report) showInspection({ status: "ok", report: done.report, model: done.model, plan: done.plan });
   else page.model = done.model;
   renderPlan(done.plan || null);
-  setStat("load", `${formatSeconds(done.load_seconds)}${plan.cached ? " (from storage)" : " (network)"}`);
+  setStat("load", `${formatSeconds(done.load_seconds)}${cached ? " (from storage)" : " (network)"}`);
   $("progress").value = 1;
   status(`Loaded ${displayName(url)} in ${formatSeconds(done.load_seconds)}${keptNote}; kernels compiled in ${formatSeconds(warmSeconds)}.`);
   setState("loaded");
@@ -450,22 +381,11 @@ async function verifyAndKeep(load, done, received) {
   }
 }
 
-/** Undoes what a failed load left (engine load, cache entry, stream) and says why, by kind. */
-async function loadFailed(load, err) {
-  const { url, engine, plan } = load;
-  // An engine error is a PageError (www/API.md); anything else without a kind is a bug here.
-  const e = err instanceof LoadError ? err : new LoadError(errorMessage(err), errorKind(err) ?? "internal");
-  if (load.began) {
-    try {
-      await engine.load_cancel();
-    } catch {
-      // the loader may already be gone; nothing more to free
-    }
-    page.hasModel = false;
-  }
-  plan?.reader?.cancel?.().catch(() => {});
-  if (load.writer) await load.writer.abort(e).catch(() => {});
-  else if (!plan?.cached) await deleteCached(url).catch(() => {});
+/** Says why a load failed, by kind; the worker has already undone what the load began. */
+async function loadFailed(engine, err) {
+  // An engine error is a PageError (www/API.md), a load's carries a LoadError's kind;
+  // anything else without a kind is a bug here.
+  const e = { kind: errorKind(err) ?? "internal", message: errorMessage(err) };
   if (await checkLost()) return;
   if (e.kind === "cancelled") {
     status(page.hasModel ? "Cancelled; the model loaded before is still there." : "Cancelled; nothing was kept.");

@@ -2,9 +2,10 @@
 // then one ordered byte stream for the bulk (resumed with Range after a drop), with a copy
 // kept in the Cache API and a metadata record that lets a later load verify it.
 //
-// Nothing here holds the whole file: the header prefix is a few MiB at most, and the bulk
-// goes chunk by chunk into `engine.load_push` (the engine's worker writes GPU buffers) and
-// into the cache.
+// The load runs in the engine's worker (www/model_load.js drives these pieces there); the
+// page imports only the cache list's helpers and ProgressMeter. Nothing here holds the whole
+// file: the header prefix is a few MiB at most, and the bulk goes chunk by chunk into the
+// engine's `load_push` and into the cache.
 
 export const CACHE_NAME = "coco-models-v1";
 // Metadata lives in a second cache under the same key, because Cache API keys ignore the

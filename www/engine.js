@@ -99,7 +99,7 @@ class Engine {
   constructor(worker) {
     this.worker = worker;
     this.nextId = 1;
-    // id → {resolve, reject, onToken, onReturned, callbackError}
+    // id → {resolve, reject, onToken, onEvent, callbackError}
     this.calls = new Map();
     this.failure = null;
     worker.onmessage = (event) => this.receive(event.data);
@@ -120,13 +120,15 @@ class Engine {
     }
   }
 
-  call(method, args, { transfer = [], onToken = null, onReturned = null } = {}) {
+  /** `onStart(id)` runs once the call has its id (a load's cancel needs it). */
+  call(method, args, { onToken = null, onEvent = null, onStart = null } = {}) {
     if (this.failure) return Promise.reject(this.failure);
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
-      this.calls.set(id, { resolve, reject, onToken, onReturned, callbackError: null });
+      this.calls.set(id, { resolve, reject, onToken, onEvent, callbackError: null });
       try {
-        this.worker.postMessage({ type: "call", id, method, args }, transfer);
+        this.worker.postMessage({ type: "call", id, method, args });
+        onStart?.(id);
       } catch (err) {
         this.calls.delete(id);
         reject(err);
@@ -141,16 +143,17 @@ class Engine {
       this.token(message, call);
       return;
     }
+    if (message.type === "event") {
+      this.event(message, call);
+      return;
+    }
     if (message.type !== "result") return;
     this.calls.delete(message.id);
     // The page's own on_token threw: that exception is the call's result, as it was when
     // the engine called on_token directly.
     if (call.callbackError) call.reject(call.callbackError.error);
     else if (!message.ok) call.reject(errorFrom(message.error));
-    else {
-      if (message.returned) call.onReturned?.(message.returned);
-      call.resolve(message.value);
-    }
+    else call.resolve(message.value);
   }
 
   /**
@@ -167,6 +170,20 @@ class Engine {
     }
   }
 
+  /**
+   * Hands a load event to the page's onEvent. What it throws is kept as the call's result
+   * (as a throwing on_token's is) and cancels the load.
+   */
+  event({ id, event }, call) {
+    if (call.callbackError || !call.onEvent) return;
+    try {
+      call.onEvent(event);
+    } catch (error) {
+      call.callbackError = { error };
+      this.worker.postMessage({ type: "stop", id });
+    }
+  }
+
   fail(err) {
     this.failure = err;
     for (const call of this.calls.values()) call.reject(err);
@@ -174,15 +191,20 @@ class Engine {
   }
 
   /**
-   * Streams one chunk of the file into the engine. The chunk's memory is transferred to the
-   * worker (the caller's view is empty meanwhile) and handed back to `onReturned(bytes)` once
-   * the engine has read it, so it can go on to the cache without a copy. → LoadProgress.
+   * Loads the model at `url` (absolute) in the worker: download or cache, engine, cache copy,
+   * sha256 checks (www/model_load.js; `options` {context, expected_sha256?}). `onEvent(event)`
+   * gets its events; aborting `signal` cancels it (the result is then a LoadError of kind
+   * "cancelled"). → {status: "ok", done, received, cached, kept} | {status: "not_yet", result}.
    */
-  load_push(chunk, onReturned = null) {
-    // A view into part of a larger buffer is copied first: transferring its buffer would take
-    // bytes that are not this chunk's (and fail if another view still uses them).
-    const whole = chunk.byteOffset === 0 && chunk.byteLength === chunk.buffer.byteLength ? chunk : chunk.slice();
-    return this.call("load_push", [whole], { transfer: [whole.buffer], onReturned });
+  load_url(url, options, { signal = null, onEvent = null } = {}) {
+    const onStart = (id) => {
+      const cancel = () => {
+        if (!this.failure) this.worker.postMessage({ type: "stop", id });
+      };
+      if (signal?.aborted) cancel();
+      else signal?.addEventListener("abort", cancel, { once: true });
+    };
+    return this.call("load_url", [url, options], { onEvent, onStart });
   }
 
   /** on_token(piece, id) may return false to stop; what it throws is rethrown as it is. */

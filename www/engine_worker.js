@@ -1,16 +1,22 @@
 // The engine's own thread: a module Web Worker that loads coco's wasm (src/web/) and owns
-// the one `Coco`. Tokenizing, parsing the streamed file, JSON, CPU sampling and recording
-// GPU work all run here, so the page's main thread stays free for the visitor (long tasks of
-// 264-621 ms were measured there when the engine ran on it).
+// the one `Coco`. Downloading the model (www/model_load.js), tokenizing, parsing the streamed
+// file, JSON, CPU sampling and recording GPU work all run here, so the page's main thread
+// stays free for the visitor (long tasks of 264-621 ms were measured there when the engine
+// ran on it, and 49-266 ms while it still fetched the model's bytes).
 //
 // The page talks to this file only through www/engine.js. Messages:
 //   page → worker  {type: "call", id, method, args}   one engine call; `open` comes first
-//                  {type: "stop", id?}                 stop generation `id` (all when absent)
+//                  {type: "stop", id?}                 stop generation or load `id` (every
+//                                                      generation when absent)
 //   worker → page  {type: "token", id, piece, token}   one generated piece of call `id`
-//                  {type: "result", id, ok, value | error, returned?}
+//                  {type: "event", id, event}          a load_url event (www/model_load.js)
+//                  {type: "result", id, ok, value | error}
 // Calls run as they arrive, like calls on the page's thread did: an async call (a
-// generation) lets memory(), lost(), destroy_device() and stop messages in between its
-// tokens, and the engine answers "busy" to anything that needs its state meanwhile.
+// generation, a load) lets memory(), lost(), destroy_device() and stop messages in between
+// its tokens or chunks, and the engine answers "busy" to anything that needs its state
+// meanwhile.
+
+import { loadUrl } from "./model_load.js";
 
 // The wasm-bindgen module (the glue JS, with its `Coco` class) once `open` has loaded it.
 let bindings = null;
@@ -19,6 +25,8 @@ let coco = null;
 // callback below checks the second between tokens: a stop takes effect at the next token.
 const generating = new Set();
 const stopAsked = new Set();
+// load_url calls now running: id → the AbortController a stop message fires.
+const loading = new Map();
 // The most bytes handed to the engine's load_push at once: wasm-bindgen copies each slice
 // into the wasm heap, so this bounds that copy whatever the page sends.
 const MAX_PUSH_BYTES = 1 << 20;
@@ -29,6 +37,7 @@ self.onmessage = (event) => {
     for (const id of message.id === undefined ? generating : [message.id]) {
       if (generating.has(id)) stopAsked.add(id);
     }
+    if (message.id !== undefined) loading.get(message.id)?.abort();
   } else if (message?.type === "call") {
     answer(message);
   }
@@ -36,10 +45,8 @@ self.onmessage = (event) => {
 
 async function answer({ id, method, args }) {
   try {
-    const { value, returned } = await run(id, method, args ?? []);
-    // Bytes the page lent for the call go back to it (transferred, not copied).
-    const transfer = returned ? [returned.buffer] : [];
-    self.postMessage({ type: "result", id, ok: true, value, returned }, transfer);
+    const value = await run(id, method, args ?? []);
+    self.postMessage({ type: "result", id, ok: true, value });
   } catch (err) {
     self.postMessage({ type: "result", id, ok: false, error: errorFields(err) });
   }
@@ -48,20 +55,22 @@ async function answer({ id, method, args }) {
 async function run(id, method, args) {
   switch (method) {
     case "open":
-      return { value: await open(args[0], args[1]) };
+      return open(args[0], args[1]);
     case "load_push":
       return loadPush(args[0]);
+    case "load_url":
+      return loadFromUrl(id, args[0], args[1]);
     case "generate":
     case "chat":
-      return { value: await generation(id, method, args) };
+      return generation(id, method, args);
     case "free":
       coco?.free();
       coco = null;
-      return { value: undefined };
+      return undefined;
     default:
       if (!coco) throw pageError("internal", "the engine is not open (open must come first)");
       if (typeof coco[method] !== "function") throw pageError("invalid_request", `the engine has no method ${String(method).slice(0, 40)}`);
-      return { value: await coco[method](...args) };
+      return coco[method](...args);
   }
 }
 
@@ -87,16 +96,34 @@ async function open(options, files) {
   return { methods };
 }
 
-/** Streams one lent chunk into the engine, in slices; the chunk goes back to the page. */
+/** Streams one chunk into the engine, in slices; → the last slice's LoadProgress. */
 function loadPush(chunk) {
   if (!coco) throw pageError("internal", "the engine is not open (open must come first)");
   let progress = null;
   for (let at = 0; at < chunk.length; at += MAX_PUSH_BYTES) {
     progress = coco.load_push(chunk.subarray(at, at + MAX_PUSH_BYTES));
   }
-  // An empty chunk still asks the engine (for its progress), as the page did before.
+  // An empty chunk still asks the engine (for its progress).
   if (progress === null) progress = coco.load_push(chunk);
-  return { value: progress, returned: chunk };
+  return progress;
+}
+
+/**
+ * load_url(url, {context, expected_sha256?}): the whole load of a model by URL, here in the
+ * worker (www/model_load.js); its events go to the page as they happen, and a stop message
+ * with this call's id cancels it.
+ */
+async function loadFromUrl(id, url, options) {
+  if (!coco) throw pageError("internal", "the engine is not open (open must come first)");
+  const abort = new AbortController();
+  loading.set(id, abort);
+  const emit = (event) => self.postMessage({ type: "event", id, event });
+  try {
+    const settings = { context: options?.context, expectedSha256: options?.expected_sha256 ?? null };
+    return await loadUrl(coco, loadPush, String(url), settings, abort.signal, emit);
+  } finally {
+    loading.delete(id);
+  }
 }
 
 /** generate(prompt, options) or chat(messages, options), streaming tokens to the page. */
