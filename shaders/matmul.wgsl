@@ -40,12 +40,16 @@
 //   QK_NORM       (ROPE_KV, matvec shapes) gemma3's per-head Q/K RMSNorm before the
 //                 rotation; the last workgroup to finish a head norms and rotates it
 //                 (bindings q_norm_w, k_norm_w and the scratch at B_QKN)
+//   EMIT_LEVELS   (MATVEC_CHUNK, GLU, INT8) also writes its outputs as the int8 levels of
+//                 x' the next product reads (binding levels_out at B_LEVELS)
+//   LEVELS_IN     (MATVEC_CHUNK, INT8, no NORM) reads x' as those levels (binding x_levels in
+//                 x's place, B_X) instead of staging it from x
 // Constants prepended by kernels/matmul.rs (one source of truth for the host's grid math and
 // binding order): MV_ROWS, MV_LANES, MV_UNROLL, MV_RPS, MV_STAGE_VEC4 (matvec), TILE_N,
 // TILE_T (tiled), POST_COUNTERS (POST_NORM), and the binding numbers B_W1, B_W2, B_X, B_Y,
-// B_NORM, B_BIAS, B_ROPE, B_QKN, B_POST, B_SPLIT, B_SCALES: storage bindings are numbered 1.. in
+// B_NORM, B_BIAS, B_ROPE, B_QKN, B_POST, B_LEVELS, B_SPLIT, B_SCALES: storage bindings are numbered 1.. in
 // the order the host lists them (weights, x, outputs, norm_w, biases, inv_freq, post_w,
-// post_scratch, split_sums, GEMM_COOP's per-token scales), so the optional ones shift the rest.
+// post_scratch, the levels, split_sums, GEMM_COOP's per-token scales), so the optional ones shift the rest.
 //
 // Workgroups are folded into 2-D (x + y·num_workgroups.x) because a large vocabulary's logits
 // can exceed the 65,535-per-dimension limit (matvec: from 524,288 rows at 8 rows per
@@ -90,7 +94,12 @@ struct Params {
 #ifdef QKV
 @group(0) @binding(B_W2) var<storage, read> w2: array<vec4<u32>>;       // [rows.z, K] W_v
 #endif
+#ifdef LEVELS_IN
+// x' as the int8 levels its producer wrote (matvec_chunk.wgsl), bound in x's place.
+@group(0) @binding(B_X) var<storage, read> x_levels: array<vec4<u32>>;  // [T][5][K / 32]
+#else
 @group(0) @binding(B_X) var<storage, read> x: array<vec4<f32>>;         // [T, K] f32
+#endif
 @group(0) @binding(B_Y) var<storage, read_write> y: array<f32>;         // [T, n.x] f32: y | out | q
 #ifdef QKV
 @group(0) @binding(B_Y + 1u) var<storage, read_write> y1: array<f32>;   // [T, n.y] f32: k (ROPE_KV: K cache [ctx, n.y])
@@ -258,10 +267,12 @@ fn finish(s: Sums) -> f32 {
 }
 
 #ifndef STAGE_X
+#ifndef LEVELS_IN
 // Elements 8o..8o+7 of x[t] (row start `xrow`, in vec4).
 fn x_group(xrow: u32, o: u32, ss: ptr<function, vec4<f32>>) -> array<vec4<f32>, 2> {
     return array<vec4<f32>, 2>(x[xrow + 2u * o], x[xrow + 2u * o + 1u]);
 }
+#endif
 #endif
 #endif
 
@@ -404,9 +415,14 @@ fn store_rope_kv(m: u32, t: u32, s: u32, v: f32, other: f32) {
 #endif
 
 #ifdef GLU
+// An output from its finished gate and up dot products.
+fn glu_value(gate: f32, up: f32) -> f32 {
+    return act(gate) * up;
+}
+
 // out[t, row] from the finished gate and up dot products.
 fn store_glu(t: u32, row: u32, gate: f32, up: f32) {
-    y[t * p.n.x + p.row0 + row] = act(gate) * up;
+    y[t * p.n.x + p.row0 + row] = glu_value(gate, up);
 }
 #endif
 

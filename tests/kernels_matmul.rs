@@ -190,6 +190,7 @@ fn run_matmul(case: Case, seed: u64) -> f64 {
         accumulate: case.accumulate,
         softcap: None, // set below, from the reference's range
         scale: case.scale,
+        x_levels: None,
     };
     matmul_variant(
         &mut rec,

@@ -26,9 +26,23 @@
 // dot4I8Packed. The f32 loop was bound by instructions per weight (a convert and two FMAs
 // each): ~1.2 TB/s of the H200's 4.1 on Q4_0 (BENCHMARKS.md "session 17"). Each level is
 // its own plane of vec4s indexed by chunk, so the lanes' reads are consecutive.
+#ifdef LEVELS_IN
+// With LEVELS_IN the levels come ready from the product that made x (EMIT_LEVELS: the GLU
+// before W_down), in the same planes per token in global memory: nothing is staged, so the
+// workgroup runs all of its K without a barrier, and x is quantized once per step instead
+// of once per workgroup (the 8B's W_down: 256 workgroups each quantized all 14,336 values).
+// (x_levels: matmul.wgsl binds them in x's place.)
+var<private> levels_base: u32; // token t's planes, from the workgroup's first chunk of K
+#else
 const MV_STAGE_CHUNKS: u32 = MV_STAGE_VEC4 / 8u;
 var<workgroup> xq: array<vec4<u32>, 4u * MV_STAGE_CHUNKS>; // planes a0, a1, b0, b1
 var<workgroup> xd: array<vec4<f32>, MV_STAGE_CHUNKS>;      // (d_a, d_b, Σx', 0)
+#endif
+#ifdef EMIT_LEVELS
+// The GLU's outputs of this workgroup (MV_ROWS / 2 rows, whole chunks), for emit_levels.
+@group(0) @binding(B_LEVELS) var<storage, read_write> levels_out: array<vec4<u32>>; // [T][5][N / 32]
+var<workgroup> glu_h: array<vec4<f32>, MV_ROWS / 8u>;
+#endif
 #else
 var<workgroup> xs: array<vec4<f32>, MV_STAGE_VEC4>; // a tile of x'[t] (⊙ norm_w with NORM)
 #endif
@@ -65,6 +79,84 @@ fn swz(v: u32) -> u32 {
 }
 
 #ifdef INT8
+// A chunk's two int8 levels: x'' = d_a·a + d_b·b, a = round(x'/d_a), b the rounded remainder
+// in steps of d_b = d_a / 254, d_a = max |x'| / 127 (reference::quant::int8_levels).
+struct LevelWord {
+    a: u32, // four elements' a, packed
+    b: u32, // their b
+    sum_a: i32,
+    sum_b: i32,
+}
+
+// (d_a, 1 / d_a) of a chunk whose largest |x'| is mx.
+fn chunk_scale(mx: f32) -> vec2<f32> {
+    return vec2<f32>(mx / 127.0, select(0.0, 127.0 / mx, mx > 0.0));
+}
+
+// Four elements of a chunk of scale `scale` (chunk_scale) as their packed levels.
+fn level_word(v: vec4<f32>, scale: vec2<f32>) -> LevelWord {
+    let da = scale.x;
+    let inv_b = 254.0 * scale.y;
+    let qa = round(v * scale.y);
+    let rest = fma(qa, vec4<f32>(-da), v);
+    let ia = vec4<i32>(qa);
+    let ib = vec4<i32>(clamp(round(rest * inv_b), vec4<f32>(-127.0), vec4<f32>(127.0)));
+    return LevelWord(
+        pack4xI8(ia),
+        pack4xI8(ib),
+        (ia.x + ia.y) + (ia.z + ia.w),
+        (ib.x + ib.y) + (ib.z + ib.w),
+    );
+}
+
+// (d_a, d_b, Σx'', 0): Σ of the levels, not of x', so the offsets multiply the same x'' as the
+// quants do and the product is exactly W·x'' for the staged x''.
+fn chunk_d(da: f32, sum_a: i32, sum_b: i32) -> vec4<f32> {
+    let db = da / 254.0;
+    return vec4<f32>(da, db, da * f32(sum_a) + db * f32(sum_b), 0.0);
+}
+
+// One 32-element chunk of x' (8 vec4s) as its two int8 levels.
+fn quantize_chunk(v: array<vec4<f32>, 8>) -> XChunk {
+    var m = vec4<f32>(0.0);
+    for (var i = 0u; i < 8u; i++) {
+        m = max(m, abs(v[i]));
+    }
+    let scale = chunk_scale(max(max(m.x, m.y), max(m.z, m.w)));
+    var a: array<u32, 8>;
+    var b: array<u32, 8>;
+    var sum_a = 0;
+    var sum_b = 0;
+    for (var i = 0u; i < 8u; i++) {
+        let word = level_word(v[i], scale);
+        a[i] = word.a;
+        b[i] = word.b;
+        sum_a += word.sum_a;
+        sum_b += word.sum_b;
+    }
+    return XChunk(
+        vec4<u32>(a[0], a[1], a[2], a[3]),
+        vec4<u32>(a[4], a[5], a[6], a[7]),
+        vec4<u32>(b[0], b[1], b[2], b[3]),
+        vec4<u32>(b[4], b[5], b[6], b[7]),
+        chunk_d(scale.x, sum_a, sum_b),
+    );
+}
+
+#ifdef LEVELS_IN
+// Chunk c of the workgroup's range of x', from its producer's planes.
+fn x_chunk(c: u32) -> XChunk {
+    let n = p.k / 32u;
+    let at = levels_base + c;
+    return XChunk(
+        x_levels[at],
+        x_levels[at + n],
+        x_levels[at + 2u * n],
+        x_levels[at + 3u * n],
+        bitcast<vec4<f32>>(x_levels[at + 4u * n]),
+    );
+}
+#else
 // Stages x'[t] vec4s v0 .. v0 + n4 as int8 levels, an invocation per 32-element chunk;
 // returns this invocation's Σx² of them.
 fn stage_tile(xrow: u32, v0: u32, n4: u32, li: u32) -> f32 {
@@ -72,7 +164,6 @@ fn stage_tile(xrow: u32, v0: u32, n4: u32, li: u32) -> f32 {
     let chunks = n4 / 8u;
     for (var c = li; c < chunks; c += 256u) {
         var v: array<vec4<f32>, 8>;
-        var m = vec4<f32>(0.0);
         for (var i = 0u; i < 8u; i++) {
             let a = x[xrow + v0 + 8u * c + i];
 #ifdef NORM
@@ -81,36 +172,13 @@ fn stage_tile(xrow: u32, v0: u32, n4: u32, li: u32) -> f32 {
 #else
             v[i] = a;
 #endif
-            m = max(m, abs(v[i]));
         }
-        let mx = max(max(m.x, m.y), max(m.z, m.w));
-        let da = mx / 127.0;
-        let db = da / 254.0;
-        let inv_a = select(0.0, 127.0 / mx, mx > 0.0);
-        let inv_b = 254.0 * inv_a;
-        var a: array<u32, 8>;
-        var b: array<u32, 8>;
-        var sum_a = vec4<i32>(0);
-        var sum_b = vec4<i32>(0);
-        for (var i = 0u; i < 8u; i++) {
-            let qa = round(v[i] * inv_a);
-            let rest = fma(qa, vec4<f32>(-da), v[i]);
-            let ia = vec4<i32>(qa);
-            let ib = vec4<i32>(clamp(round(rest * inv_b), vec4<f32>(-127.0), vec4<f32>(127.0)));
-            a[i] = pack4xI8(ia);
-            b[i] = pack4xI8(ib);
-            sum_a += ia;
-            sum_b += ib;
-        }
-        // Σ of the levels, not of x': the offsets then multiply the same x' as the quants do,
-        // so the product is exactly W·x'' for the staged x'' (reference::quant::int8_levels).
-        let ta = (sum_a.x + sum_a.y) + (sum_a.z + sum_a.w);
-        let tb = (sum_b.x + sum_b.y) + (sum_b.z + sum_b.w);
-        xq[c] = vec4<u32>(a[0], a[1], a[2], a[3]);
-        xq[MV_STAGE_CHUNKS + c] = vec4<u32>(a[4], a[5], a[6], a[7]);
-        xq[2u * MV_STAGE_CHUNKS + c] = vec4<u32>(b[0], b[1], b[2], b[3]);
-        xq[3u * MV_STAGE_CHUNKS + c] = vec4<u32>(b[4], b[5], b[6], b[7]);
-        xd[c] = vec4<f32>(da, db, da * f32(ta) + db * f32(tb), 0.0);
+        let q = quantize_chunk(v);
+        xq[c] = q.a0;
+        xq[MV_STAGE_CHUNKS + c] = q.a1;
+        xq[2u * MV_STAGE_CHUNKS + c] = q.b0;
+        xq[3u * MV_STAGE_CHUNKS + c] = q.b1;
+        xd[c] = q.d;
     }
     return ss;
 }
@@ -125,6 +193,53 @@ fn x_chunk(c: u32) -> XChunk {
         xd[c],
     );
 }
+#endif
+
+#ifdef EMIT_LEVELS
+// Token t's GLU outputs of this workgroup, rows row0 + rg·MV_ROWS/2 on (whole chunks: the
+// host checks that row0 and MV_ROWS / 2 are multiples of 32), as the int8 levels W_down
+// reads with LEVELS_IN. `h` is invocation li's output (li < MV_ROWS / 2, `has`: a live row).
+// Eight invocations per chunk each quantize one word (4 elements) against the chunk's max,
+// which each reads from workgroup memory; the chunk's Σ of levels is summed over its eight
+// (aligned groups of 8 lanes: li = subgroup · size + lane, sizes multiples of 8). A single
+// invocation quantizing the whole chunk cost the 8B's gate/up 74 µs a step.
+// Every invocation of the workgroup calls this (a barrier, subgroup shuffles).
+fn emit_levels(t: u32, li: u32, rg: u32, h: f32, has: bool) {
+    if (li < MV_ROWS / 2u) {
+        glu_h[li / 4u][li % 4u] = select(0.0, h, has);
+    }
+    workgroupBarrier();
+    let first = p.row0 + rg * (MV_ROWS / 2u);
+    let c = li / 8u;
+    let w = li % 8u;
+    var scale = vec2<f32>(0.0);
+    var word = LevelWord(0u, 0u, 0, 0);
+    if (li < MV_ROWS / 8u) {
+        var m = vec4<f32>(0.0);
+        for (var i = 0u; i < 8u; i++) {
+            m = max(m, abs(glu_h[8u * c + i]));
+        }
+        scale = chunk_scale(max(max(m.x, m.y), max(m.z, m.w)));
+        word = level_word(glu_h[8u * c + w], scale);
+    }
+    var sum_a = word.sum_a;
+    var sum_b = word.sum_b;
+    for (var x = 1u; x < 8u; x *= 2u) {
+        sum_a += subgroupShuffleXor(sum_a, x);
+        sum_b += subgroupShuffleXor(sum_b, x);
+    }
+    if (li < MV_ROWS / 8u && first + 32u * c < p.n.x) {
+        let n = p.n.x / 32u;
+        let at = t * 5u * n + first / 32u + c;
+        // Word w of planes a (a0: words 0-3, a1: 4-7) and b.
+        levels_out[at + (w / 4u) * n][w % 4u] = word.a;
+        levels_out[at + (2u + w / 4u) * n][w % 4u] = word.b;
+        if (w == 0u) {
+            levels_out[at + 4u * n] = bitcast<vec4<u32>>(chunk_d(scale.x, sum_a, sum_b));
+        }
+    }
+}
+#endif
 
 // Σ w·x' of rows `row`, row + 1, … (MV_RPS, each clamped to `last`) of weight m over the
 // staged tile's chunks first, first + stride, … < chunks (the tile starts at chunk c0).
@@ -270,11 +385,21 @@ fn main(
     let part = sg % spr;
     let task_step = max(1u, nsg / spr); // tasks are dealt to subgroups round-robin
     var ss = 0.0;
-    for (var v0 = kv0; v0 < kv1; v0 += MV_STAGE_VEC4) {
-        let n4 = min(MV_STAGE_VEC4, kv1 - v0);
+#ifdef LEVELS_IN
+    // One tile: the workgroup's whole range of K, read from the producer's levels.
+    let tile_vec4 = kv1 - kv0;
+    levels_base = t * 5u * (p.k / 32u) + kv0 / 8u;
+    workgroupBarrier(); // dots is zeroed
+#else
+    let tile_vec4 = MV_STAGE_VEC4;
+#endif
+    for (var v0 = kv0; v0 < kv1; v0 += tile_vec4) {
+        let n4 = min(tile_vec4, kv1 - v0);
+#ifndef LEVELS_IN
         workgroupBarrier(); // the previous tile's readers are done (and dots is zeroed)
         ss += stage_tile(xrow, v0, n4, li);
         workgroupBarrier();
+#endif
         for (var k = sg / spr; k < tasks; k += task_step) {
             let f = rg * MV_ROWS + k * MV_RPS;
             var acc: array<f32, MV_RPS>;
@@ -363,6 +488,15 @@ fn main(
     if (li < MV_ROWS && live(mr)) {
         store_slot(mr, t, chunk_sums(li, spr, x2), chunk_sums(partner_slot(li), spr, x2));
     }
+#ifdef EMIT_LEVELS
+    // The same value store_glu wrote, for W_down's levels.
+    var h = 0.0;
+    let has = li < MV_ROWS / 2u && live(mr);
+    if (has) {
+        h = glu_value(finish(chunk_sums(li, spr, x2)), finish(chunk_sums(partner_slot(li), spr, x2)));
+    }
+    emit_levels(t, li, rg, h, has);
+#endif
 #endif
 #endif
 }

@@ -22,7 +22,7 @@
 
 use super::matmul::{
     check_binding, check_norm, check_weight, chosen_key, epilogue_scratch, launch, qkv_key_fits,
-    Fusion, MatmulKey, MatmulVariant, Norm, Params, QkvBiases, EPILOGUE_COUNTERS,
+    Fusion, MatmulKey, MatmulVariant, Norm, Params, QkvBiases, XLevels, EPILOGUE_COUNTERS,
     EPILOGUE_VALUE_WORDS,
 };
 use super::rope::{
@@ -120,6 +120,7 @@ pub fn qkv_rope_fits(
         fusion: Fusion::QkvRope { layout, qk_norm },
         stage_k: 0,
         splits: 1,
+        levels: XLevels::Staged,
     };
     qkv_key_fits(ctx, &key, [wq, wk, wv.unwrap_or(wk)])
 }

@@ -120,7 +120,10 @@ pub(crate) fn ffn(rec: &mut StepRecorder, step: &Step, l: usize) -> Result<(), K
                 matmul_post_norm_add(rec, &lw.w_down, &act, post, t)?
             }
             // down projection into proj
-            Op::Down { residual: false } => {
+            Op::Down {
+                residual: false,
+                levels: false,
+            } => {
                 let act = Binding::from(&s.act);
                 matmul(rec, &lw.w_down, &act, &proj, t, MatmulArgs::default())?
             }

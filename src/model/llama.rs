@@ -17,7 +17,7 @@
 
 use crate::gpu::{Binding, StepRecorder};
 use crate::kernels::get_rows::get_rows;
-use crate::kernels::matmul::{matmul, MatmulArgs};
+use crate::kernels::matmul::{levels_scratch, matmul, MatmulArgs};
 use crate::kernels::KernelError;
 
 use super::{attention_block, gated_ffn, lm_head, megakernel_ffn, LogitsFor, Op, Step};
@@ -73,9 +73,17 @@ pub(crate) fn ffn(rec: &mut StepRecorder, step: &Step, l: usize) -> Result<(), K
             // all of it in one dispatch, one workgroup per token (off by default: the A/B lesson)
             Op::Megakernel => megakernel_ffn(rec, step, l, None)?,
             // down projection, added into the residual stream
-            Op::Down { residual: true } => {
+            Op::Down {
+                residual: true,
+                levels,
+            } => {
                 let (act, x) = (Binding::from(&s.act), Binding::from(&s.x));
-                matmul(rec, &lw.w_down, &act, &x, t, accumulate)?
+                let scratch = levels.then(|| Binding::from(&levels_scratch(rec.ctx())));
+                let args = MatmulArgs {
+                    x_levels: scratch.as_ref(),
+                    ..accumulate
+                };
+                matmul(rec, &lw.w_down, &act, &x, t, args)?
             }
             // FFN RMSNorm and SwiGLU: act = SiLU(x·W_gateᵀ) ⊙ x·W_upᵀ
             op => gated_ffn(rec, step, l, op)?,

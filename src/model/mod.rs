@@ -24,7 +24,9 @@ pub use weights::{
 use crate::gpu::{Binding, StepRecorder};
 use crate::kernels::attention::{attention_planned, kv_write};
 use crate::kernels::elementwise;
-use crate::kernels::matmul::{matmul, matmul_glu, matmul_normed, matmul_qkv, MatmulArgs};
+use crate::kernels::matmul::{
+    levels_scratch, matmul, matmul_glu, matmul_normed, matmul_qkv, MatmulArgs,
+};
 use crate::kernels::megakernel::{can_use_megakernel, ffn_megakernel, PostNorm};
 use crate::kernels::norm::{rms_norm, rms_norm_in_place};
 use crate::kernels::qkv_rope::matmul_qkv_rope_kv;
@@ -140,10 +142,23 @@ pub(crate) fn gated_ffn(
     );
     let (gate, up) = (Binding::from(&s.gate), Binding::from(&s.up));
     match op {
-        Op::GateUpGlu => {
+        Op::GateUpGlu { levels } => {
             let norm = (&lw.ffn_norm.vector(), c.rms_eps);
             let (gw, uw) = (&lw.w_gate, &lw.w_up);
-            matmul_glu(rec, gw, uw, &x, Some(norm), &act, t, activation(c))
+            // W_down's x' as int8 levels too, where the plan says W_down reads them.
+            let scratch = levels.then(|| Binding::from(&levels_scratch(rec.ctx())));
+            let levels_out = scratch.as_ref();
+            matmul_glu(
+                rec,
+                gw,
+                uw,
+                &x,
+                Some(norm),
+                &act,
+                levels_out,
+                t,
+                activation(c),
+            )
         }
         Op::Norm(NormOf::Ffn) => rms_norm(rec, &x, &lw.ffn_norm.vector(), &xn, t, c.dim, c.rms_eps),
         Op::GateUp => {

@@ -26,10 +26,10 @@ use crate::kernels::attention::{self, AttentionPlan, AttentionShape, SPLIT_BLOCK
 use crate::kernels::elementwise::Activation;
 use crate::kernels::get_rows::GetRowsKey;
 use crate::kernels::matmul::{
-    can_fuse_glu, chunk_min_k, chunk_short_k_min, chunk_splits_override, matvec_max_t,
-    matvec_shape, planned_label, post_norm_fuses, post_norm_max_t, qkv_fuses, DeviceKernels,
-    Fusion, GemmChoice, MatmulVariant, StageX, WideTile, AUTO_SPLIT, CHUNK_WIDE, COOP64_MAX_T,
-    WIDE_MIN_GROUPS,
+    can_fuse_glu, chunk_min_k, chunk_short_k_min, chunk_splits_override, ffn_levels_fit,
+    matvec_max_t, matvec_shape, planned_label, post_norm_fuses, post_norm_max_t, qkv_fuses,
+    DeviceKernels, Fusion, GemmChoice, MatmulVariant, StageX, WideTile, XLevels, AUTO_SPLIT,
+    CHUNK_WIDE, COOP64_MAX_T, WIDE_MIN_GROUPS,
 };
 use crate::kernels::megakernel::MegakernelKey;
 use crate::kernels::qkv_rope::{qk_norm_max_t, qkv_rope_fits, v_rows_bindable};
@@ -81,14 +81,16 @@ pub enum Op {
     OProjPostNorm,
     /// gemma3's post-norm of `proj`, added into the residual stream.
     PostNorm(NormOf),
-    /// FFN norm + gate/up + activation in one dispatch.
-    GateUpGlu,
+    /// FFN norm + gate/up + activation in one dispatch; `levels`: it also writes its output
+    /// as the int8 levels W_down reads ([`Op::Down`]'s `levels`).
+    GateUpGlu { levels: bool },
     /// Gate and up as two products of `xn`.
     GateUp,
     /// The activation times up, elementwise.
     Glu,
-    /// W_down; `residual` as for [`Op::OProj`].
-    Down { residual: bool },
+    /// W_down; `residual` as for [`Op::OProj`]; `levels`: x' read as the levels the GLU
+    /// wrote, not staged from `act` by each workgroup.
+    Down { residual: bool, levels: bool },
     /// W_down with its post-norm folded in, as [`Op::OProjPostNorm`].
     DownPostNorm,
     /// The whole FFN half (norm, gate/up, activation, down, residual, post-norm): one
@@ -152,6 +154,10 @@ pub struct LayerPlan {
     /// The post-norms folded into W_o and W_down on matvec steps ([`Op::OProjPostNorm`],
     /// [`Op::DownPostNorm`]); `None` without post-norms.
     pub post_norm_fold: Option<Choice>,
+    /// The step sizes whose GLU writes W_down's x' as int8 levels (bit t − 1 for a step of
+    /// t ≤ 64 tokens; [`ffn_levels_fit`]); 0 where the FFN is not [`FfnPlan::Glu`], or with
+    /// post-norms.
+    pub ffn_levels_steps: u64,
     /// Sliding-window size (0: full causal attention).
     pub window: u32,
     /// RoPE on q and k; `false` on SmolLM3's NoPE layers, whose Q/K/V products are followed
@@ -377,8 +383,26 @@ impl Plan {
                         ))
                     }
                 });
+                let ffn_levels_steps = if matches!(ffn, FfnPlan::Glu(_)) && !c.post_norms {
+                    (1..=64u32)
+                        .filter(|&t| {
+                            ffn_levels_fit(
+                                ctx,
+                                &lw.w_gate,
+                                &lw.w_up,
+                                &lw.w_down,
+                                true,
+                                activation(c),
+                                t,
+                            )
+                        })
+                        .fold(0u64, |bits, t| bits | 1 << (t - 1))
+                } else {
+                    0
+                };
                 LayerPlan {
                     v_apart: v_apart && qkv_rope.on,
+                    ffn_levels_steps,
                     qkv_rope,
                     qkv_one,
                     qk_norm,
@@ -516,17 +540,27 @@ impl Plan {
 
     /// Layer `l`'s FFN half for a step of `t` tokens: from the residual stream back into it.
     pub fn ffn_ops(&self, l: usize, t: u32) -> Vec<Op> {
+        let levels = (1..=64).contains(&t) && self.layers[l].ffn_levels_steps >> (t - 1) & 1 == 1;
         let mut ops = match self.layers[l].ffn {
             FfnPlan::Megakernel => return vec![Op::Megakernel],
-            FfnPlan::Glu(_) => vec![Op::GateUpGlu],
+            FfnPlan::Glu(_) => vec![Op::GateUpGlu { levels }],
             FfnPlan::Separate(_) => vec![Op::Norm(NormOf::Ffn), Op::GateUp, Op::Glu],
         };
         if !self.layers[l].post_norms {
-            ops.push(Op::Down { residual: true });
+            ops.push(Op::Down {
+                residual: true,
+                levels,
+            });
         } else if self.post_norm_folded(l, t) {
             ops.push(Op::DownPostNorm);
         } else {
-            ops.extend([Op::Down { residual: false }, Op::PostNorm(NormOf::Ffn)]);
+            ops.extend([
+                Op::Down {
+                    residual: false,
+                    levels: false,
+                },
+                Op::PostNorm(NormOf::Ffn),
+            ]);
         }
         ops
     }
@@ -571,9 +605,15 @@ impl Plan {
         let w = &model.weights;
         let mut out = Vec::new();
         // `w` (the first weight of a fused product) over `slots` rows in all, for `rows` tokens.
+        let product_levels =
+            |out: &mut Vec<String>, w: &GpuTensor, slots, rows, bias, norm, fusion, levels| {
+                let label = planned_label(
+                    ctx, w.ty, rows, w.row_len, slots, bias, norm, fusion, levels,
+                );
+                out.extend(std::iter::repeat_n(label, w.parts.len()));
+            };
         let product = |out: &mut Vec<String>, w: &GpuTensor, slots, rows, bias, norm, fusion| {
-            let label = planned_label(ctx, w.ty, rows, w.row_len, slots, bias, norm, fusion);
-            out.extend(std::iter::repeat_n(label, w.parts.len()));
+            product_levels(out, w, slots, rows, bias, norm, fusion, XLevels::Staged)
         };
         let qkv_slots = |lw: &LayerWeights| lw.wq.n_rows + lw.wk.n_rows + lw.wv.n_rows;
         let rope = rope_name(self.rope);
@@ -646,9 +686,15 @@ impl Plan {
                     Fusion::PostNorm,
                 ),
                 (Op::PostNorm(_), ..) => out.push("norm_rms_add".into()),
-                (Op::GateUpGlu, Some(lw), _) => {
+                (Op::GateUpGlu { levels }, Some(lw), _) => {
                     let glu = Fusion::Glu(self.act);
-                    product(out, &lw.w_gate, 2 * lw.w_gate.n_rows, t, false, true, glu)
+                    let levels = if levels {
+                        XLevels::Emit
+                    } else {
+                        XLevels::Staged
+                    };
+                    let slots = 2 * lw.w_gate.n_rows;
+                    product_levels(out, &lw.w_gate, slots, t, false, true, glu, levels)
                 }
                 (Op::GateUp, Some(lw), _) => {
                     for w in [&lw.w_gate, &lw.w_up] {
@@ -656,7 +702,7 @@ impl Plan {
                     }
                 }
                 (Op::Glu, ..) => out.push(format!("elementwise_glu_{act}")),
-                (Op::Down { .. }, Some(lw), _) => product(
+                (Op::Down { levels, .. }, Some(lw), _) => product_levels(
                     out,
                     &lw.w_down,
                     lw.w_down.n_rows,
@@ -664,6 +710,11 @@ impl Plan {
                     false,
                     false,
                     Fusion::None,
+                    if levels {
+                        XLevels::Read
+                    } else {
+                        XLevels::Staged
+                    },
                 ),
                 (Op::Megakernel, Some(lw), Some(lp)) => out.push(
                     MegakernelKey {

@@ -172,6 +172,19 @@ impl Fusion {
     }
 }
 
+/// Whether a chunk matvec trades x' as int8 levels through global memory instead of each
+/// workgroup quantizing its own copy ([`super::ffn_levels_fit`]).
+#[derive(Clone, Copy, Debug, Default, Hash, PartialEq, Eq)]
+pub enum XLevels {
+    /// x' is read as f32 and staged by every workgroup.
+    #[default]
+    Staged,
+    /// The GLU also writes its outputs' levels (`EMIT_LEVELS`) for the W_down that follows.
+    Emit,
+    /// x' is read as the levels its producer wrote (`LEVELS_IN`); nothing is staged.
+    Read,
+}
+
 /// One compiled variant of `matmul.wgsl`.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct MatmulKey {
@@ -190,6 +203,8 @@ pub struct MatmulKey {
     /// Workgroups per row group of the chunk matvec, each over a range of K (`SPLIT_K`,
     /// [`chunk_splits`]); 1 everywhere else.
     pub splits: u32,
+    /// Where the int8 chunk matvec's levels of x' come from (a binding-layout change).
+    pub levels: XLevels,
 }
 
 /// Storage binding numbers of a [`MatmulKey`]'s layout: the order the host lists them in.
@@ -204,6 +219,8 @@ pub(in crate::kernels) struct Layout {
     pub(super) qkn: u32,
     /// post_w, then the epilogue scratch (Fusion::PostNorm).
     pub(super) post: u32,
+    /// The levels x' is written to (XLevels::Emit; a reader's take x's place).
+    pub(super) levels: u32,
     /// The split scratch (SPLIT_K).
     pub(super) split: u32,
     /// The per-token f16 scales (the cooperative-matrix tiles), after every other binding.
@@ -232,6 +249,7 @@ impl MatmulKey {
             fusion: Fusion::None,
             stage_k: 0,
             splits: 1,
+            levels: XLevels::Staged,
         }
     }
 
@@ -300,6 +318,10 @@ impl MatmulKey {
         // The kernel's other workgroup arrays: partial sums and Σx² per subgroup, and the
         // Q/K-norm epilogue's sums and arrival flag.
         let others = 64 * shape.rows_per_task * 8 + 64 * 4 + 516 * self.has_qk_norm() as u32;
+        if self.levels == XLevels::Read {
+            // The levels are read where they lie: nothing is staged.
+            return MatmulKey { stage_k: 0, ..self };
+        }
         if matches!(
             self.variant,
             MatmulVariant::MatvecChunk | MatmulVariant::MatvecChunkWide(_)
@@ -357,8 +379,13 @@ impl MatmulKey {
             String::new()
         };
         let f16 = if self.f16_operands() { "_f16ops" } else { "" };
+        let levels = match self.levels {
+            XLevels::Staged => "",
+            XLevels::Emit => "_lvout",
+            XLevels::Read => "_lvin",
+        };
         format!(
-            "matmul_{}_{}{fusion}{norm}{bias}{staged}{int8}{splits}{f16}",
+            "matmul_{}_{}{fusion}{norm}{bias}{staged}{int8}{levels}{splits}{f16}",
             self.ty.name().to_lowercase(),
             self.variant.label()
         )
@@ -430,6 +457,28 @@ impl MatmulKey {
         if self.splits > 1 {
             defines.push("SPLIT_K");
         }
+        match self.levels {
+            XLevels::Staged => {}
+            // The emitter's chunks are whole only in a workgroup of whole chunks of outputs,
+            // and its barrier needs every workgroup to reach the epilogue (no split K).
+            XLevels::Emit
+                if self.int8()
+                    && matches!(self.fusion, Fusion::Glu(_))
+                    && self.variant.slots_per_group().is_multiple_of(64)
+                    && self.splits == 1 =>
+            {
+                defines.push("EMIT_LEVELS")
+            }
+            XLevels::Read if self.int8() && !self.norm && self.fusion == Fusion::None => {
+                defines.push("LEVELS_IN")
+            }
+            levels => {
+                return Err(KernelError::Shape {
+                    kernel: "matmul",
+                    why: format!("x' levels {levels:?} do not apply to {}", self.label()),
+                })
+            }
+        }
         if self.f16_operands() {
             defines.push("F16_OPERANDS");
         }
@@ -450,6 +499,21 @@ impl MatmulKey {
         matches!(self.fusion, Fusion::QkvRope { qk_norm: true, .. })
     }
 
+    /// This key with x' levels `levels`: an emitter runs unsplit (its epilogue's barrier
+    /// needs every workgroup of a row group there), a reader keeps its split.
+    pub fn with_levels(self, levels: XLevels) -> MatmulKey {
+        let splits = if levels == XLevels::Emit {
+            1
+        } else {
+            self.splits
+        };
+        MatmulKey {
+            levels,
+            splits,
+            ..self
+        }
+    }
+
     /// Whether a chunk matvec of this key would stage int8 levels.
     fn int8_candidate(&self) -> bool {
         has_int8_dot(self.ty) && matvec_shape().int8 && crate::gpu::packed_4x8_dot()
@@ -457,7 +521,7 @@ impl MatmulKey {
 
     /// Bindings 1.. in order: weights, x, outputs, norm_w, biases (one per output), inv_freq,
     /// q_norm_w, k_norm_w and the epilogue scratch, post_w and the epilogue scratch, the
-    /// split scratch, the per-token scales.
+    /// levels of x' (written or read), the split scratch, the per-token scales.
     pub(in crate::kernels) fn layout(&self) -> Layout {
         let x = 1 + self.fusion.weights();
         let y = x + 1;
@@ -466,7 +530,9 @@ impl MatmulKey {
         let rope = bias + if self.bias { self.fusion.outputs() } else { 0 };
         let qkn = rope + matches!(self.fusion, Fusion::QkvRope { .. }) as u32;
         let post = qkn + 3 * self.has_qk_norm() as u32;
-        let split = post + 2 * (self.fusion == Fusion::PostNorm) as u32;
+        let levels = post + 2 * (self.fusion == Fusion::PostNorm) as u32;
+        // A reader's levels take x's binding.
+        let split = levels + (self.levels == XLevels::Emit) as u32;
         let scales = split + (self.splits > 1) as u32;
         let count = scales - 1 + self.variant.is_coop() as u32;
         Layout {
@@ -477,6 +543,7 @@ impl MatmulKey {
             rope,
             qkn,
             post,
+            levels,
             split,
             scales,
             count,
@@ -534,7 +601,7 @@ impl MatmulKey {
              const B_W1: u32 = 2u;\nconst B_W2: u32 = 3u;\nconst B_X: u32 = {}u;\n\
              const B_Y: u32 = {}u;\nconst B_NORM: u32 = {}u;\nconst B_BIAS: u32 = {}u;\n\
              const B_ROPE: u32 = {}u;\nconst B_QKN: u32 = {}u;\nconst B_POST: u32 = {}u;\n\
-             const B_SPLIT: u32 = {}u;\n\
+             const B_LEVELS: u32 = {}u;\nconst B_SPLIT: u32 = {}u;\n\
              const B_SCALES: u32 = {}u;\n\
              const POST_COUNTERS: u32 = {}u;\n",
             (self.stage_k / 4).max(1),
@@ -548,6 +615,7 @@ impl MatmulKey {
             l.rope,
             l.qkn,
             l.post,
+            l.levels,
             l.split,
             l.scales,
             super::EPILOGUE_COUNTERS,

@@ -43,11 +43,13 @@
 //! lane-per-8) follows one rule, `chosen_key`, which the plan's labels are predicted with.
 
 mod key;
+mod levels;
 mod select;
 #[cfg(test)]
 mod tests;
 
 pub use key::*;
+pub use levels::*;
 pub use select::*;
 
 use crate::gpu::{Binding, GpuContext, GpuTensor, StepRecorder};
@@ -150,6 +152,9 @@ pub struct MatmulArgs<'a> {
     /// Multiplies the product (bias included) before it is stored or added: granite's
     /// residual multiplier on W_o and W_down, and its 1 / logits scaling on the LM head.
     pub scale: f32,
+    /// x' read as the int8 levels its producer wrote ([`matmul_glu`]'s `levels_out`: W_down
+    /// after the GLU, where [`ffn_levels_fit`]) instead of staged from `x`.
+    pub x_levels: Option<&'a Binding>,
 }
 
 impl Default for MatmulArgs<'_> {
@@ -159,6 +164,7 @@ impl Default for MatmulArgs<'_> {
             accumulate: false,
             softcap: None,
             scale: 1.0,
+            x_levels: None,
         }
     }
 }
@@ -363,7 +369,8 @@ pub fn matmul_post_norm_add_variant(
 /// Records out[T, ffn] = act(x'·w_gateᵀ) ⊙ (x'·w_upᵀ) in one dispatch (per part pair), with
 /// x' = x, or x's RMSNorm when `norm` is given. The two weights must have the same type and
 /// shape (then they are split alike); check with [`can_fuse_glu`] and keep the unfused
-/// matmul, matmul, glu otherwise.
+/// matmul, matmul, glu otherwise. With `levels_out` (where [`ffn_levels_fit`]) it also
+/// writes out's int8 levels there, for W_down's [`MatmulArgs::x_levels`].
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_glu(
     rec: &mut StepRecorder,
@@ -372,10 +379,11 @@ pub fn matmul_glu(
     x: &Binding,        // [T, K] f32 (the raw residual with `norm`)
     norm: Option<Norm>, // (norm_w [K] f32, eps)
     out: &Binding,      // [T, ffn] f32, not sharing a buffer with x
+    levels_out: Option<&Binding>,
     t: u32,
     act: Activation,
 ) -> Result<(), KernelError> {
-    matmul_glu_variant(rec, w_gate, w_up, x, norm, out, t, act, None)
+    matmul_glu_variant(rec, w_gate, w_up, x, norm, out, levels_out, t, act, None)
 }
 
 /// Whether [`matmul_glu`] can pair these weights: one type, one shape, one split.
@@ -400,6 +408,7 @@ pub fn matmul_glu_variant(
     x: &Binding,        // [T, K] f32
     norm: Option<Norm>, // (norm_w [K] f32, eps)
     out: &Binding,      // [T, ffn] f32
+    levels_out: Option<&Binding>,
     t: u32,
     act: Activation,
     variant: Option<MatmulVariant>,
@@ -432,7 +441,7 @@ pub fn matmul_glu_variant(
     check_binding(KERNEL, "out [T, ffn]", out, t as u64 * ffn)?;
     check_norm(KERNEL, norm, k)?;
     let fusion = Fusion::Glu(act);
-    let key = chosen_key(
+    let mut key = chosen_key(
         rec.ctx(),
         w_gate.ty,
         t,
@@ -443,6 +452,23 @@ pub fn matmul_glu_variant(
         fusion,
         variant,
     );
+    if let Some(levels) = levels_out {
+        check_levels(KERNEL, "levels out", levels, t, ffn)?;
+        if let Some(part) = w_gate
+            .parts
+            .iter()
+            .find(|p| !p.first_row.is_multiple_of(32))
+        {
+            return Err(KernelError::Shape {
+                kernel: KERNEL,
+                why: format!(
+                    "x' levels: a part of {} starts at row {}, not a whole chunk",
+                    w_gate.name, part.first_row
+                ),
+            });
+        }
+        key = key.with_levels(XLevels::Emit);
+    }
     for (pg, pu) in w_gate.parts.iter().zip(&w_up.parts) {
         let rows = pg.n_rows as u32;
         let params = Params {
@@ -461,6 +487,7 @@ pub fn matmul_glu_variant(
             out.clone(),
         ];
         bindings.extend(norm.map(|n| n.0.clone()));
+        bindings.extend(levels_out.cloned());
         launch(rec, KERNEL, &key, params, 2 * rows, &bindings)?;
     }
     Ok(())
@@ -510,6 +537,7 @@ pub fn qkv_fuses(
         fusion: Fusion::Qkv,
         stage_k: 0,
         splits: 1,
+        levels: XLevels::Staged,
     };
     qkv_key_fits(ctx, &key, [wq, wk, wv])
 }
@@ -661,8 +689,10 @@ pub fn planned_label(
     bias: bool,
     norm: bool,
     fusion: Fusion,
+    levels: XLevels,
 ) -> String {
     chosen_key(ctx, ty, t, k, slots, bias, norm, fusion, None)
+        .with_levels(levels)
         .staged(k as u32, ctx.limits.max_compute_workgroup_storage_size)
         .label()
 }
@@ -701,7 +731,7 @@ fn single(
         check_binding(KERNEL, "bias [N]", b, n)?;
     }
     check_norm(KERNEL, norm, k)?;
-    let key = chosen_key(
+    let mut key = chosen_key(
         rec.ctx(),
         w.ty,
         t,
@@ -712,6 +742,10 @@ fn single(
         Fusion::None,
         variant,
     );
+    if let Some(levels) = args.x_levels {
+        check_levels(KERNEL, "x levels", levels, t, k)?;
+        key = key.with_levels(XLevels::Read);
+    }
     for part in &w.parts {
         let rows = part.n_rows as u32;
         let params = Params {
@@ -726,7 +760,9 @@ fn single(
             n: [n as u32, 0, 0, 0],
             ..Params::default()
         };
-        let mut bindings = vec![Binding::from(&part.buffer), x.clone(), y.clone()];
+        // The levels, where read, take x's binding.
+        let x = args.x_levels.unwrap_or(x).clone();
+        let mut bindings = vec![Binding::from(&part.buffer), x, y.clone()];
         bindings.extend(norm.map(|n| n.0.clone()));
         bindings.extend(bias.clone());
         launch(rec, KERNEL, &key, params, rows, &bindings)?;

@@ -103,6 +103,13 @@ pub fn chunk_splits(groups: u64, rows: u32, chunks: u64, t: u32) -> u32 {
     }
 }
 
+/// The A/B switch `COCO_FFN_LEVELS=0`, read once per process: W_down's x' is then staged by
+/// each of its workgroups, as before the GLU wrote it as levels ([`super::ffn_levels_fit`]).
+pub fn ffn_levels_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("COCO_FFN_LEVELS").map_or(true, |v| v != "0"))
+}
+
 /// The A/B switch `COCO_CHUNK_SPLITS=<n>` (1 ..= 64; 1 is unsplit), read once per process:
 /// every chunk matvec then splits K n ways where the scratch holds it, instead of by
 /// [`AUTO_SPLIT`]'s rule. An invalid value is ignored with a warning.

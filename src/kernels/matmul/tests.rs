@@ -82,6 +82,93 @@ fn compile_to_spirv(label: &str, source: &str) {
         .unwrap_or_else(|e| panic!("{label}: {e}"));
 }
 
+/// The GLU that writes W_down's x' levels and the W_down that reads them (with and without
+/// split K), for every type with an int8 dot product; every other product refuses levels.
+#[test]
+fn levels_variants_compile_to_spirv() {
+    let chunk = |ty, variant, fusion, norm, splits, levels| MatmulKey {
+        ty,
+        variant,
+        bias: false,
+        norm,
+        fusion,
+        stage_k: 0,
+        splits,
+        levels,
+    };
+    for ty in GgmlType::SUPPORTED
+        .into_iter()
+        .filter(|&ty| has_int8_dot(ty))
+    {
+        let glu = Fusion::Glu(Activation::Silu);
+        let emit = chunk(
+            ty,
+            MatmulVariant::MatvecChunkWide(64),
+            glu,
+            true,
+            1,
+            XLevels::Emit,
+        )
+        .staged(4096, 49152);
+        let keys = [
+            emit,
+            chunk(
+                ty,
+                MatmulVariant::MatvecChunk,
+                Fusion::None,
+                false,
+                1,
+                XLevels::Read,
+            ),
+            chunk(
+                ty,
+                MatmulVariant::MatvecChunk,
+                Fusion::None,
+                false,
+                4,
+                XLevels::Read,
+            ),
+        ];
+        if !keys.iter().all(|k| k.int8()) {
+            continue; // int8 levels are off on this machine (MatvecShape::int8)
+        }
+        for key in keys {
+            compile_to_spirv(&key.label(), &key.source().unwrap());
+        }
+        for refused in [
+            // an emitter needs workgroups of whole chunks of outputs
+            chunk(
+                ty,
+                MatmulVariant::MatvecChunkWide(32),
+                glu,
+                true,
+                1,
+                XLevels::Emit,
+            ),
+            // a reader's x' is not normed, and it is not a GLU
+            chunk(
+                ty,
+                MatmulVariant::MatvecChunk,
+                Fusion::None,
+                true,
+                1,
+                XLevels::Read,
+            ),
+            chunk(ty, MatmulVariant::MatvecChunk, glu, false, 1, XLevels::Read),
+            chunk(
+                ty,
+                MatmulVariant::MatvecSubgroup,
+                Fusion::None,
+                false,
+                1,
+                XLevels::Read,
+            ),
+        ] {
+            assert!(refused.defines().is_err(), "{}", refused.label());
+        }
+    }
+}
+
 /// Every weight type: lavapipe has no cooperative matrices, so this is the only place the
 /// GEMM's staging of each dequantizer is compiled.
 #[test]
@@ -104,6 +191,7 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
                 fusion,
                 stage_k: 0,
                 splits: 1,
+                levels: XLevels::Staged,
             };
             let source = key.source().unwrap();
             assert!(source.contains("coopMultiplyAdd"), "{}", key.label());
@@ -143,6 +231,7 @@ fn layouts_number_bindings_in_host_order() {
         fusion,
         stage_k: 0,
         splits: 1,
+        levels: XLevels::Staged,
     };
     // w, x, y, [norm_w], [bias]
     let l = key(Fusion::None, false, true).layout();
@@ -245,6 +334,7 @@ fn qkv_rope_compiles_for_the_matvecs_and_is_refused_for_tiles() {
                 fusion: Fusion::QkvRope { layout, qk_norm },
                 stage_k: 0,
                 splits: 1,
+                levels: XLevels::Staged,
             };
             if variant.is_tiled() {
                 assert!(key.defines().is_err(), "{}", key.label());
@@ -276,6 +366,7 @@ fn every_variant_preprocesses() {
                     fusion,
                     stage_k: 0,
                     splits: 1,
+                    levels: XLevels::Staged,
                 };
                 let src = key.source().unwrap();
                 assert!(

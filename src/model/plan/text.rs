@@ -333,8 +333,29 @@ impl Plan {
         if lp.ffn != FfnPlan::Megakernel {
             out.push(("down", post_norm("W_down")));
         }
+        if lp.ffn_levels_steps != 0 {
+            out.push((
+                "levels",
+                format!(
+                    "the gate/up dispatch also writes W_down's x' as int8 levels, which W_down                      reads instead of quantizing it in each workgroup, on steps of {}                      (COCO_FFN_LEVELS=0: off)",
+                    token_sets(lp.ffn_levels_steps)
+                ),
+            ));
+        }
         out
     }
+}
+
+/// "1-32 tokens": the step sizes whose bits (t − 1) are set, as ranges.
+fn token_sets(bits: u64) -> String {
+    let sizes: Vec<usize> = (1..=64).filter(|t| bits >> (t - 1) & 1 == 1).collect();
+    let ranges = layer_ranges(&sizes);
+    format!(
+        "{} tokens",
+        ranges
+            .trim_start_matches("layers ")
+            .trim_start_matches("layer ")
+    )
 }
 
 /// A printed step's distinct forms: each detail with the layers that take it.

@@ -1,0 +1,87 @@
+//! W_down's x' as int8 levels written once per step by the GLU before it (`EMIT_LEVELS` in
+//! `shaders/matmul/matvec_chunk.wgsl`) and read by W_down (`LEVELS_IN`), instead of each of
+//! W_down's workgroups quantizing all of x' itself: the Llama-8B shape's W_down went from
+//! ~960 to 730 µs per decode step (BENCHMARKS.md "session 28").
+
+use crate::gpu::{Binding, GpuContext, GpuTensor};
+
+use super::super::elementwise::Activation;
+use super::super::KernelError;
+use super::{can_fuse_glu, check_binding, chosen_key, ffn_levels_enabled, Fusion, XLevels};
+
+/// Bytes of x' levels per token and 32-element chunk: planes a0, a1, b0, b1 (16 int8 levels
+/// each) and (d_a, d_b, Σx'', 0) as f32 (matvec_chunk.wgsl's XChunk).
+pub const LEVELS_CHUNK_BYTES: u64 = 80;
+/// The context's x' levels scratch: what the GLU writes and W_down reads, one layer at a time.
+const LEVELS_SCRATCH_BYTES: u64 = 4 << 20;
+
+/// The scratch [`matmul_glu`]'s `levels_out` and [`MatmulArgs::x_levels`] share (the
+/// context's own: a layer's GLU and W_down run one after the other).
+pub fn levels_scratch(ctx: &GpuContext) -> wgpu::Buffer {
+    ctx.shared_scratch("matvec x' levels", LEVELS_SCRATCH_BYTES)
+}
+
+/// Whether a step of `t` tokens writes W_down's x' as int8 levels in the GLU's epilogue
+/// (`EMIT_LEVELS`) and W_down reads them (`LEVELS_IN`), instead of each of W_down's
+/// workgroups quantizing all of x' itself: where both are int8 chunk matvecs, the GLU's
+/// workgroups hold whole chunks of outputs (64 slots: [`CHUNK_WIDE`]'s widest) without split
+/// K, and the scratch holds `t` tokens. `COCO_FFN_LEVELS=0` turns it off (the A/B baseline).
+#[allow(clippy::too_many_arguments)]
+pub fn ffn_levels_fit(
+    ctx: &GpuContext,
+    w_gate: &GpuTensor,
+    w_up: &GpuTensor,
+    w_down: &GpuTensor,
+    norm: bool,
+    act: Activation,
+    t: u32,
+) -> bool {
+    let ffn = w_gate.n_rows;
+    let fits = ffn_levels_enabled()
+        && can_fuse_glu(w_gate, w_up)
+        && w_down.row_len == ffn
+        && ffn.is_multiple_of(32)
+        && t >= 1
+        && t as u64 * (ffn / 32) * LEVELS_CHUNK_BYTES <= LEVELS_SCRATCH_BYTES
+        && w_gate.parts.iter().all(|p| p.first_row.is_multiple_of(32));
+    if !fits {
+        return false;
+    }
+    let glu = chosen_key(
+        ctx,
+        w_gate.ty,
+        t,
+        w_gate.row_len,
+        2 * ffn,
+        false,
+        norm,
+        Fusion::Glu(act),
+        None,
+    )
+    .with_levels(XLevels::Emit);
+    let down = chosen_key(
+        ctx,
+        w_down.ty,
+        t,
+        ffn,
+        w_down.n_rows,
+        false,
+        false,
+        Fusion::None,
+        None,
+    )
+    .with_levels(XLevels::Read);
+    glu.defines().is_ok() && down.defines().is_ok()
+}
+
+/// Errors unless `levels` holds `t` tokens' levels of K = `k`.
+pub(super) fn check_levels(
+    kernel: &'static str,
+    what: &str,
+    levels: &Binding,
+    t: u32,
+    k: u64,
+) -> Result<(), KernelError> {
+    let need = t as u64 * (k / 32) * LEVELS_CHUNK_BYTES;
+    check_binding(kernel, what, levels, need / 4)
+}
