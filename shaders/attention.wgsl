@@ -10,6 +10,9 @@
 //               ranges with the log-sum-exp rescaling and writes out
 //   COMBINE     the merge as its own dispatch, one workgroup per (head, query token)
 //   (SPLIT and COMBINE also take RANGES, the partials' layout; MERGE adds the merge)
+//   EMIT_LEVELS (with MERGE) the merge also writes out as the int8 levels of W_o's x' (the
+//               chunk matvec's LEVELS_IN), so W_o quantizes nothing itself; needs subgroups
+//               and head_dim a multiple of 32 (whole chunks per head)
 // (Dao et al., "Flash-Decoding for long-context inference", 2023; the merge is the online
 // softmax of Milakov & Gimelshein 2018 applied across workgroups.)
 //
@@ -273,6 +276,9 @@ fn store_vec4(i: u32, v: vec4<f32>) {
 }
 
 #ifdef MERGE
+#ifdef EMIT_LEVELS
+#include "common/levels.wgsl"
+#endif
 var<workgroup> range_m: array<f32, MAX_SPLITS>; // [splits] m of each range, then its weight
 var<workgroup> range_l: array<f32, MAX_SPLITS>; // [splits] l of each range
 var<workgroup> red: array<f32, WG>;             // [WG] tree reduction scratch
@@ -352,14 +358,52 @@ fn merge_ranges(t: u32, h: u32, lid: u32) {
         sums[lid] = a;
     }
     workgroupBarrier();
+    var o = vec4<f32>(0.0);
     if (lid < hd4) {
         var a = vec4<f32>(0.0);
         for (var gg = 0u; gg < groups; gg++) {
             a += sums[gg * hd4 + lid];
         }
-        out[(t * p.heads + h) * hd4 + lid] = a / l;
+        o = a / l;
+        out[(t * p.heads + h) * hd4 + lid] = o;
+    }
+#ifdef EMIT_LEVELS
+    emit_head_levels(t, h, lid, o);
+#endif
+}
+
+#ifdef EMIT_LEVELS
+// Head h's output for token t (invocation lid < head_dim / 4 holds its vec4 `o`) as the int8
+// levels of W_o's x': a head is head_dim / 32 whole chunks, eight invocations each (aligned
+// groups of 8 lanes in subgroup order: lid = subgroup · size + lane, sizes multiples of 8), so
+// a chunk's max and sums are subgroup shuffles, with no barrier. Call from uniform control
+// flow.
+fn emit_head_levels(t: u32, h: u32, lid: u32, o: vec4<f32>) {
+    var m = max(max(abs(o.x), abs(o.y)), max(abs(o.z), abs(o.w)));
+    for (var x = 1u; x < 8u; x *= 2u) {
+        m = max(m, subgroupShuffleXor(m, x));
+    }
+    let scale = chunk_scale(m);
+    let word = level_word(o, scale);
+    var sum_a = word.sum_a;
+    var sum_b = word.sum_b;
+    for (var x = 1u; x < 8u; x *= 2u) {
+        sum_a += subgroupShuffleXor(sum_a, x);
+        sum_b += subgroupShuffleXor(sum_b, x);
+    }
+    if (lid < p.head_dim / 4u) {
+        let n = p.heads * p.head_dim / 32u; // chunks per token
+        let at = t * 5u * n + h * (p.head_dim / 32u) + lid / 8u;
+        let w = lid % 8u;
+        // Word w of planes a (a0: words 0-3, a1: 4-7) and b, as matmul's XChunk reads them.
+        levels_out[at + (w / 4u) * n][w % 4u] = word.a;
+        levels_out[at + (2u + w / 4u) * n][w % 4u] = word.b;
+        if (w == 0u) {
+            levels_out[at + 4u * n] = bitcast<vec4<u32>>(chunk_d(scale.x, sum_a, sum_b));
+        }
     }
 }
+#endif
 #endif
 #endif
 
@@ -373,6 +417,9 @@ fn merge_ranges(t: u32, h: u32, lid: u32) {
 #ifdef LAST_COMBINES
 @group(0) @binding(5) var<storage, read_write> out: array<vec4<f32>>; // [T, heads, head_dim / 4]
 var<workgroup> arrived: u32; // the counter's value before this workgroup's increment
+#ifdef EMIT_LEVELS
+@group(0) @binding(6) var<storage, read_write> levels_out: array<vec4<u32>>; // [T][5][heads · head_dim / 32]
+#endif
 #endif
 
 const MAX_HD4: u32 = 64u; // MAX_HEAD_DIM / 4
@@ -539,6 +586,9 @@ fn main(
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> partials: array<atomic<u32>>; // see RANGES
 @group(0) @binding(2) var<storage, read_write> out: array<vec4<f32>>; // [T, heads, head_dim / 4]
+#ifdef EMIT_LEVELS
+@group(0) @binding(3) var<storage, read_write> levels_out: array<vec4<u32>>; // [T][5][heads · head_dim / 32]
+#endif
 
 @compute @workgroup_size(WG)
 fn main(

@@ -1,7 +1,9 @@
-//! W_down's x' as int8 levels written by the GLU before it (`matmul_glu`'s `levels_out`,
-//! EMIT_LEVELS) and read by W_down (`MatmulArgs::x_levels`, LEVELS_IN), on the GPU against
-//! the CPU reference: W_down · int8_levels(h), h the GLU's own output as the GPU stored it
-//! (`reference::quant::x_seen`), for every weight type with an int8 dot product.
+//! x' as int8 levels written by the kernel that produces it and read by the chunk matvec
+//! that consumes it (`MatmulArgs::x_levels`, LEVELS_IN), on the GPU against the CPU
+//! reference: the product of the int8 levels of the producer's own output as the GPU stored
+//! it (`reference::quant::x_seen`). W_down's from the GLU (`matmul_glu`'s `levels_out`,
+//! EMIT_LEVELS), for every weight type with an int8 dot product; W_o's from the attention
+//! merge (`attention_planned`'s `levels_out`).
 //!
 //! ffn = 4,352: 136 chunks (17 K-quant super-blocks), so the GLU's 64-slot workgroups each emit one whole chunk, and a
 //! one-token W_down of K = 4,352 over 67 rows splits K four ways (`AUTO_SPLIT`), so each
@@ -15,7 +17,8 @@
 mod common;
 
 use coco::gguf::GgmlType;
-use coco::gpu::{Binding, StepRecorder};
+use coco::gpu::{AttentionMerge, Binding, StepRecorder};
+use coco::kernels::attention::{self, AttentionShape};
 use coco::kernels::elementwise::Activation;
 use coco::kernels::matmul::MatmulVariant::{MatvecChunk, MatvecChunkWide};
 use coco::kernels::matmul::{
@@ -118,6 +121,9 @@ fn levels_type(ty: GgmlType) {
         run(ty, 1, None, seed),
         run(ty, 3, None, seed + 1),
         run(ty, 2, Some(1024), seed + 2),
+        // heads of 2 and 4 chunks (the 1B's 64, the 8B's 128); K-quants need K % 256 == 0
+        run_attention(ty, 1, 8, 64, seed + 3),
+        run_attention(ty, 2, 4, 128, seed + 4),
     ]
     .into_iter()
     .fold(Worst::default(), Worst::max);
@@ -155,4 +161,89 @@ fn levels_q5_k() {
 #[test]
 fn levels_q6_k() {
     levels_type(GgmlType::Q6_K);
+}
+
+/// Attention at `pos0` (split key ranges) writing W_o's x' as levels, then W_o (67 rows)
+/// reading them; returns the worst error of W_o's output.
+fn run_attention(ty: GgmlType, t: u32, heads: u32, head_dim: u32, seed: u64) -> Worst {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let (kv_heads, pos0) = (heads / 2, 200);
+    let shape = AttentionShape {
+        t,
+        heads,
+        kv_heads,
+        head_dim,
+        pos0,
+        window: 0,
+        scale: 1.0 / (head_dim as f32).sqrt(),
+        softcap: 0.0,
+    };
+    let how = attention::plan(&shape);
+    assert!(how.splits > 1, "{shape:?} splits its keys");
+    assert!(attention::levels_fit(ctx(), &shape, how));
+    let rows = (pos0 + t) as usize * (kv_heads * head_dim) as usize;
+    let k = (heads * head_dim) as usize;
+    let (qb, kb, vb) = (
+        buffer("q", &random_f32(&mut rng, t as usize * k, -2.0, 2.0)),
+        buffer("k_cache", &random_f32(&mut rng, rows, -2.0, 2.0)),
+        buffer("v_cache", &random_f32(&mut rng, rows, -2.0, 2.0)),
+    );
+    let outb = buffer("attn", &vec![f32::NAN; t as usize * k]);
+    let partials = attention::partials_len(heads, head_dim, t, pos0 + t);
+    let pb = ctx().storage_buffer("partials", 4 * partials);
+    let (wo, wo_w) = weight(&mut rng, "w_o", ty, DOWN_ROWS, k, None, 2.0);
+    let yb = buffer("y", &vec![f32::NAN; t as usize * DOWN_ROWS]);
+    let levels = Binding::from(&levels_scratch(ctx()));
+
+    let mut rec = StepRecorder::new(ctx());
+    let b = Binding::from;
+    attention::attention_planned(
+        &mut rec,
+        &b(&qb),
+        &b(&kb),
+        &b(&vb),
+        &b(&outb),
+        &b(&pb),
+        &shape,
+        how,
+        Some(&levels),
+    )
+    .expect("attention with levels out");
+    let args = MatmulArgs {
+        x_levels: Some(&levels),
+        ..MatmulArgs::default()
+    };
+    matmul_variant(
+        &mut rec,
+        &wo,
+        &b(&outb),
+        &b(&yb),
+        t,
+        args,
+        Some(MatvecChunk),
+    )
+    .expect("W_o from the levels");
+    let labels = rec.labels();
+    let merge = match ctx().attention_merge {
+        AttentionMerge::InSplit => "attention_split_merge_lvout",
+        _ => "attention_combine_lvout",
+    };
+    assert!(labels.iter().any(|l| l == merge), "{labels:?}");
+    rec.submit();
+    ctx().check_health().expect("no GPU validation error");
+    let out = ctx()
+        .read_f32(&outb, 0, t as u64 * k as u64)
+        .expect("readback out");
+    let got = ctx()
+        .read_f32(&yb, 0, t as u64 * DOWN_ROWS as u64)
+        .expect("readback y");
+
+    let seen = quant::x_seen(&out, None, t as usize, k, 0.0, true);
+    let down = labels.last().cloned().unwrap_or_default();
+    assert!(down.contains("_lvin"), "W_o reads the levels: {down}");
+    let (want, tol) = reference_product(&wo_w, &seen, DOWN_ROWS, k, t as usize, &down);
+    let what = format!("{ty} T={t} heads {heads} × {head_dim} ({down})");
+    let err = common::assert_close(&what, &got, &want, |i, _| tol[i], DOWN_ROWS);
+    println!("{what:<70} {err}");
+    err
 }

@@ -21,6 +21,7 @@
 // any length runs in tiles with two barriers each.
 
 #ifdef INT8
+#include "common/levels.wgsl"
 // With INT8 (weight types with an idot32) a tile of x' is staged as int8 levels instead
 // (common/dequant.wgsl's XChunk): the inner loop then multiplies 4 weights per
 // dot4I8Packed. The f32 loop was bound by instructions per weight (a convert and two FMAs
@@ -79,43 +80,6 @@ fn swz(v: u32) -> u32 {
 }
 
 #ifdef INT8
-// A chunk's two int8 levels: x'' = d_a·a + d_b·b, a = round(x'/d_a), b the rounded remainder
-// in steps of d_b = d_a / 254, d_a = max |x'| / 127 (reference::quant::int8_levels).
-struct LevelWord {
-    a: u32, // four elements' a, packed
-    b: u32, // their b
-    sum_a: i32,
-    sum_b: i32,
-}
-
-// (d_a, 1 / d_a) of a chunk whose largest |x'| is mx.
-fn chunk_scale(mx: f32) -> vec2<f32> {
-    return vec2<f32>(mx / 127.0, select(0.0, 127.0 / mx, mx > 0.0));
-}
-
-// Four elements of a chunk of scale `scale` (chunk_scale) as their packed levels.
-fn level_word(v: vec4<f32>, scale: vec2<f32>) -> LevelWord {
-    let da = scale.x;
-    let inv_b = 254.0 * scale.y;
-    let qa = round(v * scale.y);
-    let rest = fma(qa, vec4<f32>(-da), v);
-    let ia = vec4<i32>(qa);
-    let ib = vec4<i32>(clamp(round(rest * inv_b), vec4<f32>(-127.0), vec4<f32>(127.0)));
-    return LevelWord(
-        pack4xI8(ia),
-        pack4xI8(ib),
-        (ia.x + ia.y) + (ia.z + ia.w),
-        (ib.x + ib.y) + (ib.z + ib.w),
-    );
-}
-
-// (d_a, d_b, Σx'', 0): Σ of the levels, not of x', so the offsets multiply the same x'' as the
-// quants do and the product is exactly W·x'' for the staged x''.
-fn chunk_d(da: f32, sum_a: i32, sum_b: i32) -> vec4<f32> {
-    let db = da / 254.0;
-    return vec4<f32>(da, db, da * f32(sum_a) + db * f32(sum_b), 0.0);
-}
-
 // One 32-element chunk of x' (8 vec4s) as its two int8 levels.
 fn quantize_chunk(v: array<vec4<f32>, 8>) -> XChunk {
     var m = vec4<f32>(0.0);

@@ -50,8 +50,9 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::elementwise::{check_len, grid};
+use super::matmul::LEVELS_CHUNK_BYTES;
 use super::KernelError;
-use crate::gpu::{preprocess, AttentionMerge, Binding, StepRecorder};
+use crate::gpu::{preprocess, AttentionMerge, Binding, GpuContext, StepRecorder};
 
 /// Largest head_dim the attention kernel handles (gemma3's 256); `MAX_HEAD_DIM` in the shader.
 pub const MAX_HEAD_DIM: u32 = 256;
@@ -317,7 +318,17 @@ pub fn attention(
     partials: &Binding,
     shape: &AttentionShape,
 ) -> Result<(), KernelError> {
-    attention_planned(rec, q, k_cache, v_cache, out, partials, shape, plan(shape))
+    attention_planned(
+        rec,
+        q,
+        k_cache,
+        v_cache,
+        out,
+        partials,
+        shape,
+        plan(shape),
+        None,
+    )
 }
 
 /// [`attention`] on the path `how` (what `model::Plan` chose for the step by [`plan`]'s
@@ -328,6 +339,8 @@ pub fn attention(
 /// - `out`: `[t, heads, head_dim]` f32
 /// - `partials`: scratch, `[t, heads, splits, 4 + head_dim]` f32 when split; sized for every
 ///   step by [`partials_len`], unread by the single pass
+/// - `levels_out`: where [`levels_fit`], the merge also writes `out` as the int8 levels of
+///   W_o's x' (`EMIT_LEVELS`; W_o reads them with `MatmulArgs::x_levels`)
 #[allow(clippy::too_many_arguments)] // each buffer is its own binding
 pub fn attention_planned(
     rec: &mut StepRecorder,
@@ -338,6 +351,7 @@ pub fn attention_planned(
     partials: &Binding,
     shape: &AttentionShape,
     how: AttentionPlan,
+    levels_out: Option<&Binding>,
 ) -> Result<(), KernelError> {
     const KERNEL: &str = "attention";
     let AttentionShape {
@@ -396,6 +410,15 @@ pub fn attention_planned(
             "{splits} ranges of {chunk} keys do not cover the last token's keys"
         ));
     }
+    if let Some(levels) = levels_out {
+        if !levels_fit(rec.ctx(), shape, how) {
+            return bad(format!(
+                "W_o's x' levels need split key ranges, subgroups and head_dim a multiple of                  32 (splits {splits}, head_dim {head_dim})"
+            ));
+        }
+        let words = t as u64 * (heads * head_dim / 32) as u64 * LEVELS_CHUNK_BYTES / 4;
+        check_len(KERNEL, "levels_out", levels, words)?;
+    }
     if splits == 1 {
         let (bq, bk) = tiled_tile(head_dim);
         let label = format!("attention_tiled_hd{head_dim}");
@@ -434,18 +457,18 @@ pub fn attention_planned(
     let partial_elems = RANGE_COUNTERS + rows * splits as u64 * partial_row(head_dim);
     check_len(KERNEL, "partials", partials, partial_elems)?;
     let merged = rec.ctx().attention_merge == AttentionMerge::InSplit;
-    let label = if merged {
-        "attention_split_merge"
-    } else {
-        "attention_split"
+    let emit = levels_out.is_some();
+    let label = match (merged, emit) {
+        (true, false) => "attention_split_merge",
+        (true, true) => "attention_split_merge_lvout",
+        (false, _) => "attention_split",
     };
     let pipeline = rec.ctx().pipeline(label, || {
-        let defines: &[&str] = if merged {
-            &["RANGES", "MERGE", "SPLIT", "LAST_COMBINES"]
-        } else {
-            &["RANGES", "SPLIT"]
-        };
-        preprocess("attention.wgsl", defines)
+        let mut defines = vec!["RANGES", "SPLIT"];
+        if merged {
+            defines.extend(["MERGE", "LAST_COMBINES"]);
+        }
+        merge_source(&mut defines, merged && emit)
     });
     let params = SplitParams {
         t,
@@ -468,6 +491,7 @@ pub fn attention_planned(
     ];
     if merged {
         bindings.push(out.clone());
+        bindings.extend(levels_out.cloned());
     }
     let params = bytemuck::bytes_of(&params);
     rec.dispatch(label, &pipeline, params, &bindings, [splits, heads, t])?;
@@ -475,13 +499,40 @@ pub fn attention_planned(
         return Ok(());
     }
 
-    let label = "attention_combine";
+    let label = if emit {
+        "attention_combine_lvout"
+    } else {
+        "attention_combine"
+    };
     let pipeline = rec.ctx().pipeline(label, || {
-        preprocess("attention.wgsl", &["RANGES", "MERGE", "COMBINE"])
+        merge_source(&mut vec!["RANGES", "MERGE", "COMBINE"], emit)
     });
-    let bindings = [partials.clone(), out.clone()];
+    let mut bindings = vec![partials.clone(), out.clone()];
+    bindings.extend(levels_out.cloned());
     rec.dispatch(label, &pipeline, params, &bindings, [heads, t, 1])?;
     Ok(())
+}
+
+/// attention.wgsl with `defines`, plus `EMIT_LEVELS` (and, in the browser, the subgroups
+/// directive its shuffles need) when `emit`.
+fn merge_source(defines: &mut Vec<&'static str>, emit: bool) -> String {
+    if !emit {
+        return preprocess("attention.wgsl", defines);
+    }
+    defines.push("EMIT_LEVELS");
+    let enable = if cfg!(target_arch = "wasm32") {
+        "enable subgroups;\n"
+    } else {
+        ""
+    };
+    format!("{enable}{}", preprocess("attention.wgsl", defines))
+}
+
+/// Whether the attention of `shape` on path `how` can write W_o's x' as int8 levels
+/// (`attention_planned`'s `levels_out`): split key ranges (the merge writes them), subgroups
+/// (its shuffles) and heads of whole 32-element chunks.
+pub fn levels_fit(ctx: &GpuContext, shape: &AttentionShape, how: AttentionPlan) -> bool {
+    how.splits > 1 && ctx.has_subgroups() && shape.head_dim.is_multiple_of(32)
 }
 
 #[cfg(test)]

@@ -55,7 +55,7 @@ pub(crate) fn forward(
             .ok_or_else(|| missing("post_attention_norm"))?
             .vector();
         let attn = Binding::from(&s.attn);
-        for op in step.plan.o_proj_ops(l, t) {
+        for op in step.plan.o_proj_ops(l, t, step.pos0) {
             match op {
                 // both in one dispatch: the product's last workgroup norms the row
                 Op::OProjPostNorm => {
@@ -66,9 +66,10 @@ pub(crate) fn forward(
                     };
                     matmul_post_norm_add(rec, &lw.wo, &attn, post, t)?
                 }
-                Op::OProj { residual: false } => {
-                    matmul(rec, &lw.wo, &attn, &proj, t, MatmulArgs::default())?
-                }
+                Op::OProj {
+                    residual: false,
+                    levels: false,
+                } => matmul(rec, &lw.wo, &attn, &proj, t, MatmulArgs::default())?,
                 Op::PostNorm(NormOf::Attention) => {
                     rms_norm_add(rec, &proj, &post_attn, &x, t, c.dim, c.rms_eps)?
                 }

@@ -49,8 +49,15 @@ pub(crate) fn forward(
         // attention RMSNorm, Q/K/V (+ qwen2 biases), qwen3's per-head Q/K norms, RoPE (none
         // on smollm3's NoPE layers), KV-cache write, causal attention
         attention_block(rec, step, l as u32)?;
-        // output projection, added into the residual stream
-        matmul(rec, &lw.wo, &Binding::from(&s.attn), &x, t, accumulate)?;
+        // output projection, added into the residual stream; its x' as the int8 levels the
+        // attention merge wrote, where the plan says so
+        let levels = step.plan.o_levels(l, t, step.pos0);
+        let scratch = levels.then(|| Binding::from(&levels_scratch(rec.ctx())));
+        let args = MatmulArgs {
+            x_levels: scratch.as_ref(),
+            ..accumulate
+        };
+        matmul(rec, &lw.wo, &Binding::from(&s.attn), &x, t, args)?;
         // FFN: RMSNorm, SwiGLU, down projection added into the residual stream
         ffn(rec, step, l)?;
     }

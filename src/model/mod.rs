@@ -359,7 +359,11 @@ pub(crate) fn attention_block(
             Op::Attention(how) => {
                 let shape = step.plan.attention_shape(l as usize, t, pos0);
                 let (out, partials) = (Binding::from(&s.attn), Binding::from(&s.attn_partials));
-                attention_planned(rec, &q, &kc, &vc, &out, &partials, &shape, how)?
+                // W_o's x' as int8 levels too, where the plan says W_o reads them.
+                let levels = step.plan.o_levels(l as usize, t, pos0);
+                let scratch = levels.then(|| Binding::from(&levels_scratch(rec.ctx())));
+                let (q, k, v) = (&q, &kc, &vc);
+                attention_planned(rec, q, k, v, &out, &partials, &shape, how, scratch.as_ref())?
             }
             op => return Err(misplaced(op)),
         }

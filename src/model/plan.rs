@@ -27,9 +27,9 @@ use crate::kernels::elementwise::Activation;
 use crate::kernels::get_rows::GetRowsKey;
 use crate::kernels::matmul::{
     can_fuse_glu, chunk_min_k, chunk_short_k_min, chunk_splits_override, ffn_levels_fit,
-    matvec_max_t, matvec_shape, planned_label, post_norm_fuses, post_norm_max_t, qkv_fuses,
-    DeviceKernels, Fusion, GemmChoice, MatmulVariant, StageX, WideTile, XLevels, AUTO_SPLIT,
-    CHUNK_WIDE, COOP64_MAX_T, WIDE_MIN_GROUPS,
+    matvec_max_t, matvec_shape, o_levels_fit, planned_label, post_norm_fuses, post_norm_max_t,
+    qkv_fuses, DeviceKernels, Fusion, GemmChoice, MatmulVariant, StageX, WideTile, XLevels,
+    AUTO_SPLIT, CHUNK_WIDE, COOP64_MAX_T, WIDE_MIN_GROUPS,
 };
 use crate::kernels::megakernel::MegakernelKey;
 use crate::kernels::qkv_rope::{qk_norm_max_t, qkv_rope_fits, v_rows_bindable};
@@ -74,8 +74,9 @@ pub enum Op {
     KvWrite,
     /// Causal attention on this path: one pass, or split key ranges and their combine.
     Attention(AttentionPlan),
-    /// W_o; `residual`: added into the residual stream, else written to `proj`.
-    OProj { residual: bool },
+    /// W_o; `residual`: added into the residual stream, else written to `proj`; `levels`: x'
+    /// read as the levels the attention merge wrote ([`Plan::o_levels`]).
+    OProj { residual: bool, levels: bool },
     /// W_o with gemma's post-norm folded in: the normed product added into the residual
     /// stream by the product's last workgroup (`matmul_post_norm_add`), one dispatch.
     OProjPostNorm,
@@ -158,6 +159,10 @@ pub struct LayerPlan {
     /// t ≤ 64 tokens; [`ffn_levels_fit`]); 0 where the FFN is not [`FfnPlan::Glu`], or with
     /// post-norms.
     pub ffn_levels_steps: u64,
+    /// The step sizes whose W_o may read its x' as int8 levels from the attention merge (bit
+    /// t − 1 for t ≤ 64 tokens; [`o_levels_fit`]), where the merge runs ([`Plan::o_levels`]);
+    /// 0 with post-norms, without subgroups, or with heads of partial chunks.
+    pub o_levels_steps: u64,
     /// Sliding-window size (0: full causal attention).
     pub window: u32,
     /// RoPE on q and k; `false` on SmolLM3's NoPE layers, whose Q/K/V products are followed
@@ -201,6 +206,18 @@ struct Facts {
     device: String,
     embed: String,
     lm_head: String,
+}
+
+/// The step sizes t in 1..=64 for which `fits(t)`, as bits t − 1.
+fn steps_where(fits: impl Fn(u32) -> bool) -> u64 {
+    (1..=64u32)
+        .filter(|&t| fits(t))
+        .fold(0, |bits, t| bits | 1 << (t - 1))
+}
+
+/// Whether `steps` (bits t − 1, [`steps_where`]) holds a step of `t` tokens.
+fn step_in(steps: u64, t: u32) -> bool {
+    (1..=64).contains(&t) && steps >> (t - 1) & 1 == 1
 }
 
 fn types(ws: &[&GpuTensor]) -> String {
@@ -384,25 +401,24 @@ impl Plan {
                     }
                 });
                 let ffn_levels_steps = if matches!(ffn, FfnPlan::Glu(_)) && !c.post_norms {
-                    (1..=64u32)
-                        .filter(|&t| {
-                            ffn_levels_fit(
-                                ctx,
-                                &lw.w_gate,
-                                &lw.w_up,
-                                &lw.w_down,
-                                true,
-                                activation(c),
-                                t,
-                            )
-                        })
-                        .fold(0u64, |bits, t| bits | 1 << (t - 1))
+                    let (gate, up, down) = (&lw.w_gate, &lw.w_up, &lw.w_down);
+                    steps_where(|t| ffn_levels_fit(ctx, gate, up, down, true, activation(c), t))
+                } else {
+                    0
+                };
+                let o_levels_steps = if fused
+                    && !c.post_norms
+                    && ctx.has_subgroups()
+                    && c.head_dim.is_multiple_of(32)
+                {
+                    steps_where(|t| o_levels_fit(ctx, &lw.wo, t))
                 } else {
                     0
                 };
                 LayerPlan {
                     v_apart: v_apart && qkv_rope.on,
                     ffn_levels_steps,
+                    o_levels_steps,
                     qkv_rope,
                     qkv_one,
                     qk_norm,
@@ -523,24 +539,39 @@ impl Plan {
         on && self.is_matvec_step(t) && t <= self.post_norm_max_t
     }
 
-    /// Layer `l`'s output projection for a step of `t` tokens: W_o into the residual stream
-    /// (gemma's post-norm folded in, or as its own dispatch).
-    pub fn o_proj_ops(&self, l: usize, t: u32) -> Vec<Op> {
+    /// Layer `l`'s output projection for a step of `t` tokens at `pos0`: W_o into the residual
+    /// stream (gemma's post-norm folded in, or as its own dispatch).
+    pub fn o_proj_ops(&self, l: usize, t: u32, pos0: u32) -> Vec<Op> {
         if !self.layers[l].post_norms {
-            vec![Op::OProj { residual: true }]
+            let levels = self.o_levels(l, t, pos0);
+            vec![Op::OProj {
+                residual: true,
+                levels,
+            }]
         } else if self.post_norm_folded(l, t) {
             vec![Op::OProjPostNorm]
         } else {
             vec![
-                Op::OProj { residual: false },
+                Op::OProj {
+                    residual: false,
+                    levels: false,
+                },
                 Op::PostNorm(NormOf::Attention),
             ]
         }
     }
 
+    /// Whether layer `l`'s attention merge writes W_o's x' as int8 levels, which W_o reads, on a
+    /// step of `t` tokens at `pos0`: where W_o can ([`LayerPlan::o_levels_steps`]) and the
+    /// keys are split (only the merge of split ranges writes them).
+    pub fn o_levels(&self, l: usize, t: u32, pos0: u32) -> bool {
+        step_in(self.layers[l].o_levels_steps, t)
+            && attention::plan(&self.attention_shape(l, t, pos0)).splits > 1
+    }
+
     /// Layer `l`'s FFN half for a step of `t` tokens: from the residual stream back into it.
     pub fn ffn_ops(&self, l: usize, t: u32) -> Vec<Op> {
-        let levels = (1..=64).contains(&t) && self.layers[l].ffn_levels_steps >> (t - 1) & 1 == 1;
+        let levels = step_in(self.layers[l].ffn_levels_steps, t);
         let mut ops = match self.layers[l].ffn {
             FfnPlan::Megakernel => return vec![Op::Megakernel],
             FfnPlan::Glu(_) => vec![Op::GateUpGlu { levels }],
@@ -568,7 +599,7 @@ impl Plan {
     /// Every op of layer `l`: the attention half, W_o (and gemma's post-norm), the FFN half.
     pub fn layer_ops(&self, l: usize, t: u32, pos0: u32) -> Vec<Op> {
         let mut ops = self.attention_ops(l, t, pos0);
-        ops.extend(self.o_proj_ops(l, t));
+        ops.extend(self.o_proj_ops(l, t, pos0));
         ops.extend(self.ffn_ops(l, t));
         ops
     }
@@ -664,15 +695,32 @@ impl Plan {
                 (Op::Attention(a), ..) if a.splits <= 1 => {
                     out.push(format!("attention_tiled_hd{}", self.head_dim))
                 }
-                (Op::Attention(_), ..) if self.attention_merge == AttentionMerge::InSplit => {
-                    out.push("attention_split_merge".into())
-                }
                 (Op::Attention(_), ..) => {
-                    out.extend(["attention_split".into(), "attention_combine".into()])
+                    let lv = if l.is_some_and(|l| self.o_levels(l, t, pos0)) {
+                        "_lvout"
+                    } else {
+                        ""
+                    };
+                    if self.attention_merge == AttentionMerge::InSplit {
+                        out.push(format!("attention_split_merge{lv}"))
+                    } else {
+                        out.extend(["attention_split".into(), format!("attention_combine{lv}")])
+                    }
                 }
-                (Op::OProj { .. }, Some(lw), _) => {
-                    product(out, &lw.wo, lw.wo.n_rows, t, false, false, Fusion::None)
-                }
+                (Op::OProj { levels, .. }, Some(lw), _) => product_levels(
+                    out,
+                    &lw.wo,
+                    lw.wo.n_rows,
+                    t,
+                    false,
+                    false,
+                    Fusion::None,
+                    if levels {
+                        XLevels::Read
+                    } else {
+                        XLevels::Staged
+                    },
+                ),
                 (Op::OProjPostNorm, Some(lw), _) => {
                     product(out, &lw.wo, lw.wo.n_rows, t, false, false, Fusion::PostNorm)
                 }

@@ -1,13 +1,17 @@
-//! W_down's x' as int8 levels written once per step by the GLU before it (`EMIT_LEVELS` in
-//! `shaders/matmul/matvec_chunk.wgsl`) and read by W_down (`LEVELS_IN`), instead of each of
-//! W_down's workgroups quantizing all of x' itself: the Llama-8B shape's W_down went from
-//! ~960 to 730 µs per decode step (BENCHMARKS.md "session 28").
+//! x' as int8 levels written once per step by the kernel that produces it, and read by the
+//! chunk matvec that consumes it (`LEVELS_IN`) instead of each of its workgroups quantizing
+//! all of x' itself: W_down's from the GLU before it (`EMIT_LEVELS` in
+//! `shaders/matmul/matvec_chunk.wgsl`; the Llama-8B shape's W_down went from ~960 to 730 µs
+//! per decode step, BENCHMARKS.md "session 28"), W_o's from the attention merge
+//! (`EMIT_LEVELS` in `shaders/attention.wgsl`, where `kernels::attention::levels_fit`).
 
 use crate::gpu::{Binding, GpuContext, GpuTensor};
 
 use super::super::elementwise::Activation;
 use super::super::KernelError;
-use super::{can_fuse_glu, check_binding, chosen_key, ffn_levels_enabled, Fusion, XLevels};
+use super::{
+    can_fuse_glu, check_binding, chosen_key, ffn_levels_enabled, o_levels_enabled, Fusion, XLevels,
+};
 
 /// Bytes of x' levels per token and 32-element chunk: planes a0, a1, b0, b1 (16 int8 levels
 /// each) and (d_a, d_b, Σx'', 0) as f32 (matvec_chunk.wgsl's XChunk).
@@ -72,6 +76,31 @@ pub fn ffn_levels_fit(
     )
     .with_levels(XLevels::Read);
     glu.defines().is_ok() && down.defines().is_ok()
+}
+
+/// Whether W_o (`wo`) can read its x' as the int8 levels the attention merge writes on a step
+/// of `t` tokens: an int8 chunk matvec whose scratch holds `t` tokens (the attention side is
+/// `kernels::attention::levels_fit`). `COCO_O_LEVELS=0` turns it off (the A/B baseline).
+pub fn o_levels_fit(ctx: &GpuContext, wo: &GpuTensor, t: u32) -> bool {
+    let k = wo.row_len;
+    o_levels_enabled()
+        && t >= 1
+        && k.is_multiple_of(32)
+        && t as u64 * (k / 32) * LEVELS_CHUNK_BYTES <= LEVELS_SCRATCH_BYTES
+        && chosen_key(
+            ctx,
+            wo.ty,
+            t,
+            k,
+            wo.n_rows,
+            false,
+            false,
+            Fusion::None,
+            None,
+        )
+        .with_levels(XLevels::Read)
+        .defines()
+        .is_ok()
 }
 
 /// Errors unless `levels` holds `t` tokens' levels of K = `k`.

@@ -110,6 +110,14 @@ pub fn ffn_levels_enabled() -> bool {
     *ON.get_or_init(|| std::env::var("COCO_FFN_LEVELS").map_or(true, |v| v != "0"))
 }
 
+/// The A/B switch `COCO_O_LEVELS=0`, read once per process: W_o's x' is then staged by each
+/// of its workgroups, as before the attention merge wrote it as levels
+/// ([`super::o_levels_fit`]).
+pub fn o_levels_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("COCO_O_LEVELS").map_or(true, |v| v != "0"))
+}
+
 /// The A/B switch `COCO_CHUNK_SPLITS=<n>` (1 ..= 64; 1 is unsplit), read once per process:
 /// every chunk matvec then splits K n ways where the scratch holds it, instead of by
 /// [`AUTO_SPLIT`]'s rule. An invalid value is ignored with a warning.

@@ -333,6 +333,17 @@ impl Plan {
         if lp.ffn != FfnPlan::Megakernel {
             out.push(("down", post_norm("W_down")));
         }
+        if lp.o_levels_steps != 0 {
+            out.push((
+                "o levels",
+                format!(
+                    "the attention merge also writes W_o's x' as int8 levels, which W_o reads \
+                     instead of quantizing it in each workgroup, on steps of {} whose keys are \
+                     split (COCO_O_LEVELS=0: off)",
+                    token_sets(lp.o_levels_steps)
+                ),
+            ));
+        }
         if lp.ffn_levels_steps != 0 {
             out.push((
                 "levels",
