@@ -32,6 +32,17 @@ function svg(tag, attrs = {}, text) {
 // ---------------------------------------------------------------------------------------
 // Formatting
 
+/**
+ * An integer with its thousands grouped by commas ("151,669"), as toLocaleString("en") writes
+ * it, without Intl: a page's first toLocaleString loads ICU's number formats on the main
+ * thread, 12 ms on an idle 2-core machine and a 64 ms long task under CI's contention (the
+ * model facts of a load, BENCHMARKS.md session 28). Anything but an integer as String().
+ */
+export function groupDigits(n) {
+  if (!Number.isSafeInteger(n)) return String(n);
+  return String(n).replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+}
+
 export function formatBytes(n) {
   if (n === null || n === undefined || !Number.isFinite(n)) return "unknown";
   const units = ["B", "KB", "MB", "GB", "TB"];
@@ -119,8 +130,8 @@ export function renderModelFacts(model, report) {
     ["Layers × dim", `${model.layers} × ${model.dim}`],
     ["Heads (KV heads) × head dim", `${model.heads} (${model.kv_heads}) × ${model.head_dim}`],
     ["FFN", model.ffn],
-    ["Vocabulary", model.vocab?.toLocaleString?.("en") ?? model.vocab],
-    ["Trained context", model.context_length?.toLocaleString?.("en") ?? model.context_length],
+    ["Vocabulary", model.vocab == null ? undefined : groupDigits(model.vocab)],
+    ["Trained context", model.context_length == null ? undefined : groupDigits(model.context_length)],
     ["Weights", formatBytes(model.weight_bytes)],
     ["Weight types", types],
     ["Tensors", model.tensors],
