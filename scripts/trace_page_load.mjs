@@ -1,6 +1,9 @@
 // What the page's main thread does while a model loads: Chromium's trace (Playwright over the
 // DevTools protocol, SwiftShader WebGPU as in the e2e tests) of one load from the test server,
-// then the main thread's tasks over 20 ms with the trace events inside them, longest first.
+// then the main thread's tasks over 20 ms with the trace events inside them, longest first,
+// and a CPU profile of the page's script over the same load: the page's own functions by
+// inclusive time (it named `toLocaleString`'s first call, in renderModelFacts, as 17 of a
+// message handler's 21 ms; BENCHMARKS.md session 28).
 // The e2e tests record long tasks and frames (window.cocoPage.longTasks / longFrames); this
 // shows what filled one. A by-hand diagnostic, not a test:
 //
@@ -23,10 +26,14 @@ try {
   const events = [];
   cdp.on('Tracing.dataCollected', (e) => events.push(...e.value));
   const complete = new Promise((resolve) => cdp.on('Tracing.tracingComplete', resolve));
+  await cdp.send('Profiler.enable');
+  await cdp.send('Profiler.setSamplingInterval', { interval: 200 }); // µs
   await cdp.send('Tracing.start', { categories: CATEGORIES, transferMode: 'ReportEvents' });
+  await cdp.send('Profiler.start');
   const mark = await pageNow(page);
   await loadModel(page, url);
   const longTasks = await longTasksSince(page, mark);
+  const { profile } = await cdp.send('Profiler.stop');
   await cdp.send('Tracing.end');
   await complete;
   fs.writeFileSync(out, JSON.stringify(events));
@@ -47,7 +54,30 @@ try {
     const top = [...inside].sort((a, b) => b[1] - a[1]).slice(0, 6).map(([n, d]) => `${n} ${(d / 1000).toFixed(1)}`);
     console.log(`at ${((task.ts - t0) / 1000).toFixed(0)} ms: a task of ${(task.dur / 1000).toFixed(1)} ms; inside (ms): ${top.join(', ') || 'nothing traced'}`);
   }
+  console.log("the page's script by inclusive time (ms), www/ files only:");
+  for (const [where, ms] of pageFunctions(profile).slice(0, 12)) console.log(`${ms.toFixed(1).padStart(8)}  ${where}`);
 } finally {
   await session.close();
   await server.close();
+}
+
+/** [function file:line, inclusive ms] of the profile's frames in www/, most time first. */
+function pageFunctions(profile) {
+  const parent = new Map();
+  for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  const inclusive = new Map();
+  profile.samples.forEach((id, i) => {
+    const ms = (profile.timeDeltas[i] ?? 0) / 1000;
+    const seen = new Set(); // a recursive function counts once per sample
+    for (let n = id; n !== undefined; n = parent.get(n)) {
+      const f = byId.get(n).callFrame;
+      if (!f.url.includes('/www/')) continue;
+      const where = `${f.functionName || '(anonymous)'} ${f.url.split('/').pop()}:${f.lineNumber + 1}`;
+      if (seen.has(where)) continue;
+      seen.add(where);
+      inclusive.set(where, (inclusive.get(where) ?? 0) + ms);
+    }
+  });
+  return [...inclusive].sort((a, b) => b[1] - a[1]);
 }
