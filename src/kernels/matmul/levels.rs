@@ -16,11 +16,13 @@ use super::{
 /// Bytes of x' levels per token and 32-element chunk: planes a0, a1, b0, b1 (16 int8 levels
 /// each) and (d_a, d_b, Σx'', 0) as f32 (matvec_chunk.wgsl's XChunk).
 pub const LEVELS_CHUNK_BYTES: u64 = 80;
-/// The context's x' levels scratch: what the GLU writes and W_down reads, one layer at a time.
+/// The context's x' levels scratch: what the GLU writes and W_down reads, and the attention
+/// merge writes and W_o reads, one product at a time.
 const LEVELS_SCRATCH_BYTES: u64 = 4 << 20;
 
-/// The scratch [`matmul_glu`]'s `levels_out` and [`MatmulArgs::x_levels`] share (the
-/// context's own: a layer's GLU and W_down run one after the other).
+/// The scratch that [`super::matmul_glu`]'s and the attention's `levels_out` and
+/// [`super::MatmulArgs::x_levels`] share (the context's own: each writer's reader runs right
+/// after it, before the next writer).
 pub fn levels_scratch(ctx: &GpuContext) -> wgpu::Buffer {
     ctx.shared_scratch("matvec x' levels", LEVELS_SCRATCH_BYTES)
 }
@@ -28,9 +30,8 @@ pub fn levels_scratch(ctx: &GpuContext) -> wgpu::Buffer {
 /// Whether a step of `t` tokens writes W_down's x' as int8 levels in the GLU's epilogue
 /// (`EMIT_LEVELS`) and W_down reads them (`LEVELS_IN`), instead of each of W_down's
 /// workgroups quantizing all of x' itself: where both are int8 chunk matvecs, the GLU's
-/// workgroups hold whole chunks of outputs (64 slots: [`CHUNK_WIDE`]'s widest) without split
+/// workgroups hold whole chunks of outputs (64 slots: [`super::CHUNK_WIDE`]'s widest) without split
 /// K, and the scratch holds `t` tokens. `COCO_FFN_LEVELS=0` turns it off (the A/B baseline).
-#[allow(clippy::too_many_arguments)]
 pub fn ffn_levels_fit(
     ctx: &GpuContext,
     w_gate: &GpuTensor,
