@@ -28,8 +28,9 @@
 // each): ~1.2 TB/s of the H200's 4.1 on Q4_0 (BENCHMARKS.md "session 17"). Each level is
 // its own plane of vec4s indexed by chunk, so the lanes' reads are consecutive.
 #ifdef LEVELS_IN
-// With LEVELS_IN the levels come ready from the product that made x (EMIT_LEVELS: the GLU
-// before W_down), in the same planes per token in global memory: nothing is staged, so the
+// With LEVELS_IN the levels come ready from the kernel that made x (EMIT_LEVELS: the GLU
+// before W_down, the attention merge before W_o; common/levels.wgsl), in the same planes per
+// token in global memory: nothing is staged, so the
 // workgroup runs all of its K without a barrier, and x is quantized once per step instead
 // of once per workgroup (the 8B's W_down: 256 workgroups each quantized all 14,336 values).
 // (x_levels: matmul.wgsl binds them in x's place.)
