@@ -646,6 +646,15 @@ impl Plan {
         let product = |out: &mut Vec<String>, w: &GpuTensor, slots, rows, bias, norm, fusion| {
             product_levels(out, w, slots, rows, bias, norm, fusion, XLevels::Staged)
         };
+        // W_o or W_down (all rows, no bias or norm), its x' read as levels where `levels`.
+        let reader = |out: &mut Vec<String>, w: &GpuTensor, levels: bool| {
+            let x = if levels {
+                XLevels::Read
+            } else {
+                XLevels::Staged
+            };
+            product_levels(out, w, w.n_rows, t, false, false, Fusion::None, x)
+        };
         let qkv_slots = |lw: &LayerWeights| lw.wq.n_rows + lw.wk.n_rows + lw.wv.n_rows;
         let rope = rope_name(self.rope);
         let act = match self.act {
@@ -707,20 +716,7 @@ impl Plan {
                         out.extend(["attention_split".into(), format!("attention_combine{lv}")])
                     }
                 }
-                (Op::OProj { levels, .. }, Some(lw), _) => product_levels(
-                    out,
-                    &lw.wo,
-                    lw.wo.n_rows,
-                    t,
-                    false,
-                    false,
-                    Fusion::None,
-                    if levels {
-                        XLevels::Read
-                    } else {
-                        XLevels::Staged
-                    },
-                ),
+                (Op::OProj { levels, .. }, Some(lw), _) => reader(out, &lw.wo, levels),
                 (Op::OProjPostNorm, Some(lw), _) => {
                     product(out, &lw.wo, lw.wo.n_rows, t, false, false, Fusion::PostNorm)
                 }
@@ -750,20 +746,7 @@ impl Plan {
                     }
                 }
                 (Op::Glu, ..) => out.push(format!("elementwise_glu_{act}")),
-                (Op::Down { levels, .. }, Some(lw), _) => product_levels(
-                    out,
-                    &lw.w_down,
-                    lw.w_down.n_rows,
-                    t,
-                    false,
-                    false,
-                    Fusion::None,
-                    if levels {
-                        XLevels::Read
-                    } else {
-                        XLevels::Staged
-                    },
-                ),
+                (Op::Down { levels, .. }, Some(lw), _) => reader(out, &lw.w_down, levels),
                 (Op::Megakernel, Some(lw), Some(lp)) => out.push(
                     MegakernelKey {
                         gate_up: lw.w_gate.ty,

@@ -110,25 +110,11 @@ fn levels_variants_compile_to_spirv() {
             XLevels::Emit,
         )
         .staged(4096, 49152);
-        let keys = [
-            emit,
-            chunk(
-                ty,
-                MatmulVariant::MatvecChunk,
-                Fusion::None,
-                false,
-                1,
-                XLevels::Read,
-            ),
-            chunk(
-                ty,
-                MatmulVariant::MatvecChunk,
-                Fusion::None,
-                false,
-                4,
-                XLevels::Read,
-            ),
-        ];
+        let read = |splits| {
+            let variant = MatmulVariant::MatvecChunk;
+            chunk(ty, variant, Fusion::None, false, splits, XLevels::Read)
+        };
+        let keys = [emit, read(1), read(4)];
         if !keys.iter().all(|k| k.int8()) {
             continue; // int8 levels are off on this machine (MatvecShape::int8)
         }
