@@ -834,6 +834,32 @@ fn store_tile(g: u32, tx: u32, t: u32, tok: u32, acc: vec4<f32>) {
 #endif
 }
 
+#ifdef SPLIT_K
+#include "matmul/tile_split.wgsl"
+
+// The row group of workgroup g, and the chunks of K it multiplies.
+fn row_group(g: u32) -> u32 {
+    return g / p.splits;
+}
+
+fn k_range(g: u32) -> vec2<u32> {
+    return tile_chunks(g % p.splits);
+}
+
+// The arrival counter and records of row group rg's token tile z.
+fn split_tile(z: u32, rg: u32) -> u32 {
+    return z * (p.groups / p.splits) + rg;
+}
+#else
+fn row_group(g: u32) -> u32 {
+    return g;
+}
+
+fn k_range(g: u32) -> vec2<u32> {
+    return vec2<u32>(0u, p.k / 32u);
+}
+#endif
+
 #endif
 
 #ifdef TILED
@@ -869,10 +895,11 @@ fn main(
     let t0 = wid.z * TILE_T;
     let tx = li % 16u;
     let ty = li / 16u;
-    let chunks = p.k / 32u;
+    let rg = row_group(g);
+    let range = k_range(g);
     let sr = li / 4u; // the W row and the token this thread stages
     let q = li % 4u;  // … their elements 8q .. 8q + 7 of each chunk
-    let staged = locate(g * TILE_N + sr, TILE_N);
+    let staged = locate(rg * TILE_N + sr, TILE_N);
     let staged_live = live(staged);
     let t_stage = t0 + sr;
     var ss = 0.0;
@@ -885,17 +912,20 @@ fn main(
     // (BENCHMARKS.md, session 9: staging and workgroup-memory reads bound this kernel), but it
     // costs no workgroup memory, and GPUs with fewer workgroups in flight may need it.
     var w_next: array<vec4<f32>, 2>;
-    if (staged_live) {
-        w_next = dequant_w8(staged, q);
+    var x_next: array<vec4<f32>, 2>;
+    if (range.x < range.y) {
+        if (staged_live) {
+            w_next = dequant_w8(staged, 4u * range.x + q);
+        }
+        x_next = stage_x(t_stage, range.x, q, &ss);
     }
-    var x_next = stage_x(t_stage, 0u, q, &ss);
-    for (var c = 0u; c < chunks; c++) {
+    for (var c = range.x; c < range.y; c++) {
         wt[(2u * q) * TILE_N + sr] = w_next[0];
         wt[(2u * q + 1u) * TILE_N + sr] = w_next[1];
         xt[(2u * q) * TILE_T + sr] = x_next[0];
         xt[(2u * q + 1u) * TILE_T + sr] = x_next[1];
         workgroupBarrier();
-        if (c + 1u < chunks) {
+        if (c + 1u < range.y) {
             if (staged_live) {
                 w_next = dequant_w8(staged, 4u * (c + 1u) + q);
             }
@@ -919,14 +949,34 @@ fn main(
         }
         workgroupBarrier();
     }
+#ifdef SPLIT_K
+    // Sum i of this thread is slot tx + 16(i % 4) of token ty + 16(i / 4).
+    var v = array<f32, 16>(
+        acc0.x, acc0.y, acc0.z, acc0.w, acc1.x, acc1.y, acc1.z, acc1.w,
+        acc2.x, acc2.y, acc2.z, acc2.w, acc3.x, acc3.y, acc3.z, acc3.w,
+    );
+    var live = 0u;
+    for (var j = 0u; j < 4u; j++) {
+        if (t0 + ty + 16u * j < p.t) {
+            live |= 0xfu << (4u * j);
+        }
+    }
+    if (!split_merge(li, split_tile(wid.z, rg), g % p.splits, live, &v, &ss)) {
+        return;
+    }
+    acc0 = vec4<f32>(v[0], v[1], v[2], v[3]);
+    acc1 = vec4<f32>(v[4], v[5], v[6], v[7]);
+    acc2 = vec4<f32>(v[8], v[9], v[10], v[11]);
+    acc3 = vec4<f32>(v[12], v[13], v[14], v[15]);
+#endif
 #ifdef NORM
     xt[li] = vec4<f32>(ss, 0.0, 0.0, 0.0); // thread li staged token li / 4 (see token_scale)
     workgroupBarrier();
 #endif
-    store_tile(g, tx, t0 + ty, ty, acc0);
-    store_tile(g, tx, t0 + ty + 16u, ty + 16u, acc1);
-    store_tile(g, tx, t0 + ty + 32u, ty + 32u, acc2);
-    store_tile(g, tx, t0 + ty + 48u, ty + 48u, acc3);
+    store_tile(rg, tx, t0 + ty, ty, acc0);
+    store_tile(rg, tx, t0 + ty + 16u, ty + 16u, acc1);
+    store_tile(rg, tx, t0 + ty + 32u, ty + 32u, acc2);
+    store_tile(rg, tx, t0 + ty + 48u, ty + 48u, acc3);
 }
 #endif
 
@@ -980,10 +1030,11 @@ fn main(
         return;
     }
     let t0 = wid.z * TILE_T;
-    let chunks = p.k / 32u;
+    let rg = row_group(g);
+    let range = k_range(g);
     let sr = li / 4u; // the W row and the token this thread stages
     let q = li % 4u;  // … their elements 8q .. 8q + 7 of each chunk
-    let staged = locate(g * TILE_N + sr, TILE_N);
+    let staged = locate(rg * TILE_N + sr, TILE_N);
     let staged_live = live(staged);
     let t_stage = t0 + sr;
     // Subgroup sg owns slots r0 .. r0 + 15 and tokens n0 .. n0 + 31. The accumulators start
@@ -1003,15 +1054,18 @@ fn main(
     var ss = 0.0;
     // Chunk c + 1 is loaded while chunk c is multiplied, as in TILED.
     var w_next: array<vec4<f32>, 2>;
-    if (staged_live) {
-        w_next = dequant_w8(staged, q);
+    var x_next: array<vec4<f32>, 2>;
+    if (range.x < range.y) {
+        if (staged_live) {
+            w_next = dequant_w8(staged, 4u * range.x + q);
+        }
+        x_next = stage_x(t_stage, range.x, q, &ss);
     }
-    var x_next = stage_x(t_stage, 0u, q, &ss);
-    for (var c = 0u; c < chunks; c++) {
+    for (var c = range.x; c < range.y; c++) {
         stage_w16(sr * 32u + 8u * q, w_next);
         stage_x16(sr * 32u + 8u * q, scaled8(x_next, scale));
         workgroupBarrier();
-        if (c + 1u < chunks) {
+        if (c + 1u < range.y) {
             if (staged_live) {
                 w_next = dequant_w8(staged, 4u * (c + 1u) + q);
             }
@@ -1028,6 +1082,24 @@ fn main(
     }
     coopStore(c0, &ct[n0 * TILE_N + r0], TILE_N);
     coopStore(c1, &ct[(n0 + 16u) * TILE_N + r0], TILE_N);
+    workgroupBarrier();
+#ifdef SPLIT_K
+    // Sum i of this thread is ct[li + 256 i]: token li / 64 + 4i of the tile.
+    var v: array<f32, 16>;
+    var live = 0u;
+    for (var i = 0u; i < 16u; i++) {
+        v[i] = ct[li + 256u * i];
+        if (t0 + li / TILE_N + 4u * i < p.t) {
+            live |= 1u << i;
+        }
+    }
+    if (!split_merge(li, split_tile(wid.z, rg), g % p.splits, live, &v, &ss)) {
+        return;
+    }
+    for (var i = 0u; i < 16u; i++) {
+        ct[li + 256u * i] = v[i];
+    }
+#endif
 #ifdef NORM
     token_ss[li] = ss; // thread li staged token li / 4 (see token_scale)
 #endif
@@ -1037,7 +1109,7 @@ fn main(
     for (var j = 0u; j < 4u; j++) {
         let tok = ty + 16u * j;
         let o = tok * TILE_N + tx;
-        store_tile(g, tx, t0 + tok, tok, vec4<f32>(ct[o], ct[o + 16u], ct[o + 32u], ct[o + 48u]));
+        store_tile(rg, tx, t0 + tok, tok, vec4<f32>(ct[o], ct[o + 16u], ct[o + 32u], ct[o + 48u]));
     }
 }
 #endif

@@ -257,6 +257,7 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
             gemm: "auto".into(),
             attention_merge: "in_split",
             batches_in_flight: 2,
+            tile_split_target: 512,
         },
         pipeline: "fused",
         prompt_tokens: 8,

@@ -318,6 +318,12 @@ fn matmul_type(ty: GgmlType) {
         Case::new(ty, 67, 3, Some(MatvecRows)).bias().softcap(),
         Case::new(ty, 67, 33, Some(Tiled)).softcap(),
         Case::new(ty, 67, 17, Some(Tiled)).split(12).softcap(),
+        // K split among workgroups (tile_splits: 17 ranges of 8 chunks), one and two token tiles.
+        Case::new(ty, 67, 17, Some(Tiled)).wide(),
+        Case::new(ty, 67, 70, Some(Tiled))
+            .wide()
+            .bias()
+            .accumulate(),
         // The wide GEMM, each register tile: partial slot and token tiles, two of each.
         Case::new(ty, 131, 33, Some(wide(8, 4)))
             .bias()
@@ -378,6 +384,8 @@ fn matmul_type(ty: GgmlType) {
             Case::new(ty, 67, 70, Some(TiledCoop)).accumulate(),
             Case::new(ty, 67, 33, Some(TiledCoop)).softcap(),
             Case::new(ty, 67, 9, Some(TiledCoop)).beyond_f16(),
+            Case::new(ty, 67, 9, Some(TiledCoop)).wide().beyond_f16(),
+            Case::new(ty, 131, 70, Some(TiledCoop)).wide().accumulate(),
             Case::new(ty, 67, 17, Some(TiledCoop))
                 .bias()
                 .accumulate()

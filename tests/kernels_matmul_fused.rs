@@ -180,6 +180,7 @@ fn variants_cases(base: impl Fn(Case) -> Case) -> Vec<Case> {
         base(case(1, Some(Tiled))).no_norm(),
         base(case(64, None)).long(),
         base(case(70, Some(Tiled))), // two token tiles, the last of 6
+        base(case(17, Some(Tiled))).two_tiles(), // K split 17 ways (tile_splits)
         // The wide GEMM, each register tile (two slot tiles of a GLU's 134 slots at 8 × 8).
         base(case(17, Some(wide(8, 4)))),
         base(case(70, Some(wide(8, 4)))).no_norm(),
@@ -211,6 +212,7 @@ fn variants_cases(base: impl Fn(Case) -> Case) -> Vec<Case> {
             base(case(17, Some(TiledCoop))),
             base(case(70, Some(TiledCoop))).no_norm(),
             base(case(64, Some(TiledCoop))).long(),
+            base(case(33, Some(TiledCoop))).two_tiles(),
             base(case(17, Some(Coop128))),
             base(case(150, Some(Coop128))).no_norm(),
             base(case(130, Some(Coop128))).long(),

@@ -296,6 +296,11 @@ impl MatmulKey {
                 let rows = variant.slots_per_group();
                 chunk_splits(slots.div_ceil(rows as u64), rows, k / 32, t)
             }
+            MatmulVariant::Tiled | MatmulVariant::TiledCoop => tile_splits(
+                slots.div_ceil(TILE_N as u64),
+                (t as u64).div_ceil(TILE_T as u64),
+                k / 32,
+            ),
             _ => 1,
         };
         MatmulKey {
@@ -455,6 +460,18 @@ impl MatmulKey {
             defines.push("INT8");
         }
         if self.splits > 1 {
+            if !matches!(
+                self.variant,
+                MatmulVariant::MatvecChunk
+                    | MatmulVariant::MatvecChunkWide(_)
+                    | MatmulVariant::Tiled
+                    | MatmulVariant::TiledCoop
+            ) {
+                return Err(KernelError::Shape {
+                    kernel: "matmul",
+                    why: format!("split K is not in {:?}", self.variant),
+                });
+            }
             defines.push("SPLIT_K");
         }
         match self.levels {

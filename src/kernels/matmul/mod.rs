@@ -852,10 +852,18 @@ pub(super) fn launch(
     params.splits = key.splits;
     let mut bindings = bindings.to_vec();
     if key.splits > 1 {
-        let words = SPLIT_COUNTERS + SPLIT_RECORD_WORDS;
-        bindings.push(Binding::from(
-            &ctx.shared_scratch("matvec split-K scratch", 4 * words),
-        ));
+        let scratch = if key.variant.is_tiled() {
+            ctx.shared_scratch(
+                "tile split-K scratch",
+                4 * (SPLIT_COUNTERS + TILE_SPLIT_WORDS),
+            )
+        } else {
+            ctx.shared_scratch(
+                "matvec split-K scratch",
+                4 * (SPLIT_COUNTERS + SPLIT_RECORD_WORDS),
+            )
+        };
+        bindings.push(Binding::from(&scratch));
     }
     if key.variant.is_coop() {
         let scales = record_token_scales(rec, key, &params, &bindings)?;

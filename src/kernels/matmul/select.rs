@@ -103,6 +103,52 @@ pub fn chunk_splits(groups: u64, rows: u32, chunks: u64, t: u32) -> u32 {
     }
 }
 
+/// Split K in the 64 × 64 tile kernels (`SPLIT_K` with `TILED` or `TILED_COOP`,
+/// `shaders/matmul/tile_split.wgsl`): a short step's grid of (token tiles × row groups) is
+/// grown to about [`TILE_SPLIT_TARGET`] workgroups by sharing each tile's K among as many
+/// workgroups, none taking fewer than [`TILE_SPLIT_MIN_CHUNKS`] chunks; the last to finish
+/// adds the ranges' sums. A 32-token step of the Llama-1B shape runs W_o and W_down on 32
+/// workgroups of 64 rows unsplit, each walking all of K.
+pub const TILE_SPLIT_TARGET: u64 = 512;
+pub const TILE_SPLIT_MIN_CHUNKS: u64 = 8;
+/// The tile split scratch's words after its [`SPLIT_COUNTERS`]: TILE_SPLIT_RECORD per (token
+/// tile, row group, range); a split that would need more runs unsplit (16 MiB in all).
+pub const TILE_SPLIT_WORDS: u64 = 1 << 22;
+pub const TILE_SPLIT_RECORD: u64 = 17 * 256;
+
+/// Workgroups per (token tile, row group) of a 64 × 64 tile kernel over `groups` row groups,
+/// `t_tiles` token tiles and `chunks` 32-element chunks of K: [`TILE_SPLIT_TARGET`]'s rule
+/// (or the A/B override `COCO_TILE_SPLIT_TARGET`, 0 = never split), where the scratch holds
+/// it; else 1.
+pub fn tile_splits(groups: u64, t_tiles: u64, chunks: u64) -> u32 {
+    let tiles = groups * t_tiles;
+    let target = tile_split_target_override().unwrap_or(TILE_SPLIT_TARGET);
+    let s = target
+        .div_ceil(tiles.max(1))
+        .min(chunks / TILE_SPLIT_MIN_CHUNKS)
+        .max(1);
+    let fits = tiles <= SPLIT_COUNTERS && tiles * s * TILE_SPLIT_RECORD <= TILE_SPLIT_WORDS;
+    if s > 1 && fits {
+        s as u32
+    } else {
+        1
+    }
+}
+
+/// The A/B switch `COCO_TILE_SPLIT_TARGET=<workgroups>` (0: the tiles never split K), read
+/// once per process. An invalid value is ignored with a warning.
+pub fn tile_split_target_override() -> Option<u64> {
+    static TARGET: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *TARGET.get_or_init(|| {
+        let v = std::env::var("COCO_TILE_SPLIT_TARGET").ok()?;
+        let parsed = v.parse::<u64>().ok().filter(|&n| n <= 1 << 20);
+        if parsed.is_none() {
+            log::warn!("COCO_TILE_SPLIT_TARGET={v:?} ignored: expected a workgroup count");
+        }
+        parsed
+    })
+}
+
 /// The A/B switch `COCO_FFN_LEVELS=0`, read once per process: W_down's x' is then staged by
 /// each of its workgroups, as before the GLU wrote it as levels ([`super::ffn_levels_fit`]).
 pub fn ffn_levels_enabled() -> bool {
@@ -279,6 +325,9 @@ pub struct KernelSettings {
     pub attention_merge: &'static str,
     /// Decode batches the GPU loop keeps in flight (`COCO_IN_FLIGHT`, the page's `in_flight`).
     pub batches_in_flight: u32,
+    /// The grid the 64 × 64 tiles split K up to ([`TILE_SPLIT_TARGET`], or
+    /// `COCO_TILE_SPLIT_TARGET`; 0: never).
+    pub tile_split_target: u64,
 }
 
 impl KernelSettings {
@@ -292,6 +341,7 @@ impl KernelSettings {
             gemm: ctx.gemm.name(),
             attention_merge: ctx.attention_merge.name(),
             batches_in_flight: ctx.batches_in_flight,
+            tile_split_target: tile_split_target_override().unwrap_or(TILE_SPLIT_TARGET),
         }
     }
 }

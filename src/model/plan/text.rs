@@ -132,7 +132,16 @@ impl Plan {
         } else {
             format!("{mv}{staged}")
         };
-        match self.matvec_max_t {
+        let target = tile_split_target_override().unwrap_or(TILE_SPLIT_TARGET);
+        let split = if target > 0 {
+            format!(
+                "; the 64 x 64 tiles split K among workgroups up to a grid of {target} \
+                 (ranges of >= {TILE_SPLIT_MIN_CHUNKS} chunks)"
+            )
+        } else {
+            "; the tiles never split K (COCO_TILE_SPLIT_TARGET=0)".to_string()
+        };
+        let rule = match self.matvec_max_t {
             None => format!(
                 "{matvec} for every step (a CPU adapter: the tiles' barriers cost more than \
                  reading W once per token)"
@@ -168,6 +177,10 @@ impl Plan {
                         format!("{} (asked for by name)", MatmulVariant::Wide(w).label()),
                 }
             ),
+        };
+        match self.matvec_max_t {
+            Some(_) => rule + &split,
+            None => rule,
         }
     }
 
