@@ -32,8 +32,9 @@
 //   NORM          binding norm_w[K]
 //   BIAS          binding bias[N] (of W, or of W_q); QKV_BIAS adds bias1, bias2 (W_k, W_v)
 //   STAGE_X       (MATVEC_SG) x'[t] staged in workgroup memory, K = 4·MV_STAGE_VEC4
-//   SPLIT_K       (MATVEC_CHUNK) p.splits workgroups share a row group, each over a range of
-//                 K; the last to finish adds their sums (binding split_sums at B_SPLIT)
+//   SPLIT_K       (MATVEC_CHUNK, TILED, TILED_COOP) p.splits workgroups share a row group
+//                 (and token tile), each over a range of K; the last to finish adds their
+//                 sums (binding split_sums at B_SPLIT; matmul/tile_split.wgsl for the tiles)
 //   POST_NORM     (MATVEC_SG, MATVEC_CHUNK) y += RMSNorm(x·Wᵀ) ⊙ post_w: gemma's sandwich
 //                 norm folded into W_o / W_down; the last workgroup of a token to finish
 //                 norms the whole row (bindings post_w and post_scratch at B_POST)
