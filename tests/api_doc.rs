@@ -186,6 +186,7 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
         subgroups: true,
         subgroups_why: "granted by the browser".into(),
         int8_dot: true,
+        cooperative_matrix: "chromium-experimental-subgroup-matrix not offered".into(),
         timestamp_query: true,
         limits: Limits {
             max_storage_binding: 128 << 20,

@@ -177,6 +177,7 @@ export function renderGpuPanel(adapter) {
     ["Int8 dot products", adapter.int8_dot
       ? `in this browser's WGSL: ${adapter.subgroups ? "the decode matvec reads x' as int8 levels" : "unused without subgroups"}`
       : "not yet: this browser's WGSL lacks packed_4x8_integer_dot_product (the decode matvec keeps x' in f32)"],
+    ["Tensor cores (subgroup matrices)", adapter.cooperative_matrix || "(not reported)"],
     ["Max storage binding", formatBinary(l.max_storage_binding)],
     ["Max buffer", formatBinary(l.max_buffer)],
     ["Max invocations per workgroup", l.max_invocations],

@@ -36,6 +36,17 @@ function wrapRequestDevice() {
       packed_4x8: navigator.gpu?.wgslLanguageFeatures?.has("packed_4x8_integer_dot_product") ?? false,
       min_size: info.subgroupMinSize ?? 0,
       max_size: info.subgroupMaxSize ?? 0,
+      // Chromium's experimental subgroup matrices (tensor cores through WebGPU): recorded for
+      // the capability report only. coco doesn't ask for the feature, since no kernel of its
+      // own uses it yet.
+      matrix_offered: this.features.has("chromium-experimental-subgroup-matrix"),
+      matrix_configs: [...(info.subgroupMatrixConfigs ?? [])].map((c) => ({
+        component: String(c.componentType),
+        result: String(c.resultComponentType),
+        m: Number(c.M),
+        n: Number(c.N),
+        k: Number(c.K),
+      })),
     });
     return device;
   };

@@ -223,7 +223,8 @@ impl GpuContext {
         if options.wants_subgroups() {
             super::features::browser::ask_for_subgroups(&label);
         }
-        let cooperative_matrix = describe_cooperative_matrix(&adapter);
+        #[cfg_attr(not(target_arch = "wasm32"), allow(unused_mut))]
+        let mut cooperative_matrix = describe_cooperative_matrix(&adapter);
         let coop = options.wants_subgroups() && coop_gemm_available(&adapter);
         let experimental_features = if coop {
             features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
@@ -257,10 +258,15 @@ impl GpuContext {
         #[cfg(target_arch = "wasm32")]
         let subgroups = {
             let grant = super::features::browser::granted(&label);
-            super::features::set_packed_4x8_dot(grant.is_some_and(|g| g.packed_4x8));
+            super::features::set_packed_4x8_dot(grant.as_ref().is_some_and(|g| g.packed_4x8));
+            // wgpu's web backend knows no cooperative matrices; the browser's own offer is
+            // what the report can say.
+            if let Some(g) = &grant {
+                cooperative_matrix = g.describe_matrices();
+            }
             let decision = SubgroupDecision::browser(
                 options,
-                grant,
+                grant.as_ref(),
                 info.device_type == wgpu::DeviceType::Cpu,
             );
             // wgpu's own feature set never holds SUBGROUP here; coco's does when the browser

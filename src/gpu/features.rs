@@ -227,7 +227,7 @@ impl SubgroupDecision {
 
     /// The browser: what `browser_features.js` recorded for coco's device (None: the request
     /// went around it), on a software adapter or not.
-    pub fn browser(options: DeviceOptions, grant: Option<BrowserGrant>, software: bool) -> Self {
+    pub fn browser(options: DeviceOptions, grant: Option<&BrowserGrant>, software: bool) -> Self {
         if !options.wants_subgroups() {
             return Self::no(TURNED_OFF);
         }
@@ -270,9 +270,10 @@ impl SubgroupDecision {
 
 const TURNED_OFF: &str = "turned off: workgroup reductions everywhere (an A/B switch)";
 
-/// What the browser said about `subgroups` for coco's device (`browser_features.js`), and
-/// whether its WGSL has the packed 4×8-bit integer dot product.
-#[derive(Clone, Copy, Debug, Default, serde::Deserialize)]
+/// What the browser said about `subgroups` for coco's device (`browser_features.js`),
+/// whether its WGSL has the packed 4×8-bit integer dot product, and its adapter's offer of
+/// Chromium's experimental subgroup matrices.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
 pub struct BrowserGrant {
     pub offered: bool,
     pub granted: bool,
@@ -281,6 +282,45 @@ pub struct BrowserGrant {
     pub max_size: u32,
     #[serde(default)]
     pub packed_4x8: bool,
+    /// `chromium-experimental-subgroup-matrix` is among the adapter's features.
+    #[serde(default)]
+    pub matrix_offered: bool,
+    /// `GPUAdapterInfo.subgroupMatrixConfigs`.
+    #[serde(default)]
+    pub matrix_configs: Vec<MatrixConfig>,
+}
+
+/// One of `GPUAdapterInfo.subgroupMatrixConfigs`: an M×N×K product of `component` operands
+/// with `result` accumulators.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+pub struct MatrixConfig {
+    pub component: String,
+    pub result: String,
+    pub m: u32,
+    pub n: u32,
+    pub k: u32,
+}
+
+impl BrowserGrant {
+    /// The adapter's subgroup-matrix offer in the words of the native report
+    /// (`describe_cooperative_matrix`), and that coco doesn't use it yet.
+    pub fn describe_matrices(&self) -> String {
+        if !self.matrix_offered {
+            return "chromium-experimental-subgroup-matrix not offered".into();
+        }
+        let configs: Vec<String> = self
+            .matrix_configs
+            .iter()
+            .map(|c| format!("{}x{}x{} {}->{}", c.m, c.n, c.k, c.component, c.result))
+            .collect();
+        format!(
+            "chromium-experimental-subgroup-matrix offered | {} configuration(s){}{} | not used \
+             yet: coco's browser prefill runs the portable tiles",
+            configs.len(),
+            if configs.is_empty() { "" } else { ": " },
+            configs.join(", ")
+        )
+    }
 }
 
 /// Whether this process's WGSL compiler takes `dot4I8Packed` and `pack4xI8` (WGSL's
@@ -339,7 +379,31 @@ mod tests {
             min_size: 32,
             max_size: 32,
             packed_4x8: true,
+            ..BrowserGrant::default()
         }
+    }
+
+    /// The subgroup-matrix offer as the capability report words it, from the JSON
+    /// browser_features.js records.
+    #[test]
+    fn a_grant_describes_its_subgroup_matrices() {
+        let grant: BrowserGrant = serde_json::from_str(
+            r#"{"offered":true,"granted":true,"subgroup_id":true,"min_size":32,"max_size":32,
+                "matrix_offered":true,"matrix_configs":[
+                  {"component":"f16","result":"f32","m":8,"n":8,"k":8},
+                  {"component":"i8","result":"i32","m":8,"n":8,"k":32}]}"#,
+        )
+        .expect("grant");
+        let text = grant.describe_matrices();
+        assert!(
+            text.contains("offered | 2 configuration(s): 8x8x8 f16->f32, 8x8x32 i8->i32"),
+            "{text}"
+        );
+        assert!(text.contains("not used yet"), "{text}");
+        assert_eq!(
+            full().describe_matrices(),
+            "chromium-experimental-subgroup-matrix not offered"
+        );
     }
 
     /// A grant from a page that predates the field (or a browser without the list) reads as
@@ -356,12 +420,12 @@ mod tests {
     #[test]
     fn browser_subgroups_need_the_grant_and_the_builtins() {
         let on = DeviceOptions::default();
-        assert!(SubgroupDecision::browser(on, Some(full()), false).used);
+        assert!(SubgroupDecision::browser(on, Some(&full()), false).used);
         let off = DeviceOptions {
             subgroups: SubgroupChoice::Off,
             ..DeviceOptions::default()
         };
-        assert!(!SubgroupDecision::browser(off, Some(full()), false).used);
+        assert!(!SubgroupDecision::browser(off, Some(&full()), false).used);
         assert!(!SubgroupDecision::browser(on, None, false).used);
         for broken in [
             BrowserGrant {
@@ -383,7 +447,7 @@ mod tests {
                 ..full()
             },
         ] {
-            let d = SubgroupDecision::browser(on, Some(broken), false);
+            let d = SubgroupDecision::browser(on, Some(&broken), false);
             assert!(!d.used, "{broken:?} -> {d:?}");
         }
         let swiftshader = BrowserGrant {
@@ -392,12 +456,12 @@ mod tests {
             ..full()
         };
         // SwiftShader: auto keeps the workgroup kernels, a forced choice uses subgroups.
-        assert!(!SubgroupDecision::browser(on, Some(swiftshader), true).used);
+        assert!(!SubgroupDecision::browser(on, Some(&swiftshader), true).used);
         let forced = DeviceOptions {
             subgroups: SubgroupChoice::On,
             ..DeviceOptions::default()
         };
-        assert!(SubgroupDecision::browser(forced, Some(swiftshader), true).used);
+        assert!(SubgroupDecision::browser(forced, Some(&swiftshader), true).used);
     }
 
     #[test]

@@ -42,6 +42,9 @@ pub struct Adapter {
     /// subgroup decode matvec stages x' as int8 levels (natively always; in a browser when
     /// `navigator.gpu.wgslLanguageFeatures` lists `packed_4x8_integer_dot_product`).
     pub int8_dot: bool,
+    /// The adapter's tensor-core offer in words: in a browser Chromium's experimental
+    /// subgroup matrices and their configurations, which coco does not use yet.
+    pub cooperative_matrix: String,
     pub timestamp_query: bool,
     pub limits: Limits,
 }
@@ -72,6 +75,7 @@ impl Adapter {
             subgroups: ctx.has_subgroups(),
             subgroups_why: ctx.subgroups.why.clone(),
             int8_dot: crate::gpu::packed_4x8_dot(),
+            cooperative_matrix: ctx.cooperative_matrix.clone(),
             timestamp_query: ctx.features.contains(wgpu::Features::TIMESTAMP_QUERY),
             limits: Limits {
                 max_storage_binding: l.max_storage_buffer_binding_size,

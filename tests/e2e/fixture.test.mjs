@@ -59,14 +59,20 @@ describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
       // here, where they are slower: the next test forces them).
       const browser = await page.evaluate(async () => {
         const a = await navigator.gpu.requestAdapter();
-        return { offered: a.features.has('subgroups'), subgroup_id: navigator.gpu.wgslLanguageFeatures.has('subgroup_id'), packed_4x8: navigator.gpu.wgslLanguageFeatures.has('packed_4x8_integer_dot_product'), sizes: [a.info.subgroupMinSize, a.info.subgroupMaxSize] };
+        return { offered: a.features.has('subgroups'), subgroup_id: navigator.gpu.wgslLanguageFeatures.has('subgroup_id'), packed_4x8: navigator.gpu.wgslLanguageFeatures.has('packed_4x8_integer_dot_product'), sizes: [a.info.subgroupMinSize, a.info.subgroupMaxSize], matrices: a.features.has('chromium-experimental-subgroup-matrix'), matrix_configs: (a.info.subgroupMatrixConfigs ?? []).length };
       });
       const adapter = await page.evaluate(() => window.cocoPage.engine.adapter());
       assert.equal(adapter.subgroups, browser.offered && browser.subgroup_id && !adapter.fallback, `subgroup kernels run iff a hardware adapter offers them (browser ${JSON.stringify(browser)}; coco: ${adapter.subgroups_why})`);
       assert.ok(adapter.subgroups_why.length > 0, 'the report says why');
       // The int8 decode matvec only where the browser's WGSL has the packed 4×8-bit dot product.
       assert.equal(adapter.int8_dot, browser.packed_4x8, `int8 dot products iff the browser's WGSL lists them (browser ${JSON.stringify(browser)})`);
-      record('fixture subgroups', { used: adapter.subgroups, why: adapter.subgroups_why, browser });
+      // The tensor-core offer is the browser's own (wgpu's web backend knows none), with as
+      // many configurations as adapter.info lists.
+      const offer = browser.matrices
+        ? new RegExp(`subgroup-matrix offered \\| ${browser.matrix_configs} configuration`)
+        : /subgroup-matrix not offered/;
+      assert.match(adapter.cooperative_matrix, offer, `the report states the browser's subgroup-matrix offer (browser ${JSON.stringify(browser)})`);
+      record('fixture subgroups', { used: adapter.subgroups, why: adapter.subgroups_why, matrices: adapter.cooperative_matrix, browser });
     }));
 
   it(`greedy output equals native \`coco run --temp 0\` (${N} tokens)`, { timeout: 5 * 60_000 }, (t) =>
