@@ -14,8 +14,8 @@
 //!   the tokenizer's special tokens (`bos_token`, `eos_token`, …).
 //!
 //! coco renders with minijinja configured the same way, plus the Python behaviour templates rely
-//! on ([`python`]: `True`/`None` printing, Python's whitespace in `strip()`/`trim`, HF's
-//! `tojson`, `str`/`dict` methods). `strftime_now` formats a caller-chosen date ([`date`]).
+//! on (`python`: `True`/`None` printing, Python's whitespace in `strip()`/`trim`, HF's
+//! `tojson`, `str`/`dict` methods). `strftime_now` formats a caller-chosen date (`date`).
 //! `tests/chat_template.rs` demands byte-identical output with HF on real templates
 //! (`tests/goldens/chat_*.json`, from `tools/chat_goldens.py`).
 //!

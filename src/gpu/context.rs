@@ -387,7 +387,7 @@ impl GpuContext {
         self.features.contains(wgpu::Features::SHADER_F16)
     }
 
-    /// Whether the cooperative-matrix prefill GEMM runs here (see [`coop_gemm_available`]).
+    /// Whether the cooperative-matrix prefill GEMM runs here (see `coop_gemm_available`).
     pub fn has_coop_gemm(&self) -> bool {
         self.features
             .contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)

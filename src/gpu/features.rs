@@ -329,7 +329,7 @@ impl BrowserGrant {
 /// opens (one device per page, so one answer per process).
 static PACKED_4X8_DOT: AtomicBool = AtomicBool::new(cfg!(not(target_arch = "wasm32")));
 
-/// See [`PACKED_4X8_DOT`].
+/// See `PACKED_4X8_DOT`.
 pub fn packed_4x8_dot() -> bool {
     PACKED_4X8_DOT.load(Ordering::Relaxed)
 }

@@ -147,7 +147,7 @@ fn visible_keys(pos: u32, window: u32) -> u32 {
 ///
 /// - `t · heads > SPLIT_MAX_ROWS` (512): single pass. There are enough workgroups already.
 /// - otherwise aim for `want = ⌈TARGET_WORKGROUPS / (t · heads)⌉` ranges per (token, head):
-///   `chunk = ⌈n / want⌉`, at least [`MIN_RANGE_BYTES`] of K and V, rounded up to whole
+///   `chunk = ⌈n / want⌉`, at least `MIN_RANGE_BYTES` of K and V, rounded up to whole
 ///   16-key blocks, `splits = ⌈n / chunk⌉`, where `n` is the key count of the step's last
 ///   token (the largest).
 /// - `splits == 1` (at most 16 keys): single pass.

@@ -1,4 +1,4 @@
-//! `shaders/get_rows.wgsl`: out[T, dim] = scale · dequant(table[ids[t], :]), the embedding
+//! `shaders/get_rows.wgsl`: `out[T, dim] = scale · dequant(table[ids[t], :])`, the embedding
 //! lookup, dequantizing the table's rows (any supported type, `gpu::layout`) and handling tables split
 //! into parts (one dispatch per part; each writes the tokens whose id falls in its rows).
 
@@ -39,7 +39,7 @@ struct Params {
     _pad: u32,
 }
 
-/// Records out[t, :] = scale · table[ids[t], :] for t < T. An id ≥ the table's rows yields a
+/// Records `out[t, :] = scale · table[ids[t], :]` for t < T. An id ≥ the table's rows yields a
 /// zero row (ids are not visible to the host, so this is the GPU's answer to a bad id).
 pub fn get_rows(
     rec: &mut StepRecorder,

@@ -35,7 +35,7 @@ pub struct MegakernelKey {
     pub down: GgmlType,
     pub act: Activation,
     /// gemma3: the down output is RMS-normed (post_ffw_norm) before the residual add;
-    /// adds bindings post_w[dim] and proj[T, dim].
+    /// adds bindings `post_w[dim]` and `proj[T, dim]`.
     pub post_norm: bool,
 }
 
@@ -86,7 +86,7 @@ impl MegakernelKey {
     /// The preprocessed WGSL. With a W_down type other than W_gate's, that type's
     /// dequantizer file (`common/dequant_<type>.wgsl`) is expanded after the shader, sharing
     /// its include list (so the K-quant scale helpers appear once), and the names every
-    /// dequantizer file defines ([`PER_TYPE_NAMES`]) get a `_down` suffix there; its other
+    /// dequantizer file defines (`PER_TYPE_NAMES`) get a `_down` suffix there; its other
     /// helpers are named after their type, and the word loaders it calls are
     /// type-independent and come from common/dequant.wgsl.
     pub fn source(&self) -> Result<String, KernelError> {

@@ -17,7 +17,7 @@ struct Params {
 /// Invocations of the read kernel: enough to fill a large GPU, each streaming a slice.
 pub const READ_THREADS: u32 = 256 * 1024;
 
-/// Reads all of `src` (`[n_vec4]` vec4<f32>) once, writing per-invocation sums to `dst`
+/// Reads all of `src` (`[n_vec4]` `vec4<f32>`) once, writing per-invocation sums to `dst`
 /// (`[READ_THREADS]` f32).
 pub fn probe_read(
     rec: &mut StepRecorder,

@@ -100,7 +100,7 @@ pub fn qk_norm_max_t(heads: u32, kv_heads: u32, head_dim: u32) -> u32 {
 
 /// Whether these weights could take the fused form on this device in a matvec step: the
 /// binding and type half of [`qkv_rope_fuses`], without the step's token count. Which steps
-/// are matvec steps is [`matvec_max_t`]'s rule (`model::Plan` holds both).
+/// are matvec steps is [`matvec_max_t`](super::matmul::matvec_max_t)'s rule (`model::Plan` holds both).
 #[allow(clippy::too_many_arguments)]
 pub fn qkv_rope_fits(
     ctx: &GpuContext,

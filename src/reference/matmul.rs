@@ -26,7 +26,7 @@ pub fn matmul_abs(w: &[f32], x: &[f32], n: usize, k: usize, t: usize) -> Vec<f32
     matmul(&wa, &xa, n, k, t)
 }
 
-/// out[T, dim] = scale · table[ids[t], :] for a `[rows, dim]` table. An id past the table
+/// `out[T, dim] = scale · table[ids[t], :]` for a `[rows, dim]` table. An id past the table
 /// gives a zero row, as the GPU kernel writes.
 pub fn get_rows(table: &[f32], dim: usize, ids: &[u32], scale: f32) -> Vec<f32> {
     let rows = table.len() / dim.max(1);

@@ -8,16 +8,16 @@
 //! | type | elems | bytes | layout |
 //! |------|------:|------:|--------|
 //! | Q8_0 | 32  | 34  | `d: f16, qs: [i8; 32]`; w = d·q |
-//! | Q4_0 | 32  | 18  | `d: f16, qs: [u8; 16]`; elem j < 16 in the low nibble of qs[j], j+16 in the high; w = d·(q − 8) |
+//! | Q4_0 | 32  | 18  | `d: f16, qs: [u8; 16]`; elem j < 16 in the low nibble of `qs[j]`, j+16 in the high; w = d·(q − 8) |
 //! | Q5_0 | 32  | 22  | `d: f16, qh: u32 (LE), qs: [u8; 16]`; like Q4_0 plus bit 4 = bit j of qh; w = d·(q − 16) |
 //! | Q4_1 | 32  | 20  | `d, m: f16, qs: [u8; 16]`; nibbles as Q4_0; w = d·q + m |
 //! | Q5_1 | 32  | 24  | `d, m: f16, qh: u32 (LE), qs: [u8; 16]`; q as Q5_0; w = d·q + m |
-//! | IQ4_NL | 32 | 18 | `d: f16, qs: [u8; 16]`; nibbles as Q4_0 index [`IQ4_GRID`]; w = d·grid[q] |
+//! | IQ4_NL | 32 | 18 | `d: f16, qs: [u8; 16]`; nibbles as Q4_0 index [`IQ4_GRID`]; `w = d·grid[q]` |
 //! | Q2_K | 256 | 84  | `scales: [u8; 16], qs: [u8; 64], d, dmin: f16`; 16 sub-blocks of 16, scale low nibble, min high; elem e: bits 2((e%128)/32) of qs[32(e/128) + e%32]; w = d·sc·q − dmin·m |
 //! | Q3_K | 256 | 110 | `hmask: [u8; 32], qs: [u8; 64], scales: [u8; 12], d: f16`; 2 low bits as Q2_K, bit 2 = bit (e/32) of hmask[e%32], 6-bit scales − 32; w = d·sc·(q − 4) |
-//! | IQ4_XS | 256 | 136 | `d: f16, scales_h: u16, scales_l: [u8; 4], qs: [u8; 128]`; 8 sub-blocks of 32 as IQ4_NL, 6-bit scale − 32 (low nibble of scales_l, 2 bits of scales_h); w = d·sc·grid[q] |
+//! | IQ4_XS | 256 | 136 | `d: f16, scales_h: u16, scales_l: [u8; 4], qs: [u8; 128]`; 8 sub-blocks of 32 as IQ4_NL, 6-bit scale − 32 (low nibble of scales_l, 2 bits of scales_h); `w = d·sc·grid[q]` |
 //! | Q4_K | 256 | 144 | `d, dmin: f16, scales: [u8; 12], qs: [u8; 128]`; 8 sub-blocks of 32, 6-bit scale/min each; w = d·sc·q − dmin·m |
-//! | Q5_K | 256 | 176 | `d, dmin, scales[12], qh: [u8; 32], qs[128]`; like Q4_K, bit 4 of sub-block s elem l = bit s of qh[l] |
+//! | Q5_K | 256 | 176 | `d, dmin, scales[12], qh: [u8; 32], qs[128]`; like Q4_K, bit 4 of sub-block s elem l = bit s of `qh[l]` |
 //! | Q6_K | 256 | 210 | `ql: [u8; 128], qh: [u8; 64], scales: [i8; 16], d: f16`; 16 sub-blocks of 16; w = d·sc·(q − 32) |
 //!
 //! The quantizers exist so tests can make quantized tensors in Rust. Q8_0/Q4_0/Q5_0/Q4_1/Q5_1

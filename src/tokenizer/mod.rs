@@ -2,9 +2,9 @@
 //!
 //! Two families:
 //! * `llama`: SentencePiece-style BPE over pieces with scores, `▁` for spaces, `<0xNN>` byte
-//!   fallback ([`spm`]). Mistral/Llama 2 and Gemma vocabularies.
+//!   fallback (`spm`). Mistral/Llama 2 and Gemma vocabularies.
 //! * `gpt2`: byte-level BPE with ranked merges and a regex pre-tokenizer picked by
-//!   `tokenizer.ggml.pre` ([`bpe`]). Llama 3, Qwen2, GPT-4o (o200k) and SmolLM2 vocabularies.
+//!   `tokenizer.ggml.pre` (`bpe`). Llama 3, Qwen2, GPT-4o (o200k) and SmolLM2 vocabularies.
 //!
 //! The reference is HF: `tests/goldens/tokenizer_*.json` hold ids from HF `tokenizers` /
 //! `transformers` (see `tools/tokenizer_goldens.py`), and `tests/tokenizer.rs` demands identical ids.
@@ -444,7 +444,7 @@ impl Tokenizer {
         self.types.get(id as usize).copied()
     }
 
-    /// "llama (SentencePiece)" or "gpt2 (byte-level BPE, pre=<pre>)".
+    /// `"llama (SentencePiece)"` or `"gpt2 (byte-level BPE, pre=<pre>)"`.
     pub fn kind(&self) -> &str {
         &self.kind
     }

@@ -18,7 +18,7 @@ use crate::model::{Config, Model, Plan};
 /// `coco.adapter()`.
 #[derive(Clone, Debug, Serialize)]
 pub struct Adapter {
-    /// `GpuContext::describe`: "<name> (<backend>, <device type>)".
+    /// `GpuContext::describe`: `"<name> (<backend>, <device type>)"`.
     pub description: String,
     /// wgpu's adapter name, vendor and driver; its browser backend leaves them empty, and the
     /// page fills `description` and `vendor` from the browser's own `GPUAdapterInfo`.

@@ -191,12 +191,12 @@ pub struct MatmulKey {
     /// The weights' GGUF type: selects the dequantizer.
     pub ty: GgmlType,
     pub variant: MatmulVariant,
-    /// A bias[N] binding per output (a binding-layout change).
+    /// A `bias[N]` binding per output (a binding-layout change).
     pub bias: bool,
-    /// x is the raw residual and RMSNorm is applied in the kernel (binding norm_w[K]).
+    /// x is the raw residual and RMSNorm is applied in the kernel (binding `norm_w[K]`).
     pub norm: bool,
     pub fusion: Fusion,
-    /// K when the subgroup matvec stages x'[t] in workgroup memory (the chunk matvec: the
+    /// K when the subgroup matvec stages `x'[t]` in workgroup memory (the chunk matvec: the
     /// elements per staged tile), else 0: set by the launch from K, the device and
     /// [`MatvecShape::stage_x`] (see [`MatmulKey::staged`]).
     pub stage_k: u32,
@@ -310,7 +310,7 @@ impl MatmulKey {
         }
     }
 
-    /// This key for a product of K = `k`, with x'[t] staged when the kernel is the subgroup
+    /// This key for a product of K = `k`, with `x'[t]` staged when the kernel is the subgroup
     /// matvec, [`MatvecShape::stage_x`] covers the product, K ≤ [`STAGE_MAX_K`] and the
     /// workgroup memory fits the device (`workgroup_bytes`: its per-workgroup limit).
     pub fn staged(self, k: u32, workgroup_bytes: u32) -> MatmulKey {

@@ -141,7 +141,7 @@ pub(crate) fn fold(groups: u32, max: u32) -> [u32; 2] {
 /// Optional parts of a matmul.
 #[derive(Clone, Copy, Debug)]
 pub struct MatmulArgs<'a> {
-    /// bias[N] f32, added to every token's row.
+    /// `bias[N]` f32, added to every token's row.
     pub bias: Option<&'a wgpu::Buffer>,
     /// y += x·Wᵀ instead of y = x·Wᵀ (residual adds fused into the producing matmul).
     pub accumulate: bool,
@@ -172,7 +172,7 @@ impl Default for MatmulArgs<'_> {
 /// RMSNorm folded into a matmul: `(norm_w[K] f32, eps)`; x is then the raw residual stream.
 pub type Norm<'a> = (&'a Binding, f32);
 
-/// Records y[T, N] (+)= x[T, K] · w[N, K]ᵀ (+ bias[N]): one dispatch per part of `w`, with
+/// Records `y[T, N] (+)= x[T, K] · w[N, K]ᵀ (+ bias[N])`: one dispatch per part of `w`, with
 /// the kernel shape chosen by T and the device. `x` must not share a buffer with `y` (a
 /// writable binding may not alias another in one dispatch).
 pub fn matmul(
@@ -200,7 +200,7 @@ pub fn matmul_variant(
     single(rec, w, x, None, y, t, bias, args, variant)
 }
 
-/// Records y[T, N] (+)= (x · rsqrt(mean(x²) + eps) · norm_w) · w[N, K]ᵀ (+ bias[N]): the
+/// Records `y[T, N] (+)= (x · rsqrt(mean(x²) + eps) · norm_w) · w[N, K]ᵀ (+ bias[N])`: the
 /// RMSNorm of each token folded into the matmul that consumes it, one dispatch per part of
 /// `w` (each recomputes the tokens' Σx², which costs no extra pass: see matmul.wgsl).
 #[allow(clippy::too_many_arguments)]
@@ -678,7 +678,7 @@ pub(super) fn chosen_key(
 }
 
 /// The pipeline label one dispatch of such a product records (its x' staging included, as
-/// [`launch`] sets it): what `model::Plan` predicts a step's labels with.
+/// `launch` sets it): what `model::Plan` predicts a step's labels with.
 #[allow(clippy::too_many_arguments)] // the product spelled out, as chosen_key takes it
 pub fn planned_label(
     ctx: &GpuContext,

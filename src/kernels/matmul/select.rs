@@ -190,17 +190,17 @@ pub const CHUNK_MIN_K: u64 = 2048;
 /// 103 -> 67, while their few-hundred-workgroup products (gate/up, Q/K/V, W_o) lost
 /// 20-40% each.
 pub const CHUNK_SHORT_K_MIN: (u64, u64) = (512, 65_536);
-/// Largest K whose x'[t] the subgroup matvec stages in workgroup memory (16 KiB of f32, the
+/// Largest K whose `x'[t]` the subgroup matvec stages in workgroup memory (16 KiB of f32, the
 /// least any WebGPU device offers; the device's own limit also applies).
 pub const STAGE_MAX_K: u32 = 4096;
 /// Largest x' tile (elements) the chunk matvec stages: 16 KiB of f32, the least any WebGPU
 /// device offers; a longer K runs in tiles.
 pub const CHUNK_TILE_MAX_K: u32 = 4096;
 
-/// Which subgroup matvecs stage x'[t] in workgroup memory once per workgroup (`STAGE_X` in
+/// Which subgroup matvecs stage `x'[t]` in workgroup memory once per workgroup (`STAGE_X` in
 /// matmul.wgsl) instead of each task reading it from global memory group by group. It takes
 /// norm_w's loads, multiplies and the Σx² updates out of the row loop, but makes every
-/// workgroup wait for x[t] and a barrier before its first weight load. It is built and
+/// workgroup wait for `x[t]` and a barrier before its first weight load. It is built and
 /// checked (lavapipe, in CI) but not yet timed on a GPU, so it stays off by default until
 /// measured; `COCO_MATVEC=8x1x2x1` (or `x2`) turns it on for an A/B run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -425,7 +425,7 @@ pub const MATVEC_MAX_T: u32 = 32;
 /// (`None`: every step). On a CPU adapter the tiled kernel's barriers cost more than reading
 /// W once per token, so prefill stays on the row-per-invocation matvec there too, unless a
 /// GEMM was asked for by name (`DeviceOptions::gemm`: the page's check of the tile kernels
-/// in the browser's compiler). The one rule [`MatmulKey::choose`] and `model::Plan` share.
+/// in the browser's compiler). The one rule [`MatmulKey::choose`](super::MatmulKey::choose) and `model::Plan` share.
 pub fn matvec_max_t(kernels: DeviceKernels) -> Option<u32> {
     let tiles = kernels.matvec != MatmulVariant::MatvecRows || kernels.gemm != GemmChoice::Auto;
     tiles.then(matvec_max_t_setting)
