@@ -111,28 +111,32 @@ describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
       }
     }));
 
-  it('gemm=4x8 link: the prefill tile kernels through the browser\'s own compiler, the same greedy tokens', { timeout: 5 * 60_000 }, (t) =>
-    guard(t, shared.session, async () => {
-      // A prompt past the matvec's 32 tokens, so its prefill step runs the tiles: the wide
-      // GEMM for the products, the 64 × 64 tiles for the fused Q/K/V. A software adapter
-      // prefills with the matvec unless a GEMM is named, in the link as natively.
-      const prompt = 'Once upon a time there was a small village by the sea where the people fished every morning, sang every evening, and told long stories about the old lighthouse on the hill';
-      const want = await coco(['run', '-m', FIXTURE, '-p', prompt, '-n', String(SHORT), '--temp', '0', '--json'], { env: { COCO_GEMM: '4x8' } });
-      assert.ok(want.prompt_ids.length > 32, `the prompt is ${want.prompt_ids.length} tokens, past the matvec's 32`);
-      const page = await shared.session.context.newPage();
-      try {
-        await openPage(page, shared.server, '?gemm=4x8');
-        await loadModel(page, FIXTURE_URL);
-        const plan = await text(page, '#model-plan');
-        assert.match(plan, /wide64x128 \(asked for by name\)/, `the plan names the GEMM the link asked for: ${plan.slice(0, 400)}`);
-        const run = await generate(page, { prompt, fields: { ...GREEDY, 'max-tokens': SHORT } });
-        const at = firstDifference(run.ids, want.ids);
-        assert.equal(at, -1, `the tiles in the page and native differ at token ${at}: page ${JSON.stringify(run.ids)} native ${JSON.stringify(want.ids)}`);
-        record('fixture greedy, gemm=4x8', { prompt_tokens: want.prompt_ids.length, prefill_tok_s: run.prefill_tok_s });
-      } finally {
-        await page.close();
-      }
-    }));
+  for (const [gemm, tiles] of [['4x8', 'wide64x128'], ['tiled', 'tiled64x64']]) {
+    it(`gemm=${gemm} link: the prefill tile kernels through the browser's own compiler, the same greedy tokens`, { timeout: 5 * 60_000 }, (t) =>
+      guard(t, shared.session, async () => {
+        // A prompt past the matvec's 32 tokens, so its prefill step runs the tiles: with 4x8
+        // the wide GEMM for the products and the 64 × 64 tiles for the fused Q/K/V; with
+        // tiled the 64 × 64 tiles everywhere, W_down's K (512) split between two workgroups
+        // (shaders/matmul/tile_split.wgsl). A software adapter prefills with the matvec
+        // unless a GEMM is named, in the link as natively.
+        const prompt = 'Once upon a time there was a small village by the sea where the people fished every morning, sang every evening, and told long stories about the old lighthouse on the hill';
+        const want = await coco(['run', '-m', FIXTURE, '-p', prompt, '-n', String(SHORT), '--temp', '0', '--json'], { env: { COCO_GEMM: gemm } });
+        assert.ok(want.prompt_ids.length > 32, `the prompt is ${want.prompt_ids.length} tokens, past the matvec's 32`);
+        const page = await shared.session.context.newPage();
+        try {
+          await openPage(page, shared.server, `?gemm=${gemm}`);
+          await loadModel(page, FIXTURE_URL);
+          const plan = await text(page, '#model-plan');
+          assert.match(plan, new RegExp(`${tiles} \\(asked for by name\\)`), `the plan names the GEMM the link asked for: ${plan.slice(0, 400)}`);
+          const run = await generate(page, { prompt, fields: { ...GREEDY, 'max-tokens': SHORT } });
+          const at = firstDifference(run.ids, want.ids);
+          assert.equal(at, -1, `the tiles in the page and native differ at token ${at}: page ${JSON.stringify(run.ids)} native ${JSON.stringify(want.ids)}`);
+          record(`fixture greedy, gemm=${gemm}`, { prompt_tokens: want.prompt_ids.length, prefill_tok_s: run.prefill_tok_s });
+        } finally {
+          await page.close();
+        }
+      }));
+  }
 
   it('default sampler settings: sampled on the GPU, the same tokens as native `coco run` with the same seed', { timeout: 5 * 60_000 }, (t) =>
     guard(t, shared.session, async () => {
