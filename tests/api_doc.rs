@@ -259,6 +259,7 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
             attention_merge: "in_split",
             batches_in_flight: 2,
             tile_split_target: 512,
+            coop128_min_groups: None,
         },
         pipeline: "fused",
         prompt_tokens: 8,

@@ -285,6 +285,14 @@ impl MatmulKey {
             // Short steps take the 64-token tensor-core tiles: the 128-token ones leave most of
             // the GPU idle there, each of their few workgroups walking all of K.
             MatmulVariant::Coop128 if t <= COOP64_MAX_T => MatmulVariant::TiledCoop,
+            // The A/B switch for longer steps: a product whose 128 × 128 grid stays small.
+            MatmulVariant::Coop128
+                if coop128_min_groups().is_some_and(|min| {
+                    slots.div_ceil(COOP_TILE as u64) * (t as u64).div_ceil(COOP_TILE as u64) < min
+                }) =>
+            {
+                MatmulVariant::TiledCoop
+            }
             // The fused Q/K/V keeps the 64 × 64 tiles: as wide64x128 it ran 2.8× slower on
             // the Llama-8B shape (105.7 against 37.7 ms per 512-token step; BENCHMARKS.md
             // "session 16"), the slowdown gemm_wide.wgsl warns of.

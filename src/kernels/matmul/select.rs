@@ -328,6 +328,8 @@ pub struct KernelSettings {
     /// The grid the 64 × 64 tiles split K up to ([`TILE_SPLIT_TARGET`], or
     /// `COCO_TILE_SPLIT_TARGET`; 0: never).
     pub tile_split_target: u64,
+    /// `COCO_COOP128_MIN_GROUPS` ([`coop128_min_groups`]); null: unset.
+    pub coop128_min_groups: Option<u64>,
 }
 
 impl KernelSettings {
@@ -342,6 +344,7 @@ impl KernelSettings {
             attention_merge: ctx.attention_merge.name(),
             batches_in_flight: ctx.batches_in_flight,
             tile_split_target: tile_split_target_override().unwrap_or(TILE_SPLIT_TARGET),
+            coop128_min_groups: coop128_min_groups(),
         }
     }
 }
@@ -413,6 +416,25 @@ impl GemmChoice {
 /// Q4_0 pp64 12.64 vs 17.11, pp128 15.26 vs 18.70, pp256 22.67 vs 21.00; Llama-8B Q4_0 pp64
 /// 53.8 vs 67.2, pp128 77.0 vs 73.3, pp256 134.9 vs 95.3.
 pub const COOP64_MAX_T: u32 = 64;
+
+/// The A/B switch `COCO_COOP128_MIN_GROUPS=<workgroups>`, read once per process: a product of
+/// a longer step whose 128 × 128 grid (row groups × token tiles) would hold fewer workgroups
+/// runs the 64 × 64 tensor-core tiles, which split K ([`tile_splits`]). Unset (the default):
+/// steps of more than [`COOP64_MAX_T`] tokens run `coop128x128` everywhere. Measured whole-step
+/// on the H200 (BENCHMARKS.md "session 29"), the split 64-token tiles won at 128 tokens on the
+/// Llama-1B shape (18.35 → 13.94 ms; its products' 128 × 128 grids hold 16–128) and lost on
+/// the 8B (72.53 → 80.39; 32–224): a per-product rule may take both, unmeasured as yet.
+pub fn coop128_min_groups() -> Option<u64> {
+    static MIN: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *MIN.get_or_init(|| {
+        let v = std::env::var("COCO_COOP128_MIN_GROUPS").ok()?;
+        let parsed = v.parse::<u64>().ok().filter(|&n| n <= 1 << 20);
+        if parsed.is_none() {
+            log::warn!("COCO_COOP128_MIN_GROUPS={v:?} ignored: expected a workgroup count");
+        }
+        parsed
+    })
+}
 
 /// Up to this many tokens the matvec (which reads W once per token) beats the tiled kernel
 /// (which reads it once per 64 tokens, but whose few workgroups each walk all of K).

@@ -151,8 +151,14 @@ impl Plan {
                 match (self.kernels.tiled, self.kernels.gemm) {
                     (tiles, _) if tiles.is_coop() => {
                         let short = if tiles == MatmulVariant::Coop128 {
+                            let small = coop128_min_groups().map_or_else(String::new, |n| {
+                                format!(
+                                    " and where the 128 x 128 grid holds < {n} workgroups \
+                                     (COCO_COOP128_MIN_GROUPS)"
+                                )
+                            });
                             format!(
-                                "{} up to {COOP64_MAX_T} tokens, else ",
+                                "{} up to {COOP64_MAX_T} tokens{small}, else ",
                                 MatmulVariant::TiledCoop.label()
                             )
                         } else {
