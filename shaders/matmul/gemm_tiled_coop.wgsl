@@ -1,0 +1,120 @@
+// The tile kernel on tensor cores (TILED_COOP, included by matmul.wgsl after matmul/tiles.wgsl
+// and matmul/coop_staging.wgsl; native only: wgpu's experimental cooperative matrices;
+// WebGPU has none). Staging and epilogue are TILED's, but W and x' are staged as f16 and each
+// of the 8 subgroups of 32 multiplies a 16-slot × 32-token block with 16×16×16 f16 matrices,
+// accumulating in f32. The price is rounding W and x' to f16 (11-bit significands, a relative
+// error of at most 2^-11 per element; tests/kernels_matmul.rs bounds the result against the
+// CPU reference). kernels/matmul.rs prepends `enable f16;` and `enable wgpu_cooperative_matrix;`.
+// x' is staged scaled per token as in GEMM_COOP (matmul/coop_staging.wgsl).
+var<workgroup> wt16: array<f16, TILE_N * 32u>; // [TILE_N][32]: the W chunk, row-major (A)
+var<workgroup> xt16: array<f16, TILE_T * 32u>; // [TILE_T][32]: x' chunk by token (B, column-major)
+var<workgroup> ct: array<f32, TILE_N * TILE_T>; // [TILE_T][TILE_N]: the outputs (C, column-major)
+#ifdef NORM
+var<workgroup> token_ss: array<f32, 256>; // Σ x² of each staging thread's elements
+#endif
+
+// What tile token `tok`'s sums are multiplied by: rsqrt(mean(x²) + eps) from its 4 staging
+// threads' Σ x² (1 without NORM), times the inverse of its staging scale.
+fn token_scale(tok: u32) -> f32 {
+#ifdef NORM
+    let s = token_ss[tok * 4u] + token_ss[tok * 4u + 1u] + token_ss[tok * 4u + 2u] + token_ss[tok * 4u + 3u];
+    return inverseSqrt(s / f32(p.k) + p.eps) * token_unscale[tok];
+#else
+    return token_unscale[tok];
+#endif
+}
+
+@compute @workgroup_size(256)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+    @builtin(subgroup_id) sg: u32,
+) {
+    let g = wid.x + wid.y * nwg.x;
+    if (g >= p.groups) {
+        return;
+    }
+    let t0 = wid.z * TILE_T;
+    let rg = row_group(g);
+    let range = k_range(g);
+    let sr = li / 4u; // the W row and the token this thread stages
+    let q = li % 4u;  // … their elements 8q .. 8q + 7 of each chunk
+    let staged = locate(rg * TILE_N + sr, TILE_N);
+    let staged_live = live(staged);
+    let t_stage = t0 + sr;
+    // Subgroup sg owns slots r0 .. r0 + 15 and tokens n0 .. n0 + 31. The accumulators start
+    // as the zeroed output tile (there is no zero constructor for cooperative matrices).
+    let r0 = 16u * (sg % 4u);
+    let n0 = 32u * (sg / 4u);
+    let scale = staging_scale(t_stage);
+    if (q == 0u) {
+        token_unscale[sr] = 1.0 / scale;
+    }
+    for (var i = li; i < TILE_N * TILE_T; i += 256u) {
+        ct[i] = 0.0;
+    }
+    workgroupBarrier();
+    var c0 = coopLoad<coop_mat16x16<f32, C>>(&ct[n0 * TILE_N + r0], TILE_N);
+    var c1 = coopLoad<coop_mat16x16<f32, C>>(&ct[(n0 + 16u) * TILE_N + r0], TILE_N);
+    var ss = 0.0;
+    // Chunk c + 1 is loaded while chunk c is multiplied, as in TILED.
+    var w_next: array<vec4<f32>, 2>;
+    var x_next: array<vec4<f32>, 2>;
+    if (range.x < range.y) {
+        if (staged_live) {
+            w_next = dequant_w8(staged, 4u * range.x + q);
+        }
+        x_next = stage_x(t_stage, range.x, q, &ss);
+    }
+    for (var c = range.x; c < range.y; c++) {
+        stage_w16(sr * 32u + 8u * q, w_next);
+        stage_x16(sr * 32u + 8u * q, scaled8(x_next, scale));
+        workgroupBarrier();
+        if (c + 1u < range.y) {
+            if (staged_live) {
+                w_next = dequant_w8(staged, 4u * (c + 1u) + q);
+            }
+            x_next = stage_x(t_stage, c + 1u, q, &ss);
+        }
+        for (var kk = 0u; kk < 32u; kk += 16u) {
+            let a = coopLoadT<coop_mat16x16<f16, A>>(&wt16[r0 * 32u + kk], 32u);
+            let b0 = coopLoad<coop_mat16x16<f16, B>>(&xt16[n0 * 32u + kk], 32u);
+            let b1 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(n0 + 16u) * 32u + kk], 32u);
+            c0 = coopMultiplyAdd(a, b0, c0);
+            c1 = coopMultiplyAdd(a, b1, c1);
+        }
+        workgroupBarrier();
+    }
+    coopStore(c0, &ct[n0 * TILE_N + r0], TILE_N);
+    coopStore(c1, &ct[(n0 + 16u) * TILE_N + r0], TILE_N);
+    workgroupBarrier();
+#ifdef SPLIT_K
+    // Sum i of this thread is ct[li + 256 i]: token li / 64 + 4i of the tile.
+    var v: array<f32, 16>;
+    var live = 0u;
+    for (var i = 0u; i < 16u; i++) {
+        v[i] = ct[li + 256u * i];
+        if (t0 + li / TILE_N + 4u * i < p.t) {
+            live |= 1u << i;
+        }
+    }
+    if (!split_merge(li, split_tile(wid.z, rg), g % p.splits, live, &v, &ss)) {
+        return;
+    }
+    for (var i = 0u; i < 16u; i++) {
+        ct[li + 256u * i] = v[i];
+    }
+#endif
+#ifdef NORM
+    token_ss[li] = ss; // thread li staged token li / 4 (see token_scale)
+#endif
+    workgroupBarrier();
+    let tx = li % 16u;
+    let ty = li / 16u;
+    for (var j = 0u; j < 4u; j++) {
+        let tok = ty + 16u * j;
+        let o = tok * TILE_N + tx;
+        store_tile(rg, tx, t0 + tok, tok, vec4<f32>(ct[o], ct[o + 16u], ct[o + 32u], ct[o + 48u]));
+    }
+}

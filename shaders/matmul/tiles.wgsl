@@ -1,0 +1,123 @@
+// Matrix–matrix (prefill), shared by the tile kernels (TILES plus TILED, GEMM_WIDE or TILED_COOP;
+// included by matmul.wgsl): a workgroup computes TILE_N (64) slots × TILE_T (64) tokens. Per
+// 32-wide K chunk every thread stages 8 dequantized elements of one W row (row li / 4,
+// elements 8(li % 4) …; dequant8) and 8 elements of x' for one token, so all 256 threads share
+// the decoding, and each weight is dequantized once per 64 tokens. In the epilogue thread (tx, ty) stores slots tx + 16i and
+// tokens ty + 16j (i, j < 4). With GLU, i = 0, 1 are gate slots (< TILE_N / 2) and i = 2, 3
+// the up slots of the same rows, so the thread combines them itself.
+
+// Elements 8o .. 8o + 7 of row mr.y of weight mr.x (wsel as in dot_w).
+fn dequant_w8(mr: vec2<u32>, o: u32) -> array<vec4<f32>, 2> {
+    let wr = row_of(mr.x, mr.y);
+#ifdef QKV
+    if (mr.x == 2u) {
+        wsel = 2u;
+        return as_f16_operands(dequant8(wr, o));
+    }
+#endif
+#ifdef MULTI_W
+    if (mr.x == 1u) {
+        wsel = 1u;
+        return as_f16_operands(dequant8(wr, o));
+    }
+    wsel = 0u;
+#endif
+    return as_f16_operands(dequant8(wr, o));
+}
+
+// With F16_OPERANDS (select.rs f16_operands: the tensor-core GEMM's numerics on the portable
+// tiles) each staged element rounded to the nearest f16 value, ties to even; otherwise as is.
+fn as_f16_operands(v: array<vec4<f32>, 2>) -> array<vec4<f32>, 2> {
+#ifdef F16_OPERANDS
+    return array<vec4<f32>, 2>(round_f16(v[0]), round_f16(v[1]));
+#else
+    return v;
+#endif
+}
+
+#ifdef F16_OPERANDS
+// f16 has 10 stored significand bits down to 2^-14 and steps of 2^-24 below: add half a step
+// (less one ulp of f32 where the kept bit is even, so ties go to even) and cut the low 13
+// bits, or round to whole steps of 2^-24. f32's range stays (see f16_operands).
+fn round_f16(v: vec4<f32>) -> vec4<f32> {
+    let u = bitcast<vec4<u32>>(v);
+    let normal = bitcast<vec4<f32>>((u + 0x0fffu + ((u >> vec4<u32>(13u)) & vec4<u32>(1u))) & vec4<u32>(0xffffe000u));
+    let sub = round(v * 16777216.0) / 16777216.0;
+    return select(normal, sub, abs(v) < vec4<f32>(6.103515625e-05));
+}
+#endif
+
+// Elements 8q .. 8q + 7 of 32-wide chunk c of x'[t] (zeros past the step's tokens); with NORM
+// their squares are added to ss before the norm weight scales them.
+fn stage_x(t: u32, c: u32, q: u32, ss: ptr<function, f32>) -> array<vec4<f32>, 2> {
+    var xa = vec4<f32>(0.0);
+    var xb = vec4<f32>(0.0);
+    if (t < p.t) {
+        let xi = t * (p.k / 4u) + 8u * c + 2u * q;
+        xa = x[xi];
+        xb = x[xi + 1u];
+#ifdef NORM
+        *ss += dot(xa, xa) + dot(xb, xb);
+        xa *= norm_w[8u * c + 2u * q];
+        xb *= norm_w[8u * c + 2u * q + 1u];
+#endif
+    }
+    return as_f16_operands(array<vec4<f32>, 2>(xa, xb));
+}
+
+// acc + the 4 dot products of slots a0..a3 with b, where at[e] holds element e of every slot
+// (the slots' vec4s transposed): 16 FMAs, where vec4 dot() products cost a multiply, 3 FMAs
+// and an add per slot.
+fn mac4x(at: array<vec4<f32>, 4>, b: vec4<f32>, acc: vec4<f32>) -> vec4<f32> {
+    return fma(at[3], vec4<f32>(b.w), fma(at[2], vec4<f32>(b.z), fma(at[1], vec4<f32>(b.y), fma(at[0], vec4<f32>(b.x), acc))));
+}
+
+// Stores the 4 slots of token `t` (tile token tok) that thread tx owns.
+fn store_tile(g: u32, tx: u32, t: u32, tok: u32, acc: vec4<f32>) {
+    if (t >= p.t) {
+        return;
+    }
+    let v = acc * token_scale(tok);
+#ifdef GLU
+    for (var i = 0u; i < 2u; i++) {
+        let mr = locate(g * TILE_N + tx + 16u * i, TILE_N);
+        if (live(mr)) {
+            store_glu(t, mr.y, v[i], v[i + 2u]);
+        }
+    }
+#else
+    for (var i = 0u; i < 4u; i++) {
+        let mr = locate(g * TILE_N + tx + 16u * i, TILE_N);
+        if (live(mr)) {
+            store(mr.x, t, mr.y, v[i]);
+        }
+    }
+#endif
+}
+
+#ifdef SPLIT_K
+#include "matmul/tile_split.wgsl"
+
+// The row group of workgroup g, and the chunks of K it multiplies.
+fn row_group(g: u32) -> u32 {
+    return g / p.splits;
+}
+
+fn k_range(g: u32) -> vec2<u32> {
+    return tile_chunks(g % p.splits);
+}
+
+// The arrival counter and records of row group rg's token tile z.
+fn split_tile(z: u32, rg: u32) -> u32 {
+    return z * (p.groups / p.splits) + rg;
+}
+#else
+fn row_group(g: u32) -> u32 {
+    return g;
+}
+
+fn k_range(g: u32) -> vec2<u32> {
+    return vec2<u32>(0u, p.k / 32u);
+}
+#endif
+
