@@ -139,11 +139,17 @@ pub fn tile_splits(groups: u64, t_tiles: u64, chunks: u64) -> u32 {
 /// once per process. An invalid value is ignored with a warning.
 pub fn tile_split_target_override() -> Option<u64> {
     static TARGET: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
-    *TARGET.get_or_init(|| {
-        let v = std::env::var("COCO_TILE_SPLIT_TARGET").ok()?;
+    workgroups_from_env(&TARGET, "COCO_TILE_SPLIT_TARGET")
+}
+
+/// The workgroup count (at most 2^20) in the environment variable `name`, read once per
+/// process into `cell`; an invalid value is ignored with a warning.
+fn workgroups_from_env(cell: &'static std::sync::OnceLock<Option<u64>>, name: &str) -> Option<u64> {
+    *cell.get_or_init(|| {
+        let v = std::env::var(name).ok()?;
         let parsed = v.parse::<u64>().ok().filter(|&n| n <= 1 << 20);
         if parsed.is_none() {
-            log::warn!("COCO_TILE_SPLIT_TARGET={v:?} ignored: expected a workgroup count");
+            log::warn!("{name}={v:?} ignored: expected a workgroup count");
         }
         parsed
     })
@@ -426,14 +432,7 @@ pub const COOP64_MAX_T: u32 = 64;
 /// the 8B (72.53 → 80.39; 32–224): a per-product rule may take both, unmeasured as yet.
 pub fn coop128_min_groups() -> Option<u64> {
     static MIN: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
-    *MIN.get_or_init(|| {
-        let v = std::env::var("COCO_COOP128_MIN_GROUPS").ok()?;
-        let parsed = v.parse::<u64>().ok().filter(|&n| n <= 1 << 20);
-        if parsed.is_none() {
-            log::warn!("COCO_COOP128_MIN_GROUPS={v:?} ignored: expected a workgroup count");
-        }
-        parsed
-    })
+    workgroups_from_env(&MIN, "COCO_COOP128_MIN_GROUPS")
 }
 
 /// Up to this many tokens the matvec (which reads W once per token) beats the tiled kernel

@@ -504,3 +504,53 @@ fn split_k_key_and_scratch_layout() {
         assert_eq!(chunk_splits(4, 16, chunks, 2), 1, "a two-token step");
     }
 }
+
+/// The tiles' split K: the rule's grid, its limits, and the shader's constants (the
+/// scratch's layout) against the host's.
+#[test]
+fn tile_splits_grow_short_grids_and_match_the_shader() {
+    if tile_split_target_override().is_none() {
+        // The Llama-1B shape at 64 tokens: W_o and W_down 32 row groups, gate/up 256.
+        assert_eq!(
+            tile_splits(32, 1, 2048 / 32),
+            8,
+            "W_o: K = 2,048 gives 8 ranges of 8"
+        );
+        assert_eq!(tile_splits(32, 1, 8192 / 32), 16, "W_down: 512 workgroups");
+        assert_eq!(tile_splits(256, 1, 2048 / 32), 2, "gate/up");
+        assert_eq!(tile_splits(512, 1, 256), 1, "a full grid stays unsplit");
+        assert_eq!(
+            tile_splits(4, 1, 15),
+            1,
+            "fewer than two ranges of 8 chunks"
+        );
+        assert_eq!(tile_splits(1, 1, 4096), 512, "one tile, a long K");
+    }
+    let key = MatmulKey {
+        ty: GgmlType::Q4_0,
+        variant: MatmulVariant::Tiled,
+        bias: false,
+        norm: true,
+        fusion: Fusion::None,
+        stage_k: 0,
+        splits: 4,
+        levels: XLevels::Staged,
+    };
+    assert!(key.label().ends_with("_k4"), "{}", key.label());
+    let source = key.source().unwrap();
+    assert!(
+        source.contains(&format!("const SPLIT_COUNTERS: u32 = {SPLIT_COUNTERS}u;")),
+        "tile_split.wgsl's SPLIT_COUNTERS differs from select.rs's"
+    );
+    assert_eq!(TILE_SPLIT_RECORD, 17 * 256);
+    assert!(
+        source.contains("const TILE_RECORD: u32 = 17u * 256u;"),
+        "tile_split.wgsl's TILE_RECORD differs from select.rs's TILE_SPLIT_RECORD"
+    );
+    // Split K is in the 64 × 64 tiles and the chunk matvec only.
+    let wide = MatmulKey {
+        variant: MatmulVariant::Wide(WideTile::new(4, 8)),
+        ..key
+    };
+    assert!(wide.defines().is_err());
+}
