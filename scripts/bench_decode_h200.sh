@@ -14,7 +14,7 @@
 #
 # PROMPTS="1 8 32 64" measures short prompts instead (issue 16's pp32 ≤ 4 decode steps):
 # `bench -p P -n 16 --reps 5` per length, and a table of the prompt's ms against the decode
-# step's.
+# step's; with PROFILE=1 also each prompt's costliest prefill kernels.
 set -uo pipefail
 B=.bench
 M=/tmp/models
@@ -91,3 +91,20 @@ for line in open(f"{out}/decode.jsonl"):
     print(f"| {r['shape']} | {r['build']} | {r['tg_tok_s']:.1f} | {r['pp_tok_s']:.0f} | {r['dispatches_per_token']} | "
           f"{p.get('one_pass_us', 0):.0f} | {mv:.0f} | {top} |")
 PY
+# With PROMPTS and PROFILE=1: each prompt's costliest prefill kernels (µs over the step).
+if [ -n "${PROMPTS:-}" ] && [ -n "${PROFILE:-}" ]; then
+  python3 - "$OUT" <<'PY'
+import json, sys
+print("\n| shape | build | prompt | profiled µs | costliest prefill kernels (calls × µs in all) |")
+print("|---|---|---|---|---|")
+for line in open(f"{sys.argv[1]}/decode.jsonl"):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    prof = r.get("prefill_profile") or {}
+    ks = sorted(prof.get("kernels", []), key=lambda k: -k["total_us"])[:6]
+    top = ", ".join(f"{k['label']} {k['calls']}× {k['total_us']:.0f}" for k in ks)
+    print(f"| {r['shape']} | {r['build']} | {r['prompt']} | {prof.get('profiled_us', 0):.0f} | {top} |")
+PY
+fi

@@ -45,6 +45,8 @@
 //                 x' the next product reads (binding levels_out at B_LEVELS)
 //   LEVELS_IN     (MATVEC_CHUNK, INT8, no NORM) reads x' as those levels (binding x_levels in
 //                 x's place, B_X) instead of staging it from x
+//   X16           (TILED_COOP, GEMM_COOP, no NORM) reads x' as the f16 rows the pass before
+//                 staged (binding x16 in x's place; matmul/coop_staging.wgsl)
 // Constants prepended by kernels/matmul.rs (one source of truth for the host's grid math and
 // binding order): MV_ROWS, MV_LANES, MV_UNROLL, MV_RPS, MV_STAGE_VEC4 (matvec), TILE_N,
 // TILE_T (tiled), POST_COUNTERS (POST_NORM), and the binding numbers B_W1, B_W2, B_X, B_Y,
@@ -99,7 +101,12 @@ struct Params {
 // x' as the int8 levels its producer wrote (matvec_chunk.wgsl), bound in x's place.
 @group(0) @binding(B_X) var<storage, read> x_levels: array<vec4<u32>>;  // [T][5][K / 32]
 #else
+#ifdef X16
+// x' as the f16 rows matmul/token_scale.wgsl staged (the tensor-core tiles), in x's place.
+@group(0) @binding(B_X) var<storage, read> x16: array<vec4<f16>>;       // [tiles' tokens, K / 4]
+#else
 @group(0) @binding(B_X) var<storage, read> x: array<vec4<f32>>;         // [T, K] f32
+#endif
 #endif
 @group(0) @binding(B_Y) var<storage, read_write> y: array<f32>;         // [T, n.x] f32: y | out | q
 #ifdef QKV
@@ -269,10 +276,12 @@ fn finish(s: Sums) -> f32 {
 
 #ifndef STAGE_X
 #ifndef LEVELS_IN
+#ifndef X16
 // Elements 8o..8o+7 of x[t] (row start `xrow`, in vec4).
 fn x_group(xrow: u32, o: u32, ss: ptr<function, vec4<f32>>) -> array<vec4<f32>, 2> {
     return array<vec4<f32>, 2>(x[xrow + 2u * o], x[xrow + 2u * o + 1u]);
 }
+#endif
 #endif
 #endif
 #endif
@@ -754,7 +763,11 @@ fn main(
 #endif
 
 #ifdef GEMM_COOP
+#ifdef X16
+#include "matmul/gemm_coop_x16.wgsl"
+#else
 #include "matmul/gemm_coop.wgsl"
+#endif
 #endif
 
 #ifdef TILED_COOP

@@ -260,6 +260,7 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
             batches_in_flight: 2,
             tile_split_target: 512,
             coop128_min_groups: None,
+            coop_prestage: true,
         },
         pipeline: "fused",
         prompt_tokens: 8,

@@ -407,6 +407,9 @@ fn matmul_type(ty: GgmlType) {
     }
     let mut worst = 0f64;
     for (i, case) in cases.into_iter().enumerate() {
+        if !common::variant_selected(case.variant) {
+            continue;
+        }
         worst = worst.max(run_matmul(case, 1000 * ty.id() as u64 + i as u64));
     }
     println!("{ty}: matmul max|err| over all cases {worst:.2e}");
@@ -475,6 +478,74 @@ fn matmul_iq4_xs() {
 
 /// Large vocabularies need more matvec workgroups than one dimension allows; this shape
 /// (530,000 rows / 8 per workgroup = 66,250 > 65,535) exercises the 2-D fold.
+/// The x' staging pass of `COCO_COOP_PRESTAGE=1` (the tensor-core tiles' f16 rows) against
+/// its CPU reference, on any adapter with f16 (the tiles themselves need tensor cores): the
+/// rows to an f16 step (lavapipe's conversion may round toward zero), zeros up to the tile's
+/// last token, and the factors the sums are multiplied by; odd tokens at ±2^20 must come back
+/// scaled into f16's range.
+#[test]
+fn x16_staging_matches_its_reference() {
+    let ctx = ctx();
+    if !ctx.has_f16() {
+        println!("no shader-f16 on this adapter: the f16 staging pass is not run");
+        return;
+    }
+    for (seed, t, k, normed, tile) in [
+        (1u64, 5usize, 96usize, false, 64u32),
+        (2, 70, 160, true, 64),
+        (3, 130, 64, true, 128),
+        (4, 9, 2048, false, 128),
+    ] {
+        let mut x = common::random_uniform(seed, t * k, 3.0);
+        for (i, v) in x.iter_mut().enumerate() {
+            if (i / k) % 2 == 1 && i % 7 == 0 {
+                *v *= 1.0 + (1u32 << 20) as f32 / 3.0;
+            }
+        }
+        let norm_w = common::random_uniform(seed + 100, k, 2.0);
+        let eps = 1e-5;
+        let xb = common::upload_f32("x", &x);
+        let nb = common::upload_f32("norm_w", &norm_w);
+        let nbind = Binding::from(&nb);
+        let norm = normed.then_some((&nbind, eps));
+        let mut rec = StepRecorder::new(ctx);
+        let (factors, rows) = coco::kernels::matmul::record_x16_staging(
+            &mut rec,
+            &Binding::from(&xb),
+            norm,
+            t as u32,
+            k as u32,
+            tile,
+        )
+        .expect("staging");
+        rec.submit();
+        let (want_factors, want_rows) =
+            reference::stage_x_f16(&x, normed.then_some((&norm_w[..], eps)), t, k);
+        let what = format!("x16 staging, T={t} K={k} norm={normed} tile={tile}");
+        let got = common::read_f32(&factors.buffer, t);
+        common::assert_close_f32(&format!("{what}: factors"), &got, &want_factors, 0.0, 1e-5);
+        let padded = t.div_ceil(tile as usize) * tile as usize;
+        let words = ctx
+            .read_f32(&rows.buffer, 0, (padded * k / 2) as u64)
+            .expect("readback");
+        let got: Vec<f32> = bytemuck::cast_slice::<f32, u16>(&words)
+            .iter()
+            .map(|&b| half::f16::from_bits(b).to_f32())
+            .collect();
+        let want: Vec<f32> = want_rows
+            .iter()
+            .map(|v| v.to_f32())
+            .chain(std::iter::repeat_n(0.0, (padded - t) * k))
+            .collect();
+        assert!(
+            got.iter().all(|v| v.abs() <= 32768.0),
+            "{what}: a value past 2^15"
+        );
+        // One f16 step at the value's magnitude: 2^-10 relative, 2^-24 below the normals.
+        common::assert_close_f32(&format!("{what}: rows"), &got, &want, 6e-8, 1.0 / 1024.0);
+    }
+}
+
 #[test]
 fn matmul_folds_workgroups_past_the_dimension_limit() {
     let mut case = Case::new(GgmlType::Q8_0, 530_000, 1, Some(MatvecWorkgroup));

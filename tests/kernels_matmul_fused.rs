@@ -319,6 +319,9 @@ fn normed_type(ty: GgmlType) -> Err {
     }
     let mut worst = Err::default();
     for (i, c) in cases.into_iter().enumerate() {
+        if !common::variant_selected(c.variant) {
+            continue;
+        }
         worst = worst.max(run_normed(ty, c, 1000 * ty.id() as u64 + i as u64));
     }
     worst
@@ -408,6 +411,9 @@ fn glu_type(ty: GgmlType) -> Err {
     }
     let mut worst = Err::default();
     for (i, c) in cases.into_iter().enumerate() {
+        if !common::variant_selected(c.variant) {
+            continue;
+        }
         worst = worst.max(run_glu(ty, c, 2000 * ty.id() as u64 + i as u64));
     }
     worst
@@ -515,6 +521,9 @@ fn qkv_type(ty: GgmlType) -> Err {
     }
     let mut worst = Err::default();
     for (i, c) in cases.into_iter().enumerate() {
+        if !common::variant_selected(c.variant) {
+            continue;
+        }
         worst = worst.max(run_qkv(ty, c, 3000 * ty.id() as u64 + i as u64));
     }
     worst
@@ -602,6 +611,9 @@ fn post_norm_type(ty: GgmlType) -> Err {
     .into_iter()
     .enumerate()
     {
+        if !common::variant_selected(Some(variant)) {
+            continue;
+        }
         worst = worst.max(run_post_norm(
             ty,
             n,

@@ -4,14 +4,21 @@
 // residual times the norm weight) can pass it: some models' residual streams and FFN
 // activations reach the thousands and beyond. So a token is staged times its power-of-two
 // scale from `token_scale.wgsl` (the dispatch before; binding tscales), and the epilogue
-// multiplies its sums by token_unscale (exact: powers of two only move the exponent). Its
+// multiplies its sums back (exact: powers of two only move the exponent). Its
 // small elements lose the precision f16 can't hold beside its largest, as in any f16 GEMM.
+//
+// With X16 that dispatch has staged x' already, once per product (x16, at x's binding: each
+// token's values times its scale, rounded to f16, zeros past the step's tokens), and B_SCALES
+// holds what each token's sums are multiplied by. The kernels then copy x' into their tiles as
+// it lies (x8, stage_x8): no f32 loads, no norm weight, no conversion. Loading the matrices
+// from x16 directly instead, with no staging at all, made the 128-token tiles 1.7× slower on
+// the H200 (BENCHMARKS.md "session 30").
 
-var<workgroup> token_unscale: array<f32, TILE_T>; // 2^e: token tok was staged times 2^-e
 @group(0) @binding(B_SCALES) var<storage, read> tscales: array<f32>; // [p.t]: 2^-e per token
 
-// Token t's staging scale: 1 past the step's tokens, which stage zeros.
-fn staging_scale(t: u32) -> f32 {
+// tscales[t]: token t's staging scale, or with X16 what its sums are multiplied by; 1 past
+// the step's tokens (which stage zeros, and whose sums are not stored).
+fn tscale(t: u32) -> f32 {
     if (t < p.t) {
         return tscales[t];
     }
@@ -31,9 +38,25 @@ fn stage_w16(at: u32, v: array<vec4<f32>, 2>) {
     }
 }
 
+#ifdef X16
+// Elements 8q .. 8q + 7 of 32-wide chunk c of token t's staged row.
+fn x8(t: u32, c: u32, q: u32) -> array<vec4<f16>, 2> {
+    let i = (t * p.k + 32u * c + 8u * q) / 4u;
+    return array<vec4<f16>, 2>(x16[i], x16[i + 1u]);
+}
+
+// Writes them at `at` in xt16.
+fn stage_x8(at: u32, v: array<vec4<f16>, 2>) {
+    for (var e = 0u; e < 4u; e++) {
+        xt16[at + e] = v[0][e];
+        xt16[at + 4u + e] = v[1][e];
+    }
+}
+#else
 fn stage_x16(at: u32, v: array<vec4<f32>, 2>) {
     for (var e = 0u; e < 4u; e++) {
         xt16[at + e] = f16(v[0][e]);
         xt16[at + 4u + e] = f16(v[1][e]);
     }
 }
+#endif

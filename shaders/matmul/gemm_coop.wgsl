@@ -30,6 +30,7 @@ var<workgroup> xt16: array<f16, TILE_T * KS>; // [token][k]: the x' chunk (B, co
 // Per subgroup two 16 × 16 f32 blocks (C, column-major: [token][slot]): the zeros the
 // accumulators start from, then the epilogue's way from matrices to (slot, token) values.
 var<workgroup> ct: array<f32, 8u * 512u>;
+var<workgroup> token_unscale: array<f32, TILE_T>; // 2^e: token tok was staged times 2^-e
 #ifdef NORM
 var<workgroup> token_ss: array<f32, 512>; // Σ x² of each staging thread's elements
 #endif
@@ -74,8 +75,8 @@ fn main(
     let n0 = 64u * (sg / 4u);
     let scratch = sg * 512u;
     // The scales of the two tokens this thread stages.
-    let scale_lo = staging_scale(t_lo);
-    let scale_hi = staging_scale(t_hi);
+    let scale_lo = tscale(t_lo);
+    let scale_hi = tscale(t_hi);
     if (q == 0u) {
         token_unscale[sr] = 1.0 / scale_lo;
         token_unscale[sr + HALF_N] = 1.0 / scale_hi;

@@ -5,10 +5,12 @@
 // accumulating in f32. The price is rounding W and x' to f16 (11-bit significands, a relative
 // error of at most 2^-11 per element; tests/kernels_matmul.rs bounds the result against the
 // CPU reference). kernels/matmul.rs prepends `enable f16;` and `enable wgpu_cooperative_matrix;`.
-// x' is staged scaled per token as in GEMM_COOP (matmul/coop_staging.wgsl).
+// x' is staged scaled per token as in GEMM_COOP (matmul/coop_staging.wgsl); with X16
+// (COCO_COOP_PRESTAGE=1) it is copied from the f16 rows the dispatch before staged.
 var<workgroup> wt16: array<f16, TILE_N * 32u>; // [TILE_N][32]: the W chunk, row-major (A)
 var<workgroup> xt16: array<f16, TILE_T * 32u>; // [TILE_T][32]: x' chunk by token (B, column-major)
 var<workgroup> ct: array<f32, TILE_N * TILE_T>; // [TILE_T][TILE_N]: the outputs (C, column-major)
+var<workgroup> token_unscale: array<f32, TILE_T>; // 2^e: token tok was staged times 2^-e
 #ifdef NORM
 var<workgroup> token_ss: array<f32, 256>; // Σ x² of each staging thread's elements
 #endif
@@ -47,10 +49,16 @@ fn main(
     // as the zeroed output tile (there is no zero constructor for cooperative matrices).
     let r0 = 16u * (sg % 4u);
     let n0 = 32u * (sg / 4u);
-    let scale = staging_scale(t_stage);
+#ifdef X16
+    if (q == 0u) {
+        token_unscale[sr] = tscale(t_stage);
+    }
+#else
+    let scale = tscale(t_stage);
     if (q == 0u) {
         token_unscale[sr] = 1.0 / scale;
     }
+#endif
     for (var i = li; i < TILE_N * TILE_T; i += 256u) {
         ct[i] = 0.0;
     }
@@ -60,22 +68,38 @@ fn main(
     var ss = 0.0;
     // Chunk c + 1 is loaded while chunk c is multiplied, as in TILED.
     var w_next: array<vec4<f32>, 2>;
+#ifdef X16
+    var x_next: array<vec4<f16>, 2>;
+#else
     var x_next: array<vec4<f32>, 2>;
+#endif
     if (range.x < range.y) {
         if (staged_live) {
             w_next = dequant_w8(staged, 4u * range.x + q);
         }
+#ifdef X16
+        x_next = x8(t_stage, range.x, q);
+#else
         x_next = stage_x(t_stage, range.x, q, &ss);
+#endif
     }
     for (var c = range.x; c < range.y; c++) {
         stage_w16(sr * 32u + 8u * q, w_next);
+#ifdef X16
+        stage_x8(sr * 32u + 8u * q, x_next);
+#else
         stage_x16(sr * 32u + 8u * q, scaled8(x_next, scale));
+#endif
         workgroupBarrier();
         if (c + 1u < range.y) {
             if (staged_live) {
                 w_next = dequant_w8(staged, 4u * (c + 1u) + q);
             }
+#ifdef X16
+            x_next = x8(t_stage, c + 1u, q);
+#else
             x_next = stage_x(t_stage, c + 1u, q, &ss);
+#endif
         }
         for (var kk = 0u; kk < 32u; kk += 16u) {
             let a = coopLoadT<coop_mat16x16<f16, A>>(&wt16[r0 * 32u + kk], 32u);

@@ -47,6 +47,7 @@ fn round_f16(v: vec4<f32>) -> vec4<f32> {
 }
 #endif
 
+#ifndef X16
 // Elements 8q .. 8q + 7 of 32-wide chunk c of x'[t] (zeros past the step's tokens); with NORM
 // their squares are added to ss before the norm weight scales them.
 fn stage_x(t: u32, c: u32, q: u32, ss: ptr<function, f32>) -> array<vec4<f32>, 2> {
@@ -64,6 +65,7 @@ fn stage_x(t: u32, c: u32, q: u32, ss: ptr<function, f32>) -> array<vec4<f32>, 2
     }
     return as_f16_operands(array<vec4<f32>, 2>(xa, xb));
 }
+#endif
 
 // acc + the 4 dot products of slots a0..a3 with b, where at[e] holds element e of every slot
 // (the slots' vec4s transposed): 16 FMAs, where vec4 dot() products cost a multiply, 3 FMAs
@@ -72,7 +74,9 @@ fn mac4x(at: array<vec4<f32>, 4>, b: vec4<f32>, acc: vec4<f32>) -> vec4<f32> {
     return fma(at[3], vec4<f32>(b.w), fma(at[2], vec4<f32>(b.z), fma(at[1], vec4<f32>(b.y), fma(at[0], vec4<f32>(b.x), acc))));
 }
 
+#ifndef GEMM_COOP
 // Stores the 4 slots of token `t` (tile token tok) that thread tx owns.
+// (The 128-token tiles store per lane instead.)
 fn store_tile(g: u32, tx: u32, t: u32, tok: u32, acc: vec4<f32>) {
     if (t >= p.t) {
         return;
@@ -94,6 +98,7 @@ fn store_tile(g: u32, tx: u32, t: u32, tok: u32, acc: vec4<f32>) {
     }
 #endif
 }
+#endif
 
 #ifdef SPLIT_K
 #include "matmul/tile_split.wgsl"

@@ -522,6 +522,27 @@ impl GpuContext {
             .clone()
     }
 
+    /// As [`GpuContext::shared_scratch`], but grown to hold `bytes` (to the next power of two)
+    /// when the one the context has is smaller; the bind groups of the smaller one are dropped
+    /// with it. For scratch whose size follows the step (the tensor-core tiles' f16 x').
+    pub fn shared_scratch_at_least(&self, name: &'static str, bytes: u64) -> wgpu::Buffer {
+        let mut cache = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(old) = cache.get(name) {
+            if old.size() >= bytes {
+                return old.clone();
+            }
+            let old = cache.remove(name).expect("just found");
+            self.forget_bind_groups_using(&[&old]);
+        }
+        let size = bytes
+            .next_power_of_two()
+            .min(self.max_binding_bytes())
+            .max(bytes);
+        let buffer = self.storage_buffer(name, size);
+        cache.insert(name, buffer.clone());
+        buffer
+    }
+
     /// A storage buffer holding `data` (padded with zeros to 4 bytes).
     pub fn storage_buffer_init(&self, label: &str, data: &[u8]) -> wgpu::Buffer {
         let buffer = self.storage_buffer(label, data.len() as u64);

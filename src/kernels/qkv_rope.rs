@@ -121,6 +121,7 @@ pub fn qkv_rope_fits(
         stage_k: 0,
         splits: 1,
         levels: XLevels::Staged,
+        x16: false,
     };
     qkv_key_fits(ctx, &key, [wq, wk, wv.unwrap_or(wk)])
 }

@@ -78,6 +78,18 @@ pub fn product_labels(rec: &StepRecorder) -> Vec<String> {
         .collect()
 }
 
+/// Whether a kernel test case of `variant` (None: the launcher's own choice) runs: all do,
+/// unless `COCO_TEST_VARIANTS` lists label parts (comma-separated, e.g. `coop`) and the
+/// variant's label contains none of them. For device runs of the tensor-core cases alone,
+/// whose full suites take minutes there.
+pub fn variant_selected(variant: Option<coco::kernels::matmul::MatmulVariant>) -> bool {
+    let Ok(wanted) = std::env::var("COCO_TEST_VARIANTS") else {
+        return true;
+    };
+    let label = variant.map_or("chosen".to_string(), |v| v.label());
+    wanted.split(',').any(|part| label.contains(part.trim()))
+}
+
 /// A product may differ from the f64 reference by `atol + rtol·|ref|`, with
 /// atol = ATOL_PER_ABS_SUM·Σ|w·x| (the scale of an f32 sum's rounding error) + 1e-6.
 pub const RTOL: f64 = 1e-5;

@@ -205,6 +205,10 @@ pub struct MatmulKey {
     pub splits: u32,
     /// Where the int8 chunk matvec's levels of x' come from (a binding-layout change).
     pub levels: XLevels,
+    /// The tensor-core tiles read x' as f16 rows the scale pass before staged (`X16`; x16 in
+    /// x's binding, no norm_w: the pass applied it): set by the launch ([`MatmulKey::staged`])
+    /// with `COCO_COOP_PRESTAGE=1` ([`coop_prestage`]).
+    pub x16: bool,
 }
 
 /// Storage binding numbers of a [`MatmulKey`]'s layout: the order the host lists them in.
@@ -250,6 +254,7 @@ impl MatmulKey {
             stage_k: 0,
             splits: 1,
             levels: XLevels::Staged,
+            x16: false,
         }
     }
 
@@ -321,7 +326,15 @@ impl MatmulKey {
     /// This key for a product of K = `k`, with `x'[t]` staged when the kernel is the subgroup
     /// matvec, [`MatvecShape::stage_x`] covers the product, K ≤ [`STAGE_MAX_K`] and the
     /// workgroup memory fits the device (`workgroup_bytes`: its per-workgroup limit).
+    /// The tensor-core tiles instead read x' prestaged as f16 ([`coop_prestage`]).
     pub fn staged(self, k: u32, workgroup_bytes: u32) -> MatmulKey {
+        if self.variant.is_coop() {
+            return MatmulKey {
+                stage_k: 0,
+                x16: coop_prestage(),
+                ..self
+            };
+        }
         let shape = matvec_shape();
         let wanted = match shape.stage_x {
             StageX::Never => false,
@@ -397,8 +410,9 @@ impl MatmulKey {
             XLevels::Emit => "_lvout",
             XLevels::Read => "_lvin",
         };
+        let x16 = if self.x16 { "_x16" } else { "" };
         format!(
-            "matmul_{}_{}{fusion}{norm}{bias}{staged}{int8}{levels}{splits}{f16}",
+            "matmul_{}_{}{fusion}{norm}{bias}{staged}{int8}{levels}{x16}{splits}{f16}",
             self.ty.name().to_lowercase(),
             self.variant.label()
         )
@@ -452,7 +466,19 @@ impl MatmulKey {
                 defines.push("POST_NORM");
             }
         }
-        if self.norm {
+        if self.x16 {
+            if !self.variant.is_coop() {
+                return Err(KernelError::Shape {
+                    kernel: "matmul",
+                    why: format!(
+                        "prestaged f16 x' is read by the tensor-core tiles, not {:?}",
+                        self.variant
+                    ),
+                });
+            }
+            // The scale pass applied the norm: the GEMM reads neither x nor norm_w.
+            defines.push("X16");
+        } else if self.norm {
             defines.push("NORM");
         }
         if self.bias {
@@ -551,7 +577,7 @@ impl MatmulKey {
         let x = 1 + self.fusion.weights();
         let y = x + 1;
         let norm = y + self.fusion.outputs();
-        let bias = norm + self.norm as u32;
+        let bias = norm + (self.norm && !self.x16) as u32;
         let rope = bias + if self.bias { self.fusion.outputs() } else { 0 };
         let qkn = rope + matches!(self.fusion, Fusion::QkvRope { .. }) as u32;
         let post = qkn + 3 * self.has_qk_norm() as u32;

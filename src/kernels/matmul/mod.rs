@@ -47,10 +47,13 @@ mod levels;
 mod select;
 #[cfg(test)]
 mod tests;
+mod token_scale;
 
 pub use key::*;
 pub use levels::*;
 pub use select::*;
+use token_scale::record_token_scales;
+pub use token_scale::{record_x16_staging, COOP_SCALES_MAX_T};
 
 use crate::gpu::{Binding, GpuContext, GpuTensor, StepRecorder};
 
@@ -538,6 +541,7 @@ pub fn qkv_fuses(
         stage_k: 0,
         splits: 1,
         levels: XLevels::Staged,
+        x16: false,
     };
     qkv_key_fits(ctx, &key, [wq, wk, wv])
 }
@@ -842,6 +846,7 @@ pub(super) fn launch(
             "{t} tokens need {t_groups} workgroups along z, over the limit {max}"
         ));
     }
+    let caller_layout = layout;
     let key = &key.staged(params.k, ctx.limits.max_compute_workgroup_storage_size);
     // Defines are checked here; the source is only built on a pipeline-cache miss (this runs
     // for every dispatch of every step).
@@ -851,6 +856,22 @@ pub(super) fn launch(
     params.groups = slots.div_ceil(key.variant.slots_per_group()) * key.splits;
     params.splits = key.splits;
     let mut bindings = bindings.to_vec();
+    // The tensor-core tiles' per-token scales (and with X16 their f16 x', which takes x's
+    // binding, norm_w's gone: the pass applied it), recorded first; bound last.
+    let scales = if key.variant.is_coop() {
+        let x = &bindings[caller_layout.x as usize - 1];
+        let norm_w = key.norm.then(|| &bindings[caller_layout.norm as usize - 1]);
+        let (scales, x16) = record_token_scales(rec, key, &params, x, norm_w)?;
+        if let Some(x16) = x16 {
+            if key.norm {
+                bindings.remove(caller_layout.norm as usize - 1);
+            }
+            bindings[caller_layout.x as usize - 1] = x16;
+        }
+        Some(scales)
+    } else {
+        None
+    };
     if key.splits > 1 {
         let scratch = if key.variant.is_tiled() {
             ctx.shared_scratch(
@@ -865,10 +886,8 @@ pub(super) fn launch(
         };
         bindings.push(Binding::from(&scratch));
     }
-    if key.variant.is_coop() {
-        let scales = record_token_scales(rec, key, &params, &bindings)?;
-        bindings.push(scales);
-    }
+    bindings.extend(scales);
+    debug_assert_eq!(key.layout().count as usize, bindings.len(), "{label}");
     let [gx, gy] = fold(params.groups, max);
     rec.dispatch(
         &label,
@@ -878,53 +897,4 @@ pub(super) fn launch(
         [gx, gy, t_groups],
     )?;
     Ok(())
-}
-
-/// Tokens per step the tensor-core GEMM's per-token scales cover (the context's scratch
-/// holds one f32 each); prefill steps are 512 tokens.
-pub const COOP_SCALES_MAX_T: u32 = 8192;
-
-/// Records `shaders/matmul/token_scale.wgsl` for the product `key` is about to run: each of
-/// the step's tokens' power-of-two f16 scale, into the context's scratch, which it returns
-/// as the GEMM's binding at B_SCALES.
-fn record_token_scales(
-    rec: &mut StepRecorder,
-    key: &MatmulKey,
-    params: &Params,
-    bindings: &[Binding],
-) -> Result<Binding, KernelError> {
-    const KERNEL: &str = "matmul_token_scale";
-    if params.t > COOP_SCALES_MAX_T {
-        return Err(KernelError::Shape {
-            kernel: KERNEL,
-            why: format!(
-                "not yet: a tensor-core GEMM step of {} tokens (at most {COOP_SCALES_MAX_T})",
-                params.t
-            ),
-        });
-    }
-    let ctx = rec.ctx();
-    let scratch =
-        Binding::from(&ctx.shared_scratch("coop GEMM token scales", 4 * COOP_SCALES_MAX_T as u64));
-    let layout = key.layout();
-    let mut inputs = vec![bindings[layout.x as usize - 1].clone()];
-    let (label, defines): (&str, &[&str]) = if key.norm {
-        inputs.push(bindings[layout.norm as usize - 1].clone());
-        ("matmul_token_scale_norm", &["NORM"])
-    } else {
-        ("matmul_token_scale", &[])
-    };
-    inputs.push(scratch.clone());
-    let pipeline = ctx.pipeline(label, || {
-        crate::gpu::preprocess("matmul/token_scale.wgsl", defines)
-    });
-    let scale_params: [u32; 4] = [params.k, params.t, 0, 0];
-    rec.dispatch(
-        label,
-        &pipeline,
-        bytemuck::bytes_of(&scale_params),
-        &inputs,
-        [params.t, 1, 1],
-    )?;
-    Ok(scratch)
 }

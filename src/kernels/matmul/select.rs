@@ -155,6 +155,18 @@ fn workgroups_from_env(cell: &'static std::sync::OnceLock<Option<u64>>, name: &s
     })
 }
 
+/// The A/B switch `COCO_COOP_PRESTAGE=1`, read once per process: the scale pass before each
+/// tensor-core product stages x' once as f16 rows (`X16`, shaders/matmul/token_scale.wgsl),
+/// the tiles copy it as it lies, and the 128-token tiles are double-buffered
+/// (shaders/matmul/gemm_coop_x16.wgsl). Off by default: every workgroup of a row group
+/// stages (loads, norms, scales, converts) the same activations itself. Measured on the H200
+/// (BENCHMARKS.md "session 30") only in a first form whose matrix loads read the f16 rows from
+/// memory with no staging: 1.7× slower at 512 tokens; the form here is not timed yet.
+pub fn coop_prestage() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("COCO_COOP_PRESTAGE").is_ok_and(|v| v == "1"))
+}
+
 /// The A/B switch `COCO_FFN_LEVELS=0`, read once per process: W_down's x' is then staged by
 /// each of its workgroups, as before the GLU wrote it as levels ([`super::ffn_levels_fit`]).
 pub fn ffn_levels_enabled() -> bool {
@@ -336,6 +348,8 @@ pub struct KernelSettings {
     pub tile_split_target: u64,
     /// `COCO_COOP128_MIN_GROUPS` ([`coop128_min_groups`]); null: unset.
     pub coop128_min_groups: Option<u64>,
+    /// Whether the tensor-core tiles read x' prestaged as f16 ([`coop_prestage`]).
+    pub coop_prestage: bool,
 }
 
 impl KernelSettings {
@@ -351,6 +365,7 @@ impl KernelSettings {
             batches_in_flight: ctx.batches_in_flight,
             tile_split_target: tile_split_target_override().unwrap_or(TILE_SPLIT_TARGET),
             coop128_min_groups: coop128_min_groups(),
+            coop_prestage: coop_prestage(),
         }
     }
 }

@@ -68,8 +68,9 @@ fn labels_name_the_variant() {
 }
 
 /// Parses and validates `source` with every naga capability and writes SPIR-V, as wgpu
-/// does on Vulkan: catches shader errors in variants lavapipe can't run.
-fn compile_to_spirv(label: &str, source: &str) {
+/// does on Vulkan: catches shader errors in variants lavapipe can't run. Returns the
+/// workgroup memory its entry point uses, in bytes.
+fn compile_to_spirv(label: &str, source: &str) -> u32 {
     let module = naga::front::wgsl::parse_str(source)
         .unwrap_or_else(|e| panic!("{label}: {}", e.emit_to_string(source)));
     let info = naga::valid::Validator::new(
@@ -80,7 +81,20 @@ fn compile_to_spirv(label: &str, source: &str) {
     .unwrap_or_else(|e| panic!("{label}: {}", e.emit_to_string(source)));
     naga::back::spv::write_vec(&module, &info, &Default::default(), None)
         .unwrap_or_else(|e| panic!("{label}: {e}"));
+    let mut layouter = naga::proc::Layouter::default();
+    layouter.update(module.to_ctx()).expect("layout");
+    let entry = info.get_entry_point(0);
+    module
+        .global_variables
+        .iter()
+        .filter(|&(h, v)| v.space == naga::AddressSpace::WorkGroup && !entry[h].is_empty())
+        .map(|(_, v)| layouter[v.ty].size)
+        .sum()
 }
+
+/// The workgroup memory wgpu's default limits allow (and the H200's Vulkan driver offers):
+/// the most a kernel may use.
+const WORKGROUP_BYTES: u32 = 48 * 1024;
 
 /// The GLU that writes W_down's x' levels and the W_down that reads them (with and without
 /// split K), for every type with an int8 dot product; every other product refuses levels.
@@ -95,6 +109,7 @@ fn levels_variants_compile_to_spirv() {
         stage_k: 0,
         splits,
         levels,
+        x16: false,
     };
     for ty in GgmlType::SUPPORTED
         .into_iter()
@@ -163,31 +178,54 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
         .into_iter()
         .flat_map(|ty| [(ty, MatmulVariant::TiledCoop), (ty, MatmulVariant::Coop128)])
     {
+        // x' prestaged (X16) or staged by the tiles; the 64-token tiles split K too.
+        let splits: &[u32] = if variant == MatmulVariant::TiledCoop {
+            &[1, 3]
+        } else {
+            &[1]
+        };
         for (fusion, norm, bias) in [
             (Fusion::None, false, false),
             (Fusion::None, false, true),
             (Fusion::Glu(Activation::Silu), true, false),
             (Fusion::Qkv, true, true),
         ] {
-            let key = MatmulKey {
-                ty,
-                variant,
-                bias,
-                norm,
-                fusion,
-                stage_k: 0,
-                splits: 1,
-                levels: XLevels::Staged,
-            };
-            let source = key.source().unwrap();
-            assert!(source.contains("coopMultiplyAdd"), "{}", key.label());
-            compile_to_spirv(&key.label(), &source);
+            for (&splits, x16) in splits.iter().flat_map(|s| [(s, false), (s, true)]) {
+                let key = MatmulKey {
+                    ty,
+                    variant,
+                    bias,
+                    norm,
+                    fusion,
+                    stage_k: 0,
+                    splits,
+                    levels: XLevels::Staged,
+                    x16,
+                };
+                let source = key.source().unwrap();
+                assert!(source.contains("coopMultiplyAdd"), "{}", key.label());
+                assert_eq!(
+                    source.contains("@binding(B_NORM)"),
+                    norm && !x16,
+                    "{}",
+                    key.label()
+                );
+                let bytes = compile_to_spirv(&key.label(), &source);
+                assert!(
+                    bytes <= WORKGROUP_BYTES,
+                    "{}: {bytes} bytes of workgroup memory",
+                    key.label()
+                );
+            }
         }
     }
-    // Its per-token scales (portable WGSL, but only the tensor-core GEMM reads them).
-    for defines in [&[][..], &["NORM"]] {
-        let source = crate::gpu::preprocess("matmul/token_scale.wgsl", defines);
-        compile_to_spirv("matmul_token_scale", &source);
+    // Its per-token scales, and with X16 its f16 x' (portable WGSL, but only the tensor-core
+    // GEMM reads them).
+    for defines in [&[][..], &["NORM"], &["X16"], &["X16", "NORM"]] {
+        compile_to_spirv(
+            "matmul_token_scale",
+            &super::token_scale::token_scale_source(defines),
+        );
     }
     let key = MatmulKey::choose(
         DeviceKernels {
@@ -218,6 +256,7 @@ fn layouts_number_bindings_in_host_order() {
         stage_k: 0,
         splits: 1,
         levels: XLevels::Staged,
+        x16: false,
     };
     // w, x, y, [norm_w], [bias]
     let l = key(Fusion::None, false, true).layout();
@@ -321,6 +360,7 @@ fn qkv_rope_compiles_for_the_matvecs_and_is_refused_for_tiles() {
                 stage_k: 0,
                 splits: 1,
                 levels: XLevels::Staged,
+                x16: false,
             };
             if variant.is_tiled() {
                 assert!(key.defines().is_err(), "{}", key.label());
@@ -353,6 +393,7 @@ fn every_variant_preprocesses() {
                     stage_k: 0,
                     splits: 1,
                     levels: XLevels::Staged,
+                    x16: false,
                 };
                 let src = key.source().unwrap();
                 assert!(
@@ -535,6 +576,7 @@ fn tile_splits_grow_short_grids_and_match_the_shader() {
         stage_k: 0,
         splits: 4,
         levels: XLevels::Staged,
+        x16: false,
     };
     assert!(key.label().ends_with("_k4"), "{}", key.label());
     let source = key.source().unwrap();

@@ -164,9 +164,16 @@ impl Plan {
                         } else {
                             String::new()
                         };
+                        let staging = if coop_prestage() {
+                            "matmul_token_scale_x16: x' staged once as scaled f16 rows \
+                             (COCO_COOP_PRESTAGE=1)"
+                        } else {
+                            "matmul_token_scale: per-token f16 scales; the tiles stage x' \
+                             (COCO_COOP_PRESTAGE=1: once, as f16 rows)"
+                        };
                         format!(
-                            "{short}{} (f16 tensor cores, each after matmul_token_scale: \
-                             per-token f16 scales; COCO_COOPMAT=0: the portable tiles)",
+                            "{short}{} (f16 tensor cores, each after {staging}; COCO_COOPMAT=0: \
+                             the portable tiles)",
                             tiles.label()
                         )
                     }

@@ -1,0 +1,196 @@
+// The 128 × 128 tensor-core tiles (GEMM_COOP) with X16 (opt-in, COCO_COOP_PRESTAGE=1, until
+// the H200 has timed it): x' arrives staged once per product as f16 rows
+// (matmul/token_scale.wgsl), and the tiles are double-buffered. Included by matmul.wgsl in
+// place of gemm_coop.wgsl, the default; the subgroups' blocks, the GLU pairing and the
+// numerics are its.
+//
+// Why: gemm_coop.wgsl passes two barriers per 32-wide chunk with one workgroup per SM (its
+// 8 accumulators per thread hold 64 registers), and between them each thread dequantizes 16
+// weights, loads, norms, scales and converts 16 activations, and stores 32 f16 values. Here
+// each thread copies its 16 activations as they lie, and chunk c + 1 is stored into the other
+// buffer while chunk c is multiplied: one barrier per chunk, and the next chunk's global loads
+// are in flight during the matrix work.
+//
+// Workgroup memory is the device limit's 48 KiB at most: 2 × 10 KiB of W, 2 × 10 KiB of x',
+// and one 16 × 16 f32 block per subgroup for the accumulators' zeros and the epilogue, which
+// parks one block at a time (gemm_coop.wgsl parks two, in 16 KiB).
+
+const KC: u32 = 32u;       // K elements per staged chunk
+const KS: u32 = KC + 8u;   // row stride of the staged tiles: 80 bytes, so the 8 rows a
+                           // matrix load reads at once start in different banks
+const HALF_N: u32 = TILE_N / 2u;
+const W_TILE: u32 = TILE_N * KS; // f16 per buffer of W
+const X_TILE: u32 = TILE_T * KS; // f16 per buffer of x'
+
+var<workgroup> wt16: array<f16, 2u * W_TILE>; // [buffer][slot][k]: W chunks, row-major (A)
+var<workgroup> xt16: array<f16, 2u * X_TILE>; // [buffer][token][k]: x' chunks (B, column-major)
+var<workgroup> ct: array<f32, 8u * 256u>;     // [subgroup][16 × 16]: a parked block (C)
+
+// Chunk c's elements of this thread's two W rows and two tokens, into buffer c % 2.
+fn stage_chunk(c: u32, at: u32, w8: array<array<vec4<f32>, 2>, 2>, x8s: array<array<vec4<f16>, 2>, 2>) {
+    let wb = (c & 1u) * W_TILE + at;
+    let xb = (c & 1u) * X_TILE + at;
+    stage_w16(wb, w8[0]);
+    stage_w16(wb + HALF_N * KS, w8[1]);
+    stage_x8(xb, x8s[0]);
+    stage_x8(xb + HALF_N * KS, x8s[1]);
+}
+
+// Lane `lane`'s 8 values of the subgroup's parked block: slot lane % 16 of tokens
+// lane / 16 + 2i.
+fn unpark(scratch: u32, lane: u32) -> array<f32, 8> {
+    var v: array<f32, 8>;
+    for (var i = 0u; i < 8u; i++) {
+        v[i] = ct[scratch + 16u * (lane / 16u + 2u * i) + lane % 16u];
+    }
+    return v;
+}
+
+@compute @workgroup_size(256)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+    @builtin(subgroup_id) sg: u32,
+    @builtin(subgroup_invocation_id) lane: u32,
+) {
+    let g = wid.x + wid.y * nwg.x;
+    if (g >= p.groups) {
+        return;
+    }
+    let t0 = wid.z * TILE_T;
+    let chunks = p.k / KC;
+    // Each thread stages 8 elements of two W rows (slots sr and sr + 64: with GLU a row's
+    // gate and up) and of two tokens (sr and sr + 64) per chunk.
+    let sr = li / 4u;
+    let q = li % 4u;
+    let at = sr * KS + 8u * q;
+    let w_lo = locate(g * TILE_N + sr, TILE_N);
+    let w_hi = locate(g * TILE_N + sr + HALF_N, TILE_N);
+    let lo_live = live(w_lo);
+    let hi_live = live(w_hi);
+    let t_lo = t0 + sr;
+    let t_hi = t0 + sr + HALF_N;
+    let r0 = 16u * (sg % 4u);
+    let n0 = 64u * (sg / 4u);
+    let scratch = sg * 256u;
+    for (var i = 0u; i < 8u; i++) {
+        ct[scratch + 32u * i + lane] = 0.0;
+    }
+    let zero8 = array<vec4<f32>, 2>(vec4<f32>(0.0), vec4<f32>(0.0));
+    var w_next = array<array<vec4<f32>, 2>, 2>(zero8, zero8);
+    if (lo_live) {
+        w_next[0] = dequant_w8(w_lo, q);
+    }
+    if (hi_live) {
+        w_next[1] = dequant_w8(w_hi, q);
+    }
+    stage_chunk(0u, at, w_next, array<array<vec4<f16>, 2>, 2>(x8(t_lo, 0u, q), x8(t_hi, 0u, q)));
+    workgroupBarrier();
+    // Accumulators c<h><j>: slots r0 + 64h .. + 15, tokens n0 + 16j .. + 15.
+    var c00 = coopLoad<coop_mat16x16<f32, C>>(&ct[scratch], 16u);
+    var c01 = c00;
+    var c02 = c00;
+    var c03 = c00;
+    var c10 = c00;
+    var c11 = c00;
+    var c12 = c00;
+    var c13 = c00;
+    for (var c = 0u; c < chunks; c++) {
+        let more = c + 1u < chunks;
+        // Chunk c + 1's loads, issued before chunk c's matrix work.
+        var x_next = array<array<vec4<f16>, 2>, 2>();
+        if (more) {
+            let o = 4u * (c + 1u) + q;
+            if (lo_live) {
+                w_next[0] = dequant_w8(w_lo, o);
+            }
+            if (hi_live) {
+                w_next[1] = dequant_w8(w_hi, o);
+            }
+            x_next = array<array<vec4<f16>, 2>, 2>(x8(t_lo, c + 1u, q), x8(t_hi, c + 1u, q));
+        }
+        let wb = (c & 1u) * W_TILE;
+        let xb = (c & 1u) * X_TILE;
+        for (var kk = 0u; kk < KC; kk += 16u) {
+            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[wb + r0 * KS + kk], KS);
+            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[wb + (r0 + HALF_N) * KS + kk], KS);
+            let b0 = coopLoad<coop_mat16x16<f16, B>>(&xt16[xb + n0 * KS + kk], KS);
+            let b1 = coopLoad<coop_mat16x16<f16, B>>(&xt16[xb + (n0 + 16u) * KS + kk], KS);
+            let b2 = coopLoad<coop_mat16x16<f16, B>>(&xt16[xb + (n0 + 32u) * KS + kk], KS);
+            let b3 = coopLoad<coop_mat16x16<f16, B>>(&xt16[xb + (n0 + 48u) * KS + kk], KS);
+            c00 = coopMultiplyAdd(a0, b0, c00);
+            c01 = coopMultiplyAdd(a0, b1, c01);
+            c02 = coopMultiplyAdd(a0, b2, c02);
+            c03 = coopMultiplyAdd(a0, b3, c03);
+            c10 = coopMultiplyAdd(a1, b0, c10);
+            c11 = coopMultiplyAdd(a1, b1, c11);
+            c12 = coopMultiplyAdd(a1, b2, c12);
+            c13 = coopMultiplyAdd(a1, b3, c13);
+        }
+        // The other buffer was last read in chunk c - 1, before the barrier that ended it.
+        if (more) {
+            stage_chunk(c + 1u, at, w_next, x_next);
+        }
+        workgroupBarrier();
+    }
+    // Four rounds, one per token block: the subgroup parks block h = 0 then 1 (slots r0 + 64h
+    // ..), and lane l takes slot r0 + l % 16 (and its partner 64 on) of tokens l / 16 + 2i.
+    for (var j = 0u; j < 4u; j++) {
+        switch j {
+            case 0u: {
+                coopStore(c00, &ct[scratch], 16u);
+            }
+            case 1u: {
+                coopStore(c01, &ct[scratch], 16u);
+            }
+            case 2u: {
+                coopStore(c02, &ct[scratch], 16u);
+            }
+            default: {
+                coopStore(c03, &ct[scratch], 16u);
+            }
+        }
+        workgroupBarrier();
+        let v_lo = unpark(scratch, lane);
+        workgroupBarrier();
+        switch j {
+            case 0u: {
+                coopStore(c10, &ct[scratch], 16u);
+            }
+            case 1u: {
+                coopStore(c11, &ct[scratch], 16u);
+            }
+            case 2u: {
+                coopStore(c12, &ct[scratch], 16u);
+            }
+            default: {
+                coopStore(c13, &ct[scratch], 16u);
+            }
+        }
+        workgroupBarrier();
+        let v_hi = unpark(scratch, lane);
+        workgroupBarrier();
+        let slot = r0 + lane % 16u;
+        let lo = locate(g * TILE_N + slot, TILE_N);
+        let hi = locate(g * TILE_N + slot + HALF_N, TILE_N);
+        for (var i = 0u; i < 8u; i++) {
+            let t = t0 + n0 + 16u * j + lane / 16u + 2u * i;
+            if (t < p.t) {
+                let scale = tscale(t);
+#ifdef GLU
+                if (live(lo)) {
+                    store_glu(t, lo.y, v_lo[i] * scale, v_hi[i] * scale);
+                }
+#else
+                if (live(lo)) {
+                    store(lo.x, t, lo.y, v_lo[i] * scale);
+                }
+                if (live(hi)) {
+                    store(hi.x, t, hi.y, v_hi[i] * scale);
+                }
+#endif
+            }
+        }
+    }
+}
