@@ -6,9 +6,21 @@
 // error of at most 2^-11 per element; tests/kernels_matmul.rs bounds the result against the
 // CPU reference). kernels/matmul.rs prepends `enable f16;` and `enable wgpu_cooperative_matrix;`.
 // x' is staged scaled per token as in GEMM_COOP (matmul/coop_staging.wgsl); with X16
-// (COCO_COOP_PRESTAGE=1) it is copied from the f16 rows the dispatch before staged.
+// (COCO_COOP_PRESTAGE=1) it is copied from the f16 rows the dispatch before staged, and the
+// tiles are double-buffered.
+#ifdef X16
+var<workgroup> wt16: array<f16, 2u * TILE_N * 32u>; // [buffer][TILE_N][32]: W chunks, row-major (A)
+var<workgroup> xt16: array<f16, 2u * TILE_T * 32u>; // [buffer][TILE_T][32]: x' chunks by token (B, column-major)
+
+// This thread's 8 elements of its W row and of its token in chunk c, into buffer c % 2.
+fn stage_chunk(c: u32, at: u32, w8: array<vec4<f32>, 2>, x8s: array<vec4<f16>, 2>) {
+    stage_w16((c & 1u) * TILE_N * 32u + at, w8);
+    stage_x8((c & 1u) * TILE_T * 32u + at, x8s);
+}
+#else
 var<workgroup> wt16: array<f16, TILE_N * 32u>; // [TILE_N][32]: the W chunk, row-major (A)
 var<workgroup> xt16: array<f16, TILE_T * 32u>; // [TILE_T][32]: x' chunk by token (B, column-major)
+#endif
 var<workgroup> ct: array<f32, TILE_N * TILE_T>; // [TILE_T][TILE_N]: the outputs (C, column-major)
 var<workgroup> token_unscale: array<f32, TILE_T>; // 2^e: token tok was staged times 2^-e
 #ifdef NORM
@@ -62,44 +74,66 @@ fn main(
     for (var i = li; i < TILE_N * TILE_T; i += 256u) {
         ct[i] = 0.0;
     }
-    workgroupBarrier();
-    var c0 = coopLoad<coop_mat16x16<f32, C>>(&ct[n0 * TILE_N + r0], TILE_N);
-    var c1 = coopLoad<coop_mat16x16<f32, C>>(&ct[(n0 + 16u) * TILE_N + r0], TILE_N);
     var ss = 0.0;
-    // Chunk c + 1 is loaded while chunk c is multiplied, as in TILED.
-    var w_next: array<vec4<f32>, 2>;
 #ifdef X16
-    var x_next: array<vec4<f16>, 2>;
-#else
-    var x_next: array<vec4<f32>, 2>;
-#endif
+    // Double-buffered, as gemm_coop_x16.wgsl: chunk c + 1's loads are issued before chunk c's
+    // matrix work and stored into the other buffer after it, one barrier per chunk.
+    var w_next: array<vec4<f32>, 2>;
     if (range.x < range.y) {
         if (staged_live) {
             w_next = dequant_w8(staged, 4u * range.x + q);
         }
-#ifdef X16
-        x_next = x8(t_stage, range.x, q);
+        stage_chunk(range.x, sr * 32u + 8u * q, w_next, x8(t_stage, range.x, q));
+    }
+    workgroupBarrier();
+    var c0 = coopLoad<coop_mat16x16<f32, C>>(&ct[n0 * TILE_N + r0], TILE_N);
+    var c1 = coopLoad<coop_mat16x16<f32, C>>(&ct[(n0 + 16u) * TILE_N + r0], TILE_N);
+    for (var c = range.x; c < range.y; c++) {
+        let more = c + 1u < range.y;
+        var x_next: array<vec4<f16>, 2>;
+        if (more) {
+            if (staged_live) {
+                w_next = dequant_w8(staged, 4u * (c + 1u) + q);
+            }
+            x_next = x8(t_stage, c + 1u, q);
+        }
+        let wb = (c & 1u) * TILE_N * 32u;
+        let xb = (c & 1u) * TILE_T * 32u;
+        for (var kk = 0u; kk < 32u; kk += 16u) {
+            let a = coopLoadT<coop_mat16x16<f16, A>>(&wt16[wb + r0 * 32u + kk], 32u);
+            let b0 = coopLoad<coop_mat16x16<f16, B>>(&xt16[xb + n0 * 32u + kk], 32u);
+            let b1 = coopLoad<coop_mat16x16<f16, B>>(&xt16[xb + (n0 + 16u) * 32u + kk], 32u);
+            c0 = coopMultiplyAdd(a, b0, c0);
+            c1 = coopMultiplyAdd(a, b1, c1);
+        }
+        // The other buffer was last read in chunk c - 1, before the barrier that ended it.
+        if (more) {
+            stage_chunk(c + 1u, sr * 32u + 8u * q, w_next, x_next);
+        }
+        workgroupBarrier();
+    }
 #else
+    workgroupBarrier();
+    var c0 = coopLoad<coop_mat16x16<f32, C>>(&ct[n0 * TILE_N + r0], TILE_N);
+    var c1 = coopLoad<coop_mat16x16<f32, C>>(&ct[(n0 + 16u) * TILE_N + r0], TILE_N);
+    // Chunk c + 1 is loaded while chunk c is multiplied, as in TILED.
+    var w_next: array<vec4<f32>, 2>;
+    var x_next: array<vec4<f32>, 2>;
+    if (range.x < range.y) {
+        if (staged_live) {
+            w_next = dequant_w8(staged, 4u * range.x + q);
+        }
         x_next = stage_x(t_stage, range.x, q, &ss);
-#endif
     }
     for (var c = range.x; c < range.y; c++) {
         stage_w16(sr * 32u + 8u * q, w_next);
-#ifdef X16
-        stage_x8(sr * 32u + 8u * q, x_next);
-#else
         stage_x16(sr * 32u + 8u * q, scaled8(x_next, scale));
-#endif
         workgroupBarrier();
         if (c + 1u < range.y) {
             if (staged_live) {
                 w_next = dequant_w8(staged, 4u * (c + 1u) + q);
             }
-#ifdef X16
-            x_next = x8(t_stage, c + 1u, q);
-#else
             x_next = stage_x(t_stage, c + 1u, q, &ss);
-#endif
         }
         for (var kk = 0u; kk < 32u; kk += 16u) {
             let a = coopLoadT<coop_mat16x16<f16, A>>(&wt16[r0 * 32u + kk], 32u);
@@ -110,6 +144,7 @@ fn main(
         }
         workgroupBarrier();
     }
+#endif
     coopStore(c0, &ct[n0 * TILE_N + r0], TILE_N);
     coopStore(c1, &ct[(n0 + 16u) * TILE_N + r0], TILE_N);
     workgroupBarrier();
