@@ -326,12 +326,23 @@ impl MatmulKey {
     /// This key for a product of K = `k`, with `x'[t]` staged when the kernel is the subgroup
     /// matvec, [`MatvecShape::stage_x`] covers the product, K ≤ [`STAGE_MAX_K`] and the
     /// workgroup memory fits the device (`workgroup_bytes`: its per-workgroup limit).
-    /// The tensor-core tiles instead read x' prestaged as f16 ([`coop_prestage`]).
+    /// The tensor-core tiles instead read x' prestaged as f16 ([`coop_prestage`]); the wide
+    /// GEMM stages [`wide_chunk_override`]'s K per chunk where its tiles fit the device (its
+    /// own chunk otherwise: `stage_k` 0).
     pub fn staged(self, k: u32, workgroup_bytes: u32) -> MatmulKey {
         if self.variant.is_coop() {
             return MatmulKey {
                 stage_k: 0,
                 x16: coop_prestage(),
+                ..self
+            };
+        }
+        if let MatmulVariant::Wide(w) = self.variant {
+            let (n, t) = w.tile();
+            let chunk = wide_chunk_override()
+                .filter(|&kc| kc != w.chunk() && 4 * (n + t) * kc <= workgroup_bytes);
+            return MatmulKey {
+                stage_k: chunk.unwrap_or(0),
                 ..self
             };
         }
@@ -489,6 +500,18 @@ impl MatmulKey {
         }
         if self.stage_k > 0 && self.variant == MatmulVariant::MatvecSubgroup {
             defines.push("STAGE_X");
+        }
+        if let MatmulVariant::Wide(w) = self.variant {
+            // More 8-element groups in a staged tile than threads: staged in passes.
+            let kc = if self.stage_k > 0 {
+                self.stage_k
+            } else {
+                w.chunk()
+            };
+            let (n, t) = w.tile();
+            if n.max(t) * kc / 8 > 256 {
+                defines.push("WIDE_PASSES");
+            }
         }
         if self.int8() {
             defines.push("INT8");
@@ -658,7 +681,10 @@ impl MatmulKey {
             (self.stage_k / 4).max(1),
             wide.slots,
             wide.tokens,
-            wide.chunk(),
+            match self.variant {
+                MatmulVariant::Wide(_) if self.stage_k > 0 => self.stage_k,
+                _ => wide.chunk(),
+            },
             l.x,
             l.y,
             l.norm,
