@@ -764,7 +764,11 @@ fn main(
 
 #ifdef GEMM_COOP
 #ifdef X16
+#ifdef SG64
+#include "matmul/gemm_coop_sg64.wgsl"
+#else
 #include "matmul/gemm_coop_x16.wgsl"
+#endif
 #else
 #include "matmul/gemm_coop.wgsl"
 #endif

@@ -262,6 +262,7 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
             coop128_min_groups: None,
             coop_prestage: false,
             gemm_chunk: None,
+            coop_subgroup_tile64: false,
         },
         pipeline: "fused",
         prompt_tokens: 8,

@@ -52,6 +52,17 @@ fn stage_x8(at: u32, v: array<vec4<f16>, 2>) {
         xt16[at + 4u + e] = v[1][e];
     }
 }
+
+// Lane `lane`'s 8 values of a block the subgroup parked at ct[scratch] (the 128-token kernels
+// declare ct): slot lane % 16 of tokens
+// lane / 16 + 2i.
+fn unpark(scratch: u32, lane: u32) -> array<f32, 8> {
+    var v: array<f32, 8>;
+    for (var i = 0u; i < 8u; i++) {
+        v[i] = ct[scratch + 16u * (lane / 16u + 2u * i) + lane % 16u];
+    }
+    return v;
+}
 #else
 fn stage_x16(at: u32, v: array<vec4<f32>, 2>) {
     for (var e = 0u; e < 4u; e++) {

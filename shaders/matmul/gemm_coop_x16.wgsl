@@ -36,16 +36,6 @@ fn stage_chunk(c: u32, at: u32, w8: array<array<vec4<f32>, 2>, 2>, x8s: array<ar
     stage_x8(xb + HALF_N * KS, x8s[1]);
 }
 
-// Lane `lane`'s 8 values of the subgroup's parked block: slot lane % 16 of tokens
-// lane / 16 + 2i.
-fn unpark(scratch: u32, lane: u32) -> array<f32, 8> {
-    var v: array<f32, 8>;
-    for (var i = 0u; i < 8u; i++) {
-        v[i] = ct[scratch + 16u * (lane / 16u + 2u * i) + lane % 16u];
-    }
-    return v;
-}
-
 @compute @workgroup_size(256)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,

@@ -122,6 +122,7 @@ pub fn qkv_rope_fits(
         splits: 1,
         levels: XLevels::Staged,
         x16: false,
+        sg64: false,
     };
     qkv_key_fits(ctx, &key, [wq, wk, wv.unwrap_or(wk)])
 }

@@ -209,6 +209,9 @@ pub struct MatmulKey {
     /// x's binding, no norm_w: the pass applied it): set by the launch ([`MatmulKey::staged`])
     /// with `COCO_COOP_PRESTAGE=1` ([`coop_prestage`]).
     pub x16: bool,
+    /// The 128-token tensor-core tiles with 64 × 64 per subgroup (`SG64`, with `x16`): set by
+    /// the launch with `COCO_COOP_SUBGROUP_TILE=64` ([`coop_subgroup_tile64`]).
+    pub sg64: bool,
 }
 
 /// Storage binding numbers of a [`MatmulKey`]'s layout: the order the host lists them in.
@@ -255,6 +258,7 @@ impl MatmulKey {
             splits: 1,
             levels: XLevels::Staged,
             x16: false,
+            sg64: false,
         }
     }
 
@@ -331,9 +335,11 @@ impl MatmulKey {
     /// own chunk otherwise: `stage_k` 0).
     pub fn staged(self, k: u32, workgroup_bytes: u32) -> MatmulKey {
         if self.variant.is_coop() {
+            let x16 = coop_prestage();
             return MatmulKey {
                 stage_k: 0,
-                x16: coop_prestage(),
+                x16,
+                sg64: x16 && self.variant == MatmulVariant::Coop128 && coop_subgroup_tile64(),
                 ..self
             };
         }
@@ -421,7 +427,11 @@ impl MatmulKey {
             XLevels::Emit => "_lvout",
             XLevels::Read => "_lvin",
         };
-        let x16 = if self.x16 { "_x16" } else { "" };
+        let x16 = match (self.x16, self.sg64) {
+            (true, true) => "_x16_sg64",
+            (true, false) => "_x16",
+            _ => "",
+        };
         format!(
             "matmul_{}_{}{fusion}{norm}{bias}{staged}{int8}{levels}{x16}{splits}{f16}",
             self.ty.name().to_lowercase(),
@@ -489,6 +499,18 @@ impl MatmulKey {
             }
             // The scale pass applied the norm: the GEMM reads neither x nor norm_w.
             defines.push("X16");
+            if self.sg64 {
+                if self.variant != MatmulVariant::Coop128 {
+                    return Err(KernelError::Shape {
+                        kernel: "matmul",
+                        why: format!(
+                            "64 x 64 subgroup tiles are coop128x128's, not {:?}",
+                            self.variant
+                        ),
+                    });
+                }
+                defines.push("SG64");
+            }
         } else if self.norm {
             defines.push("NORM");
         }

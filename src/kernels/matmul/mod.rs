@@ -542,6 +542,7 @@ pub fn qkv_fuses(
         splits: 1,
         levels: XLevels::Staged,
         x16: false,
+        sg64: false,
     };
     qkv_key_fits(ctx, &key, [wq, wk, wv])
 }

@@ -167,6 +167,15 @@ pub fn coop_prestage() -> bool {
     *ON.get_or_init(|| std::env::var("COCO_COOP_PRESTAGE").is_ok_and(|v| v == "1"))
 }
 
+/// The A/B switch `COCO_COOP_SUBGROUP_TILE=64`, read once per process: with
+/// [`coop_prestage`], the 128-token tensor-core tiles give each of 4 subgroups 64 × 64 outputs
+/// (shaders/matmul/gemm_coop_sg64.wgsl) instead of each of 8 subgroups 32 × 64: 8 matrix
+/// loads per 16 products instead of 6 per 8. Not timed yet.
+pub fn coop_subgroup_tile64() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("COCO_COOP_SUBGROUP_TILE").is_ok_and(|v| v == "64"))
+}
+
 /// The A/B switch `COCO_GEMM_CHUNK=16|32`, read once per process: the K each chunk of the
 /// portable wide GEMM stages between its two barriers, where both f32 tiles then fit the
 /// device's workgroup memory (`MatmulKey::staged`). By default [`WideTile::chunk`] keeps them
@@ -371,6 +380,9 @@ pub struct KernelSettings {
     pub coop_prestage: bool,
     /// `COCO_GEMM_CHUNK` ([`wide_chunk_override`]); null: unset.
     pub gemm_chunk: Option<u32>,
+    /// Whether the 128-token tensor-core tiles give each subgroup 64 × 64
+    /// ([`coop_subgroup_tile64`], with `coop_prestage`).
+    pub coop_subgroup_tile64: bool,
 }
 
 impl KernelSettings {
@@ -388,6 +400,7 @@ impl KernelSettings {
             coop128_min_groups: coop128_min_groups(),
             coop_prestage: coop_prestage(),
             gemm_chunk: wide_chunk_override(),
+            coop_subgroup_tile64: coop_prestage() && coop_subgroup_tile64(),
         }
     }
 }

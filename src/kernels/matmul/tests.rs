@@ -110,6 +110,7 @@ fn levels_variants_compile_to_spirv() {
         splits,
         levels,
         x16: false,
+        sg64: false,
     };
     for ty in GgmlType::SUPPORTED
         .into_iter()
@@ -178,11 +179,12 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
         .into_iter()
         .flat_map(|ty| [(ty, MatmulVariant::TiledCoop), (ty, MatmulVariant::Coop128)])
     {
-        // x' prestaged (X16) or staged by the tiles; the 64-token tiles split K too.
-        let splits: &[u32] = if variant == MatmulVariant::TiledCoop {
-            &[1, 3]
+        // x' staged by the tiles, prestaged (X16), and for the 128-token tiles prestaged with
+        // 64 × 64 per subgroup (SG64); the 64-token tiles split K too.
+        let (splits, staging): (&[u32], &[(bool, bool)]) = if variant == MatmulVariant::TiledCoop {
+            (&[1, 3], &[(false, false), (true, false)])
         } else {
-            &[1]
+            (&[1], &[(false, false), (true, false), (true, true)])
         };
         for (fusion, norm, bias) in [
             (Fusion::None, false, false),
@@ -190,7 +192,10 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
             (Fusion::Glu(Activation::Silu), true, false),
             (Fusion::Qkv, true, true),
         ] {
-            for (&splits, x16) in splits.iter().flat_map(|s| [(s, false), (s, true)]) {
+            for (&splits, &(x16, sg64)) in splits
+                .iter()
+                .flat_map(|s| staging.iter().map(move |x| (s, x)))
+            {
                 let key = MatmulKey {
                     ty,
                     variant,
@@ -201,9 +206,16 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
                     splits,
                     levels: XLevels::Staged,
                     x16,
+                    sg64,
                 };
                 let source = key.source().unwrap();
                 assert!(source.contains("coopMultiplyAdd"), "{}", key.label());
+                assert_eq!(
+                    source.contains("@workgroup_size(128)"),
+                    sg64,
+                    "{}",
+                    key.label()
+                );
                 assert_eq!(
                     source.contains("@binding(B_NORM)"),
                     norm && !x16,
@@ -257,6 +269,7 @@ fn layouts_number_bindings_in_host_order() {
         splits: 1,
         levels: XLevels::Staged,
         x16: false,
+        sg64: false,
     };
     // w, x, y, [norm_w], [bias]
     let l = key(Fusion::None, false, true).layout();
@@ -361,6 +374,7 @@ fn qkv_rope_compiles_for_the_matvecs_and_is_refused_for_tiles() {
                 splits: 1,
                 levels: XLevels::Staged,
                 x16: false,
+                sg64: false,
             };
             if variant.is_tiled() {
                 assert!(key.defines().is_err(), "{}", key.label());
@@ -394,6 +408,7 @@ fn every_variant_preprocesses() {
                     splits: 1,
                     levels: XLevels::Staged,
                     x16: false,
+                    sg64: false,
                 };
                 let src = key.source().unwrap();
                 assert!(
@@ -577,6 +592,7 @@ fn tile_splits_grow_short_grids_and_match_the_shader() {
         splits: 4,
         levels: XLevels::Staged,
         x16: false,
+        sg64: false,
     };
     assert!(key.label().ends_with("_k4"), "{}", key.label());
     let source = key.source().unwrap();

@@ -164,7 +164,11 @@ impl Plan {
                         } else {
                             String::new()
                         };
-                        let staging = if coop_prestage() {
+                        let staging = if coop_prestage() && coop_subgroup_tile64() {
+                            "matmul_token_scale_x16: x' staged once as scaled f16 rows \
+                             (COCO_COOP_PRESTAGE=1), 64 x 64 per subgroup in the 128-token \
+                             tiles (COCO_COOP_SUBGROUP_TILE=64)"
+                        } else if coop_prestage() {
                             "matmul_token_scale_x16: x' staged once as scaled f16 rows \
                              (COCO_COOP_PRESTAGE=1)"
                         } else {

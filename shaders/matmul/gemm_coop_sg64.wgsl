@@ -1,0 +1,244 @@
+// The 128 × 128 tensor-core tiles with 64 × 64 per subgroup (GEMM_COOP with X16 and SG64; the
+// A/B switch COCO_COOP_SUBGROUP_TILE=64 with COCO_COOP_PRESTAGE=1; not timed yet). Included by
+// matmul.wgsl in place of gemm_coop_x16.wgsl, whose staging (x' copied from the f16 rows of
+// matmul/token_scale.wgsl, double-buffered chunks, one barrier each), GLU pairing and numerics
+// it keeps.
+//
+// Why: gemm_coop_x16.wgsl's 8 subgroups each own 32 slots × 64 tokens, 2 × 4 blocks: per
+// 16-wide K step a subgroup loads 6 blocks from workgroup memory for 8 products, 24 KiB per
+// workgroup and step, against a 128 B/clock workgroup memory: about as many clocks as the
+// tensor work itself, so the two share the SM. Here 4 subgroups own 64 × 64 each, 4 × 4
+// blocks: 8 loads for 16 products, 16 KiB per step for the same work. The price is 16
+// accumulators per thread (128 registers), and each of the 128 threads stages 4 rows of W
+// and 4 tokens per chunk; two workgroups fit an SM where gemm_coop_x16's one does.
+//
+// Subgroup s (4 of 32 lanes) owns slots 32(s % 2) .. + 31 and the same 32 slots 64 on (with
+// GLU a row's gate and up), and tokens 64(s / 2) .. + 63. Workgroup memory: 2 × 10 KiB of W,
+// 2 × 10 KiB of x', and one parked 16 × 16 f32 block per subgroup (44 KiB).
+
+const KC: u32 = 32u;       // K elements per staged chunk
+const KS: u32 = KC + 8u;   // row stride of the staged tiles: 80 bytes, so the 8 rows a
+                           // matrix load reads at once start in different banks
+const HALF_N: u32 = TILE_N / 2u;
+const W_TILE: u32 = TILE_N * KS; // f16 per buffer of W
+const X_TILE: u32 = TILE_T * KS; // f16 per buffer of x'
+
+var<workgroup> wt16: array<f16, 2u * W_TILE>; // [buffer][slot][k]: W chunks, row-major (A)
+var<workgroup> xt16: array<f16, 2u * X_TILE>; // [buffer][token][k]: x' chunks (B, column-major)
+var<workgroup> ct: array<f32, 4u * 256u>;     // [subgroup][16 × 16]: a parked block (C)
+
+alias W8 = array<vec4<f32>, 2>;
+alias X8 = array<vec4<f16>, 2>;
+
+// Chunk c's elements of this thread's 4 W rows and 4 tokens (32 apart), into buffer c % 2.
+fn stage_chunk(c: u32, at: u32, w8: array<W8, 4>, x8s: array<X8, 4>) {
+    let wb = (c & 1u) * W_TILE + at;
+    let xb = (c & 1u) * X_TILE + at;
+    for (var i = 0u; i < 4u; i++) {
+        stage_w16(wb + 32u * i * KS, w8[i]);
+        stage_x8(xb + 32u * i * KS, x8s[i]);
+    }
+}
+
+// Chunk c's elements of tokens t, t + 32, t + 64 and t + 96 (rows past the step's are zeros).
+fn x_chunk(t: u32, c: u32, q: u32) -> array<X8, 4> {
+    return array<X8, 4>(x8(t, c, q), x8(t + 32u, c, q), x8(t + 64u, c, q), x8(t + 96u, c, q));
+}
+
+// Stores lane `lane`'s values of a block pair: `lo` of slots slot0 .. + 15, `hi` of the same
+// slots 64 on (with GLU the up rows of the gate rows), for tokens tok0 + lane / 16 + 2i.
+fn finish_blocks(g: u32, tok0: u32, slot0: u32, lane: u32, lo: array<f32, 8>, hi: array<f32, 8>) {
+    let slot = slot0 + lane % 16u;
+    let mlo = locate(g * TILE_N + slot, TILE_N);
+    let mhi = locate(g * TILE_N + slot + HALF_N, TILE_N);
+    for (var i = 0u; i < 8u; i++) {
+        let t = tok0 + lane / 16u + 2u * i;
+        if (t < p.t) {
+            let scale = tscale(t);
+#ifdef GLU
+            if (live(mlo)) {
+                store_glu(t, mlo.y, lo[i] * scale, hi[i] * scale);
+            }
+#else
+            if (live(mlo)) {
+                store(mlo.x, t, mlo.y, lo[i] * scale);
+            }
+            if (live(mhi)) {
+                store(mhi.x, t, mhi.y, hi[i] * scale);
+            }
+#endif
+        }
+    }
+}
+
+@compute @workgroup_size(128)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+    @builtin(subgroup_id) sg: u32,
+    @builtin(subgroup_invocation_id) lane: u32,
+) {
+    let g = wid.x + wid.y * nwg.x;
+    if (g >= p.groups) {
+        return;
+    }
+    let t0 = wid.z * TILE_T;
+    let chunks = p.k / KC;
+    // Each thread stages 8 elements of W rows (slots) sr + 32i and of tokens sr + 32i, i < 4.
+    let sr = li / 4u;
+    let q = li % 4u;
+    let at = sr * KS + 8u * q;
+    let rows = array<vec2<u32>, 4>(
+        locate(g * TILE_N + sr, TILE_N),
+        locate(g * TILE_N + sr + 32u, TILE_N),
+        locate(g * TILE_N + sr + 64u, TILE_N),
+        locate(g * TILE_N + sr + 96u, TILE_N),
+    );
+    let r0 = 32u * (sg % 2u);
+    let n0 = 64u * (sg / 2u);
+    let scratch = sg * 256u;
+    for (var i = 0u; i < 8u; i++) {
+        ct[scratch + 32u * i + lane] = 0.0;
+    }
+    let zero8 = W8(vec4<f32>(0.0), vec4<f32>(0.0));
+    var w_next = array<W8, 4>(zero8, zero8, zero8, zero8);
+    for (var i = 0u; i < 4u; i++) {
+        if (live(rows[i])) {
+            w_next[i] = dequant_w8(rows[i], q);
+        }
+    }
+    stage_chunk(0u, at, w_next, x_chunk(t0 + sr, 0u, q));
+    workgroupBarrier();
+    // Accumulators c<h><j>: slots r0 + 16h (h < 2) or r0 + 64 + 16(h - 2) .. + 15, tokens
+    // n0 + 16j .. + 15.
+    var c00 = coopLoad<coop_mat16x16<f32, C>>(&ct[scratch], 16u);
+    var c01 = c00;
+    var c02 = c00;
+    var c03 = c00;
+    var c10 = c00;
+    var c11 = c00;
+    var c12 = c00;
+    var c13 = c00;
+    var c20 = c00;
+    var c21 = c00;
+    var c22 = c00;
+    var c23 = c00;
+    var c30 = c00;
+    var c31 = c00;
+    var c32 = c00;
+    var c33 = c00;
+    for (var c = 0u; c < chunks; c++) {
+        let more = c + 1u < chunks;
+        // Chunk c + 1's loads, issued before chunk c's matrix work.
+        var x_next = array<X8, 4>();
+        if (more) {
+            let o = 4u * (c + 1u) + q;
+            for (var i = 0u; i < 4u; i++) {
+                if (live(rows[i])) {
+                    w_next[i] = dequant_w8(rows[i], o);
+                }
+            }
+            x_next = x_chunk(t0 + sr, c + 1u, q);
+        }
+        let wb = (c & 1u) * W_TILE;
+        let xb = (c & 1u) * X_TILE;
+        for (var kk = 0u; kk < KC; kk += 16u) {
+            let b0 = coopLoad<coop_mat16x16<f16, B>>(&xt16[xb + (n0 + 0u) * KS + kk], KS);
+            let b1 = coopLoad<coop_mat16x16<f16, B>>(&xt16[xb + (n0 + 16u) * KS + kk], KS);
+            let b2 = coopLoad<coop_mat16x16<f16, B>>(&xt16[xb + (n0 + 32u) * KS + kk], KS);
+            let b3 = coopLoad<coop_mat16x16<f16, B>>(&xt16[xb + (n0 + 48u) * KS + kk], KS);
+            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[wb + (r0) * KS + kk], KS);
+            c00 = coopMultiplyAdd(a0, b0, c00);
+            c01 = coopMultiplyAdd(a0, b1, c01);
+            c02 = coopMultiplyAdd(a0, b2, c02);
+            c03 = coopMultiplyAdd(a0, b3, c03);
+            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[wb + (r0 + 16u) * KS + kk], KS);
+            c10 = coopMultiplyAdd(a1, b0, c10);
+            c11 = coopMultiplyAdd(a1, b1, c11);
+            c12 = coopMultiplyAdd(a1, b2, c12);
+            c13 = coopMultiplyAdd(a1, b3, c13);
+            let a2 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[wb + (r0 + HALF_N) * KS + kk], KS);
+            c20 = coopMultiplyAdd(a2, b0, c20);
+            c21 = coopMultiplyAdd(a2, b1, c21);
+            c22 = coopMultiplyAdd(a2, b2, c22);
+            c23 = coopMultiplyAdd(a2, b3, c23);
+            let a3 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[wb + (r0 + HALF_N + 16u) * KS + kk], KS);
+            c30 = coopMultiplyAdd(a3, b0, c30);
+            c31 = coopMultiplyAdd(a3, b1, c31);
+            c32 = coopMultiplyAdd(a3, b2, c32);
+            c33 = coopMultiplyAdd(a3, b3, c33);
+        }
+        // The other buffer was last read in chunk c - 1, before the barrier that ended it.
+        if (more) {
+            stage_chunk(c + 1u, at, w_next, x_next);
+        }
+        workgroupBarrier();
+    }
+    // The epilogue, one block pair at a time: the subgroup parks a block, each lane takes 8
+    // of its values, then the pair's other block, and stores both.
+    coopStore(c00, &ct[scratch], 16u);
+    workgroupBarrier();
+    let lo00 = unpark(scratch, lane);
+    workgroupBarrier();
+    coopStore(c20, &ct[scratch], 16u);
+    workgroupBarrier();
+    finish_blocks(g, t0 + n0 + 0u, r0 + 0u, lane, lo00, unpark(scratch, lane));
+    workgroupBarrier();
+    coopStore(c10, &ct[scratch], 16u);
+    workgroupBarrier();
+    let lo10 = unpark(scratch, lane);
+    workgroupBarrier();
+    coopStore(c30, &ct[scratch], 16u);
+    workgroupBarrier();
+    finish_blocks(g, t0 + n0 + 0u, r0 + 16u, lane, lo10, unpark(scratch, lane));
+    workgroupBarrier();
+    coopStore(c01, &ct[scratch], 16u);
+    workgroupBarrier();
+    let lo01 = unpark(scratch, lane);
+    workgroupBarrier();
+    coopStore(c21, &ct[scratch], 16u);
+    workgroupBarrier();
+    finish_blocks(g, t0 + n0 + 16u, r0 + 0u, lane, lo01, unpark(scratch, lane));
+    workgroupBarrier();
+    coopStore(c11, &ct[scratch], 16u);
+    workgroupBarrier();
+    let lo11 = unpark(scratch, lane);
+    workgroupBarrier();
+    coopStore(c31, &ct[scratch], 16u);
+    workgroupBarrier();
+    finish_blocks(g, t0 + n0 + 16u, r0 + 16u, lane, lo11, unpark(scratch, lane));
+    workgroupBarrier();
+    coopStore(c02, &ct[scratch], 16u);
+    workgroupBarrier();
+    let lo02 = unpark(scratch, lane);
+    workgroupBarrier();
+    coopStore(c22, &ct[scratch], 16u);
+    workgroupBarrier();
+    finish_blocks(g, t0 + n0 + 32u, r0 + 0u, lane, lo02, unpark(scratch, lane));
+    workgroupBarrier();
+    coopStore(c12, &ct[scratch], 16u);
+    workgroupBarrier();
+    let lo12 = unpark(scratch, lane);
+    workgroupBarrier();
+    coopStore(c32, &ct[scratch], 16u);
+    workgroupBarrier();
+    finish_blocks(g, t0 + n0 + 32u, r0 + 16u, lane, lo12, unpark(scratch, lane));
+    workgroupBarrier();
+    coopStore(c03, &ct[scratch], 16u);
+    workgroupBarrier();
+    let lo03 = unpark(scratch, lane);
+    workgroupBarrier();
+    coopStore(c23, &ct[scratch], 16u);
+    workgroupBarrier();
+    finish_blocks(g, t0 + n0 + 48u, r0 + 0u, lane, lo03, unpark(scratch, lane));
+    workgroupBarrier();
+    coopStore(c13, &ct[scratch], 16u);
+    workgroupBarrier();
+    let lo13 = unpark(scratch, lane);
+    workgroupBarrier();
+    coopStore(c33, &ct[scratch], 16u);
+    workgroupBarrier();
+    finish_blocks(g, t0 + n0 + 48u, r0 + 16u, lane, lo13, unpark(scratch, lane));
+    workgroupBarrier();
+}
