@@ -399,6 +399,13 @@ fn matmul_type(ty: GgmlType) {
             Case::new(ty, 200, 150, Some(Coop128)).accumulate(),
             Case::new(ty, 67, 33, Some(Coop128)).softcap(),
             Case::new(ty, 67, 9, Some(Coop128)).beyond_f16(),
+            // Long K: with COCO_COOP_PRESTAGE=1 split 17 ways (coop128_splits), one and four
+            // tiles.
+            Case::new(ty, 67, 17, Some(Coop128)).wide(),
+            Case::new(ty, 131, 150, Some(Coop128))
+                .wide()
+                .bias()
+                .accumulate(),
         ]);
     } else {
         println!(

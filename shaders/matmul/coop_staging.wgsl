@@ -53,8 +53,9 @@ fn stage_x8(at: u32, v: array<vec4<f16>, 2>) {
     }
 }
 
-// Lane `lane`'s 8 values of a block the subgroup parked at ct[scratch] (the 128-token kernels
-// declare ct): slot lane % 16 of tokens
+#ifdef GEMM_COOP
+// Lane `lane`'s 8 values of a block the subgroup parked at ct[scratch] (ct is the
+// 128-token kernel's): slot lane % 16 of tokens
 // lane / 16 + 2i.
 fn unpark(scratch: u32, lane: u32) -> array<f32, 8> {
     var v: array<f32, 8>;
@@ -63,6 +64,33 @@ fn unpark(scratch: u32, lane: u32) -> array<f32, 8> {
     }
     return v;
 }
+
+// Stores lane `lane`'s values of a block pair: `lo` of slots slot0 .. + 15, `hi` of the same
+// slots 64 on (with GLU the up rows of the gate rows), for tokens tok0 + lane / 16 + 2i.
+fn finish_blocks(g: u32, tok0: u32, slot0: u32, lane: u32, lo: array<f32, 8>, hi: array<f32, 8>) {
+    let slot = slot0 + lane % 16u;
+    let mlo = locate(g * TILE_N + slot, TILE_N);
+    let mhi = locate(g * TILE_N + slot + HALF_N, TILE_N);
+    for (var i = 0u; i < 8u; i++) {
+        let t = tok0 + lane / 16u + 2u * i;
+        if (t < p.t) {
+            let scale = tscale(t);
+#ifdef GLU
+            if (live(mlo)) {
+                store_glu(t, mlo.y, lo[i] * scale, hi[i] * scale);
+            }
+#else
+            if (live(mlo)) {
+                store(mlo.x, t, mlo.y, lo[i] * scale);
+            }
+            if (live(mhi)) {
+                store(mhi.x, t, mhi.y, hi[i] * scale);
+            }
+#endif
+        }
+    }
+}
+#endif
 #else
 fn stage_x16(at: u32, v: array<vec4<f32>, 2>) {
     for (var e = 0u; e < 4u; e++) {

@@ -45,32 +45,6 @@ fn x_chunk(t: u32, c: u32, q: u32) -> array<X8, 4> {
     return array<X8, 4>(x8(t, c, q), x8(t + 32u, c, q), x8(t + 64u, c, q), x8(t + 96u, c, q));
 }
 
-// Stores lane `lane`'s values of a block pair: `lo` of slots slot0 .. + 15, `hi` of the same
-// slots 64 on (with GLU the up rows of the gate rows), for tokens tok0 + lane / 16 + 2i.
-fn finish_blocks(g: u32, tok0: u32, slot0: u32, lane: u32, lo: array<f32, 8>, hi: array<f32, 8>) {
-    let slot = slot0 + lane % 16u;
-    let mlo = locate(g * TILE_N + slot, TILE_N);
-    let mhi = locate(g * TILE_N + slot + HALF_N, TILE_N);
-    for (var i = 0u; i < 8u; i++) {
-        let t = tok0 + lane / 16u + 2u * i;
-        if (t < p.t) {
-            let scale = tscale(t);
-#ifdef GLU
-            if (live(mlo)) {
-                store_glu(t, mlo.y, lo[i] * scale, hi[i] * scale);
-            }
-#else
-            if (live(mlo)) {
-                store(mlo.x, t, mlo.y, lo[i] * scale);
-            }
-            if (live(mhi)) {
-                store(mhi.x, t, mhi.y, hi[i] * scale);
-            }
-#endif
-        }
-    }
-}
-
 @compute @workgroup_size(128)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,

@@ -26,6 +26,20 @@ var<workgroup> wt16: array<f16, 2u * W_TILE>; // [buffer][slot][k]: W chunks, ro
 var<workgroup> xt16: array<f16, 2u * X_TILE>; // [buffer][token][k]: x' chunks (B, column-major)
 var<workgroup> ct: array<f32, 8u * 256u>;     // [subgroup][16 × 16]: a parked block (C)
 
+#ifdef SPLIT_K
+// Split K (COCO_COOP_PRESTAGE=1 where the grid is small; select.rs coop128_splits): the
+// p.splits workgroups of a (token tile, row group) each multiply their own range of chunks
+// (matmul/tile_split.wgsl's tile_chunks) and record their 128 × 128 sums in the split
+// scratch, after its arrival counters: COOP_RECORD words per (tile, split).
+const COOP_RECORD: u32 = TILE_N * TILE_T;
+
+// The record word of lane `lane`'s value e (< 8: the gate / low block, else the partner 64
+// slots on) of token round j, subgroup sg, in split `split`'s record of tile `tile`.
+fn record_word(tile: u32, split: u32, sg: u32, j: u32, e: u32, lane: u32) -> u32 {
+    return SPLIT_COUNTERS + (tile * p.splits + split) * COOP_RECORD + ((sg * 4u + j) * 16u + e) * 32u + lane;
+}
+#endif
+
 // Chunk c's elements of this thread's two W rows and two tokens, into buffer c % 2.
 fn stage_chunk(c: u32, at: u32, w8: array<array<vec4<f32>, 2>, 2>, x8s: array<array<vec4<f16>, 2>, 2>) {
     let wb = (c & 1u) * W_TILE + at;
@@ -49,14 +63,16 @@ fn main(
         return;
     }
     let t0 = wid.z * TILE_T;
-    let chunks = p.k / KC;
+    // Without SPLIT_K the row group is g and the range all of K (matmul/tiles.wgsl).
+    let rg = row_group(g);
+    let range = k_range(g);
     // Each thread stages 8 elements of two W rows (slots sr and sr + 64: with GLU a row's
     // gate and up) and of two tokens (sr and sr + 64) per chunk.
     let sr = li / 4u;
     let q = li % 4u;
     let at = sr * KS + 8u * q;
-    let w_lo = locate(g * TILE_N + sr, TILE_N);
-    let w_hi = locate(g * TILE_N + sr + HALF_N, TILE_N);
+    let w_lo = locate(rg * TILE_N + sr, TILE_N);
+    let w_hi = locate(rg * TILE_N + sr + HALF_N, TILE_N);
     let lo_live = live(w_lo);
     let hi_live = live(w_hi);
     let t_lo = t0 + sr;
@@ -64,18 +80,25 @@ fn main(
     let r0 = 16u * (sg % 4u);
     let n0 = 64u * (sg / 4u);
     let scratch = sg * 256u;
+#ifdef SPLIT_K
+    let tile = split_tile(wid.z, rg);
+    let split = g % p.splits;
+#endif
     for (var i = 0u; i < 8u; i++) {
         ct[scratch + 32u * i + lane] = 0.0;
     }
     let zero8 = array<vec4<f32>, 2>(vec4<f32>(0.0), vec4<f32>(0.0));
     var w_next = array<array<vec4<f32>, 2>, 2>(zero8, zero8);
-    if (lo_live) {
-        w_next[0] = dequant_w8(w_lo, q);
+    if (range.x < range.y) {
+        if (lo_live) {
+            w_next[0] = dequant_w8(w_lo, 4u * range.x + q);
+        }
+        if (hi_live) {
+            w_next[1] = dequant_w8(w_hi, 4u * range.x + q);
+        }
+        let x0 = array<array<vec4<f16>, 2>, 2>(x8(t_lo, range.x, q), x8(t_hi, range.x, q));
+        stage_chunk(range.x, at, w_next, x0);
     }
-    if (hi_live) {
-        w_next[1] = dequant_w8(w_hi, q);
-    }
-    stage_chunk(0u, at, w_next, array<array<vec4<f16>, 2>, 2>(x8(t_lo, 0u, q), x8(t_hi, 0u, q)));
     workgroupBarrier();
     // Accumulators c<h><j>: slots r0 + 64h .. + 15, tokens n0 + 16j .. + 15.
     var c00 = coopLoad<coop_mat16x16<f32, C>>(&ct[scratch], 16u);
@@ -86,8 +109,8 @@ fn main(
     var c11 = c00;
     var c12 = c00;
     var c13 = c00;
-    for (var c = 0u; c < chunks; c++) {
-        let more = c + 1u < chunks;
+    for (var c = range.x; c < range.y; c++) {
+        let more = c + 1u < range.y;
         // Chunk c + 1's loads, issued before chunk c's matrix work.
         var x_next = array<array<vec4<f16>, 2>, 2>();
         if (more) {
@@ -161,26 +184,46 @@ fn main(
         workgroupBarrier();
         let v_hi = unpark(scratch, lane);
         workgroupBarrier();
-        let slot = r0 + lane % 16u;
-        let lo = locate(g * TILE_N + slot, TILE_N);
-        let hi = locate(g * TILE_N + slot + HALF_N, TILE_N);
+#ifdef SPLIT_K
         for (var i = 0u; i < 8u; i++) {
-            let t = t0 + n0 + 16u * j + lane / 16u + 2u * i;
-            if (t < p.t) {
-                let scale = tscale(t);
-#ifdef GLU
-                if (live(lo)) {
-                    store_glu(t, lo.y, v_lo[i] * scale, v_hi[i] * scale);
-                }
-#else
-                if (live(lo)) {
-                    store(lo.x, t, lo.y, v_lo[i] * scale);
-                }
-                if (live(hi)) {
-                    store(hi.x, t, hi.y, v_hi[i] * scale);
-                }
-#endif
-            }
+            atomicStore(&split_sums[record_word(tile, split, sg, j, i, lane)], bitcast<u32>(v_lo[i]));
+            atomicStore(&split_sums[record_word(tile, split, sg, j, 8u + i, lane)], bitcast<u32>(v_hi[i]));
         }
+#else
+        finish_blocks(rg, t0 + n0 + 16u * j, r0, lane, v_lo, v_hi);
+#endif
     }
+#ifdef SPLIT_K
+    // The tile's last workgroup to arrive adds the ranges' records in split order (so the
+    // result doesn't depend on which finished last) and stores; storageBarrier is
+    // device-scoped in naga's SPIR-V, ordering the records before the counter.
+    // (Whether this is the last arrives through ct[0], free after the rounds' last barrier:
+    // tile_split.wgsl's split_arrived would pass the 48 KiB by 4 bytes.)
+    storageBarrier();
+    if (li == 0u) {
+        ct[0] = select(0.0, 1.0, atomicAdd(&split_sums[tile], 1u) == p.splits - 1u);
+    }
+    if (workgroupUniformLoad(&ct[0]) == 0.0) {
+        return;
+    }
+    storageBarrier();
+    if (li == 0u) {
+        atomicStore(&split_sums[tile], 0u);
+    }
+    for (var j = 0u; j < 4u; j++) {
+        var v_lo: array<f32, 8>;
+        var v_hi: array<f32, 8>;
+        for (var i = 0u; i < 8u; i++) {
+            var lo = 0.0;
+            var hi = 0.0;
+            for (var sp = 0u; sp < p.splits; sp++) {
+                lo += bitcast<f32>(atomicLoad(&split_sums[record_word(tile, sp, sg, j, i, lane)]));
+                hi += bitcast<f32>(atomicLoad(&split_sums[record_word(tile, sp, sg, j, 8u + i, lane)]));
+            }
+            v_lo[i] = lo;
+            v_hi[i] = hi;
+        }
+        finish_blocks(rg, t0 + n0 + 16u * j, r0, lane, v_lo, v_hi);
+    }
+#endif
 }

@@ -318,6 +318,11 @@ impl MatmulKey {
                 (t as u64).div_ceil(TILE_T as u64),
                 k / 32,
             ),
+            MatmulVariant::Coop128 => coop128_splits(
+                slots.div_ceil(COOP_TILE as u64),
+                (t as u64).div_ceil(COOP_TILE as u64),
+                k / 32,
+            ),
             _ => 1,
         };
         MatmulKey {
@@ -539,13 +544,16 @@ impl MatmulKey {
             defines.push("INT8");
         }
         if self.splits > 1 {
-            if !matches!(
-                self.variant,
-                MatmulVariant::MatvecChunk
-                    | MatmulVariant::MatvecChunkWide(_)
-                    | MatmulVariant::Tiled
-                    | MatmulVariant::TiledCoop
-            ) {
+            let coop128_split = self.variant == MatmulVariant::Coop128 && self.x16 && !self.sg64;
+            if !coop128_split
+                && !matches!(
+                    self.variant,
+                    MatmulVariant::MatvecChunk
+                        | MatmulVariant::MatvecChunkWide(_)
+                        | MatmulVariant::Tiled
+                        | MatmulVariant::TiledCoop
+                )
+            {
                 return Err(KernelError::Shape {
                     kernel: "matmul",
                     why: format!("split K is not in {:?}", self.variant),

@@ -135,6 +135,37 @@ pub fn tile_splits(groups: u64, t_tiles: u64, chunks: u64) -> u32 {
     }
 }
 
+/// Split K in the 128-token tensor-core tiles with x' prestaged (`SPLIT_K` with `GEMM_COOP` and
+/// `X16`, `shaders/matmul/gemm_coop_x16.wgsl`; only with [`coop_prestage`], and not with
+/// [`coop_subgroup_tile64`]): the grid grown to about [`COOP128_SPLIT_TARGET`] workgroups (one
+/// fits an SM), ranges of at least [`TILE_SPLIT_MIN_CHUNKS`] chunks. At 512 tokens the
+/// Llama-1B shape's W_o and W_down have 64 tiles for 132 SMs and took 10.8 of the step's 26 ms
+/// at half the gate/up's TFLOP/s (BENCHMARKS.md "session 30"). Not timed yet.
+/// `COCO_TILE_SPLIT_TARGET=0` turns it off with the 64 × 64 tiles' split.
+pub const COOP128_SPLIT_TARGET: u64 = 256;
+/// Words of one (tile, range) record: the tile's 128 × 128 sums (the shader's COOP_RECORD).
+pub const COOP128_SPLIT_RECORD: u64 = 128 * 128;
+
+/// Workgroups per (token tile, row group) of the 128-token tensor-core tiles over `groups`
+/// row groups, `t_tiles` token tiles and `chunks` 32-element chunks of K ([`COOP128_SPLIT_TARGET`]'s
+/// rule, where the tile split scratch holds it); else 1.
+pub fn coop128_splits(groups: u64, t_tiles: u64, chunks: u64) -> u32 {
+    if !coop_prestage() || coop_subgroup_tile64() || tile_split_target_override() == Some(0) {
+        return 1;
+    }
+    let tiles = groups * t_tiles;
+    let s = COOP128_SPLIT_TARGET
+        .div_ceil(tiles.max(1))
+        .min(chunks / TILE_SPLIT_MIN_CHUNKS)
+        .max(1);
+    let fits = tiles <= SPLIT_COUNTERS && tiles * s * COOP128_SPLIT_RECORD <= TILE_SPLIT_WORDS;
+    if s > 1 && fits {
+        s as u32
+    } else {
+        1
+    }
+}
+
 /// The A/B switch `COCO_TILE_SPLIT_TARGET=<workgroups>` (0: the tiles never split K), read
 /// once per process. An invalid value is ignored with a warning.
 pub fn tile_split_target_override() -> Option<u64> {

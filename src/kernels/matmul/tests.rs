@@ -179,12 +179,22 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
         .into_iter()
         .flat_map(|ty| [(ty, MatmulVariant::TiledCoop), (ty, MatmulVariant::Coop128)])
     {
-        // x' staged by the tiles, prestaged (X16), and for the 128-token tiles prestaged with
-        // 64 × 64 per subgroup (SG64); the 64-token tiles split K too.
-        let (splits, staging): (&[u32], &[(bool, bool)]) = if variant == MatmulVariant::TiledCoop {
-            (&[1, 3], &[(false, false), (true, false)])
+        // (splits, x16, sg64): x' staged by the tiles or prestaged (X16), split K or not, and
+        // for the 128-token tiles 64 × 64 per subgroup (SG64; it doesn't split).
+        let combos: &[(u32, bool, bool)] = if variant == MatmulVariant::TiledCoop {
+            &[
+                (1, false, false),
+                (1, true, false),
+                (3, false, false),
+                (3, true, false),
+            ]
         } else {
-            (&[1], &[(false, false), (true, false), (true, true)])
+            &[
+                (1, false, false),
+                (1, true, false),
+                (1, true, true),
+                (3, true, false),
+            ]
         };
         for (fusion, norm, bias) in [
             (Fusion::None, false, false),
@@ -192,10 +202,7 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
             (Fusion::Glu(Activation::Silu), true, false),
             (Fusion::Qkv, true, true),
         ] {
-            for (&splits, &(x16, sg64)) in splits
-                .iter()
-                .flat_map(|s| staging.iter().map(move |x| (s, x)))
-            {
+            for &(splits, x16, sg64) in combos {
                 let key = MatmulKey {
                     ty,
                     variant,
