@@ -121,13 +121,19 @@ pub const TILE_SPLIT_RECORD: u64 = 17 * 256;
 /// (or the A/B override `COCO_TILE_SPLIT_TARGET`, 0 = never split), where the scratch holds
 /// it; else 1.
 pub fn tile_splits(groups: u64, t_tiles: u64, chunks: u64) -> u32 {
-    let tiles = groups * t_tiles;
     let target = tile_split_target_override().unwrap_or(TILE_SPLIT_TARGET);
+    grid_splits(groups * t_tiles, chunks, target, TILE_SPLIT_RECORD)
+}
+
+/// Ways to split each of `tiles` tiles' `chunks` chunks of K so the grid reaches about
+/// `target` workgroups, no range under [`TILE_SPLIT_MIN_CHUNKS`], where the tile split scratch
+/// holds the counters and `record_words` per (tile, range); else 1.
+pub(super) fn grid_splits(tiles: u64, chunks: u64, target: u64, record_words: u64) -> u32 {
     let s = target
         .div_ceil(tiles.max(1))
         .min(chunks / TILE_SPLIT_MIN_CHUNKS)
         .max(1);
-    let fits = tiles <= SPLIT_COUNTERS && tiles * s * TILE_SPLIT_RECORD <= TILE_SPLIT_WORDS;
+    let fits = tiles <= SPLIT_COUNTERS && tiles * s * record_words <= TILE_SPLIT_WORDS;
     if s > 1 && fits {
         s as u32
     } else {
@@ -153,17 +159,12 @@ pub fn coop128_splits(groups: u64, t_tiles: u64, chunks: u64) -> u32 {
     if !coop_prestage() || coop_subgroup_tile64() || tile_split_target_override() == Some(0) {
         return 1;
     }
-    let tiles = groups * t_tiles;
-    let s = COOP128_SPLIT_TARGET
-        .div_ceil(tiles.max(1))
-        .min(chunks / TILE_SPLIT_MIN_CHUNKS)
-        .max(1);
-    let fits = tiles <= SPLIT_COUNTERS && tiles * s * COOP128_SPLIT_RECORD <= TILE_SPLIT_WORDS;
-    if s > 1 && fits {
-        s as u32
-    } else {
-        1
-    }
+    grid_splits(
+        groups * t_tiles,
+        chunks,
+        COOP128_SPLIT_TARGET,
+        COOP128_SPLIT_RECORD,
+    )
 }
 
 /// The A/B switch `COCO_TILE_SPLIT_TARGET=<workgroups>` (0: the tiles never split K), read

@@ -612,10 +612,48 @@ fn tile_splits_grow_short_grids_and_match_the_shader() {
         source.contains("const TILE_RECORD: u32 = 17u * 256u;"),
         "tile_split.wgsl's TILE_RECORD differs from select.rs's TILE_SPLIT_RECORD"
     );
-    // Split K is in the 64 × 64 tiles and the chunk matvec only.
+    // Split K is in the 64 × 64 tiles, the chunk matvec, and the 128-token tensor-core tiles
+    // with x' prestaged (not with 64 × 64 per subgroup).
     let wide = MatmulKey {
         variant: MatmulVariant::Wide(WideTile::new(4, 8)),
         ..key
     };
     assert!(wide.defines().is_err());
+    let coop128 = MatmulKey {
+        variant: MatmulVariant::Coop128,
+        x16: true,
+        ..key
+    };
+    let source = coop128.source().unwrap();
+    assert!(source.contains("const COOP_RECORD: u32 = TILE_N * TILE_T;"));
+    assert!(source.contains(&format!(
+        "const TILE_N: u32 = {COOP_TILE}u;\nconst TILE_T: u32 = {COOP_TILE}u;"
+    )));
+    assert_eq!(COOP128_SPLIT_RECORD, (COOP_TILE * COOP_TILE) as u64);
+    assert!(MatmulKey {
+        sg64: true,
+        ..coop128
+    }
+    .defines()
+    .is_err());
+    assert!(MatmulKey {
+        x16: false,
+        ..coop128
+    }
+    .defines()
+    .is_err());
+    // Its rule at 512 tokens (4 token tiles): the Llama-1B shape's W_o and W_down (16 row
+    // groups) split 4 ways, its gate/up (128) not; the 8B's W_o (32) 2 ways.
+    let coop = |groups: u64, chunks: u64| {
+        super::select::grid_splits(
+            groups * 4,
+            chunks,
+            COOP128_SPLIT_TARGET,
+            COOP128_SPLIT_RECORD,
+        )
+    };
+    assert_eq!(coop(16, 8192 / 32), 4);
+    assert_eq!(coop(16, 2048 / 32), 4);
+    assert_eq!(coop(128, 2048 / 32), 1);
+    assert_eq!(coop(32, 4096 / 32), 2);
 }
