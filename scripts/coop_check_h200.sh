@@ -10,8 +10,9 @@
 # .bench/ holds the release `coco`, `shape_model` and the `kernels_matmul` and
 # `kernels_matmul_fused` test binaries (cargo test --release --no-run; stripped, they fit the
 # carry); .gl/ the Debian libvulkan1 package. ABS lists the settings, each VAR=value[+VAR=value…];
-# PROMPTS and MODELS go to bench_decode_h200.sh (default "64 128 512", the Llama-1B and -8B Q4_0
-# shapes); SKIP_TESTS=1 skips the kernel tests (~35 s per setting on the H200).
+# PROMPTS and MODELS go to bench_decode_h200.sh (default "128 512", the Llama-1B and -8B Q4_0
+# shapes; 64-token steps run the 64 × 64 tiles); SKIP_TESTS=1 skips the kernel tests (~35 s
+# per setting on the H200). Two settings with both models take ~8 of the call's 10 minutes.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 ABS=${ABS:?set ABS to the settings under test, e.g. ABS=COCO_COOP_PRESTAGE=1}
@@ -65,5 +66,5 @@ for ab in abs_:
 PY
 BINS="coco"
 for ab in $ABS; do BINS="$BINS coco+$ab"; done
-PROMPTS=${PROMPTS:-"64 128 512"} PROFILE=1 BINS="$BINS" MODELS=${MODELS:-"llama-1b:q4_0 llama-8b:q4_0"} \
+PROMPTS=${PROMPTS:-"128 512"} PROFILE=1 BINS="$BINS" MODELS=${MODELS:-"llama-1b:q4_0 llama-8b:q4_0"} \
   bash scripts/bench_decode_h200.sh 2>&1 | grep "^|"
