@@ -54,9 +54,8 @@ fn stage_x8(at: u32, v: array<vec4<f16>, 2>) {
 }
 
 #ifdef GEMM_COOP
-// Lane `lane`'s 8 values of a block the subgroup parked at ct[scratch] (ct is the
-// 128-token kernel's): slot lane % 16 of tokens
-// lane / 16 + 2i.
+// Lane `lane`'s 8 values of a block the subgroup parked at ct[scratch] (ct is the 128-token
+// kernel's): slot lane % 16 of tokens lane / 16 + 2i.
 fn unpark(scratch: u32, lane: u32) -> array<f32, 8> {
     var v: array<f32, 8>;
     for (var i = 0u; i < 8u; i++) {
@@ -65,8 +64,9 @@ fn unpark(scratch: u32, lane: u32) -> array<f32, 8> {
     return v;
 }
 
-// Stores lane `lane`'s values of a block pair: `lo` of slots slot0 .. + 15, `hi` of the same
-// slots 64 on (with GLU the up rows of the gate rows), for tokens tok0 + lane / 16 + 2i.
+// Stores lane `lane`'s values of a block pair of row group g: `lo` of slots slot0 .. + 15,
+// `hi` of the same slots 64 on (with GLU the up rows of the gate rows), for tokens
+// tok0 + lane / 16 + 2i.
 fn finish_blocks(g: u32, tok0: u32, slot0: u32, lane: u32, lo: array<f32, 8>, hi: array<f32, 8>) {
     let slot = slot0 + lane % 16u;
     let mlo = locate(g * TILE_N + slot, TILE_N);
