@@ -72,7 +72,7 @@ if prompts:
     print("\n| shape | build | prompt | prefill ms | decode step ms | prefill in decode steps |")
     print("|---|---|---|---|---|---|")
 else:
-    print("\n| shape | build | tg128 tok/s | pp512 tok/s | dispatches/token | decode step µs (one pass) | matvec µs | kernels (µs) |")
+    print("\n| shape | build | tg128 tok/s | pp512 tok/s | dispatches/token | decode step µs (one pass) | matvec µs (GB/s) | kernels (µs, GB/s) |")
     print("|---|---|---|---|---|---|---|---|")
 for line in open(f"{out}/decode.jsonl"):
     try:
@@ -86,16 +86,20 @@ for line in open(f"{out}/decode.jsonl"):
         continue
     p = r.get("profile") or {}
     ks = p.get("kernels", []) if isinstance(p, dict) else []
-    mv = sum(k["total_us"] for k in ks if "matmul" in k["label"])
-    top = ", ".join(f"{k['label']} {k['total_us']:.0f}" for k in ks[:6])
+    products = [k for k in ks if "matmul" in k["label"]]
+    mv = sum(k["total_us"] for k in products)
+    mv_bytes = sum(k.get("bytes") or 0 for k in products)
+    def rate(k):  # GB/s where the kernel counts its bytes (gpu::Work)
+        return f" ({k['bytes'] / (k['total_us'] * 1e3):.0f})" if k.get("bytes") else ""
+    top = ", ".join(f"{k['label']} {k['total_us']:.0f}{rate(k)}" for k in ks[:6])
     print(f"| {r['shape']} | {r['build']} | {r['tg_tok_s']:.1f} | {r['pp_tok_s']:.0f} | {r['dispatches_per_token']} | "
-          f"{p.get('one_pass_us', 0):.0f} | {mv:.0f} | {top} |")
+          f"{p.get('one_pass_us', 0):.0f} | {mv:.0f} ({mv_bytes / max(mv, 1e-9) / 1e3:.0f}) | {top} |")
 PY
 # With PROMPTS and PROFILE=1: each prompt's costliest prefill kernels (µs over the step).
 if [ -n "${PROMPTS:-}" ] && [ -n "${PROFILE:-}" ]; then
   python3 - "$OUT" <<'PY'
 import json, sys
-print("\n| shape | build | prompt | profiled µs | costliest prefill kernels (calls × µs in all) |")
+print("\n| shape | build | prompt | profiled µs | costliest prefill kernels (calls × µs in all, TFLOP/s) |")
 print("|---|---|---|---|---|")
 for line in open(f"{sys.argv[1]}/decode.jsonl"):
     try:
@@ -104,7 +108,9 @@ for line in open(f"{sys.argv[1]}/decode.jsonl"):
         continue
     prof = r.get("prefill_profile") or {}
     ks = sorted(prof.get("kernels", []), key=lambda k: -k["total_us"])[:6]
-    top = ", ".join(f"{k['label']} {k['calls']}× {k['total_us']:.0f}" for k in ks)
+    def rate(k):  # TFLOP/s where the kernel counts its operations (gpu::Work)
+        return f" ({k['flops'] / (k['total_us'] * 1e6):.1f})" if k.get("flops") else ""
+    top = ", ".join(f"{k['label']} {k['calls']}× {k['total_us']:.0f}{rate(k)}" for k in ks)
     print(f"| {r['shape']} | {r['build']} | {r['prompt']} | {prof.get('profiled_us', 0):.0f} | {top} |")
 PY
 fi

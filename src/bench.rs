@@ -12,7 +12,8 @@
 //!
 //! [`profile_step`] (`coco bench --profile`, and the page's chart) breaks one decode step,
 //! or one prefill step, down per kernel variant from timestamp queries
-//! (`StepRecorder::submit_timed`).
+//! (`StepRecorder::submit_timed`), with the bytes and operations each kernel counts
+//! (`gpu::Work`), so each row reads as GB/s and TFLOP/s against the adapter's bounds.
 
 use std::sync::Arc;
 
@@ -459,6 +460,23 @@ pub struct KernelTime {
     pub calls: u32,
     /// µs per step, summed over its calls (mean over the profiled steps).
     pub total_us: f64,
+    /// Bytes its calls move at least, per step ([`crate::gpu::Work`]); `None` for kernels
+    /// that count none (the small element-wise ones).
+    pub bytes: Option<u64>,
+    /// Operations its calls do per step, a multiply-add counting two; `None` likewise.
+    pub flops: Option<u64>,
+}
+
+impl KernelTime {
+    /// GB/s over its time, where its bytes are counted.
+    pub fn gb_per_s(&self) -> Option<f64> {
+        self.bytes.map(|b| b as f64 / (self.total_us * 1e3))
+    }
+
+    /// TFLOP/s over its time, where its operations are counted.
+    pub fn tflop_per_s(&self) -> Option<f64> {
+        self.flops.map(|f| f as f64 / (self.total_us * 1e6))
+    }
 }
 
 /// Which step [`profile_step`] times.
@@ -562,15 +580,20 @@ pub async fn profile_step(
         }
         one_pass.push(whole.iter().map(|w| w.ns).sum::<f64>() / 1e3);
         for span in spans {
+            let (bytes, flops) = (span.work.map(|w| w.bytes), span.work.map(|w| w.flops));
             match totals.iter_mut().find(|k| k.label == span.label) {
                 Some(k) => {
                     k.calls += 1;
                     k.total_us += span.ns / 1e3;
+                    k.bytes = k.bytes.zip(bytes).map(|(a, b)| a + b);
+                    k.flops = k.flops.zip(flops).map(|(a, b)| a + b);
                 }
                 None => totals.push(KernelTime {
                     label: span.label,
                     calls: 1,
                     total_us: span.ns / 1e3,
+                    bytes,
+                    flops,
                 }),
             }
         }
@@ -578,6 +601,8 @@ pub async fn profile_step(
     for k in &mut totals {
         k.calls /= PROFILE_STEPS;
         k.total_us /= PROFILE_STEPS as f64;
+        k.bytes = k.bytes.map(|b| b / PROFILE_STEPS as u64);
+        k.flops = k.flops.map(|f| f / PROFILE_STEPS as u64);
     }
     totals.sort_by(|a, b| b.total_us.total_cmp(&a.total_us));
     Ok(StepProfile {

@@ -236,12 +236,23 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
     };
     let profile = StepProfile {
         tokens: 1,
-        kernels: vec![KernelTime {
-            label: "get_rows_q8_0".into(),
-            calls: 1,
-            total_us: 3.5,
-        }],
-        profiled_us: 3.5,
+        kernels: vec![
+            KernelTime {
+                label: "matmul_q8_0_matvec_chunk256".into(),
+                calls: 1,
+                total_us: 4.0,
+                bytes: Some(4_456_448),
+                flops: Some(8_388_608),
+            },
+            KernelTime {
+                label: "get_rows_q8_0".into(),
+                calls: 1,
+                total_us: 3.5,
+                bytes: None,
+                flops: None,
+            },
+        ],
+        profiled_us: 7.5,
         one_pass_us: 3.0,
         dispatches: 1,
         steps: 4,

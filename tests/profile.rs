@@ -456,3 +456,71 @@ fn prefill_step_profile_runs_the_whole_prompt_in_one_step() {
     };
     check_consistent(&p, &l);
 }
+
+/// The work each dispatch counts for the profile's GB/s and TFLOP/s (`gpu::Work`), checked
+/// against the model's own tensors: a decode step's products multiply every weight once
+/// (two operations each) and read every weight byte at least once, and attention's
+/// operations are the keys each token sees. Recorded only, so it needs no timestamps.
+#[test]
+fn decode_step_work_counts_every_weight_once() {
+    let ctx = ctx();
+    let model = load(&ctx, "llama-spm-q8_0");
+    let c = &model.config;
+    let w = &model.weights;
+    let mut tensors: Vec<&coco::gpu::GpuTensor> = Vec::new();
+    for l in &w.layers {
+        tensors.extend([&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]);
+    }
+    tensors.push(w.output.as_ref().unwrap_or(&w.token_embd));
+    let weight_flops: u64 = tensors.iter().map(|t| 2 * t.n_rows * t.row_len).sum();
+    let weight_bytes: u64 = tensors.iter().map(|t| t.total_bytes()).sum();
+    // x' in and the outputs out, per product, at most.
+    let activations: u64 = tensors.iter().map(|t| 4 * (t.row_len + t.n_rows)).sum();
+    for pipeline in [Pipeline::Fused, Pipeline::Unfused] {
+        for (prompt, t) in [(PROMPT, 1), (0, PROMPT)] {
+            let mut s = Session::new(&ctx, &model, 64, LogitsFor::LastToken);
+            s.pipeline = pipeline;
+            if prompt > 0 {
+                s.forward_blocking(&bench_prompt(&model, prompt))
+                    .expect("prefill");
+            }
+            let work = s.step_work(t).expect("record");
+            let sum = |pred: &dyn Fn(&str) -> bool| {
+                work.iter()
+                    .filter(|(l, _)| pred(l))
+                    .map(|(l, w)| w.unwrap_or_else(|| panic!("{l} counts its work")))
+                    .fold(coco::gpu::Work::default(), |a, b| a + b)
+            };
+            let products = sum(&|l: &str| l.starts_with("matmul_") && !l.contains("token_scale"));
+            let attention = sum(&|l: &str| {
+                l.starts_with("attention_tiled") || l.starts_with("attention_split")
+            });
+            let t64 = t as u64;
+            // The LM head runs for the last token only.
+            let head = tensors.last().unwrap();
+            let head_flops = 2 * head.n_rows * head.row_len;
+            assert_eq!(
+                products.flops,
+                t64 * (weight_flops - head_flops) + head_flops,
+                "{pipeline:?} t={t}: two operations per weight and token"
+            );
+            assert!(
+                products.bytes >= weight_bytes
+                    && products.bytes - weight_bytes <= t64 * activations,
+                "{pipeline:?} t={t}: {} bytes counted for {weight_bytes} of weights",
+                products.bytes
+            );
+            let seen: u64 = (prompt..prompt + t).map(|p| p as u64 + 1).sum();
+            let per_key = 4 * (c.n_heads * c.head_dim) as u64;
+            assert_eq!(
+                attention.flops,
+                c.n_layers as u64 * seen * per_key,
+                "{pipeline:?} t={t}: q·k and p·v over the keys each token sees"
+            );
+            // Elementwise kernels count none, and say so rather than 0.
+            assert!(work
+                .iter()
+                .any(|(l, w)| l.starts_with("get_rows") && w.is_none()));
+        }
+    }
+}

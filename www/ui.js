@@ -194,8 +194,9 @@ export function renderGpuPanel(adapter) {
  * The per-kernel time chart: one horizontal bar per kernel, longest first (inline SVG).
  * `profile` is what coco.profile returns: one decode step timed dispatch by dispatch
  * (timestamp queries, one pass each), averaged over `steps` steps, at KV position
- * `position`: {kernels: [{label, calls, total_us (per step)}], profiled_us, one_pass_us,
- * dispatches, steps, position}.
+ * `position`: {kernels: [{label, calls, total_us, bytes, flops (per step; bytes and flops
+ * null where the kernel counts none)}], profiled_us, one_pass_us, dispatches, steps,
+ * position}. A kernel that counts its bytes also shows the rate it moved them at.
  */
 export function renderProfile(profile) {
   const target = $("profile-chart");
@@ -207,8 +208,8 @@ export function renderProfile(profile) {
   }
   const rowHeight = 22;
   const labelWidth = 190;
-  const width = 560;
-  const barMax = width - labelWidth - 130;
+  const width = 620;
+  const barMax = width - labelWidth - 190;
   const max = rows[0].total_us;
   const chart = svg("svg", {
     viewBox: `0 0 ${width} ${rows.length * rowHeight + 4}`,
@@ -220,12 +221,13 @@ export function renderProfile(profile) {
     const y = i * rowHeight + 2;
     const w = Math.max(1, (r.total_us / max) * barMax);
     const g = svg("g", { "data-label": r.label, "data-us": r.total_us });
+    const rate = rateText(r);
     g.append(
-      svg("title", {}, `${r.label}: ${r.total_us.toFixed(1)} µs per step in ${r.calls} dispatch${r.calls === 1 ? "" : "es"}`),
+      svg("title", {}, `${r.label}: ${r.total_us.toFixed(1)} µs per step in ${r.calls} dispatch${r.calls === 1 ? "" : "es"}${rate ? `, ${rate}` : ""}`),
       svg("text", { x: labelWidth - 6, y: y + 15, "text-anchor": "end", class: "chart-label" }, truncate(r.label, 26)),
       svg("rect", { x: labelWidth, y: y + 3, width: w, height: rowHeight - 6, rx: 2, class: "chart-bar" }),
       svg("text", { x: labelWidth + w + 6, y: y + 15, class: "chart-value" },
-        `${formatMicros(r.total_us)} · ${((r.total_us / total) * 100).toFixed(1)}%`),
+        `${formatMicros(r.total_us)} · ${((r.total_us / total) * 100).toFixed(1)}%${rate ? ` · ${rate}` : ""}`),
     );
     chart.append(g);
   });
@@ -240,6 +242,15 @@ export function renderProfile(profile) {
     }),
     chart,
   );
+}
+
+/** The rate of a profile row that counts its work, else "": TFLOP/s where it does more than
+ * 10 operations per byte (a product of many tokens), GB/s otherwise (one token's matvec). */
+function rateText(r) {
+  if (!(r.total_us > 0) || r.bytes == null) return "";
+  const gbs = r.bytes / (r.total_us * 1e3);
+  const tflops = r.flops == null ? 0 : r.flops / (r.total_us * 1e6);
+  return tflops > gbs / 100 ? `${tflops.toFixed(2)} TFLOP/s` : `${gbs.toFixed(0)} GB/s`;
 }
 
 function formatMicros(us) {

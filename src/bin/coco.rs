@@ -659,19 +659,29 @@ fn print_profile(p: &StepProfile) {
         "profile: {step} at position {}, {} dispatches, mean of {} steps (timestamp queries)",
         p.position, p.dispatches, p.steps
     );
-    println!("| kernel | calls | µs/step | % |");
-    println!("|---|---|---|---|");
+    // Rates where the kernel counts its work (gpu::Work: the products and attention).
+    // Three significant digits: a software adapter's rates are thousandths of a GPU's.
+    let rate = |v: Option<f64>| {
+        v.map_or("—".into(), |v| {
+            let digits = (2 - v.abs().max(1e-9).log10().floor() as i32).clamp(0, 9) as usize;
+            format!("{v:.digits$}")
+        })
+    };
+    println!("| kernel | calls | µs/step | % | GB/s | TFLOP/s |");
+    println!("|---|---|---|---|---|---|");
     for k in &p.kernels {
         println!(
-            "| {} | {} | {:.1} | {:.1}% |",
+            "| {} | {} | {:.1} | {:.1}% | {} | {} |",
             k.label,
             k.calls,
             k.total_us,
-            100.0 * k.total_us / p.profiled_us.max(1e-9)
+            100.0 * k.total_us / p.profiled_us.max(1e-9),
+            rate(k.gb_per_s()),
+            rate(k.tflop_per_s()),
         );
     }
     println!(
-        "| total, one pass per dispatch | {} | {:.1} | 100% |",
+        "| total, one pass per dispatch | {} | {:.1} | 100% | | |",
         p.dispatches, p.profiled_us
     );
     println!(

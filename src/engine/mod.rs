@@ -18,7 +18,7 @@ pub use megakernel::MegakernelCheck;
 
 use std::sync::Arc;
 
-use crate::gpu::{GpuContext, GpuError, StepRecorder};
+use crate::gpu::{GpuContext, GpuError, StepRecorder, Work};
 use crate::kernels::KernelError;
 use crate::model;
 use crate::sampler::{SamplerConfig, SamplerError};
@@ -192,10 +192,19 @@ impl Session {
     /// The pipeline labels of a step of `t` tokens at the session's position, recorded but
     /// not submitted: the dispatch structure, which needs no timestamp queries.
     pub fn step_labels(&mut self, t: u32) -> Result<Vec<String>, EngineError> {
+        Ok(self
+            .step_work(t)?
+            .into_iter()
+            .map(|(label, _)| label)
+            .collect())
+    }
+
+    /// [`Session::step_labels`], each with the [`Work`] its dispatch counts.
+    pub fn step_work(&mut self, t: u32) -> Result<Vec<(String, Option<Work>)>, EngineError> {
         self.refresh_plan();
         let mut rec = StepRecorder::new(&self.ctx);
         self.record_step(&mut rec, t)?;
-        Ok(rec.labels())
+        Ok(rec.labels().into_iter().zip(rec.work()).collect())
     }
 
     /// Records (doesn't submit) the forward of a `t`-token step at the session's position,

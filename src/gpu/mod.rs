@@ -15,6 +15,6 @@ pub use features::{
     packed_4x8_dot, AttentionMerge, BrowserGrant, DeviceOptions, GemmChoice, SubgroupChoice,
     SubgroupDecision, WideTile,
 };
-pub use recorder::{Binding, SpanTime, StepRecorder, Timing};
+pub use recorder::{Binding, SpanTime, StepRecorder, Timing, Work};
 pub use shader::{preprocess, preprocess_with, shader_source};
 pub use weights::{GpuTensor, TensorPart};

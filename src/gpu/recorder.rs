@@ -54,9 +54,31 @@ impl From<&wgpu::Buffer> for Binding {
     }
 }
 
+/// The least a dispatch must move and compute: what the profile divides by its time to give
+/// GB/s and TFLOP/s (`coco bench --profile`, the page's chart). Counted by the kernels whose
+/// cost it names (the products, attention); the others record none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Work {
+    /// Bytes read and written at least once: weights, activations in, results out.
+    pub bytes: u64,
+    /// Floating-point (or integer multiply-add) operations, a multiply-add counting two.
+    pub flops: u64,
+}
+
+impl std::ops::Add for Work {
+    type Output = Work;
+    fn add(self, o: Work) -> Work {
+        Work {
+            bytes: self.bytes + o.bytes,
+            flops: self.flops + o.flops,
+        }
+    }
+}
+
 struct Dispatch {
     pipeline: Arc<wgpu::ComputePipeline>,
     label: String,
+    work: Option<Work>,
     params_offset: u64,
     params_size: u64,
     bindings: Vec<Binding>,
@@ -96,6 +118,19 @@ impl<'a> StepRecorder<'a> {
         bindings: &[Binding],
         workgroups: [u32; 3],
     ) -> Result<(), GpuError> {
+        self.dispatch_counted(label, pipeline, params, bindings, workgroups, None)
+    }
+
+    /// [`StepRecorder::dispatch`], with the [`Work`] the dispatch does for the profile.
+    pub fn dispatch_counted(
+        &mut self,
+        label: &str,
+        pipeline: &Arc<wgpu::ComputePipeline>,
+        params: &[u8],
+        bindings: &[Binding],
+        workgroups: [u32; 3],
+        work: Option<Work>,
+    ) -> Result<(), GpuError> {
         let max = self.ctx.limits.max_compute_workgroups_per_dimension;
         if workgroups.iter().any(|&w| w > max) {
             return Err(GpuError::Dispatch {
@@ -123,6 +158,7 @@ impl<'a> StepRecorder<'a> {
         self.dispatches.push(Dispatch {
             pipeline: pipeline.clone(),
             label: label.to_string(),
+            work,
             params_offset,
             params_size,
             bindings: bindings.to_vec(),
@@ -138,6 +174,11 @@ impl<'a> StepRecorder<'a> {
     /// Labels of the queued dispatches, in order (for profiles and dispatch counts).
     pub fn labels(&self) -> Vec<String> {
         self.dispatches.iter().map(|d| d.label.clone()).collect()
+    }
+
+    /// The [`Work`] each queued dispatch counted, in order (`None` where it counts none).
+    pub fn work(&self) -> Vec<Option<Work>> {
+        self.dispatches.iter().map(|d| d.work).collect()
     }
 
     /// The bind group of every dispatch, with the parameter blocks in `params`.
@@ -233,6 +274,12 @@ impl<'a> StepRecorder<'a> {
                 .map(|(i, d)| (d.label.as_str(), i..i + 1))
                 .collect(),
         };
+        // A span's work: its dispatches' sum, or none if any of them counts none.
+        let work = |range: &std::ops::Range<usize>| -> Option<Work> {
+            self.dispatches[range.clone()]
+                .iter()
+                .try_fold(Work::default(), |sum, d| Some(sum + d.work?))
+        };
         // Two queries (begin, end) per span; a query set holds at most QUERY_SET_MAX_QUERIES,
         // so long steps use several, each resolved at its own aligned offset.
         let per_set = (wgpu::QUERY_SET_MAX_QUERIES / 2) as usize;
@@ -297,11 +344,12 @@ impl<'a> StepRecorder<'a> {
         Ok(spans
             .iter()
             .enumerate()
-            .map(|(i, (label, _))| {
+            .map(|(i, (label, range))| {
                 let q = (i / per_set) * 2 * per_set + 2 * (i % per_set);
                 SpanTime {
                     label: label.to_string(),
                     ns: ticks[q + 1].saturating_sub(ticks[q]) as f64 * period,
+                    work: work(range),
                 }
             })
             .collect())
@@ -323,4 +371,6 @@ pub struct SpanTime {
     /// The dispatch's pipeline label (which names its kernel variant), or `"step"`.
     pub label: String,
     pub ns: f64,
+    /// What the span's dispatches counted ([`Work`]); `None` if any of them counts none.
+    pub work: Option<Work>,
 }

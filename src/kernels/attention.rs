@@ -52,7 +52,7 @@ use bytemuck::{Pod, Zeroable};
 use super::elementwise::{check_len, grid};
 use super::matmul::LEVELS_CHUNK_BYTES;
 use super::KernelError;
-use crate::gpu::{preprocess, AttentionMerge, Binding, GpuContext, StepRecorder};
+use crate::gpu::{preprocess, AttentionMerge, Binding, GpuContext, StepRecorder, Work};
 
 /// Largest head_dim the attention kernel handles (gemma3's 256); `MAX_HEAD_DIM` in the shader.
 pub const MAX_HEAD_DIM: u32 = 256;
@@ -140,6 +140,33 @@ fn visible_keys(pos: u32, window: u32) -> u32 {
         pos + 1
     } else {
         window.min(pos + 1)
+    }
+}
+
+/// What attention does for `shape`: each token's q·k and p·v over the keys it sees (two
+/// operations per multiply-add, so 4·head_dim per key and head), reading q, the cache rows
+/// the step's tokens see (K and V, f32) and writing the output once.
+fn attention_work(shape: &AttentionShape) -> Work {
+    let &AttentionShape {
+        t,
+        heads,
+        kv_heads,
+        head_dim,
+        pos0,
+        window,
+        ..
+    } = shape;
+    let seen: u64 = (pos0..pos0 + t)
+        .map(|pos| visible_keys(pos, window) as u64)
+        .sum();
+    // Cache rows from the first key the first token sees (later tokens' windows start no
+    // earlier) to the last token's own.
+    let first = pos0 + 1 - visible_keys(pos0, window);
+    let rows = (pos0 + t - first) as u64;
+    let (heads, kv_heads, hd) = (heads as u64, kv_heads as u64, head_dim as u64);
+    Work {
+        bytes: 4 * (2 * t as u64 * heads * hd + 2 * rows * kv_heads * hd),
+        flops: 4 * seen * heads * hd,
     }
 }
 
@@ -296,12 +323,18 @@ pub fn kv_write(
         _pad: [0; 2],
     };
     let bindings = [k.clone(), v.clone(), k_cache.clone(), v_cache.clone()];
-    rec.dispatch(
+    // K and V read once and written once, f32; no arithmetic.
+    let work = Work {
+        bytes: 4 * 4 * n,
+        flops: 0,
+    };
+    rec.dispatch_counted(
         label,
         &pipeline,
         bytemuck::bytes_of(&params),
         &bindings,
         grid((n as u32).div_ceil(KV_WRITE_WG)),
+        Some(work),
     )?;
     Ok(())
 }
@@ -419,6 +452,7 @@ pub fn attention_planned(
         let words = t as u64 * (heads * head_dim / 32) as u64 * LEVELS_CHUNK_BYTES / 4;
         check_len(KERNEL, "levels_out", levels, words)?;
     }
+    let work = Some(attention_work(shape));
     if splits == 1 {
         let (bq, bk) = tiled_tile(head_dim);
         let label = format!("attention_tiled_hd{head_dim}");
@@ -438,12 +472,13 @@ pub fn attention_planned(
             softcap,
         };
         let bindings = [q.clone(), k_cache.clone(), v_cache.clone(), out.clone()];
-        rec.dispatch(
+        rec.dispatch_counted(
             &label,
             &pipeline,
             bytemuck::bytes_of(&params),
             &bindings,
             [heads, t.div_ceil(bq), 1],
+            work,
         )?;
         return Ok(());
     }
@@ -494,7 +529,15 @@ pub fn attention_planned(
         bindings.extend(levels_out.cloned());
     }
     let params = bytemuck::bytes_of(&params);
-    rec.dispatch(label, &pipeline, params, &bindings, [splits, heads, t])?;
+    // Split with a separate combine, the work is the split's (the combine counts none).
+    rec.dispatch_counted(
+        label,
+        &pipeline,
+        params,
+        &bindings,
+        [splits, heads, t],
+        work,
+    )?;
     if merged {
         return Ok(());
     }

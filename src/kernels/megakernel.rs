@@ -15,7 +15,7 @@
 //! would need a binding per part of each weight and most devices allow 8 storage bindings.
 
 use crate::gguf::GgmlType;
-use crate::gpu::{preprocess_with, Binding, GpuContext, GpuTensor, StepRecorder};
+use crate::gpu::{preprocess_with, Binding, GpuContext, GpuTensor, StepRecorder, Work};
 
 use super::elementwise::Activation;
 use super::matmul::{check_binding, check_weight, weight_define};
@@ -303,12 +303,23 @@ pub fn ffn_megakernel(
         bindings.extend([pn.w.clone(), pn.scratch.clone()]);
     }
     debug_assert_eq!(bindings.len() as u32, key.storage_bindings());
-    rec.dispatch(
+    // The three products' weights once, x read and written, the hidden rows written and read
+    // back; two operations per weight and token.
+    let t64 = t as u64;
+    let work = Work {
+        bytes: w_gate.total_bytes()
+            + w_up.total_bytes()
+            + w_down.total_bytes()
+            + 4 * t64 * (2 * dim + 2 * ffn),
+        flops: 2 * t64 * 3 * dim * ffn,
+    };
+    rec.dispatch_counted(
         &label,
         &pipeline,
         bytemuck::bytes_of(&params),
         &bindings,
         [t, 1, 1],
+        Some(work),
     )?;
     Ok(())
 }

@@ -134,10 +134,18 @@ describe('page: benchmark, kernel chart, cache', { timeout: 20 * 60_000 }, () =>
         const chart = document.getElementById('profile-chart');
         return chart.querySelector('svg g[data-label]') || chart.querySelector('[data-status]');
       }, null, { timeout: 240_000, polling: 250 });
-      const bars = await page.$$eval('#profile-chart svg g[data-label]', (gs) => gs.map((g) => ({ label: g.dataset.label, us: Number(g.dataset.us), width: Number(g.querySelector('rect').getAttribute('width')) })));
+      const bars = await page.$$eval('#profile-chart svg g[data-label]', (gs) => gs.map((g) => ({ label: g.dataset.label, us: Number(g.dataset.us), width: Number(g.querySelector('rect').getAttribute('width')), value: g.querySelector('.chart-value').textContent })));
       assert.ok(bars.length >= 3, `a bar per kernel (got ${JSON.stringify(bars)}; chart says "${await text(page, '#profile-chart')}")`);
       for (const b of bars) assert.ok(b.us > 0 && b.width > 0, `kernel ${b.label} has a measured time and a bar`);
       assert.ok(bars.some((b) => b.label.startsWith('matmul_')), 'the matmul kernels are named');
+      // A decode step's products and attention count their bytes (gpu::Work): their bars say
+      // the rate they read at; the element-wise kernels count none and say none.
+      for (const b of bars) {
+        const counted = /^(matmul_|attention_(tiled|split))/.test(b.label);
+        const rate = b.value.match(/· ([\d.]+) GB\/s$/);
+        if (counted) assert.ok(rate && Number(rate[1]) > 0, `${b.label} shows its read rate: "${b.value}"`);
+        else assert.doesNotMatch(b.value, /GB\/s|TFLOP/, `${b.label} counts no bytes`);
+      }
       assert.ok(bars.every((b, i) => i === 0 || b.us <= bars[i - 1].us), 'longest first');
       const note = await text(page, '#profile-chart p');
       assert.match(note, /One decode step at position \d+ .* \d+ dispatches/, `the chart says what was timed: "${note}"`);

@@ -55,7 +55,7 @@ pub use select::*;
 use token_scale::record_token_scales;
 pub use token_scale::{record_x16_staging, COOP_SCALES_MAX_T};
 
-use crate::gpu::{Binding, GpuContext, GpuTensor, StepRecorder};
+use crate::gpu::{Binding, GpuContext, GpuTensor, StepRecorder, Work};
 
 use super::elementwise::Activation;
 use super::KernelError;
@@ -848,6 +848,12 @@ pub(super) fn launch(
         ));
     }
     let caller_layout = layout;
+    let work = product_work(
+        key,
+        &params,
+        slots,
+        &bindings[..caller_layout.x as usize - 1],
+    );
     let key = &key.staged(params.k, ctx.limits.max_compute_workgroup_storage_size);
     // Defines are checked here; the source is only built on a pipeline-cache miss (this runs
     // for every dispatch of every step).
@@ -890,12 +896,32 @@ pub(super) fn launch(
     bindings.extend(scales);
     debug_assert_eq!(key.layout().count as usize, bindings.len(), "{label}");
     let [gx, gy] = fold(params.groups, max);
-    rec.dispatch(
+    rec.dispatch_counted(
         &label,
         &pipeline,
         bytemuck::bytes_of(&params),
         &bindings,
         [gx, gy, t_groups],
+        Some(work),
     )?;
     Ok(())
+}
+
+/// What a product over `slots` weight rows of K = `params.k` does for `params.t` tokens: its
+/// `weights` (the bindings before x) read once, x' once (f32, or the int8 levels its producer
+/// wrote), each output once; two operations per weight and token.
+fn product_work(key: &MatmulKey, params: &Params, slots: u32, weights: &[Binding]) -> Work {
+    let (t, k, slots) = (params.t as u64, params.k as u64, slots as u64);
+    let x = match key.levels {
+        XLevels::Read => t * (k / 32) * LEVELS_CHUNK_BYTES,
+        XLevels::Staged | XLevels::Emit => 4 * t * k,
+    };
+    let outputs = match key.fusion {
+        Fusion::Glu(_) => slots / 2, // gate and up rows make one output
+        _ => slots,
+    };
+    Work {
+        bytes: weights.iter().map(binding_bytes).sum::<u64>() + x + 4 * t * outputs,
+        flops: 2 * t * k * slots,
+    }
 }

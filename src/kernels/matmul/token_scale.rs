@@ -1,7 +1,7 @@
 //! The pass before each tensor-core product (`shaders/matmul/token_scale.wgsl`): each token's
 //! power-of-two f16 scale, and with `COCO_COOP_PRESTAGE=1` its x' staged once as f16 rows.
 
-use crate::gpu::{Binding, StepRecorder};
+use crate::gpu::{Binding, StepRecorder, Work};
 
 use super::super::KernelError;
 use super::{
@@ -71,12 +71,21 @@ pub(super) fn record_token_scales(
     let pipeline = ctx.pipeline(label, || token_scale_source(defines));
     let scale_params: [u32; 4] = [params.k, params.t, params.eps.to_bits(), 0];
     let workgroups = if key.x16 { tokens } else { params.t };
-    rec.dispatch(
+    // x read once (and norm_w), a factor per token out, and with X16 the f16 rows; Σx² and
+    // the scaling are its operations.
+    let (t, k) = (params.t as u64, params.k as u64);
+    let rows_out = if key.x16 { 2 * tokens as u64 * k } else { 0 };
+    let work = Work {
+        bytes: 4 * t * k + 4 * k * key.norm as u64 + 4 * t + rows_out,
+        flops: 2 * t * k,
+    };
+    rec.dispatch_counted(
         label,
         &pipeline,
         bytemuck::bytes_of(&scale_params),
         &inputs,
         [workgroups, 1, 1],
+        Some(work),
     )?;
     Ok((scales, x16))
 }
