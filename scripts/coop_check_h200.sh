@@ -6,6 +6,7 @@
 #
 #   ABS="COCO_COOP_PRESTAGE=1 COCO_COOP_PRESTAGE=1+COCO_COOP_SUBGROUP_TILE=64" \
 #     bash scripts/coop_check_h200.sh
+#   ABS="COCO_COOP_VEC_STAGE=1 COCO_COOP_PRESTAGE=1+COCO_COOP_VEC_STAGE=1" bash scripts/coop_check_h200.sh
 #
 # .bench/ holds the release `coco`, `shape_model` and the `kernels_matmul` and
 # `kernels_matmul_fused` test binaries (cargo test --release --no-run; stripped, they fit the

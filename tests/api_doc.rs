@@ -274,6 +274,7 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
             coop_prestage: false,
             gemm_chunk: None,
             coop_subgroup_tile64: false,
+            coop_vec_stage: false,
         },
         pipeline: "fused",
         prompt_tokens: 8,

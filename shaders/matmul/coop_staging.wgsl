@@ -16,6 +16,18 @@
 
 @group(0) @binding(B_SCALES) var<storage, read> tscales: array<f32>; // [p.t]: 2^-e per token
 
+// What the tiles wt16 and xt16 are arrays of. With VEC_STAGE (the A/B switch
+// COCO_COOP_VEC_STAGE=1) vec4s of f16: a thread's 8 staged values are two 8-byte stores
+// instead of eight 2-byte ones, and the matrix loads count offsets and strides in vec4s (SV
+// elements each; every offset the kernels use is a multiple of 4 elements).
+#ifdef VEC_STAGE
+alias StagedHalf = vec4<f16>;
+const SV: u32 = 4u;
+#else
+alias StagedHalf = f16;
+const SV: u32 = 1u;
+#endif
+
 // tscales[t]: token t's staging scale, or with X16 what its sums are multiplied by; 1 past
 // the step's tokens (which stage zeros, and whose sums are not stored).
 fn tscale(t: u32) -> f32 {
@@ -30,12 +42,17 @@ fn scaled8(v: array<vec4<f32>, 2>, s: f32) -> array<vec4<f32>, 2> {
     return array<vec4<f32>, 2>(v[0] * s, v[1] * s);
 }
 
-// Writes 8 staged f32 (two vec4) as f16 at `at` in wt16 or xt16.
+// Writes 8 staged f32 (two vec4) as f16 at element `at` (a multiple of 8) of wt16.
 fn stage_w16(at: u32, v: array<vec4<f32>, 2>) {
+#ifdef VEC_STAGE
+    wt16[at / 4u] = vec4<f16>(v[0]);
+    wt16[at / 4u + 1u] = vec4<f16>(v[1]);
+#else
     for (var e = 0u; e < 4u; e++) {
         wt16[at + e] = f16(v[0][e]);
         wt16[at + 4u + e] = f16(v[1][e]);
     }
+#endif
 }
 
 #ifdef X16
@@ -45,12 +62,17 @@ fn x8(t: u32, c: u32, q: u32) -> array<vec4<f16>, 2> {
     return array<vec4<f16>, 2>(x16[i], x16[i + 1u]);
 }
 
-// Writes them at `at` in xt16.
+// Writes them at element `at` (a multiple of 8) of xt16.
 fn stage_x8(at: u32, v: array<vec4<f16>, 2>) {
+#ifdef VEC_STAGE
+    xt16[at / 4u] = v[0];
+    xt16[at / 4u + 1u] = v[1];
+#else
     for (var e = 0u; e < 4u; e++) {
         xt16[at + e] = v[0][e];
         xt16[at + 4u + e] = v[1][e];
     }
+#endif
 }
 
 #ifdef GEMM_COOP
@@ -92,10 +114,16 @@ fn finish_blocks(g: u32, tok0: u32, slot0: u32, lane: u32, lo: array<f32, 8>, hi
 }
 #endif
 #else
+// Writes 8 staged f32 as f16 at element `at` (a multiple of 8) of xt16.
 fn stage_x16(at: u32, v: array<vec4<f32>, 2>) {
+#ifdef VEC_STAGE
+    xt16[at / 4u] = vec4<f16>(v[0]);
+    xt16[at / 4u + 1u] = vec4<f16>(v[1]);
+#else
     for (var e = 0u; e < 4u; e++) {
         xt16[at + e] = f16(v[0][e]);
         xt16[at + 4u + e] = f16(v[1][e]);
     }
+#endif
 }
 #endif

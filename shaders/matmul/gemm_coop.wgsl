@@ -25,8 +25,8 @@ const KS: u32 = KC + 8u;   // row stride of the staged tiles: 80 bytes, so the 8
                            // matrix load reads at once start in different banks
 const HALF_N: u32 = TILE_N / 2u;
 
-var<workgroup> wt16: array<f16, TILE_N * KS>; // [slot][k]: the W chunk, row-major (A)
-var<workgroup> xt16: array<f16, TILE_T * KS>; // [token][k]: the x' chunk (B, column-major)
+var<workgroup> wt16: array<StagedHalf, (TILE_N * KS) / SV>; // [slot][k]: the W chunk, row-major (A)
+var<workgroup> xt16: array<StagedHalf, (TILE_T * KS) / SV>; // [token][k]: the x' chunk (B, column-major)
 // Per subgroup two 16 × 16 f32 blocks (C, column-major: [token][slot]): the zeros the
 // accumulators start from, then the epilogue's way from matrices to (slot, token) values.
 var<workgroup> ct: array<f32, 8u * 512u>;
@@ -126,12 +126,12 @@ fn main(
             x_hi_next = stage_x(t_hi, c + 1u, q, &ss_hi);
         }
         for (var kk = 0u; kk < KC; kk += 16u) {
-            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[r0 * KS + kk], KS);
-            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[(r0 + HALF_N) * KS + kk], KS);
-            let b0 = coopLoad<coop_mat16x16<f16, B>>(&xt16[n0 * KS + kk], KS);
-            let b1 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(n0 + 16u) * KS + kk], KS);
-            let b2 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(n0 + 32u) * KS + kk], KS);
-            let b3 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(n0 + 48u) * KS + kk], KS);
+            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[(r0 * KS + kk) / SV], KS / SV);
+            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[((r0 + HALF_N) * KS + kk) / SV], KS / SV);
+            let b0 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(n0 * KS + kk) / SV], KS / SV);
+            let b1 = coopLoad<coop_mat16x16<f16, B>>(&xt16[((n0 + 16u) * KS + kk) / SV], KS / SV);
+            let b2 = coopLoad<coop_mat16x16<f16, B>>(&xt16[((n0 + 32u) * KS + kk) / SV], KS / SV);
+            let b3 = coopLoad<coop_mat16x16<f16, B>>(&xt16[((n0 + 48u) * KS + kk) / SV], KS / SV);
             c00 = coopMultiplyAdd(a0, b0, c00);
             c01 = coopMultiplyAdd(a0, b1, c01);
             c02 = coopMultiplyAdd(a0, b2, c02);

@@ -23,8 +23,8 @@ const HALF_N: u32 = TILE_N / 2u;
 const W_TILE: u32 = TILE_N * KS; // f16 per buffer of W
 const X_TILE: u32 = TILE_T * KS; // f16 per buffer of x'
 
-var<workgroup> wt16: array<f16, 2u * W_TILE>; // [buffer][slot][k]: W chunks, row-major (A)
-var<workgroup> xt16: array<f16, 2u * X_TILE>; // [buffer][token][k]: x' chunks (B, column-major)
+var<workgroup> wt16: array<StagedHalf, (2u * W_TILE) / SV>; // [buffer][slot][k]: W chunks, row-major (A)
+var<workgroup> xt16: array<StagedHalf, (2u * X_TILE) / SV>; // [buffer][token][k]: x' chunks (B, column-major)
 var<workgroup> ct: array<f32, 4u * 256u>;     // [subgroup][16 × 16]: a parked block (C)
 
 alias W8 = array<vec4<f32>, 2>;
@@ -118,26 +118,26 @@ fn main(
         let wb = (c & 1u) * W_TILE;
         let xb = (c & 1u) * X_TILE;
         for (var kk = 0u; kk < KC; kk += 16u) {
-            let b0 = coopLoad<coop_mat16x16<f16, B>>(&xt16[xb + (n0 + 0u) * KS + kk], KS);
-            let b1 = coopLoad<coop_mat16x16<f16, B>>(&xt16[xb + (n0 + 16u) * KS + kk], KS);
-            let b2 = coopLoad<coop_mat16x16<f16, B>>(&xt16[xb + (n0 + 32u) * KS + kk], KS);
-            let b3 = coopLoad<coop_mat16x16<f16, B>>(&xt16[xb + (n0 + 48u) * KS + kk], KS);
-            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[wb + (r0) * KS + kk], KS);
+            let b0 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(xb + (n0 + 0u) * KS + kk) / SV], KS / SV);
+            let b1 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(xb + (n0 + 16u) * KS + kk) / SV], KS / SV);
+            let b2 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(xb + (n0 + 32u) * KS + kk) / SV], KS / SV);
+            let b3 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(xb + (n0 + 48u) * KS + kk) / SV], KS / SV);
+            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[(wb + (r0) * KS + kk) / SV], KS / SV);
             c00 = coopMultiplyAdd(a0, b0, c00);
             c01 = coopMultiplyAdd(a0, b1, c01);
             c02 = coopMultiplyAdd(a0, b2, c02);
             c03 = coopMultiplyAdd(a0, b3, c03);
-            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[wb + (r0 + 16u) * KS + kk], KS);
+            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[(wb + (r0 + 16u) * KS + kk) / SV], KS / SV);
             c10 = coopMultiplyAdd(a1, b0, c10);
             c11 = coopMultiplyAdd(a1, b1, c11);
             c12 = coopMultiplyAdd(a1, b2, c12);
             c13 = coopMultiplyAdd(a1, b3, c13);
-            let a2 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[wb + (r0 + HALF_N) * KS + kk], KS);
+            let a2 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[(wb + (r0 + HALF_N) * KS + kk) / SV], KS / SV);
             c20 = coopMultiplyAdd(a2, b0, c20);
             c21 = coopMultiplyAdd(a2, b1, c21);
             c22 = coopMultiplyAdd(a2, b2, c22);
             c23 = coopMultiplyAdd(a2, b3, c23);
-            let a3 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[wb + (r0 + HALF_N + 16u) * KS + kk], KS);
+            let a3 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[(wb + (r0 + HALF_N + 16u) * KS + kk) / SV], KS / SV);
             c30 = coopMultiplyAdd(a3, b0, c30);
             c31 = coopMultiplyAdd(a3, b1, c31);
             c32 = coopMultiplyAdd(a3, b2, c32);

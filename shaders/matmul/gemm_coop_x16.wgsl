@@ -22,8 +22,8 @@ const HALF_N: u32 = TILE_N / 2u;
 const W_TILE: u32 = TILE_N * KS; // f16 per buffer of W
 const X_TILE: u32 = TILE_T * KS; // f16 per buffer of x'
 
-var<workgroup> wt16: array<f16, 2u * W_TILE>; // [buffer][slot][k]: W chunks, row-major (A)
-var<workgroup> xt16: array<f16, 2u * X_TILE>; // [buffer][token][k]: x' chunks (B, column-major)
+var<workgroup> wt16: array<StagedHalf, (2u * W_TILE) / SV>; // [buffer][slot][k]: W chunks, row-major (A)
+var<workgroup> xt16: array<StagedHalf, (2u * X_TILE) / SV>; // [buffer][token][k]: x' chunks (B, column-major)
 var<workgroup> ct: array<f32, 8u * 256u>;     // [subgroup][16 × 16]: a parked block (C)
 
 #ifdef SPLIT_K
@@ -126,12 +126,12 @@ fn main(
         let wb = (c & 1u) * W_TILE;
         let xb = (c & 1u) * X_TILE;
         for (var kk = 0u; kk < KC; kk += 16u) {
-            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[wb + r0 * KS + kk], KS);
-            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[wb + (r0 + HALF_N) * KS + kk], KS);
-            let b0 = coopLoad<coop_mat16x16<f16, B>>(&xt16[xb + n0 * KS + kk], KS);
-            let b1 = coopLoad<coop_mat16x16<f16, B>>(&xt16[xb + (n0 + 16u) * KS + kk], KS);
-            let b2 = coopLoad<coop_mat16x16<f16, B>>(&xt16[xb + (n0 + 32u) * KS + kk], KS);
-            let b3 = coopLoad<coop_mat16x16<f16, B>>(&xt16[xb + (n0 + 48u) * KS + kk], KS);
+            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[(wb + r0 * KS + kk) / SV], KS / SV);
+            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[(wb + (r0 + HALF_N) * KS + kk) / SV], KS / SV);
+            let b0 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(xb + n0 * KS + kk) / SV], KS / SV);
+            let b1 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(xb + (n0 + 16u) * KS + kk) / SV], KS / SV);
+            let b2 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(xb + (n0 + 32u) * KS + kk) / SV], KS / SV);
+            let b3 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(xb + (n0 + 48u) * KS + kk) / SV], KS / SV);
             c00 = coopMultiplyAdd(a0, b0, c00);
             c01 = coopMultiplyAdd(a0, b1, c01);
             c02 = coopMultiplyAdd(a0, b2, c02);

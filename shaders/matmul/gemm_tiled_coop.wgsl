@@ -9,8 +9,8 @@
 // (COCO_COOP_PRESTAGE=1) it is copied from the f16 rows the dispatch before staged, and the
 // tiles are double-buffered.
 #ifdef X16
-var<workgroup> wt16: array<f16, 2u * TILE_N * 32u>; // [buffer][TILE_N][32]: W chunks, row-major (A)
-var<workgroup> xt16: array<f16, 2u * TILE_T * 32u>; // [buffer][TILE_T][32]: x' chunks by token (B, column-major)
+var<workgroup> wt16: array<StagedHalf, (2u * TILE_N * 32u) / SV>; // [buffer][TILE_N][32]: W chunks, row-major (A)
+var<workgroup> xt16: array<StagedHalf, (2u * TILE_T * 32u) / SV>; // [buffer][TILE_T][32]: x' chunks by token (B, column-major)
 
 // This thread's 8 elements of its W row and of its token in chunk c, into buffer c % 2.
 fn stage_chunk(c: u32, at: u32, w8: array<vec4<f32>, 2>, x8s: array<vec4<f16>, 2>) {
@@ -18,8 +18,8 @@ fn stage_chunk(c: u32, at: u32, w8: array<vec4<f32>, 2>, x8s: array<vec4<f16>, 2
     stage_x8((c & 1u) * TILE_T * 32u + at, x8s);
 }
 #else
-var<workgroup> wt16: array<f16, TILE_N * 32u>; // [TILE_N][32]: the W chunk, row-major (A)
-var<workgroup> xt16: array<f16, TILE_T * 32u>; // [TILE_T][32]: x' chunk by token (B, column-major)
+var<workgroup> wt16: array<StagedHalf, (TILE_N * 32u) / SV>; // [TILE_N][32]: the W chunk, row-major (A)
+var<workgroup> xt16: array<StagedHalf, (TILE_T * 32u) / SV>; // [TILE_T][32]: x' chunk by token (B, column-major)
 #endif
 var<workgroup> ct: array<f32, TILE_N * TILE_T>; // [TILE_T][TILE_N]: the outputs (C, column-major)
 var<workgroup> token_unscale: array<f32, TILE_T>; // 2^e: token tok was staged times 2^-e
@@ -100,9 +100,9 @@ fn main(
         let wb = (c & 1u) * TILE_N * 32u;
         let xb = (c & 1u) * TILE_T * 32u;
         for (var kk = 0u; kk < 32u; kk += 16u) {
-            let a = coopLoadT<coop_mat16x16<f16, A>>(&wt16[wb + r0 * 32u + kk], 32u);
-            let b0 = coopLoad<coop_mat16x16<f16, B>>(&xt16[xb + n0 * 32u + kk], 32u);
-            let b1 = coopLoad<coop_mat16x16<f16, B>>(&xt16[xb + (n0 + 16u) * 32u + kk], 32u);
+            let a = coopLoadT<coop_mat16x16<f16, A>>(&wt16[(wb + r0 * 32u + kk) / SV], 32u / SV);
+            let b0 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(xb + n0 * 32u + kk) / SV], 32u / SV);
+            let b1 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(xb + (n0 + 16u) * 32u + kk) / SV], 32u / SV);
             c0 = coopMultiplyAdd(a, b0, c0);
             c1 = coopMultiplyAdd(a, b1, c1);
         }
@@ -136,9 +136,9 @@ fn main(
             x_next = stage_x(t_stage, c + 1u, q, &ss);
         }
         for (var kk = 0u; kk < 32u; kk += 16u) {
-            let a = coopLoadT<coop_mat16x16<f16, A>>(&wt16[r0 * 32u + kk], 32u);
-            let b0 = coopLoad<coop_mat16x16<f16, B>>(&xt16[n0 * 32u + kk], 32u);
-            let b1 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(n0 + 16u) * 32u + kk], 32u);
+            let a = coopLoadT<coop_mat16x16<f16, A>>(&wt16[(r0 * 32u + kk) / SV], 32u / SV);
+            let b0 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(n0 * 32u + kk) / SV], 32u / SV);
+            let b1 = coopLoad<coop_mat16x16<f16, B>>(&xt16[((n0 + 16u) * 32u + kk) / SV], 32u / SV);
             c0 = coopMultiplyAdd(a, b0, c0);
             c1 = coopMultiplyAdd(a, b1, c1);
         }

@@ -123,6 +123,7 @@ pub fn qkv_rope_fits(
         levels: XLevels::Staged,
         x16: false,
         sg64: false,
+        vec_stage: false,
     };
     qkv_key_fits(ctx, &key, [wq, wk, wv.unwrap_or(wk)])
 }

@@ -212,6 +212,9 @@ pub struct MatmulKey {
     /// The 128-token tensor-core tiles with 64 × 64 per subgroup (`SG64`, with `x16`): set by
     /// the launch with `COCO_COOP_SUBGROUP_TILE=64` ([`coop_subgroup_tile64`]).
     pub sg64: bool,
+    /// The tensor-core tiles' staged chunks held as vec4<f16> (`VEC_STAGE`): set by the launch
+    /// with `COCO_COOP_VEC_STAGE=1` ([`coop_vec_stage`]).
+    pub vec_stage: bool,
 }
 
 /// Storage binding numbers of a [`MatmulKey`]'s layout: the order the host lists them in.
@@ -259,6 +262,7 @@ impl MatmulKey {
             levels: XLevels::Staged,
             x16: false,
             sg64: false,
+            vec_stage: false,
         }
     }
 
@@ -345,6 +349,7 @@ impl MatmulKey {
                 stage_k: 0,
                 x16,
                 sg64: x16 && self.variant == MatmulVariant::Coop128 && coop_subgroup_tile64(),
+                vec_stage: coop_vec_stage(),
                 ..self
             };
         }
@@ -437,8 +442,9 @@ impl MatmulKey {
             (true, false) => "_x16",
             _ => "",
         };
+        let vec = if self.vec_stage { "_v4" } else { "" };
         format!(
-            "matmul_{}_{}{fusion}{norm}{bias}{staged}{int8}{levels}{x16}{splits}{f16}",
+            "matmul_{}_{}{fusion}{norm}{bias}{staged}{int8}{levels}{x16}{vec}{splits}{f16}",
             self.ty.name().to_lowercase(),
             self.variant.label()
         )
@@ -518,6 +524,18 @@ impl MatmulKey {
             }
         } else if self.norm {
             defines.push("NORM");
+        }
+        if self.vec_stage {
+            if !self.variant.is_coop() {
+                return Err(KernelError::Shape {
+                    kernel: "matmul",
+                    why: format!(
+                        "vec4 staging is the tensor-core tiles', not {:?}",
+                        self.variant
+                    ),
+                });
+            }
+            defines.push("VEC_STAGE");
         }
         if self.bias {
             defines.push("BIAS");

@@ -543,6 +543,7 @@ pub fn qkv_fuses(
         levels: XLevels::Staged,
         x16: false,
         sg64: false,
+        vec_stage: false,
     };
     qkv_key_fits(ctx, &key, [wq, wk, wv])
 }

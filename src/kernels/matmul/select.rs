@@ -199,6 +199,18 @@ pub fn coop_prestage() -> bool {
     *ON.get_or_init(|| std::env::var("COCO_COOP_PRESTAGE").is_ok_and(|v| v == "1"))
 }
 
+/// The A/B switch `COCO_COOP_VEC_STAGE=1`, read once per process: the tensor-core tiles
+/// hold their staged chunks as `vec4<f16>` and store each thread's 8 staged values with two
+/// 8-byte stores (and two packed conversions) instead of eight 2-byte stores, and their
+/// matrix loads count strides in vec4s (`VEC_STAGE`; llama.cpp's Vulkan tiles load
+/// cooperative matrices from `f16vec2` arrays the same way). Per 32-wide chunk a
+/// `coop128x128` thread stores 32 scalars today: 256 warp store instructions per chunk
+/// beside the 128 16 × 16 × 16 products. Not timed yet.
+pub fn coop_vec_stage() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("COCO_COOP_VEC_STAGE").is_ok_and(|v| v == "1"))
+}
+
 /// The A/B switch `COCO_COOP_SUBGROUP_TILE=64`, read once per process: with
 /// [`coop_prestage`], the 128-token tensor-core tiles give each of 4 subgroups 64 × 64 outputs
 /// (shaders/matmul/gemm_coop_sg64.wgsl) instead of each of 8 subgroups 32 × 64: 8 matrix
@@ -415,6 +427,8 @@ pub struct KernelSettings {
     /// Whether the 128-token tensor-core tiles give each subgroup 64 × 64
     /// ([`coop_subgroup_tile64`], with `coop_prestage`).
     pub coop_subgroup_tile64: bool,
+    /// Whether the tensor-core tiles stage with vec4 stores ([`coop_vec_stage`]).
+    pub coop_vec_stage: bool,
 }
 
 impl KernelSettings {
@@ -433,6 +447,7 @@ impl KernelSettings {
             coop_prestage: coop_prestage(),
             gemm_chunk: wide_chunk_override(),
             coop_subgroup_tile64: coop_prestage() && coop_subgroup_tile64(),
+            coop_vec_stage: coop_vec_stage(),
         }
     }
 }

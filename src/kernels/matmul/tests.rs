@@ -111,6 +111,7 @@ fn levels_variants_compile_to_spirv() {
         levels,
         x16: false,
         sg64: false,
+        vec_stage: false,
     };
     for ty in GgmlType::SUPPORTED
         .into_iter()
@@ -202,7 +203,11 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
             (Fusion::Glu(Activation::Silu), true, false),
             (Fusion::Qkv, true, true),
         ] {
-            for &(splits, x16, sg64) in combos {
+            // Each with the staged chunks as f16 scalars and as vec4<f16> (VEC_STAGE).
+            let combos = combos
+                .iter()
+                .flat_map(|&(s, x, g)| [(s, x, g, false), (s, x, g, true)]);
+            for (splits, x16, sg64, vec_stage) in combos {
                 let key = MatmulKey {
                     ty,
                     variant,
@@ -214,6 +219,7 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
                     levels: XLevels::Staged,
                     x16,
                     sg64,
+                    vec_stage,
                 };
                 let source = key.source().unwrap();
                 assert!(source.contains("coopMultiplyAdd"), "{}", key.label());
@@ -226,6 +232,12 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
                 assert_eq!(
                     source.contains("@binding(B_NORM)"),
                     norm && !x16,
+                    "{}",
+                    key.label()
+                );
+                assert_eq!(
+                    source.contains("alias StagedHalf = vec4<f16>;"),
+                    vec_stage,
                     "{}",
                     key.label()
                 );
@@ -277,6 +289,7 @@ fn layouts_number_bindings_in_host_order() {
         levels: XLevels::Staged,
         x16: false,
         sg64: false,
+        vec_stage: false,
     };
     // w, x, y, [norm_w], [bias]
     let l = key(Fusion::None, false, true).layout();
@@ -382,6 +395,7 @@ fn qkv_rope_compiles_for_the_matvecs_and_is_refused_for_tiles() {
                 levels: XLevels::Staged,
                 x16: false,
                 sg64: false,
+                vec_stage: false,
             };
             if variant.is_tiled() {
                 assert!(key.defines().is_err(), "{}", key.label());
@@ -416,6 +430,7 @@ fn every_variant_preprocesses() {
                     levels: XLevels::Staged,
                     x16: false,
                     sg64: false,
+                    vec_stage: false,
                 };
                 let src = key.source().unwrap();
                 assert!(
@@ -600,6 +615,7 @@ fn tile_splits_grow_short_grids_and_match_the_shader() {
         levels: XLevels::Staged,
         x16: false,
         sg64: false,
+        vec_stage: false,
     };
     assert!(key.label().ends_with("_k4"), "{}", key.label());
     let source = key.source().unwrap();

@@ -164,6 +164,11 @@ impl Plan {
                         } else {
                             String::new()
                         };
+                        let vec = if coop_vec_stage() {
+                            ", vec4 staging stores (COCO_COOP_VEC_STAGE=1)"
+                        } else {
+                            ""
+                        };
                         let staging = if coop_prestage() && coop_subgroup_tile64() {
                             "matmul_token_scale_x16: x' staged once as scaled f16 rows \
                              (COCO_COOP_PRESTAGE=1), 64 x 64 per subgroup in the 128-token \
@@ -176,8 +181,8 @@ impl Plan {
                              (COCO_COOP_PRESTAGE=1: once, as f16 rows)"
                         };
                         format!(
-                            "{short}{} (f16 tensor cores, each after {staging}; COCO_COOPMAT=0: \
-                             the portable tiles)",
+                            "{short}{} (f16 tensor cores, each after {staging}{vec}; \
+                             COCO_COOPMAT=0: the portable tiles)",
                             tiles.label()
                         )
                     }
