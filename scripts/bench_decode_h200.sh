@@ -99,7 +99,7 @@ PY
 if [ -n "${PROMPTS:-}" ] && [ -n "${PROFILE:-}" ]; then
   python3 - "$OUT" <<'PY'
 import json, sys
-print("\n| shape | build | prompt | profiled µs | costliest prefill kernels (calls × µs in all, TFLOP/s) |")
+print("\n| shape | build | prompt | profiled µs | costliest prefill kernels (calls × µs in all; TFLOP/s, workgroups per call) |")
 print("|---|---|---|---|---|")
 for line in open(f"{sys.argv[1]}/decode.jsonl"):
     try:
@@ -108,8 +108,9 @@ for line in open(f"{sys.argv[1]}/decode.jsonl"):
         continue
     prof = r.get("prefill_profile") or {}
     ks = sorted(prof.get("kernels", []), key=lambda k: -k["total_us"])[:6]
-    def rate(k):  # TFLOP/s where the kernel counts its operations (gpu::Work)
-        return f" ({k['flops'] / (k['total_us'] * 1e6):.1f})" if k.get("flops") else ""
+    def rate(k):  # TFLOP/s where the kernel counts its operations (gpu::Work); its grid
+        tf = f"{k['flops'] / (k['total_us'] * 1e6):.1f} TFLOP/s, " if k.get("flops") else ""
+        return f" ({tf}{k.get('workgroups', '?')} wg)"
     top = ", ".join(f"{k['label']} {k['calls']}× {k['total_us']:.0f}{rate(k)}" for k in ks)
     print(f"| {r['shape']} | {r['build']} | {r['prompt']} | {prof.get('profiled_us', 0):.0f} | {top} |")
 PY

@@ -465,6 +465,8 @@ pub struct KernelTime {
     pub bytes: Option<u64>,
     /// Operations its calls do per step, a multiply-add counting two; `None` likewise.
     pub flops: Option<u64>,
+    /// Workgroups per call (mean over its calls): the grid, against the GPU's cores.
+    pub workgroups: u64,
 }
 
 impl KernelTime {
@@ -585,6 +587,7 @@ pub async fn profile_step(
                 Some(k) => {
                     k.calls += 1;
                     k.total_us += span.ns / 1e3;
+                    k.workgroups += span.workgroups;
                     k.bytes = k.bytes.zip(bytes).map(|(a, b)| a + b);
                     k.flops = k.flops.zip(flops).map(|(a, b)| a + b);
                 }
@@ -594,11 +597,13 @@ pub async fn profile_step(
                     total_us: span.ns / 1e3,
                     bytes,
                     flops,
+                    workgroups: span.workgroups,
                 }),
             }
         }
     }
     for k in &mut totals {
+        k.workgroups /= k.calls as u64; // calls are still summed over the steps here
         k.calls /= PROFILE_STEPS;
         k.total_us /= PROFILE_STEPS as f64;
         k.bytes = k.bytes.map(|b| b / PROFILE_STEPS as u64);

@@ -243,6 +243,7 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
                 total_us: 4.0,
                 bytes: Some(4_456_448),
                 flops: Some(8_388_608),
+                workgroups: 256,
             },
             KernelTime {
                 label: "get_rows_q8_0".into(),
@@ -250,6 +251,7 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
                 total_us: 3.5,
                 bytes: None,
                 flops: None,
+                workgroups: 1,
             },
         ],
         profiled_us: 7.5,

@@ -378,7 +378,7 @@ fn check_consistent(p: &StepProfile, labels: &[String]) {
     assert_eq!(calls, p.dispatches, "calls add up to the step's dispatches");
     assert_eq!(p.dispatches as usize, labels.len(), "the recorded step");
     for k in &p.kernels {
-        assert!(k.calls > 0 && k.total_us > 0.0, "{k:?}");
+        assert!(k.calls > 0 && k.total_us > 0.0 && k.workgroups > 0, "{k:?}");
         assert_eq!(k.calls, count(labels, |l| l == k.label), "{}", k.label);
     }
     assert!(p.kernels.windows(2).all(|w| w[0].total_us >= w[1].total_us));

@@ -667,13 +667,14 @@ fn print_profile(p: &StepProfile) {
             format!("{v:.digits$}")
         })
     };
-    println!("| kernel | calls | µs/step | % | GB/s | TFLOP/s |");
-    println!("|---|---|---|---|---|---|");
+    println!("| kernel | calls | workgroups/call | µs/step | % | GB/s | TFLOP/s |");
+    println!("|---|---|---|---|---|---|---|");
     for k in &p.kernels {
         println!(
-            "| {} | {} | {:.1} | {:.1}% | {} | {} |",
+            "| {} | {} | {} | {:.1} | {:.1}% | {} | {} |",
             k.label,
             k.calls,
+            k.workgroups,
             k.total_us,
             100.0 * k.total_us / p.profiled_us.max(1e-9),
             rate(k.gb_per_s()),
@@ -681,7 +682,7 @@ fn print_profile(p: &StepProfile) {
         );
     }
     println!(
-        "| total, one pass per dispatch | {} | {:.1} | 100% | | |",
+        "| total, one pass per dispatch | {} | | {:.1} | 100% | | |",
         p.dispatches, p.profiled_us
     );
     println!(

@@ -350,6 +350,10 @@ impl<'a> StepRecorder<'a> {
                     label: label.to_string(),
                     ns: ticks[q + 1].saturating_sub(ticks[q]) as f64 * period,
                     work: work(range),
+                    workgroups: self.dispatches[range.clone()]
+                        .iter()
+                        .map(|d| d.workgroups.iter().map(|&n| n as u64).product::<u64>())
+                        .sum(),
                 }
             })
             .collect())
@@ -373,4 +377,7 @@ pub struct SpanTime {
     pub ns: f64,
     /// What the span's dispatches counted ([`Work`]); `None` if any of them counts none.
     pub work: Option<Work>,
+    /// Workgroups the span's dispatches launch (a grid smaller than the GPU's cores leaves
+    /// some idle).
+    pub workgroups: u64,
 }
