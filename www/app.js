@@ -19,7 +19,7 @@ import {
 } from "./page.js";
 import { openEngine as startEngine } from "./engine.js";
 import {
-  BENCH, PROFILE_TOKENS, describeOptionalParts, exportBench, megakernelAB, runBench, runProfile,
+  BENCH, PREFILL_PROFILE_TOKENS, PROFILE_TOKENS, describeOptionalParts, exportBench, megakernelAB, runBench, runProfile,
   toggleMegakernel,
 } from "./measure.js";
 
@@ -779,7 +779,8 @@ function wire() {
   $("megakernel-ab").addEventListener("click", megakernelAB);
   $("bench-run").addEventListener("click", runBench);
   $("bench-export").addEventListener("click", exportBench);
-  $("profile-run").addEventListener("click", runProfile);
+  $("profile-run").addEventListener("click", () => runProfile("decode"));
+  $("profile-prefill-run").addEventListener("click", () => runProfile("prefill"));
   $("copy-link").addEventListener("click", copyLink);
   $("recover").addEventListener("click", recover);
   $("cache-clear").addEventListener("click", async () => {
@@ -791,6 +792,7 @@ function wire() {
   $("bench-tg").value = String(BENCH.tg);
   $("bench-reps").value = String(BENCH.reps);
   $("profile-run").textContent = `Profile a decode step (after ${PROFILE_TOKENS} tokens)`;
+  $("profile-prefill-run").textContent = `Profile a prefill step (${PREFILL_PROFILE_TOKENS} tokens)`;
   // Device loss can happen at any time (driver reset, tab in background on mobile, the
   // test hook); the engine reports it through lost(), checked between calls.
   setInterval(async () => {

@@ -11,6 +11,8 @@ const BENCH_MAX = { pp: 4096, tg: 1024, reps: 20 };
 const AB_BENCH = { pp: 8, tg: 16, reps: 2 };
 // coco.profile prefills this many tokens, then times the next decode step kernel by kernel.
 export const PROFILE_TOKENS = 8;
+// … or times the prefill step of this many tokens itself (a chat turn's prompt).
+export const PREFILL_PROFILE_TOKENS = 64;
 
 /** Says up front which optional parts this engine build or this GPU lacks. */
 export function describeOptionalParts(adapter) {
@@ -234,15 +236,19 @@ export function exportBench() {
   setTimeout(() => URL.revokeObjectURL(href), 10_000);
 }
 
-export async function runProfile() {
+/** Times one `step` ("decode" or "prefill") kernel by kernel into the chart. */
+export async function runProfile(step = "decode") {
   const target = $("profile-chart");
   if (!engineHas("profile")) return;
-  target.replaceChildren(el("p", { class: "note", text: `Timing one decode step (after ${PROFILE_TOKENS} prompt tokens) kernel by kernel…` }));
+  const [tokens, what] = step === "prefill"
+    ? [PREFILL_PROFILE_TOKENS, `the prefill step of ${PREFILL_PROFILE_TOKENS} prompt tokens`]
+    : [PROFILE_TOKENS, `one decode step (after ${PROFILE_TOKENS} prompt tokens)`];
+  target.replaceChildren(el("p", { class: "note", text: `Timing ${what} kernel by kernel…` }));
   await exclusive("profile", async () => {
     try {
-      // coco.profile returns {kernels: [{label, calls, total_us}], profiled_us, one_pass_us, …}
-      // (DecodeProfile::to_json, the same object as `coco bench --profile --json`).
-      renderProfile(await page.engine.profile(PROFILE_TOKENS));
+      // coco.profile returns a StepProfile (www/API.md), the same object as `coco bench
+      // --profile --json`'s profile or prefill_profile.
+      renderProfile(await page.engine.profile(tokens, step));
     } catch (err) {
       const noteStatus = errorKind(err) === "not_yet" ? "not_yet" : "error";
       target.replaceChildren(el("p", { class: "note", "data-status": noteStatus, text: errorMessage(err) }));

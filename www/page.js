@@ -110,6 +110,7 @@ export function updateControls() {
   $("megakernel-ab").disabled = !canRun || !engineHas("set_megakernel");
   $("bench-run").disabled = !canRun;
   $("profile-run").disabled = !canRun || !engineHas("profile");
+  $("profile-prefill-run").disabled = !canRun || !engineHas("profile");
   $("bench-export").disabled = !page.benchResult;
   $("reset-chat").hidden = !chatMode;
   $("reset-chat").disabled = !(canRun || (s !== "generating" && page.chat.length));

@@ -214,7 +214,7 @@ export function renderProfile(profile) {
   const chart = svg("svg", {
     viewBox: `0 0 ${width} ${rows.length * rowHeight + 4}`,
     role: "img",
-    "aria-label": "GPU time per kernel in one decode step",
+    "aria-label": `GPU time per kernel in one ${profile.tokens > 1 ? "prefill" : "decode"} step`,
     class: "profile-svg",
   });
   rows.forEach((r, i) => {
@@ -234,10 +234,13 @@ export function renderProfile(profile) {
   // Timing each dispatch needs a pass of its own, which costs more than the real one-pass
   // step: both sums are shown so the chart's shares aren't read as the step's real time.
   const onePass = Number.isFinite(profile.one_pass_us) ? `; the same step in one pass (as it really runs): ${formatMicros(profile.one_pass_us)}` : "";
+  const step = profile.tokens > 1
+    ? `One prefill step of ${profile.tokens} tokens`
+    : `One decode step at position ${profile.position ?? "?"}`;
   target.replaceChildren(
     el("p", {
       class: "note",
-      text: `One decode step at position ${profile.position ?? "?"} (mean of ${profile.steps ?? "?"} steps), from timestamp queries: `
+      text: `${step} (mean of ${profile.steps ?? "?"} steps), from timestamp queries: `
         + `${formatMicros(total)} summed over ${profile.dispatches ?? rows.length} dispatches timed one pass each${onePass}.`,
     }),
     chart,
@@ -250,7 +253,8 @@ function rateText(r) {
   if (!(r.total_us > 0) || r.bytes == null) return "";
   const gbs = r.bytes / (r.total_us * 1e3);
   const tflops = r.flops == null ? 0 : r.flops / (r.total_us * 1e6);
-  return tflops > gbs / 100 ? `${tflops.toFixed(2)} TFLOP/s` : `${gbs.toFixed(0)} GB/s`;
+  // Three significant digits: a software adapter's rates are thousandths of a GPU's.
+  return tflops > gbs / 100 ? `${tflops.toPrecision(3)} TFLOP/s` : `${gbs.toPrecision(3)} GB/s`;
 }
 
 function formatMicros(us) {

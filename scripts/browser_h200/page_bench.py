@@ -175,6 +175,9 @@ async def visit(a, port, query, want_bench, screenshot=None):
                 if want_bench:
                     # One decode step kernel by kernel (timestamp queries), as `coco bench --profile`.
                     rec["profile"] = await b.evaluate("window.cocoPage.engine.profile(128)", timeout=a.timeout)
+                    # And the 128-token prefill step: per-kernel GB/s and TFLOP/s in the browser
+                    # beside native `coco bench --profile`'s prefill_profile.
+                    rec["prefill_profile"] = await b.evaluate("window.cocoPage.engine.profile(128, 'prefill')", timeout=a.timeout)
                 else:
                     # The same generation again in the same page: a visitor's second one.
                     await b.evaluate(SECOND)

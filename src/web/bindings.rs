@@ -413,9 +413,20 @@ impl Coco {
         to_js(&result)
     }
 
-    pub async fn profile(&self, tokens: u32) -> PageResult<JsValue> {
+    /// `step`: "decode" (or absent) times the decode step after a prefill of `tokens`;
+    /// "prefill" the prefill step of `tokens` itself.
+    pub async fn profile(&self, tokens: u32, step: Option<String>) -> PageResult<JsValue> {
+        let step = match step.as_deref() {
+            None | Some("decode") => bench::ProfiledStep::Decode,
+            Some("prefill") => bench::ProfiledStep::Prefill,
+            Some(other) => {
+                return Err(throw(PageError::invalid_request(format!(
+                    "profile step {other:?}: expected \"decode\" or \"prefill\""
+                ))))
+            }
+        };
         let mut state = self.state()?;
-        let result = state.profile(tokens).await.map_err(throw)?;
+        let result = state.profile(tokens, step).await.map_err(throw)?;
         to_js(&result)
     }
 }
@@ -607,8 +618,13 @@ impl State {
     }
 
     /// One decode step kernel by kernel (timestamp queries, one pass per dispatch) after a
-    /// prefill of `tokens` positions, as `coco bench --profile` records it.
-    async fn profile(&mut self, tokens: u32) -> Result<StepProfile, PageError> {
+    /// prefill of `tokens` positions, or the prefill step of `tokens` itself, as `coco bench
+    /// --profile` records them.
+    async fn profile(
+        &mut self,
+        tokens: u32,
+        step: bench::ProfiledStep,
+    ) -> Result<StepProfile, PageError> {
         let model = self.loaded()?;
         let prompt = bench::bench_prompt(
             &model,
@@ -619,7 +635,7 @@ impl State {
             &self.ctx,
             &model,
             &prompt,
-            bench::ProfiledStep::Decode,
+            step,
             self.pipeline,
             self.megakernel,
         )

@@ -142,7 +142,7 @@ describe('page: benchmark, kernel chart, cache', { timeout: 20 * 60_000 }, () =>
       // the rate they read at; the element-wise kernels count none and say none.
       for (const b of bars) {
         const counted = /^(matmul_|attention_(tiled|split))/.test(b.label);
-        const rate = b.value.match(/· ([\d.]+) GB\/s$/);
+        const rate = b.value.match(/· ([\d.e+-]+) GB\/s$/);
         if (counted) assert.ok(rate && Number(rate[1]) > 0, `${b.label} shows its read rate: "${b.value}"`);
         else assert.doesNotMatch(b.value, /GB\/s|TFLOP/, `${b.label} counts no bytes`);
       }
@@ -150,6 +150,19 @@ describe('page: benchmark, kernel chart, cache', { timeout: 20 * 60_000 }, () =>
       const note = await text(page, '#profile-chart p');
       assert.match(note, /One decode step at position \d+ .* \d+ dispatches/, `the chart says what was timed: "${note}"`);
       record('page profile', { kernels: bars.length, top: bars[0].label, top_ms: bars[0].us / 1000 });
+      // The prefill step of a chat turn's prompt, kernel by kernel: its tiled products are
+      // many tokens' work, so their bars say TFLOP/s (the LM head, the last token's matvec,
+      // stays GB/s).
+      await page.click('#profile-prefill-run');
+      await page.waitForFunction(() => /One prefill step/.test(document.querySelector('#profile-chart p')?.textContent ?? '')
+        || document.querySelector('#profile-chart [data-status]'), null, { timeout: 240_000, polling: 250 });
+      const prefillNote = await text(page, '#profile-chart p');
+      assert.match(prefillNote, /One prefill step of 64 tokens .* \d+ dispatches/, `the chart says what was timed: "${prefillNote}"`);
+      const prefill = await page.$$eval('#profile-chart svg g[data-label]', (gs) => gs.map((g) => ({ label: g.dataset.label, value: g.querySelector('.chart-value').textContent })));
+      const products = prefill.filter((b) => b.label.startsWith('matmul_') && !b.label.includes('matvec'));
+      assert.ok(products.length >= 2, `the prefill's products are timed: ${JSON.stringify(prefill)}`);
+      for (const b of products) assert.match(b.value, /· [\d.e+-]+ TFLOP\/s$/, `${b.label} shows its arithmetic rate`);
+      record('page prefill profile', { kernels: prefill.length, top: prefill[0].label });
     }));
 
   it('cache list: the loaded model with its size; Delete removes the Cache API entries and the list updates', { timeout: 5 * 60_000 }, (t) =>
