@@ -659,7 +659,7 @@ fn print_profile(p: &StepProfile) {
         "profile: {step} at position {}, {} dispatches, mean of {} steps (timestamp queries)",
         p.position, p.dispatches, p.steps
     );
-    // Rates where the kernel counts its work (gpu::Work: the products and attention).
+    // Rates where the kernel counts its work (gpu::Work), "—" where it counts none.
     // Three significant digits: a software adapter's rates are thousandths of a GPU's.
     let rate = |v: Option<f64>| {
         v.map_or("—".into(), |v| {

@@ -55,8 +55,9 @@ impl From<&wgpu::Buffer> for Binding {
 }
 
 /// The least a dispatch must move and compute: what the profile divides by its time to give
-/// GB/s and TFLOP/s (`coco bench --profile`, the page's chart). Counted by the kernels whose
-/// cost it names (the products, attention); the others record none.
+/// GB/s and TFLOP/s (`coco bench --profile`, the page's chart). Counted where the cost is
+/// worth a rate: the products (and the tensor-core tiles' scale pass), attention, the KV-cache
+/// write and the FFN megakernel; the element-wise kernels record none.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Work {
     /// Bytes read and written at least once: weights, activations in, results out.
