@@ -304,6 +304,11 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
             read_gb_s: 10.0,
             dispatch_us: 3.5,
             round_trip_us: 100.0,
+            compute: coco::bench::ComputeProbe {
+                fma_tflops: 0.03,
+                coop_tflops: None,
+                coop_wg_loads_tflops: None,
+            },
         }),
         floor_ms: Some(1.0),
         fraction_of_floor: Some(0.01),

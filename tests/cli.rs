@@ -133,6 +133,32 @@ fn info_verbose_prints_the_fusion_plan() {
     );
 }
 
+/// `coco probe --compute-only`: the f32 FMA ceiling everywhere, the tensor cores' only where
+/// the device has cooperative matrices (lavapipe has none, and the probe says so).
+#[test]
+fn probe_reports_the_compute_ceilings() {
+    let (ok, out, err) = coco(&["probe", "--compute-only", "--json"]);
+    assert!(ok, "{err}");
+    let v = json(&out);
+    let fma = v["fma_tflops"].as_f64().expect("fma_tflops");
+    assert!(fma > 0.0 && fma.is_finite(), "{v}");
+    let coop = v["coop_tflops"].as_f64();
+    assert_eq!(
+        coop.is_some(),
+        v["coop_wg_loads_tflops"].as_f64().is_some(),
+        "{v}"
+    );
+    let (ok, out, err) = coco(&["probe", "--compute-only"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("f32 FMA") && out.contains("TFLOP/s"), "{out}");
+    if coop.is_none() {
+        assert!(
+            out.contains("no cooperative matrices on this device"),
+            "{out}"
+        );
+    }
+}
+
 #[test]
 fn missing_file_is_a_clear_error() {
     let (ok, _, err) = coco(&["run", "-m", "/nonexistent.gguf", "-p", "x"]);

@@ -142,6 +142,17 @@ enum Command {
     },
     /// Prompt-processing and generation speed (medians), dispatches/token, % of the floor.
     Bench(BenchArgs),
+    /// The adapter's ceilings, no model needed: read bandwidth, dispatch cost and round trip
+    /// (what `bench --probe` adds), f32 FMA TFLOP/s and the tensor cores' through wgpu's
+    /// cooperative matrices.
+    Probe {
+        /// Only the arithmetic ceilings (seconds on a software adapter; the read probe
+        /// streams up to 1 GiB 20 times).
+        #[arg(long)]
+        compute_only: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Architecture, hyperparameters, tensors, and the capability check for this adapter;
     /// with -v also every tensor, and the fusion plan (loads the model onto the GPU).
     Info {
@@ -395,6 +406,32 @@ fn main() -> Result<()> {
             }
         }
         Command::Bench(args) => bench(args, cli.verbose)?,
+        Command::Probe { compute_only, json } => {
+            let ctx = open_gpu(cli.verbose)?;
+            let value = if compute_only {
+                let c = pollster::block_on(coco::bench::probe_compute(&ctx))?;
+                if !json {
+                    println!("{}: {c}", ctx.describe());
+                }
+                serde_json::to_value(&c)?
+            } else {
+                let p = pollster::block_on(coco::bench::probe(&ctx))?;
+                if !json {
+                    println!(
+                        "{}: read {:.0} GB/s, dispatch {:.2} µs, round trip {:.0} µs, {}",
+                        ctx.describe(),
+                        p.read_gb_s,
+                        p.dispatch_us,
+                        p.round_trip_us,
+                        p.compute
+                    );
+                }
+                serde_json::to_value(&p)?
+            };
+            if json {
+                println!("{value}");
+            }
+        }
         Command::Info {
             model,
             ctx,
@@ -629,6 +666,7 @@ fn bench(args: BenchArgs, verbose: bool) -> Result<()> {
             "probe: read {:.0} GB/s, dispatch {:.2} µs, round trip {:.0} µs",
             p.read_gb_s, p.dispatch_us, p.round_trip_us
         );
+        println!("probe: {}", p.compute);
     }
     println!(
         "megakernel A/B: tg {} tok/s with, {} without (ratio {}); {}",

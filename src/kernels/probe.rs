@@ -1,5 +1,7 @@
 //! Micro-kernels (`shaders/probe.wgsl`) that measure the adapter for the benchmark's floor:
-//! read bandwidth and the cost of one dependent dispatch.
+//! read bandwidth and the cost of one dependent dispatch; and the ceilings the kernels are
+//! held against: f32 FMAs (the portable GEMM's) and, natively, the tensor cores through wgpu's
+//! cooperative matrices (the tensor-core GEMM's).
 
 use bytemuck::{Pod, Zeroable};
 
@@ -9,9 +11,12 @@ use crate::gpu::{preprocess, Binding, StepRecorder};
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 struct Params {
+    /// Elements of `src` as vec4 (READ); steps per invocation (FMA, MMA).
     n_vec4: u32,
     threads: u32,
-    _pad: [u32; 2],
+    /// FMA's operands (and MMA's operand scale), from the host so they can't be folded.
+    mul: f32,
+    add: f32,
 }
 
 /// Invocations of the read kernel: enough to fill a large GPU, each streaming a slice.
@@ -32,7 +37,8 @@ pub fn probe_read(
     let params = Params {
         n_vec4,
         threads: READ_THREADS,
-        _pad: [0; 2],
+        mul: 0.0,
+        add: 0.0,
     };
     let groups = READ_THREADS / 256;
     rec.dispatch(
@@ -54,7 +60,8 @@ pub fn probe_empty(rec: &mut StepRecorder, dst: &Binding) -> Result<(), KernelEr
     let params = Params {
         n_vec4: 0,
         threads: 1,
-        _pad: [0; 2],
+        mul: 0.0,
+        add: 0.0,
     };
     rec.dispatch(
         label,
@@ -64,4 +71,94 @@ pub fn probe_empty(rec: &mut StepRecorder, dst: &Binding) -> Result<(), KernelEr
         [1, 1, 1],
     )?;
     Ok(())
+}
+
+/// Workgroups of the FMA and MMA probes: enough to fill a large GPU several times over.
+pub const COMPUTE_GROUPS: u32 = 1024;
+
+/// Floats the MMA probe writes (`dst`): 16 sets of 8 subgroups × 8 accumulators of 16 × 16.
+pub const MMA_DST_FLOATS: u64 = 16 * 8 * 8 * 256;
+
+/// Operations one FMA probe dispatch of `steps` does: per invocation 8 chains of vec4 FMAs.
+pub fn fma_flops(steps: u32) -> f64 {
+    COMPUTE_GROUPS as f64 * 256.0 * steps as f64 * 8.0 * 4.0 * 2.0
+}
+
+/// Operations one MMA probe dispatch of `steps` does: per subgroup (8 of 32 invocations) 8
+/// products of 16 × 16 × 16 per step.
+pub fn mma_flops(steps: u32) -> f64 {
+    COMPUTE_GROUPS as f64 * 8.0 * steps as f64 * 8.0 * 2.0 * 4096.0
+}
+
+/// `steps` of 8 independent vec4 f32 FMA chains per invocation; `dst` is `[4096]` f32.
+pub fn probe_fma(rec: &mut StepRecorder, dst: &Binding, steps: u32) -> Result<(), KernelError> {
+    let label = "probe_fma";
+    let pipeline = rec
+        .ctx()
+        .pipeline(label, || preprocess("probe.wgsl", &["FMA"]));
+    let params = Params {
+        n_vec4: steps,
+        threads: COMPUTE_GROUPS * 256,
+        mul: 0.999,
+        add: 0.001,
+    };
+    rec.dispatch(
+        label,
+        &pipeline,
+        bytemuck::bytes_of(&params),
+        std::slice::from_ref(dst),
+        [COMPUTE_GROUPS, 1, 1],
+    )?;
+    Ok(())
+}
+
+/// `steps` of 8 cooperative-matrix products per subgroup (16 × 16 × 16, f16 operands, f32
+/// sums), with `wg_loads` each step's 6 operand blocks loaded from workgroup memory first;
+/// `dst` holds [`MMA_DST_FLOATS`] f32. Needs the tensor-core GEMM's device features
+/// (`GpuContext::has_coop_gemm`), and subgroups of 32.
+pub fn probe_mma(
+    rec: &mut StepRecorder,
+    dst: &Binding,
+    steps: u32,
+    wg_loads: bool,
+) -> Result<(), KernelError> {
+    if !rec.ctx().has_coop_gemm() {
+        return Err(KernelError::Shape {
+            kernel: "probe_mma",
+            why: "not yet on this device: no cooperative matrices (16x16x16 f16 -> f32)".into(),
+        });
+    }
+    let label = if wg_loads {
+        "probe_mma_wg_loads"
+    } else {
+        "probe_mma"
+    };
+    let pipeline = rec.ctx().pipeline(label, || {
+        let defines: &[&str] = if wg_loads {
+            &["MMA", "WG_LOADS"]
+        } else {
+            &["MMA"]
+        };
+        mma_source(defines)
+    });
+    let params = Params {
+        n_vec4: steps,
+        threads: COMPUTE_GROUPS * 256,
+        mul: 1.0 / 64.0,
+        add: 0.0,
+    };
+    rec.dispatch(
+        label,
+        &pipeline,
+        bytemuck::bytes_of(&params),
+        std::slice::from_ref(dst),
+        [COMPUTE_GROUPS, 1, 1],
+    )?;
+    Ok(())
+}
+
+/// The MMA probe's source with `defines`, after the directives its types need.
+pub(crate) fn mma_source(defines: &[&str]) -> String {
+    "enable f16;\nenable wgpu_cooperative_matrix;\n".to_string()
+        + &preprocess("probe.wgsl", defines)
 }

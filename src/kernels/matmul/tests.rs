@@ -258,6 +258,15 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
             &super::token_scale::token_scale_source(defines),
         );
     }
+    // The probe of the tensor cores' ceiling (coco probe), with and without its loads from
+    // workgroup memory: 16 blocks of 16 × 16 f16 and a block of f32 zeros.
+    for defines in [&["MMA"][..], &["MMA", "WG_LOADS"]] {
+        let source = crate::kernels::probe::mma_source(defines);
+        assert_eq!(
+            compile_to_spirv("probe_mma", &source),
+            16 * 256 * 2 + 256 * 4
+        );
+    }
     let key = MatmulKey::choose(
         DeviceKernels {
             matvec: MatmulVariant::MatvecSubgroup,
