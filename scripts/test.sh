@@ -153,6 +153,10 @@ COCO_MATVEC=64x1x8x0 COCO_CHUNK_MIN_K=2048 cargo test --release $(printf -- '--t
 say "cargo test (lavapipe): kernel suites with COCO_MATVEC=8x2x4x2 COCO_CHUNK_SPLITS=3 COCO_GEMM_CHUNK=32"
 COCO_MATVEC=8x2x4x2 COCO_CHUNK_SPLITS=3 COCO_GEMM_CHUNK=32 cargo test --release --test kernels_matmul --test kernels_matmul_fused --test kernels_qkv_rope -- --test-threads=2 \
   _f16 _q4_0 _q8_0 _q3_k _q4_k _q6_k _iq4_xs
+# The attention suite once more with the single-pass kernel's 2 × 2 score blocks and larger
+# tiles (COCO_ATTN_BLOCKED, off by default until timed on a GPU).
+say "cargo test (lavapipe): attention with COCO_ATTN_BLOCKED=1"
+COCO_ATTN_BLOCKED=1 cargo test --release --test kernels_attention -- --test-threads=2
 
 say "waiting for the wasm32 build$([ "$web_page" = 1 ] && echo " and the page build")"
 if ! wait "$web_pid"; then

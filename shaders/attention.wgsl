@@ -108,6 +108,21 @@ fn first_key(pos: u32) -> u32 {
     return 0u;
 }
 
+// Stores the score of tile query `qi` and block key `jj` (cache row j0 + jj) from its dot
+// product's four partial sums, or LOWEST where the mask hides the key.
+fn store_score(qi: u32, jj: u32, j0: u32, t0: u32, n_q: u32, dot4: vec4<f32>) {
+    let j = j0 + jj;
+    let pos = p.pos0 + t0 + qi;
+    var s = LOWEST;
+    if (qi < n_q && j <= pos && j >= first_key(pos)) {
+        s = ((dot4.x + dot4.y) + (dot4.z + dot4.w)) * p.scale;
+        if (p.softcap > 0.0) {
+            s = softcap(s, p.softcap);
+        }
+    }
+    scores[qi * SROW + jj] = s;
+}
+
 // Stages cache rows j0 .. j0 + BK of one kv head (its vec4s from `head4` in rows of `row4`),
 // values or keys, zeros past row `last`. Coalesced: consecutive invocations, consecutive vec4s.
 fn stage_block(values: bool, j0: u32, last: u32, row4: u32, head4: u32, lid: u32) {
@@ -156,6 +171,13 @@ fn main(
     let row = lid / TPQ;
     let part = lid % TPQ;
     let part2 = part + TPQ;
+#ifdef PV4
+    // A tile of BQ·HD > 1024 floats (COCO_ATTN_BLOCKED's larger tiles): up to 4 vec4s each.
+    let part3 = part + 2u * TPQ;
+    let part4 = part + 3u * TPQ;
+    var acc3 = vec4<f32>(0.0);
+    var acc4 = vec4<f32>(0.0);
+#endif
     var m = LOWEST;
     var l = 0.0;
     var acc = vec4<f32>(0.0);
@@ -163,26 +185,52 @@ fn main(
     for (var j0 = first_key(p.pos0 + t0); j0 <= last; j0 += BK) {
         stage_block(false, j0, last, row4, head4, lid);
         workgroupBarrier();
+#ifdef SCORES_2X2
+        // Scores as 2 × 2 blocks (COCO_ATTN_BLOCKED=1; the tile has 4 per invocation):
+        // invocation lid takes queries qa, qa + BQ/2 and keys ka, ka + BK/2, so each vec4 of
+        // q and k it loads feeds two dot products. BQ/2 consecutive invocations read BQ/2
+        // different query rows (padded into different banks) and the same key rows
+        // (broadcasts). Each pair's sum runs in the same order as below: the same scores.
+        {
+            let qa = lid % (BQ / 2u);
+            let ka = lid / (BQ / 2u);
+            let qb = qa + BQ / 2u;
+            let kb = ka + BK / 2u;
+            var d00 = vec4<f32>(0.0);
+            var d01 = vec4<f32>(0.0);
+            var d10 = vec4<f32>(0.0);
+            var d11 = vec4<f32>(0.0);
+            for (var d = 0u; d < HD4; d++) {
+                let q0 = q_tile[qa * ROW + d];
+                let q1 = q_tile[qb * ROW + d];
+                let k0 = kv_tile[ka * ROW + d];
+                let k1 = kv_tile[kb * ROW + d];
+                d00 = fma(q0, k0, d00);
+                d01 = fma(q0, k1, d01);
+                d10 = fma(q1, k0, d10);
+                d11 = fma(q1, k1, d11);
+            }
+            store_score(qa, ka, j0, t0, n_q, d00);
+            store_score(qa, kb, j0, t0, n_q, d01);
+            store_score(qb, ka, j0, t0, n_q, d10);
+            store_score(qb, kb, j0, t0, n_q, d11);
+        }
+#else
         // Scores of every (query, key) pair of the tile; consecutive invocations take
         // consecutive queries of one key, so the key row is a broadcast.
         for (var i = lid; i < BQ * BK; i += WG) {
             let qi = i % BQ;
             let jj = i / BQ;
-            let j = j0 + jj;
             let pos = p.pos0 + t0 + qi;
-            var s = LOWEST;
-            if (qi < n_q && j <= pos && j >= first_key(pos)) {
-                var dot4 = vec4<f32>(0.0);
+            var dot4 = vec4<f32>(0.0);
+            if (qi < n_q && j0 + jj <= pos && j0 + jj >= first_key(pos)) {
                 for (var d = 0u; d < HD4; d++) {
                     dot4 = fma(q_tile[qi * ROW + d], kv_tile[jj * ROW + d], dot4);
                 }
-                s = ((dot4.x + dot4.y) + (dot4.z + dot4.w)) * p.scale;
-                if (p.softcap > 0.0) {
-                    s = softcap(s, p.softcap);
-                }
             }
-            scores[qi * SROW + jj] = s;
+            store_score(qi, jj, j0, t0, n_q, dot4);
         }
+#endif
         workgroupBarrier();
         stage_block(true, j0, last, row4, head4, lid);
         workgroupBarrier();
@@ -198,6 +246,10 @@ fn main(
         l *= rescale;
         acc *= rescale;
         acc2 *= rescale;
+#ifdef PV4
+        acc3 *= rescale;
+        acc4 *= rescale;
+#endif
         for (var jj = 0u; jj < BK; jj++) {
             let s = scores[row * SROW + jj];
             let pj = select(0.0, exp(s - m), s > LOWEST);
@@ -208,6 +260,14 @@ fn main(
             if (part2 < HD4) {
                 acc2 = fma(vec4<f32>(pj), kv_tile[jj * ROW + part2], acc2);
             }
+#ifdef PV4
+            if (part3 < HD4) {
+                acc3 = fma(vec4<f32>(pj), kv_tile[jj * ROW + part3], acc3);
+            }
+            if (part4 < HD4) {
+                acc4 = fma(vec4<f32>(pj), kv_tile[jj * ROW + part4], acc4);
+            }
+#endif
         }
         workgroupBarrier(); // the tiles are rewritten by the next block
     }
@@ -221,6 +281,14 @@ fn main(
         if (part2 < HD4) {
             out[o + part2] = acc2 / l;
         }
+#ifdef PV4
+        if (part3 < HD4) {
+            out[o + part3] = acc3 / l;
+        }
+        if (part4 < HD4) {
+            out[o + part4] = acc4 / l;
+        }
+#endif
     }
 }
 #endif

@@ -164,6 +164,37 @@ fn attention_tiled_prefill_matches_reference() {
     }
 }
 
+/// Which single-pass variant the tests above ran: with `COCO_ATTN_BLOCKED=1` (scripts/test.sh's
+/// second kernel pass) head_dim 64 computes its scores in 2 × 2 blocks, and head_dim 128 too
+/// where the device holds its 16 × 32 tile (27 KiB: lavapipe's 32 KiB do); without it, the
+/// 16 KiB tiles as ever.
+#[test]
+fn attention_tiled_variant_follows_the_switch() {
+    let ctx = ctx();
+    let wg_bytes = ctx.limits.max_compute_workgroup_storage_size;
+    for (hd, tile) in [(64, (16, 32)), (128, (16, 32)), (256, (8, 16))] {
+        let (bq, bk) = tile;
+        let bytes = 16 * (bq + bk) * (hd / 4 + 1) + 4 * bq * (bk + 1);
+        let c = attention::tiled_choice(&ctx, hd);
+        if !attention::attention_blocked() {
+            assert_eq!(c.label, format!("attention_tiled_hd{hd}"));
+            assert_eq!((c.bq, c.bk), attention::tiled_tile(hd));
+            assert!(!c.blocked);
+            continue;
+        }
+        let large = bytes <= wg_bytes;
+        if large {
+            assert_eq!((c.bq, c.bk), tile, "head_dim {hd} on {wg_bytes} bytes");
+        }
+        assert_eq!(c.blocked, c.bq * c.bk == 512, "{}", c.label);
+        assert_eq!(c.blocked, hd == 64 || (hd == 128 && large), "{}", c.label);
+        println!(
+            "head_dim {hd}: {} ({wg_bytes} bytes of workgroup memory)",
+            c.label
+        );
+    }
+}
+
 #[test]
 fn attention_decode_after_prefill_matches_reference() {
     // Decode one token after a prefill, a 3-token chunk across a window boundary, and a

@@ -234,19 +234,92 @@ pub fn partials_len(heads: u32, head_dim: u32, max_t: u32, context: u32) -> u64 
 /// BQ·BK <= 512 scores, so the tiles fit WebGPU's guaranteed 16 KiB of workgroup memory
 /// ([`tiled_workgroup_bytes`]). Llama (64): 16 × 32; 128: 8 × 16; Gemma-3 (256): 4 × 8.
 pub fn tiled_tile(head_dim: u32) -> (u32, u32) {
+    tile_within(head_dim, 1024, 2048, 32)
+}
+
+/// With `COCO_ATTN_BLOCKED=1` ([`attention_blocked`]), where the device's workgroup memory
+/// holds them: twice the floats per tile, BQ at most 16, so more head sizes reach the 4
+/// scores per invocation of the 2 × 2 blocks and each staged key block serves more queries.
+/// 128: 16 × 32 (27 KiB); 96: 16 × 32 (21 KiB); 256: 8 × 16 (25 KiB); 64 keeps 16 × 32.
+/// Past BQ·head_dim = 1024 the P·V phase gives each invocation up to 4 vec4s of its query
+/// row (`PV4`). Head sizes under 64, whose default tile has BQ 32, keep it.
+fn large_tile(head_dim: u32) -> (u32, u32) {
+    let (bq, bk) = tile_within(head_dim, 2048, 4096, 16);
+    let small = tiled_tile(head_dim);
+    if bq >= small.0 && bk >= small.1 {
+        (bq, bk)
+    } else {
+        small
+    }
+}
+
+/// Powers of two with BQ·head_dim <= `q_floats`, BQ <= `max_bq`, BK·head_dim <= `kv_floats`
+/// and BQ·BK <= 512.
+fn tile_within(head_dim: u32, q_floats: u32, kv_floats: u32, max_bq: u32) -> (u32, u32) {
     let pow2_floor = |n: u32| 1u32 << (31 - n.max(1).leading_zeros());
-    let bq = pow2_floor(1024 / head_dim.max(1)).min(32);
-    let bk = pow2_floor(2048 / head_dim.max(1)).min(512 / bq);
+    let bq = pow2_floor(q_floats / head_dim.max(1)).min(max_bq);
+    let bk = pow2_floor(kv_floats / head_dim.max(1)).min(512 / bq);
     (bq, bk)
 }
 
 /// Workgroup memory of the `TILED` kernel: the query and key/value tiles in vec4 rows padded
 /// by one vec4, and the scores in rows padded by one f32 (the shader's ROW and SROW).
 pub fn tiled_workgroup_bytes(head_dim: u32) -> u32 {
-    let (bq, bk) = tiled_tile(head_dim);
+    tile_bytes(head_dim, tiled_tile(head_dim))
+}
+
+fn tile_bytes(head_dim: u32, (bq, bk): (u32, u32)) -> u32 {
     let row = head_dim / 4 + 1;
     16 * (bq + bk) * row + 4 * bq * (bk + 1)
 }
+
+/// The A/B switch `COCO_ATTN_BLOCKED=1`, read once per process: the single-pass kernel computes
+/// each invocation's scores as a 2 × 2 block (`SCORES_2X2`, where the tile has 4 per
+/// invocation), so each vec4 of q and k it loads from workgroup memory feeds two dot products
+/// instead of one, and it takes [`large_tile`]s where the device's workgroup memory holds
+/// them (head_dim 128: 16 × 32 instead of 8 × 16, so blocked too). Counted per 16 × 32 block
+/// of head_dim 64, the score phase's workgroup-memory reads drop from ~1,280 to ~256
+/// wavefronts; the scores are bit for bit the same (each pair's dot product is summed in the
+/// same order). Off by default until timed.
+pub fn attention_blocked() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("COCO_ATTN_BLOCKED").is_ok_and(|v| v == "1"))
+}
+
+/// The single-pass kernel's variant for `head_dim` on `ctx`: its tile, whether its scores
+/// are 2 × 2 blocks, and its pipeline label.
+pub struct TiledChoice {
+    pub bq: u32,
+    pub bk: u32,
+    pub blocked: bool,
+    pub label: String,
+}
+
+pub fn tiled_choice(ctx: &GpuContext, head_dim: u32) -> TiledChoice {
+    let mut tile = tiled_tile(head_dim);
+    let mut label = format!("attention_tiled_hd{head_dim}");
+    if attention_blocked() {
+        let large = large_tile(head_dim);
+        if tile_bytes(head_dim, large) <= ctx.limits.max_compute_workgroup_storage_size {
+            tile = large;
+        }
+        label = format!("{label}_{}x{}", tile.0, tile.1);
+    }
+    let (bq, bk) = tile;
+    let blocked = attention_blocked() && bq * bk == 4 * TILED_WG;
+    if blocked {
+        label.push_str("_2x2");
+    }
+    TiledChoice {
+        bq,
+        bk,
+        blocked,
+        label,
+    }
+}
+
+/// Invocations of the single-pass kernel (the shader's WG).
+const TILED_WG: u32 = 128;
 
 /// Mirrors `Params` of the KV_WRITE variant.
 #[repr(C)]
@@ -454,12 +527,23 @@ pub fn attention_planned(
     }
     let work = Some(attention_work(shape));
     if splits == 1 {
-        let (bq, bk) = tiled_tile(head_dim);
-        let label = format!("attention_tiled_hd{head_dim}");
+        let TiledChoice {
+            bq,
+            bk,
+            blocked,
+            label,
+        } = tiled_choice(rec.ctx(), head_dim);
         let pipeline = rec.ctx().pipeline(&label, || {
+            let mut defines = vec!["TILED"];
+            if blocked {
+                defines.push("SCORES_2X2");
+            }
+            if bq * head_dim > 1024 {
+                defines.push("PV4");
+            }
             format!(
                 "const HD: u32 = {head_dim}u;\nconst BQ: u32 = {bq}u;\nconst BK: u32 = {bk}u;\n"
-            ) + &preprocess("attention.wgsl", &["TILED"])
+            ) + &preprocess("attention.wgsl", &defines)
         });
         let params = AttentionParams {
             t,
@@ -599,5 +683,28 @@ mod tests {
         assert_eq!(tiled_tile(64), (16, 32));
         assert_eq!(tiled_tile(128), (8, 16));
         assert_eq!(tiled_tile(256), (4, 8));
+    }
+
+    /// COCO_ATTN_BLOCKED's larger tiles: within 32 KiB (what lavapipe offers, so CI runs
+    /// them), at most the P·V phase's 4 vec4s per invocation (`PV4`), and the head sizes of
+    /// the supported models with 4 scores per invocation (the 2 × 2 blocks).
+    #[test]
+    fn large_tiles_fit_and_block_the_common_head_sizes() {
+        for head_dim in (4..=MAX_HEAD_DIM).step_by(4) {
+            let (bq, bk) = large_tile(head_dim);
+            let bytes = tile_bytes(head_dim, (bq, bk));
+            assert!(bytes <= 32 * 1024, "head_dim {head_dim}: {bytes} bytes");
+            assert!(bq.is_power_of_two() && head_dim / 4 <= 4 * (TILED_WG / bq));
+            assert!(bq >= tiled_tile(head_dim).0, "head_dim {head_dim}");
+            assert!(bk.is_power_of_two() && bk >= tiled_tile(head_dim).1);
+            assert!(bq * bk <= 4 * TILED_WG);
+        }
+        for head_dim in [64, 96, 128] {
+            let (bq, bk) = large_tile(head_dim);
+            assert_eq!(bq * bk, 4 * TILED_WG, "head_dim {head_dim}: 2 x 2 blocks");
+        }
+        assert_eq!(large_tile(64), (16, 32));
+        assert_eq!(large_tile(128), (16, 32));
+        assert_eq!(large_tile(256), (8, 16));
     }
 }

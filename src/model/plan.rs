@@ -704,7 +704,7 @@ impl Plan {
                 (Op::Rope, ..) => out.extend([format!("rope_{rope}"), format!("rope_{rope}")]),
                 (Op::KvWrite, ..) => out.push("attention_kv_write".into()),
                 (Op::Attention(a), ..) if a.splits <= 1 => {
-                    out.push(format!("attention_tiled_hd{}", self.head_dim))
+                    out.push(crate::kernels::attention::tiled_choice(ctx, self.head_dim).label)
                 }
                 (Op::Attention(_), ..) => {
                     let lv = if l.is_some_and(|l| self.o_levels(l, t, pos0)) {

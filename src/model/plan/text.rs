@@ -225,9 +225,14 @@ impl Plan {
         } else {
             String::new()
         };
+        let blocked = if crate::kernels::attention::attention_blocked() {
+            ", its scores in 2 x 2 blocks and larger tiles where they fit (COCO_ATTN_BLOCKED=1)"
+        } else {
+            ""
+        };
         format!(
             "flash-decoding ({split}) while steps x {} heads <= {SPLIT_MAX_ROWS} rows and the \
-             last token sees > {SPLIT_BLOCK} keys, else one pass (attention_tiled_hd{}){cap}",
+             last token sees > {SPLIT_BLOCK} keys, else one pass (attention_tiled_hd{}{blocked}){cap}",
             self.heads, self.head_dim
         )
     }
