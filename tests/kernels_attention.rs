@@ -175,7 +175,7 @@ fn attention_tiled_variant_follows_the_switch() {
     for (hd, tile) in [(64, (16, 32)), (128, (16, 32)), (256, (8, 16))] {
         let (bq, bk) = tile;
         let bytes = 16 * (bq + bk) * (hd / 4 + 1) + 4 * bq * (bk + 1);
-        let c = attention::tiled_choice(&ctx, hd);
+        let c = attention::tiled_choice(ctx, hd);
         if !attention::attention_blocked() {
             assert_eq!(c.label, format!("attention_tiled_hd{hd}"));
             assert_eq!((c.bq, c.bk), attention::tiled_tile(hd));
