@@ -40,6 +40,9 @@ if ! "$B/$first_bin" -v info -m "$M/${first%%:*}-${first##*:}.gguf" 2>&1 | tee -
   echo "no H200 adapter through Vulkan: see $OUT/gpu.txt" >&2
   exit 1
 fi
+# The ceilings the kernels are held against (a few seconds): f32 FMA, and the tensor cores
+# through wgpu's cooperative matrices with and without coop128x128's workgroup loads.
+"$B/$first_bin" probe --compute-only 2>>"$OUT/err.txt" | tee -a "$OUT/gpu.txt"
 for spec in $MODELS; do
   m="${spec%%:*}-${spec##*:}"
   for spec_bin in $BINS; do

@@ -176,7 +176,7 @@ fn attention_tiled_variant_follows_the_switch() {
         let (bq, bk) = tile;
         let bytes = 16 * (bq + bk) * (hd / 4 + 1) + 4 * bq * (bk + 1);
         let c = attention::tiled_choice(ctx, hd);
-        if !attention::attention_blocked() {
+        if !ctx.attention_blocked {
             assert_eq!(c.label, format!("attention_tiled_hd{hd}"));
             assert_eq!((c.bq, c.bk), attention::tiled_tile(hd));
             assert!(!c.blocked);

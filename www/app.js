@@ -134,6 +134,7 @@ function restoreLink(link) {
   if (link.attnMerge !== undefined) page.attnMerge = link.attnMerge;
   if (link.inFlight !== undefined) page.inFlight = link.inFlight;
   if (link.gemm !== undefined) page.gemm = link.gemm;
+  if (link.attnBlocked !== undefined) page.attnBlocked = link.attnBlocked;
 }
 
 /**
@@ -169,9 +170,11 @@ async function openEngine() {
   try {
     // A link's subgroups=0 / 1 turns them off / on wherever granted (A/B runs); otherwise
     // the engine decides. attn_merge=separate: the two-dispatch attention merge; in_flight=N:
-    // decode batches kept in flight; gemm=…: the prefill GEMM by name (www/API.md).
+    // decode batches kept in flight; gemm=…: the prefill GEMM by name; attn_blocked=1: the
+    // attention's 2 × 2 score blocks (www/API.md).
     page.engine = await startEngine({
       subgroups: page.subgroups, attention_merge: page.attnMerge, batches_in_flight: page.inFlight, gemm: page.gemm,
+      attention_blocked: page.attnBlocked,
     });
   } catch (err) {
     const message = errorMessage(err);
@@ -636,7 +639,7 @@ function currentShareState() {
   // The conversation without its last answer: that answer is what the link reproduces.
   const chat = [...page.chat];
   if (chat.length && chat[chat.length - 1].role === "assistant") chat.pop();
-  return { model: $("model-url").value.trim(), mode, prompt: $("prompt").value, chat, fields, megakernel: $("megakernel").checked, cpuSampling: page.cpuSampling, subgroups: page.subgroups, attnMerge: page.attnMerge, inFlight: page.inFlight, gemm: page.gemm };
+  return { model: $("model-url").value.trim(), mode, prompt: $("prompt").value, chat, fields, megakernel: $("megakernel").checked, cpuSampling: page.cpuSampling, subgroups: page.subgroups, attnMerge: page.attnMerge, inFlight: page.inFlight, gemm: page.gemm, attnBlocked: page.attnBlocked };
 }
 
 async function copyLink() {

@@ -128,6 +128,8 @@ export function readShareParams(search = location.search) {
     if (["auto", "tiled", "4x8", "8x4", "4x4"].includes(gemm)) out.gemm = gemm;
     else out.problems.push(`ignored gemm="${gemm.slice(0, 40)}" (not auto, tiled, 4x8, 8x4 or 4x4)`);
   }
+  // The single-pass attention's 2 × 2 score blocks and larger tiles (A/B runs; 1: on).
+  if (params.has("attn_blocked")) out.attnBlocked = params.get("attn_blocked") === "1";
   out.bench = params.get("bench") === "1";
   out.any = [...params.keys()].length > 0;
   return out;
@@ -135,7 +137,7 @@ export function readShareParams(search = location.search) {
 
 /**
  * Builds the share link for the current state.
- * state: {model, mode, prompt, chat (messages), fields: {id: value}, megakernel, cpuSampling, subgroups, attnMerge, inFlight, gemm}
+ * state: {model, mode, prompt, chat (messages), fields: {id: value}, megakernel, cpuSampling, subgroups, attnMerge, inFlight, gemm, attnBlocked}
  */
 export function buildShareUrl(state, base = location.href) {
   const url = new URL(base);
@@ -157,6 +159,7 @@ export function buildShareUrl(state, base = location.href) {
   if (state.attnMerge === "separate") params.set("attn_merge", "separate");
   if (state.inFlight !== undefined) params.set("in_flight", String(state.inFlight));
   if (state.gemm && state.gemm !== "auto") params.set("gemm", state.gemm);
+  if (state.attnBlocked) params.set("attn_blocked", "1");
   url.search = params.toString();
   return url.href;
 }

@@ -59,6 +59,9 @@ pub struct GpuContext {
     pub batches_in_flight: u32,
     /// Which portable GEMM prefill runs (the caller's choice; by product by default).
     pub gemm: GemmChoice,
+    /// The single-pass attention's 2 × 2 score blocks and larger tiles (the caller's choice;
+    /// off by default: `DeviceOptions::attention_blocked`).
+    pub attention_blocked: bool,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
     /// One grow-only uniform buffer for every step's dispatch parameters. Rewriting it with
     /// `queue.write_buffer` before each submit is safe: writes and submits are ordered on the
@@ -311,6 +314,7 @@ impl GpuContext {
                 .unwrap_or(crate::model::DEFAULT_BATCHES_IN_FLIGHT)
                 .clamp(1, crate::model::MAX_BATCHES_IN_FLIGHT),
             gemm: options.gemm,
+            attention_blocked: options.attention_blocked,
             pipelines: Mutex::new(HashMap::new()),
             scratch: Mutex::new(HashMap::new()),
             params: Mutex::new(None),

@@ -161,12 +161,17 @@ pub struct DeviceOptions {
     /// Anything but `Auto` also runs the tiles on a CPU adapter, which otherwise prefills
     /// with the matvec: so the page can put the tile kernels through the browser's compiler.
     pub gemm: GemmChoice,
+    /// The single-pass attention's 2 × 2 score blocks and larger tiles
+    /// (`kernels::attention::tiled_choice`): the A/B knob `COCO_ATTN_BLOCKED=1`, a link's
+    /// `attn_blocked=1`. Off by default until timed.
+    pub attention_blocked: bool,
 }
 
 impl DeviceOptions {
     /// The defaults, with `COCO_SUBGROUPS` (0 / 1) choosing subgroups, `COCO_ATTN_MERGE`
-    /// (`separate`) the attention merge, `COCO_IN_FLIGHT` (1..=3) the decode batches in flight
-    /// and `COCO_GEMM` the prefill GEMM (native A/B runs).
+    /// (`separate`) the attention merge, `COCO_IN_FLIGHT` (1..=3) the decode batches in flight,
+    /// `COCO_GEMM` the prefill GEMM and `COCO_ATTN_BLOCKED=1` the blocked attention scores
+    /// (native A/B runs).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn from_env() -> Self {
         DeviceOptions {
@@ -184,6 +189,7 @@ impl DeviceOptions {
             gemm: std::env::var("COCO_GEMM").map_or(GemmChoice::Auto, |v| {
                 GemmChoice::parse_or_warn(&v, "COCO_GEMM")
             }),
+            attention_blocked: std::env::var("COCO_ATTN_BLOCKED").is_ok_and(|v| v == "1"),
         }
     }
 

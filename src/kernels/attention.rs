@@ -237,7 +237,7 @@ pub fn tiled_tile(head_dim: u32) -> (u32, u32) {
     tile_within(head_dim, 1024, 2048, 32)
 }
 
-/// With `COCO_ATTN_BLOCKED=1` ([`attention_blocked`]), where the device's workgroup memory
+/// With `COCO_ATTN_BLOCKED=1` (`GpuContext::attention_blocked`), where the device's workgroup memory
 /// holds them: twice the floats per tile, BQ at most 16, so more head sizes reach the 4
 /// scores per invocation of the 2 × 2 blocks and each staged key block serves more queries.
 /// 128: 16 × 32 (27 KiB); 96: 16 × 32 (21 KiB); 256: 8 × 16 (25 KiB); 64 keeps 16 × 32.
@@ -273,18 +273,14 @@ fn tile_bytes(head_dim: u32, (bq, bk): (u32, u32)) -> u32 {
     16 * (bq + bk) * row + 4 * bq * (bk + 1)
 }
 
-/// The A/B switch `COCO_ATTN_BLOCKED=1`, read once per process: the single-pass kernel computes
-/// each invocation's scores as a 2 × 2 block (`SCORES_2X2`, where the tile has 4 per
-/// invocation), so each vec4 of q and k it loads from workgroup memory feeds two dot products
-/// instead of one, and it takes [`large_tile`]s where the device's workgroup memory holds
-/// them (head_dim 128: 16 × 32 instead of 8 × 16, so blocked too). Counted per 16 × 32 block
-/// of head_dim 64, the score phase's workgroup-memory reads drop from ~1,280 to ~256
-/// wavefronts; the scores are bit for bit the same (each pair's dot product is summed in the
-/// same order). Off by default until timed.
-pub fn attention_blocked() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("COCO_ATTN_BLOCKED").is_ok_and(|v| v == "1"))
-}
+// The A/B switch `COCO_ATTN_BLOCKED=1` (a link's `attn_blocked=1`; `GpuContext::
+// attention_blocked`): the single-pass kernel computes each invocation's scores as a 2 × 2
+// block (`SCORES_2X2`, where the tile has 4 per invocation), so each vec4 of q and k it loads
+// from workgroup memory feeds two dot products instead of one, and it takes [`large_tile`]s
+// where the device's workgroup memory holds them (head_dim 128: 16 × 32 instead of 8 × 16, so
+// blocked too). Counted per 16 × 32 block of head_dim 64, the score phase's workgroup-memory
+// reads drop from ~1,280 to ~256 wavefronts; the scores are bit for bit the same (each pair's
+// dot product is summed in the same order). Off by default until timed.
 
 /// The single-pass kernel's variant for `head_dim` on `ctx`: its tile, whether its scores
 /// are 2 × 2 blocks, and its pipeline label.
@@ -298,7 +294,7 @@ pub struct TiledChoice {
 pub fn tiled_choice(ctx: &GpuContext, head_dim: u32) -> TiledChoice {
     let mut tile = tiled_tile(head_dim);
     let mut label = format!("attention_tiled_hd{head_dim}");
-    if attention_blocked() {
+    if ctx.attention_blocked {
         let large = large_tile(head_dim);
         if tile_bytes(head_dim, large) <= ctx.limits.max_compute_workgroup_storage_size {
             tile = large;
@@ -306,7 +302,7 @@ pub fn tiled_choice(ctx: &GpuContext, head_dim: u32) -> TiledChoice {
         label = format!("{label}_{}x{}", tile.0, tile.1);
     }
     let (bq, bk) = tile;
-    let blocked = attention_blocked() && bq * bk == 4 * TILED_WG;
+    let blocked = ctx.attention_blocked && bq * bk == 4 * TILED_WG;
     if blocked {
         label.push_str("_2x2");
     }

@@ -185,6 +185,8 @@ pub struct Plan {
     pub matvec_max_t: Option<u32>,
     /// Who merges flash-decoding's key ranges (the device's option).
     pub attention_merge: AttentionMerge,
+    /// The single-pass attention's 2 × 2 score blocks (the device's option).
+    pub attention_blocked: bool,
     pub layers: Vec<LayerPlan>,
     /// The final norm folded into the LM head.
     pub lm_head_norm: bool,
@@ -445,6 +447,7 @@ impl Plan {
             kernels,
             matvec_max_t: matvec_max_t(kernels),
             attention_merge: ctx.attention_merge,
+            attention_blocked: ctx.attention_blocked,
             layers,
             lm_head_norm: fused,
             final_softcap: c.final_softcap,

@@ -430,6 +430,9 @@ pub struct OpenOptions {
     /// "8x4" or "4x4" (that wide register tile everywhere), or "auto" / null / absent (by
     /// product). Anything but auto also runs the tiles on a software adapter.
     pub gemm: Option<String>,
+    /// The single-pass attention's 2 × 2 score blocks and larger tiles (A/B runs; null /
+    /// absent: off).
+    pub attention_blocked: Option<bool>,
 }
 
 /// The `options` of `bench`.

@@ -235,6 +235,7 @@ impl Coco {
                     ))
                 })?,
             },
+            attention_blocked: options.attention_blocked.unwrap_or(false),
         };
         let ctx = GpuContext::with_options(device).await.map_err(|e| {
             let e = PageError::from(e);

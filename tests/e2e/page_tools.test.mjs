@@ -99,7 +99,8 @@ describe('page: benchmark, kernel chart, cache', { timeout: 20 * 60_000 }, () =>
   it('?bench=1 runs the benchmark right after the link loads its model, with the link\'s sizes', { timeout: 5 * 60_000 }, async (t) => {
     const { context } = shared.session;
     const sizes = { pp: 3, tg: 2, reps: 1 };
-    const q = new URLSearchParams({ model: FIXTURE_URL, mode: 'complete', prompt: '', bench: '1', bench_pp: String(sizes.pp), bench_tg: String(sizes.tg), bench_reps: String(sizes.reps) });
+    // attn_blocked=1: an A/B switch a link carries to the engine (its bench record says so).
+    const q = new URLSearchParams({ model: FIXTURE_URL, mode: 'complete', prompt: '', bench: '1', bench_pp: String(sizes.pp), bench_tg: String(sizes.tg), bench_reps: String(sizes.reps), attn_blocked: '1' });
     const linked = await context.newPage();
     await guard(
       t,
@@ -111,6 +112,7 @@ describe('page: benchmark, kernel chart, cache', { timeout: 20 * 60_000 }, () =>
         for (const [key, value] of Object.entries(sizes)) assert.equal(await linked.inputValue(`#bench-${key}`), String(value), `bench_${key} restored`);
         const result = await benchResult(linked);
         checkBench(result, sizes, '?bench=1');
+        assert.equal(result.kernels.attention_blocked, true, 'the link\'s attn_blocked=1 reached the engine');
         assert.match(await text(linked, '#bench-result'), /other sizes: not compared/, 'other sizes than the last run: no bars');
         assert.equal(await linked.isDisabled('#bench-export'), false, 'the result can be exported');
         await waitState(linked, 'loaded');

@@ -429,6 +429,9 @@ pub struct KernelSettings {
     pub coop_subgroup_tile64: bool,
     /// Whether the tensor-core tiles stage with vec4 stores ([`coop_vec_stage`]).
     pub coop_vec_stage: bool,
+    /// Whether the single-pass attention computes 2 × 2 score blocks and takes larger tiles
+    /// (`GpuContext::attention_blocked`: `COCO_ATTN_BLOCKED=1`, a link's `attn_blocked=1`).
+    pub attention_blocked: bool,
 }
 
 impl KernelSettings {
@@ -448,6 +451,7 @@ impl KernelSettings {
             gemm_chunk: wide_chunk_override(),
             coop_subgroup_tile64: coop_prestage() && coop_subgroup_tile64(),
             coop_vec_stage: coop_vec_stage(),
+            attention_blocked: ctx.attention_blocked,
         }
     }
 }

@@ -225,7 +225,7 @@ impl Plan {
         } else {
             String::new()
         };
-        let blocked = if crate::kernels::attention::attention_blocked() {
+        let blocked = if self.attention_blocked {
             ", its scores in 2 x 2 blocks and larger tiles where they fit (COCO_ATTN_BLOCKED=1)"
         } else {
             ""
