@@ -233,12 +233,28 @@ fn main(
 #endif
         workgroupBarrier();
         stage_block(true, j0, last, row4, head4, lid);
+#ifdef P_ONCE
+        // COCO_ATTN_BLOCKED: the row's TPQ invocations each turn BK / TPQ of its scores into
+        // p = exp(s - m_new) in place, between two barriers, instead of each computing all BK
+        // exps (the same values: m_new is the same in all of them).
+        var m_new = m;
+        for (var jj = 0u; jj < BK; jj++) {
+            m_new = max(m_new, scores[row * SROW + jj]);
+        }
+        workgroupBarrier(); // the values are staged and every row's max is read
+        for (var jj = part; jj < BK; jj += TPQ) {
+            let s = scores[row * SROW + jj];
+            scores[row * SROW + jj] = select(0.0, exp(s - m_new), s > LOWEST);
+        }
+        workgroupBarrier();
+#else
         workgroupBarrier();
 
         var m_new = m;
         for (var jj = 0u; jj < BK; jj++) {
             m_new = max(m_new, scores[row * SROW + jj]);
         }
+#endif
         // exp(LOWEST - real) = 0 drops nothing; with nothing seen yet and a fully masked
         // block, m_new = m = LOWEST, the rescale is 1 and every p below is 0.
         let rescale = exp(m - m_new);
@@ -251,8 +267,12 @@ fn main(
         acc4 *= rescale;
 #endif
         for (var jj = 0u; jj < BK; jj++) {
+#ifdef P_ONCE
+            let pj = scores[row * SROW + jj];
+#else
             let s = scores[row * SROW + jj];
             let pj = select(0.0, exp(s - m), s > LOWEST);
+#endif
             l += pj;
             if (part < HD4) {
                 acc = fma(vec4<f32>(pj), kv_tile[jj * ROW + part], acc);

@@ -280,7 +280,10 @@ fn tile_bytes(head_dim: u32, (bq, bk): (u32, u32)) -> u32 {
 // where the device's workgroup memory holds them (head_dim 128: 16 × 32 instead of 8 × 16, so
 // blocked too). Counted per 16 × 32 block of head_dim 64, the score phase's workgroup-memory
 // reads drop from ~1,280 to ~256 wavefronts; the scores are bit for bit the same (each pair's
-// dot product is summed in the same order). Off by default until timed.
+// dot product is summed in the same order). And each p = exp(s − m) is computed once per
+// score, by one of the row's invocations (`P_ONCE`), where each of its 128 / BQ invocations
+// computed all of the row's exps (8 at head_dim 64): one more barrier per key block for 1/8
+// of the exps. Off by default until timed.
 
 /// The single-pass kernel's variant for `head_dim` on `ctx`: its tile, whether its scores
 /// are 2 × 2 blocks, and its pipeline label.
@@ -531,6 +534,9 @@ pub fn attention_planned(
         } = tiled_choice(rec.ctx(), head_dim);
         let pipeline = rec.ctx().pipeline(&label, || {
             let mut defines = vec!["TILED"];
+            if rec.ctx().attention_blocked {
+                defines.push("P_ONCE");
+            }
             if blocked {
                 defines.push("SCORES_2X2");
             }
