@@ -305,7 +305,7 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
             read_gb_s: 10.0,
             dispatch_us: 3.5,
             round_trip_us: 100.0,
-            compute: coco::bench::ComputeProbe {
+            compute: ComputeProbe {
                 fma_tflops: 0.03,
                 coop_tflops: None,
                 coop_wg_loads_tflops: None,
@@ -395,6 +395,14 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
         ("FusionPlan", vec![json(&plan)]),
         ("BenchRecord", vec![json(&bench)]),
         ("StepProfile", vec![json(&profile)]),
+        (
+            "ComputeProbe",
+            vec![json(&ComputeProbe {
+                fma_tflops: 0.03,
+                coop_tflops: Some(300.0),
+                coop_wg_loads_tflops: Some(200.0),
+            })],
+        ),
         ("Megakernel", vec![json(&megakernel)]),
         ("GenerationStats", vec![json(&stats)]),
         ("GenerateOptions", vec![json(&GenerateOptions::default())]),

@@ -178,6 +178,8 @@ async def visit(a, port, query, want_bench, screenshot=None):
                     # And the 128-token prefill step: per-kernel GB/s and TFLOP/s in the browser
                     # beside native `coco bench --profile`'s prefill_profile.
                     rec["prefill_profile"] = await b.evaluate("window.cocoPage.engine.profile(128, 'prefill')", timeout=a.timeout)
+                    # The f32 FMA ceiling through the browser's compiler (`coco probe` natively).
+                    rec["compute_probe"] = await b.evaluate("window.cocoPage.engine.probe()", timeout=a.timeout)
                 else:
                     # The same generation again in the same page: a visitor's second one.
                     await b.evaluate(SECOND)

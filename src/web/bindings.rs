@@ -414,6 +414,18 @@ impl Coco {
         to_js(&result)
     }
 
+    /// The GPU's arithmetic ceilings, as `coco probe --compute-only` measures them: f32 FMA
+    /// TFLOP/s (what the page's portable kernels can at most reach; compare its GEMMs' TFLOP/s
+    /// in a prefill profile), and the tensor cores' where the device has cooperative matrices
+    /// (wgpu's web backend offers none: null).
+    pub async fn probe(&self) -> PageResult<JsValue> {
+        let state = self.state()?;
+        let result = bench::probe_compute(&state.ctx)
+            .await
+            .map_err(|e| throw(PageError::from(e)))?;
+        to_js(&result)
+    }
+
     /// `step`: "decode" (or absent) times the decode step after a prefill of `tokens`;
     /// "prefill" the prefill step of `tokens` itself.
     pub async fn profile(&self, tokens: u32, step: Option<String>) -> PageResult<JsValue> {

@@ -166,6 +166,13 @@ describe('page: benchmark, kernel chart, cache', { timeout: 20 * 60_000 }, () =>
       assert.ok(arithmetic.length >= 2 && arithmetic.length >= products.length - 1,
         `the prefill's products show their arithmetic rate: ${JSON.stringify(prefill)}`);
       record('page prefill profile', { kernels: prefill.length, top: prefill[0].label });
+      // The ceiling those rates are held against: the GPU's f32 FMA rate, measured in the
+      // page as `coco probe --compute-only` does natively (no cooperative matrices on the web).
+      const probe = await page.evaluate(() => window.cocoPage.engine.probe());
+      assert.ok(probe.fma_tflops > 0 && Number.isFinite(probe.fma_tflops), JSON.stringify(probe));
+      assert.equal(probe.coop_tflops, null);
+      assert.equal(probe.coop_wg_loads_tflops, null);
+      record('page compute probe', probe);
     }));
 
   it('cache list: the loaded model with its size; Delete removes the Cache API entries and the list updates', { timeout: 5 * 60_000 }, (t) =>
