@@ -457,7 +457,12 @@ impl std::fmt::Display for ComputeProbe {
                 ", cooperative matrices (f16 16x16x16, f32 sums) {regs:.1} TFLOP/s, \
                  {loads:.1} with coop128x128's matrix loads from workgroup memory"
             ),
-            _ => write!(f, ", no cooperative matrices on this device"),
+            // coop_gemm_available: none offered, not 16x16x16 f16 with subgroups of 32, or
+            // switched off with COCO_COOPMAT=0.
+            _ => write!(
+                f,
+                ", no cooperative matrices on this device (or COCO_COOPMAT=0)"
+            ),
         }
     }
 }
