@@ -57,9 +57,9 @@ for spec in $MODELS; do
     for p in ${PROMPTS:-512}; do
       echo "== $m $spec_bin${PROMPTS:+ pp$p}"
       if [ -n "${PROMPTS:-}" ]; then
-        args=(-p "$p" -n 16 --reps 5 ${PROFILE:+--profile})
+        args=(-p "$p" -n 16 --reps 5 ${PROFILE:+--profile --probe})
       else
-        args=(-p 512 -n 128 --reps 3 --profile)
+        args=(-p 512 -n 128 --reps 3 --profile --probe)
       fi
       env ${shape:+COCO_MATVEC=$shape} "${vars[@]}" "$B/$bin" bench -m "$M/$m.gguf" "${args[@]}" --json 2>>"$OUT/err.txt" \
         | python3 -c "import json,sys; r=json.load(sys.stdin); r['build']='$spec_bin'; r['shape']='$m'; r['prompt']=$p; print(json.dumps(r))" \

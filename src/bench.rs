@@ -603,6 +603,22 @@ impl KernelTime {
     pub fn tflop_per_s(&self) -> Option<f64> {
         self.flops.map(|f| f as f64 / (self.total_us * 1e6))
     }
+
+    /// Its GB/s as a fraction of the probe's read bandwidth, and its TFLOP/s as a fraction of
+    /// the ceiling of its arithmetic: the tensor cores' (operands in registers) for the
+    /// tensor-core tiles (labels with `coop`), f32 FMAs otherwise. The larger says which bound
+    /// it is nearer.
+    pub fn of_ceilings(&self, probe: &Probe) -> (Option<f64>, Option<f64>) {
+        let compute = if self.label.contains("coop") {
+            probe.compute.coop_tflops
+        } else {
+            Some(probe.compute.fma_tflops)
+        };
+        (
+            self.gb_per_s().map(|r| r / probe.read_gb_s),
+            self.tflop_per_s().zip(compute).map(|(r, c)| r / c),
+        )
+    }
 }
 
 /// Which step [`profile_step`] times.
@@ -886,5 +902,63 @@ impl MegakernelAb {
                 detail: c.detail.clone(),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kernel(label: &str, total_us: f64, bytes: Option<u64>, flops: Option<u64>) -> KernelTime {
+        KernelTime {
+            label: label.into(),
+            calls: 1,
+            total_us,
+            bytes,
+            flops,
+            workgroups: 1,
+        }
+    }
+
+    /// A kernel's rates against the probe's ceilings: read bandwidth, and the tensor cores'
+    /// TFLOP/s for the tensor-core tiles, f32 FMA's for the rest; none where nothing counts.
+    #[test]
+    fn rates_are_held_against_the_matching_ceiling() {
+        let probe = Probe {
+            read_gb_s: 4000.0,
+            dispatch_us: 3.0,
+            round_trip_us: 100.0,
+            compute: ComputeProbe {
+                fma_tflops: 50.0,
+                coop_tflops: Some(400.0),
+                coop_wg_loads_tflops: Some(200.0),
+            },
+        };
+        // 2 GB and 0.1 TFLOP in 1 ms: 2,000 GB/s and 100 TFLOP/s.
+        let tiles = kernel(
+            "matmul_q4_0_coop128x128",
+            1000.0,
+            Some(2_000_000_000),
+            Some(100_000_000_000),
+        );
+        assert_eq!(tiles.of_ceilings(&probe), (Some(0.5), Some(0.25)));
+        let portable = kernel(
+            "matmul_q4_0_wide64x128",
+            1000.0,
+            Some(2_000_000_000),
+            Some(25_000_000_000),
+        );
+        assert_eq!(portable.of_ceilings(&probe), (Some(0.5), Some(0.5)));
+        let none = kernel("get_rows_q8_0", 10.0, None, None);
+        assert_eq!(none.of_ceilings(&probe), (None, None));
+        let no_coop = Probe {
+            compute: ComputeProbe {
+                coop_tflops: None,
+                coop_wg_loads_tflops: None,
+                ..probe.compute.clone()
+            },
+            ..probe
+        };
+        assert_eq!(tiles.of_ceilings(&no_coop).1, None);
     }
 }

@@ -677,7 +677,7 @@ fn bench(args: BenchArgs, verbose: bool) -> Result<()> {
     );
     for p in [profiled, profiled_prefill] {
         match p {
-            Some(Ok(p)) => print_profile(&p),
+            Some(Ok(p)) => print_profile(&p, r.probe.as_ref()),
             Some(Err(e)) => println!("profile: {e}"),
             None => {}
         }
@@ -685,8 +685,9 @@ fn bench(args: BenchArgs, verbose: bool) -> Result<()> {
     Ok(())
 }
 
-/// The per-kernel table of `coco bench --profile`.
-fn print_profile(p: &StepProfile) {
+/// The per-kernel table of `coco bench --profile`; with `--probe` also each kernel's rates as
+/// fractions of the adapter's ceilings (read bandwidth; f32 FMA or tensor-core TFLOP/s).
+fn print_profile(p: &StepProfile, probe: Option<&coco::bench::Probe>) {
     println!();
     let step = if p.tokens == 1 {
         "one decode step".to_string()
@@ -705,11 +706,24 @@ fn print_profile(p: &StepProfile) {
             format!("{v:.digits$}")
         })
     };
-    println!("| kernel | calls | workgroups/call | µs/step | % | GB/s | TFLOP/s |");
-    println!("|---|---|---|---|---|---|---|");
+    let percent = |v: Option<f64>| v.map_or("—".into(), |v| format!("{:.0}%", 100.0 * v));
+    let ceilings = if probe.is_some() {
+        " % of read bandwidth | % of compute ceiling |"
+    } else {
+        ""
+    };
+    println!("| kernel | calls | workgroups/call | µs/step | % | GB/s | TFLOP/s |{ceilings}");
+    println!(
+        "|---|---|---|---|---|---|---|{}",
+        if probe.is_some() { "---|---|" } else { "" }
+    );
     for k in &p.kernels {
+        let of = probe.map_or(String::new(), |probe| {
+            let (bandwidth, compute) = k.of_ceilings(probe);
+            format!(" {} | {} |", percent(bandwidth), percent(compute))
+        });
         println!(
-            "| {} | {} | {} | {:.1} | {:.1}% | {} | {} |",
+            "| {} | {} | {} | {:.1} | {:.1}% | {} | {} |{of}",
             k.label,
             k.calls,
             k.workgroups,
@@ -720,8 +734,10 @@ fn print_profile(p: &StepProfile) {
         );
     }
     println!(
-        "| total, one pass per dispatch | {} | | {:.1} | 100% | | |",
-        p.dispatches, p.profiled_us
+        "| total, one pass per dispatch | {} | | {:.1} | 100% | | |{}",
+        p.dispatches,
+        p.profiled_us,
+        if probe.is_some() { " | |" } else { "" }
     );
     println!(
         "profiling gives each dispatch its own compute pass (WebGPU has only pass-level timestamps), so its total includes one pass's overhead per dispatch; the real step, one pass: {:.1} µs",
