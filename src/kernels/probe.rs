@@ -96,20 +96,7 @@ pub fn probe_fma(rec: &mut StepRecorder, dst: &Binding, steps: u32) -> Result<()
     let pipeline = rec
         .ctx()
         .pipeline(label, || preprocess("probe.wgsl", &["FMA"]));
-    let params = Params {
-        n_vec4: steps,
-        threads: COMPUTE_GROUPS * 256,
-        mul: 0.999,
-        add: 0.001,
-    };
-    rec.dispatch(
-        label,
-        &pipeline,
-        bytemuck::bytes_of(&params),
-        std::slice::from_ref(dst),
-        [COMPUTE_GROUPS, 1, 1],
-    )?;
-    Ok(())
+    dispatch_compute(rec, label, &pipeline, dst, steps, (0.999, 0.001))
 }
 
 /// `steps` of 8 cooperative-matrix products per subgroup (16 × 16 × 16, f16 operands, f32
@@ -141,15 +128,28 @@ pub fn probe_mma(
         };
         mma_source(defines)
     });
+    dispatch_compute(rec, label, &pipeline, dst, steps, (1.0 / 64.0, 0.0))
+}
+
+/// One dispatch of a compute probe: [`COMPUTE_GROUPS`] workgroups of `steps` each, with its
+/// operands (`mul`, `add`) from the host so the compiler can't fold its arithmetic.
+fn dispatch_compute(
+    rec: &mut StepRecorder,
+    label: &str,
+    pipeline: &std::sync::Arc<wgpu::ComputePipeline>,
+    dst: &Binding,
+    steps: u32,
+    (mul, add): (f32, f32),
+) -> Result<(), KernelError> {
     let params = Params {
         n_vec4: steps,
         threads: COMPUTE_GROUPS * 256,
-        mul: 1.0 / 64.0,
-        add: 0.0,
+        mul,
+        add,
     };
     rec.dispatch(
         label,
-        &pipeline,
+        pipeline,
         bytemuck::bytes_of(&params),
         std::slice::from_ref(dst),
         [COMPUTE_GROUPS, 1, 1],
