@@ -12,6 +12,9 @@
 # (default: all five). Writes JSON lines to $OUT/decode.jsonl and prints a table last: tg128
 # and the decode step's matvec µs with their read bandwidth.
 #
+# DEPTH=512 times pp and tg 512 tokens into the cache (`bench -d`, llama-bench's `-d`; default
+# 0: tg from an empty cache, as llama-bench's tg128).
+#
 # PROMPTS="1 8 32 64" measures short prompts instead (issue 16's pp32 ≤ 4 decode steps):
 # `bench -p P -n 16 --reps 5` per length, and a table of the prompt's ms against the decode
 # step's; with PROFILE=1 also each prompt's costliest prefill kernels.
@@ -61,6 +64,8 @@ for spec in $MODELS; do
       else
         args=(-p 512 -n 128 --reps 3 --profile --probe)
       fi
+      # Only when set: builds from before depths reject -d (they time tg after the prompt).
+      [ -n "${DEPTH:-}" ] && args+=(-d "$DEPTH")
       env ${shape:+COCO_MATVEC=$shape} "${vars[@]}" "$B/$bin" bench -m "$M/$m.gguf" "${args[@]}" --json 2>>"$OUT/err.txt" \
         | python3 -c "import json,sys; r=json.load(sys.stdin); r['build']='$spec_bin'; r['shape']='$m'; r['prompt']=$p; print(json.dumps(r))" \
         | tee -a "$OUT/decode.jsonl" | cut -c1-300
@@ -75,8 +80,8 @@ if prompts:
     print("\n| shape | build | prompt | prefill ms | decode step ms | prefill in decode steps |")
     print("|---|---|---|---|---|---|")
 else:
-    print("\n| shape | build | tg128 tok/s | pp512 tok/s | dispatches/token | decode step µs (one pass) | matvec µs (GB/s) | kernels (µs, GB/s) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("\n| shape | build | depth | tg128 tok/s | pp512 tok/s | dispatches/token | decode step µs (one pass, mid-tg) | matvec µs (GB/s) | kernels (µs, GB/s) |")
+    print("|---|---|---|---|---|---|---|---|---|")
 for line in open(f"{out}/decode.jsonl"):
     try:
         r = json.loads(line)
@@ -95,7 +100,7 @@ for line in open(f"{out}/decode.jsonl"):
     def rate(k):  # GB/s where the kernel counts its bytes (gpu::Work)
         return f" ({k['bytes'] / (k['total_us'] * 1e3):.0f})" if k.get("bytes") else ""
     top = ", ".join(f"{k['label']} {k['total_us']:.0f}{rate(k)}" for k in ks[:6])
-    print(f"| {r['shape']} | {r['build']} | {r['tg_tok_s']:.1f} | {r['pp_tok_s']:.0f} | {r['dispatches_per_token']} | "
+    print(f"| {r['shape']} | {r['build']} | {r.get('depth', 'after pp')} | {r['tg_tok_s']:.1f} | {r['pp_tok_s']:.0f} | {r['dispatches_per_token']} | "
           f"{p.get('one_pass_us', 0):.0f} | {mv:.0f} ({mv_bytes / max(mv, 1e-9) / 1e3:.0f}) | {top} |")
 PY
 # With PROMPTS and PROFILE=1: each prompt's costliest prefill kernels (µs over the step).

@@ -36,6 +36,10 @@ pub const MEGAKERNEL_AB_TOKENS: u32 = 16;
 pub struct BenchConfig {
     pub prompt_tokens: u32,
     pub gen_tokens: u32,
+    /// Tokens already in the KV cache when pp and tg are timed (llama-bench's `-d`). At 0,
+    /// as llama-bench's pp512 / tg128, pp runs from position 0 and tg from an empty cache
+    /// (position 1: the decode loop's first draw needs one forward's logits).
+    pub depth: u32,
     pub reps: u32,
     pub pipeline: crate::model::Pipeline,
 }
@@ -72,6 +76,9 @@ pub struct BenchResult {
     pub kernels: KernelSettings,
     pub prompt_tokens: u32,
     pub gen_tokens: u32,
+    pub depth: u32,
+    /// The first and last KV-cache positions tg decoded at.
+    pub tg_positions: [u32; 2],
     pub reps: u32,
     pub pp_tok_s: Vec<f64>,
     pub tg_tok_s: Vec<f64>,
@@ -192,12 +199,21 @@ pub fn bench_prompt(model: &Model, n: u32) -> Vec<u32> {
         .collect()
 }
 
-/// Runs pp and tg `reps` times each (after one warm-up) on a fresh session per rep, tg
-/// greedy and then with the default sampler settings, with the headline figures measured
-/// with the FFN megakernel on (`coco bench --megakernel`; the caller has already checked it)
-/// or off, then the megakernel A/B, which measures the other side's greedy tg the same way.
+/// The ids a run at `depth` puts in the cache first, and the prompt pp times after them:
+/// one sequence of [`bench_prompt`], so the prompt at depth 0 is the same as before depths.
+pub fn bench_ids(model: &Model, depth: u32, prompt_tokens: u32) -> (Vec<u32>, Vec<u32>) {
+    let mut ids = bench_prompt(model, depth + prompt_tokens.max(1));
+    let prompt = ids.split_off(depth as usize);
+    (ids, prompt)
+}
+
+/// Runs pp and tg `reps` times each (after one warm-up) on fresh sessions, tg greedy and
+/// then with the default sampler settings, with the headline figures measured with the FFN
+/// megakernel on (`coco bench --megakernel`; the caller has already checked it) or off, then
+/// the megakernel A/B, which measures the other side's greedy tg the same way.
 /// `cpu_sampling` times the one-token path that reads logits back for the CPU sampler (the
-/// A/B baseline) instead of the GPU decode loop.
+/// A/B baseline) instead of the GPU decode loop. pp and tg each start `cfg.depth` tokens
+/// into the cache, as llama-bench's tests do: tg is not timed after pp's prompt.
 pub async fn run_with(
     ctx: &Arc<GpuContext>,
     model: &Arc<Model>,
@@ -205,8 +221,8 @@ pub async fn run_with(
     megakernel: bool,
     cpu_sampling: bool,
 ) -> Result<BenchResult, EngineError> {
-    let prompt = bench_prompt(model, cfg.prompt_tokens);
-    let context = cfg.prompt_tokens + cfg.gen_tokens + 8;
+    let (depth_ids, prompt) = bench_ids(model, cfg.depth, cfg.prompt_tokens);
+    let context = cfg.depth + prompt.len() as u32 + cfg.gen_tokens + 8;
     let check = {
         let mut s = Session::new(ctx, model, context, LogitsFor::LastToken);
         s.pipeline = cfg.pipeline;
@@ -217,6 +233,7 @@ pub async fn run_with(
     let on = megakernel && check.passed;
     let plan = |cfg: &'_ BenchConfig, prefill_megakernel, decode_megakernel, sampler| TgPlan {
         cfg: cfg.clone(),
+        depth_ids: &depth_ids,
         prompt: &prompt,
         context,
         prefill_megakernel,
@@ -271,8 +288,10 @@ pub async fn run_with(
     Ok(BenchResult {
         adapter: ctx.describe(),
         kernels: KernelSettings::of(ctx),
-        prompt_tokens: cfg.prompt_tokens,
+        prompt_tokens: prompt.len() as u32,
         gen_tokens: cfg.gen_tokens,
+        depth: cfg.depth,
+        tg_positions: last.tg_positions,
         reps: cfg.reps,
         pp_tok_s: runs.iter().map(|r| r.pp_tok_s).collect(),
         tg_tok_s: tg,
@@ -311,6 +330,7 @@ pub async fn run_with(
 struct TgRun {
     pp_tok_s: f64,
     tg_tok_s: f64,
+    tg_positions: [u32; 2],
     dispatches_per_token: u32,
     sampler_on_gpu: bool,
     steps_per_submit: u32,
@@ -323,6 +343,8 @@ struct TgRun {
 /// the decode drawing with `sampler`, on the GPU loop or the CPU-sampling path.
 struct TgPlan<'a> {
     cfg: BenchConfig,
+    /// What the cache holds before pp and before tg (`cfg.depth` ids).
+    depth_ids: &'a [u32],
     prompt: &'a [u32],
     context: u32,
     prefill_megakernel: bool,
@@ -347,9 +369,10 @@ async fn reps(
     Ok(runs)
 }
 
-/// One fresh session: prefill the prompt (timed until its logits are back), then
-/// `gen_tokens` decode steps as `plan` says. Stop tokens don't end the run (random weights
-/// emit anything).
+/// Two fresh sessions, each first holding `depth_ids`: one prefills the prompt (timed until
+/// its logits are back), the other decodes `gen_tokens` steps as `plan` says. With no depth
+/// the decode session prefills the prompt's first id alone, for the loop's first draw. Stop
+/// tokens don't end the run (random weights emit anything).
 async fn pp_tg(
     ctx: &Arc<GpuContext>,
     model: &Arc<Model>,
@@ -357,6 +380,7 @@ async fn pp_tg(
 ) -> Result<TgRun, EngineError> {
     let TgPlan {
         cfg,
+        depth_ids,
         prompt,
         context,
         prefill_megakernel,
@@ -365,18 +389,35 @@ async fn pp_tg(
         cpu_sampling,
     } = plan;
     let (context, cpu_sampling) = (*context, *cpu_sampling);
-    let mut s = Session::new(ctx, model, context, LogitsFor::LastToken);
-    s.pipeline = cfg.pipeline;
-    // The switch was checked once per run (in run_with) for this model and device; sessions
-    // differ only in their buffers, so it is set directly here.
-    s.megakernel = *prefill_megakernel;
-    let clock = Clock::start();
-    let mut logits = s.forward(prompt).await?;
-    let pp_rate = prompt.len() as f64 / clock.seconds();
+    let session = || {
+        let mut s = Session::new(ctx, model, context, LogitsFor::LastToken);
+        s.pipeline = cfg.pipeline;
+        // The switch was checked once per run (in run_with) for this model and device;
+        // sessions differ only in their buffers, so it is set directly here.
+        s.megakernel = *prefill_megakernel;
+        s
+    };
+    let pp_rate = {
+        let mut s = session();
+        if !depth_ids.is_empty() {
+            s.forward(depth_ids).await?;
+        }
+        let clock = Clock::start();
+        s.forward(prompt).await?;
+        prompt.len() as f64 / clock.seconds()
+    };
+    let mut s = session();
+    let before = if depth_ids.is_empty() {
+        &prompt[..1]
+    } else {
+        depth_ids
+    };
+    let mut logits = s.forward(before).await?;
+    let first_position = s.pos;
     s.megakernel = *decode_megakernel;
     let clock = Clock::start();
     if cpu_sampling {
-        let mut history = prompt.to_vec();
+        let mut history = before.to_vec();
         for _ in 0..cfg.gen_tokens {
             let id = crate::reference::sample::sample(&logits, &history, sampler);
             history.push(id);
@@ -394,6 +435,7 @@ async fn pp_tg(
     Ok(TgRun {
         pp_tok_s: pp_rate,
         tg_tok_s: cfg.gen_tokens as f64 / seconds,
+        tg_positions: [first_position, s.pos.saturating_sub(1)],
         dispatches_per_token: s.stats.dispatches_per_token,
         sampler_on_gpu: !cpu_sampling,
         steps_per_submit: s.stats.steps_per_submit.max(1),
@@ -621,14 +663,14 @@ impl KernelTime {
     }
 }
 
-/// Which step [`profile_step`] times.
+/// Which step [`profile_step`] times, after the cache holds its context.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProfiledStep {
-    /// The decode step after prefilling the tokens.
+pub enum ProfiledStep<'a> {
+    /// One decode step.
     Decode,
-    /// The prefill step of the tokens themselves, from position 0 (at most
-    /// [`crate::engine::PREFILL_CHUNK`] of them: one step).
-    Prefill,
+    /// The prefill step of these tokens (at most [`crate::engine::PREFILL_CHUNK`] of them:
+    /// one step).
+    Prefill(&'a [u32]),
 }
 
 /// One decode or prefill step, kernel by kernel (`StepProfile` in `www/API.md`: what
@@ -663,28 +705,40 @@ pub enum ProfileError {
 pub const PROFILE_STEPS: u32 = 5;
 
 /// Times one step per kernel (one pass per dispatch) and as one pass, [`PROFILE_STEPS`]
-/// times each after a warm-up: the decode step after prefilling `tokens` in a fresh session,
-/// or the prefill step of `tokens` at position 0. The step is re-run at the same position
-/// (its KV-cache write is the same each time), so the session's state is never advanced by
-/// hand. `megakernel` assumes the caller checked it (`Session::set_megakernel`).
+/// times each after a warm-up: a decode step or a prefill step, in a fresh session after
+/// prefilling `context` (so at position `context.len()`). The step is re-run at the same
+/// position (its KV-cache write is the same each time), so the session's state is never
+/// advanced by hand. `megakernel` assumes the caller checked it (`Session::set_megakernel`).
 pub async fn profile_step(
     ctx: &Arc<GpuContext>,
     model: &Arc<Model>,
-    tokens: &[u32],
-    step: ProfiledStep,
+    context: &[u32],
+    step: ProfiledStep<'_>,
     pipeline: crate::model::Pipeline,
     megakernel: bool,
 ) -> Result<StepProfile, ProfileError> {
     if !ctx.features.contains(wgpu::Features::TIMESTAMP_QUERY) {
         return Err(ProfileError::NoTimestampQuery);
     }
-    let mut s = Session::new(ctx, model, tokens.len() as u32 + 8, LogitsFor::LastToken);
+    let step_tokens = match step {
+        ProfiledStep::Decode => 1,
+        ProfiledStep::Prefill(t) => t.len(),
+    };
+    let mut s = Session::new(
+        ctx,
+        model,
+        (context.len() + step_tokens) as u32 + 8,
+        LogitsFor::LastToken,
+    );
     s.pipeline = pipeline;
     s.megakernel = megakernel;
+    let last_logits = match context {
+        [] => None,
+        c => Some(s.forward(c).await?),
+    };
     let ids: Vec<u32> = match step {
-        ProfiledStep::Decode if tokens.is_empty() => vec![0],
-        ProfiledStep::Decode => vec![argmax(&s.forward(tokens).await?)],
-        ProfiledStep::Prefill => tokens[..tokens.len().min(s.scratch.rows as usize)].to_vec(),
+        ProfiledStep::Decode => vec![last_logits.map_or(0, |l| argmax(&l))],
+        ProfiledStep::Prefill(t) => t[..t.len().min(s.scratch.rows as usize)].to_vec(),
     };
     ctx.queue
         .write_buffer(&s.scratch.ids, 0, bytemuck::cast_slice(&ids));
@@ -779,6 +833,10 @@ pub struct BenchRecord {
     pub pipeline: &'static str,
     pub prompt_tokens: u32,
     pub gen_tokens: u32,
+    /// Tokens in the KV cache before pp and tg (llama-bench's `-d`; 0: an empty cache).
+    pub depth: u32,
+    /// The first and last positions tg decoded at.
+    pub tg_positions: [u32; 2],
     pub reps: u32,
     pub pp_tok_s: Option<f64>,
     pub tg_tok_s: Option<f64>,
@@ -856,6 +914,8 @@ impl BenchResult {
             },
             prompt_tokens: self.prompt_tokens,
             gen_tokens: self.gen_tokens,
+            depth: self.depth,
+            tg_positions: self.tg_positions,
             reps: self.reps,
             pp_tok_s: num(self.pp()),
             tg_tok_s: num(self.tg()),

@@ -282,6 +282,8 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
         pipeline: "fused",
         prompt_tokens: 8,
         gen_tokens: 4,
+        depth: 0,
+        tg_positions: [1, 4],
         reps: 1,
         pp_tok_s: Some(100.0),
         tg_tok_s: Some(10.0),

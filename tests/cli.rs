@@ -159,6 +159,49 @@ fn probe_reports_the_compute_ceilings() {
     }
 }
 
+/// `bench` times pp and tg as llama-bench does, each in its own session `-d` tokens into the
+/// cache: tg from an empty cache by default, not after pp's prompt. Its decode profile
+/// stands at the middle of tg's positions and its prefill profile at the depth.
+#[test]
+fn bench_times_tg_at_the_depth_not_after_the_prompt() {
+    let m = fixture();
+    for (depth, tg_from) in [(0u64, 1u64), (6, 6)] {
+        let d = depth.to_string();
+        let (ok, out, err) = coco(&[
+            "bench",
+            "-m",
+            &m,
+            "-p",
+            "5",
+            "-n",
+            "4",
+            "-d",
+            &d,
+            "--reps",
+            "1",
+            "--profile",
+            "--json",
+        ]);
+        assert!(ok, "{err}");
+        let v = json(&out);
+        assert_eq!(v["depth"], depth);
+        assert_eq!(v["prompt_tokens"], 5);
+        assert_eq!(v["tg_positions"], serde_json::json!([tg_from, tg_from + 3]));
+        assert!(v["pp_tok_s"].as_f64().unwrap() > 0.0 && v["tg_tok_s"].as_f64().unwrap() > 0.0);
+        for (profile, position, tokens) in [
+            (&v["profile"], tg_from + 2, 1),
+            (&v["prefill_profile"], depth, 5),
+        ] {
+            if profile.get("not_yet").is_some() {
+                println!("no timestamps here: {profile}");
+                continue;
+            }
+            assert_eq!(profile["position"], position, "{profile}");
+            assert_eq!(profile["tokens"], tokens, "{profile}");
+        }
+    }
+}
+
 #[test]
 fn missing_file_is_a_clear_error() {
     let (ok, _, err) = coco(&["run", "-m", "/nonexistent.gguf", "-p", "x"]);

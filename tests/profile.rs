@@ -333,18 +333,24 @@ fn attention_splits_on_long_decode_steps_only() {
     ));
 }
 
-/// The profile, or `None` (after checking the refusal, and saying so) on an adapter without
+/// The profile of a decode step after the bench prompt, or (`prefill`) of the prompt's
+/// prefill step; `None` (after checking the refusal, and saying so) on an adapter without
 /// timestamps.
 fn profile(
     ctx: &Arc<GpuContext>,
     model: &Arc<Model>,
-    step: ProfiledStep,
+    prefill: bool,
     pipeline: Pipeline,
     megakernel: bool,
 ) -> Option<StepProfile> {
     let tokens = bench_prompt(model, PROMPT);
+    let (context, step) = if prefill {
+        (&[][..], ProfiledStep::Prefill(&tokens))
+    } else {
+        (&tokens[..], ProfiledStep::Decode)
+    };
     let r = pollster::block_on(profile_step(
-        ctx, model, &tokens, step, pipeline, megakernel,
+        ctx, model, context, step, pipeline, megakernel,
     ));
     if !ctx.features.contains(wgpu::Features::TIMESTAMP_QUERY) {
         let err = r.expect_err("no timestamp-query must be refused");
@@ -413,7 +419,7 @@ fn fused_decode_step_profile_covers_every_kernel() {
     assert!(count(&l, |l| l.starts_with("attention_tiled_hd")) > 0);
     assert!(count(&l, |l| l.starts_with("matmul_q8_0_")) >= 4 * layers);
     assert_eq!(count(&l, |l| l.contains("_glu_silu")), layers);
-    let Some(p) = profile(&ctx, &model, ProfiledStep::Decode, Pipeline::Fused, false) else {
+    let Some(p) = profile(&ctx, &model, false, Pipeline::Fused, false) else {
         return;
     };
     check_consistent(&p, &l);
@@ -430,7 +436,7 @@ fn megakernel_profile_shows_one_ffn_dispatch_per_layer() {
         model.config.n_layers
     );
     assert_eq!(count(&l, |l| l.contains("_glu_")), 0);
-    let Some(p) = profile(&ctx, &model, ProfiledStep::Decode, Pipeline::Fused, true) else {
+    let Some(p) = profile(&ctx, &model, false, Pipeline::Fused, true) else {
         return;
     };
     check_consistent(&p, &l);
@@ -451,7 +457,7 @@ fn prefill_step_profile_runs_the_whole_prompt_in_one_step() {
         layers,
         "single-pass attention: {PROMPT} tokens × heads fill the GPU without splitting"
     );
-    let Some(p) = profile(&ctx, &model, ProfiledStep::Prefill, Pipeline::Fused, false) else {
+    let Some(p) = profile(&ctx, &model, true, Pipeline::Fused, false) else {
         return;
     };
     check_consistent(&p, &l);

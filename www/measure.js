@@ -156,7 +156,7 @@ export async function runBench() {
 /** What the next run's bars compare against: the model, the sizes and the three medians. */
 function saveLastBench(r) {
   const kept = {
-    model: r.model, adapter: r.adapter, prompt_tokens: r.prompt_tokens, gen_tokens: r.gen_tokens,
+    model: r.model, adapter: r.adapter, prompt_tokens: r.prompt_tokens, gen_tokens: r.gen_tokens, depth: r.depth,
     pp_tok_s: r.pp_tok_s, tg_tok_s: r.tg_tok_s, tg_sampled_tok_s: r.tg_sampled_tok_s, date: new Date().toISOString(),
   };
   try {
@@ -181,7 +181,9 @@ function readLastBench() {
  * whole JSON is behind Export.
  */
 function renderBench(r, last) {
-  const comparable = last && last.model === r.model && last.prompt_tokens === r.prompt_tokens && last.gen_tokens === r.gen_tokens;
+  // A run saved before depths existed timed tg after its prompt: not comparable.
+  const comparable = last && last.model === r.model && last.prompt_tokens === r.prompt_tokens
+    && last.gen_tokens === r.gen_tokens && last.depth === r.depth;
   const range = (runs) => {
     const xs = (runs || []).filter(Number.isFinite);
     return xs.length > 1 ? `${formatRate(Math.min(...xs), "").trim()}–${formatRate(Math.max(...xs), "tok/s")}` : "—";

@@ -66,6 +66,10 @@ struct BenchArgs {
     /// Generated tokens (tg).
     #[arg(short = 'n', long, default_value_t = 128)]
     n: u32,
+    /// Tokens in the KV cache before pp and tg are timed, as llama-bench's `-d`: 0 times tg
+    /// from an empty cache (pp512 and tg128 are separate tests, not tg after the prompt).
+    #[arg(short = 'd', long, default_value_t = 0)]
+    depth: u32,
     #[arg(long, default_value_t = 5)]
     reps: u32,
     /// Measure read bandwidth, dispatch cost and round trip to compute the floor.
@@ -76,7 +80,8 @@ struct BenchArgs {
     #[command(flatten)]
     pipeline: PipelineArgs,
     /// Also time one decode step per kernel with timestamp queries (one pass per
-    /// dispatch; the real one-pass step time is shown beside it).
+    /// dispatch; the real one-pass step time is shown beside it), at the middle of tg's
+    /// positions, and the prompt's prefill step at the depth.
     #[arg(long)]
     profile: bool,
 }
@@ -549,6 +554,7 @@ fn bench(args: BenchArgs, verbose: bool) -> Result<()> {
         model: path,
         prompt,
         n,
+        depth,
         reps,
         probe,
         json: as_json,
@@ -563,12 +569,13 @@ fn bench(args: BenchArgs, verbose: bool) -> Result<()> {
     let ctx = open_gpu(verbose)?;
     let args = ModelArgs {
         model: path.clone(),
-        ctx: prompt + n + 8,
+        ctx: depth + prompt + n + 8,
     };
     let m = load(&ctx, &args, verbose)?;
     let cfg = coco::bench::BenchConfig {
         prompt_tokens: prompt,
         gen_tokens: n,
+        depth,
         reps: reps.max(1),
         pipeline: pipeline(unfused),
     };
@@ -587,22 +594,24 @@ fn bench(args: BenchArgs, verbose: bool) -> Result<()> {
     if probe {
         r.probe = Some(pollster::block_on(coco::bench::probe(&ctx))?);
     }
-    // --profile: the decode step (as the page charts it) and the prompt's prefill step.
-    let tokens = coco::bench::bench_prompt(&m, prompt);
-    let profile_of = |step| {
+    // --profile: the decode step (as the page charts it) at the middle of tg's positions, so
+    // its one-pass time sets against 1 / tg; and the prompt's prefill step at the depth.
+    let (depth_ids, tokens) = coco::bench::bench_ids(&m, depth, prompt);
+    let profile_of = |context: &[u32], step| {
         profile.then(|| {
             pollster::block_on(coco::bench::profile_step(
                 &ctx,
                 &m,
-                &tokens,
+                context,
                 step,
                 cfg.pipeline,
                 megakernel,
             ))
         })
     };
-    let profiled = profile_of(ProfiledStep::Decode);
-    let profiled_prefill = profile_of(ProfiledStep::Prefill);
+    let mid_tg = coco::bench::bench_prompt(&m, r.tg_positions[0] + n / 2);
+    let profiled = profile_of(&mid_tg, ProfiledStep::Decode);
+    let profiled_prefill = profile_of(&depth_ids, ProfiledStep::Prefill(&tokens));
     let profile_record = |p: &Option<Result<StepProfile, ProfileError>>| -> Result<_> {
         Ok(match p {
             None => None,
@@ -632,7 +641,13 @@ fn bench(args: BenchArgs, verbose: bool) -> Result<()> {
             "-".into()
         }
     };
-    println!("| model | adapter | pp{prompt} tok/s | tg{n} tok/s | tg{n} sampled tok/s | ms/token | dispatches/token | GB/s eff. | floor ms | % of floor | megakernel tg tok/s | megakernel ratio |");
+    // llama-bench's names: "tg128" from an empty cache, "tg128 @ d512" after 512 tokens.
+    let at = if depth > 0 {
+        format!(" @ d{depth}")
+    } else {
+        String::new()
+    };
+    println!("| model | adapter | pp{prompt}{at} tok/s | tg{n}{at} tok/s | tg{n} sampled tok/s | ms/token | dispatches/token | GB/s eff. | floor ms | % of floor | megakernel tg tok/s | megakernel ratio |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     println!(
         "| {name}{} | {} | {:.1} | {:.1} | {:.1} | {:.3} | {} | {:.1} | {} | {} | {} | {} |",
@@ -650,6 +665,18 @@ fn bench(args: BenchArgs, verbose: bool) -> Result<()> {
             .map_or("-".into(), |f| format!("{:.0}%", f * 100.0)),
         ab(mk.tg(), 1),
         ab(mk.ratio(), 3),
+    );
+    println!(
+        "tg decoded positions {}–{} ({}); pp prefilled positions {}–{}",
+        r.tg_positions[0],
+        r.tg_positions[1],
+        if depth == 0 {
+            "an empty cache but the one token its first draw needs, as llama-bench's tg"
+        } else {
+            "after the depth's tokens"
+        },
+        depth,
+        depth + r.prompt_tokens - 1,
     );
     println!(
         "tg greedy / with the default sampler (temp 0.8, top-k 40, top-p 0.95, min-p 0.05, penalty 1.1): {:.1} / {:.1} tok/s = {:.1}%, {} / {} dispatches per token, sampling on the {}; the CPU sampler takes {:.2} ms per token on this vocabulary",

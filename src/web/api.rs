@@ -441,6 +441,8 @@ pub struct OpenOptions {
 pub struct BenchOptions {
     pub pp: Option<f64>,
     pub tg: Option<f64>,
+    /// Tokens in the cache before pp and tg are timed (`coco bench -d`); absent: 0.
+    pub depth: Option<f64>,
     pub reps: Option<f64>,
     pub cpu_sampling: Option<bool>,
 }

@@ -429,9 +429,9 @@ impl Coco {
     /// `step`: "decode" (or absent) times the decode step after a prefill of `tokens`;
     /// "prefill" the prefill step of `tokens` itself.
     pub async fn profile(&self, tokens: u32, step: Option<String>) -> PageResult<JsValue> {
-        let step = match step.as_deref() {
-            None | Some("decode") => bench::ProfiledStep::Decode,
-            Some("prefill") => bench::ProfiledStep::Prefill,
+        let prefill = match step.as_deref() {
+            None | Some("decode") => false,
+            Some("prefill") => true,
             Some(other) => {
                 return Err(throw(PageError::invalid_request(format!(
                     "profile step {other:?}: expected \"decode\" or \"prefill\""
@@ -439,7 +439,7 @@ impl Coco {
             }
         };
         let mut state = self.state()?;
-        let result = state.profile(tokens, step).await.map_err(throw)?;
+        let result = state.profile(tokens, prefill).await.map_err(throw)?;
         to_js(&result)
     }
 }
@@ -613,6 +613,7 @@ impl State {
         let cfg = BenchConfig {
             prompt_tokens: api::whole(o.pp, 128).max(1),
             gen_tokens: api::whole(o.tg, 32).max(1),
+            depth: api::whole(o.depth, 0),
             reps: api::whole(o.reps, 3).max(1),
             pipeline: self.pipeline,
         };
@@ -633,21 +634,22 @@ impl State {
     /// One decode step kernel by kernel (timestamp queries, one pass per dispatch) after a
     /// prefill of `tokens` positions, or the prefill step of `tokens` itself, as `coco bench
     /// --profile` records them.
-    async fn profile(
-        &mut self,
-        tokens: u32,
-        step: bench::ProfiledStep,
-    ) -> Result<StepProfile, PageError> {
+    async fn profile(&mut self, tokens: u32, prefill: bool) -> Result<StepProfile, PageError> {
         let model = self.loaded()?;
         let prompt = bench::bench_prompt(
             &model,
             tokens.clamp(1, self.context.saturating_sub(2).max(1)),
         );
         self.session = None;
+        let (context, step) = if prefill {
+            (&[][..], bench::ProfiledStep::Prefill(&prompt))
+        } else {
+            (&prompt[..], bench::ProfiledStep::Decode)
+        };
         let p = bench::profile_step(
             &self.ctx,
             &model,
-            &prompt,
+            context,
             step,
             self.pipeline,
             self.megakernel,

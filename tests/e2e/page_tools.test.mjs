@@ -51,6 +51,9 @@ function checkBench(result, sizes, what) {
   assert.equal(result.prompt_tokens, sizes.pp, `${what}: pp size`);
   assert.equal(result.gen_tokens, sizes.tg, `${what}: tg size`);
   assert.equal(result.reps, sizes.reps, `${what}: reps`);
+  // As llama-bench: tg from an empty cache (its first draw's one token), not after the prompt.
+  assert.equal(result.depth, 0, `${what}: depth`);
+  assert.deepEqual(result.tg_positions, [1, sizes.tg], `${what}: tg's positions`);
   assert.equal(result.pp_runs.length, sizes.reps, `${what}: one pp figure per run`);
   assert.ok(result.pp_tok_s > 0 && result.tg_tok_s > 0, `${what}: measured speeds (pp ${result.pp_tok_s}, tg ${result.tg_tok_s})`);
   assert.ok(result.dispatches_per_token > 0, `${what}: dispatches per token`);
