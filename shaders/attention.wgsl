@@ -374,12 +374,19 @@ var<workgroup> red: array<f32, WG>;             // [WG] tree reduction scratch
 var<workgroup> sums: array<vec4<f32>, WG>;      // [groups, head_dim / 4] acc per group (SPLIT: per value group)
 #ifdef MERGE
 
-// The max (or sum) of x over the workgroup, in log2(WG) steps rather than a serial scan
-// over up to MAX_SPLITS ranges. Call from uniform control flow.
+// The max (or sum) of x over the workgroup, in log2 steps rather than a serial scan over up
+// to MAX_SPLITS ranges. Invocation lid's x covers ranges lid, lid + WG, …, so with fewer
+// ranges than WG only the first `splits` hold any and the tree spans the power of two that
+// covers them: 2 levels (and barriers) for 3 ranges instead of 7. Call from uniform control
+// flow.
 fn reduce(lid: u32, x: f32, is_max: bool) -> f32 {
     red[lid] = x;
     workgroupBarrier();
-    for (var stride = WG / 2u; stride > 0u; stride /= 2u) {
+    var width = 1u;
+    while (width < min(p.splits, WG)) {
+        width *= 2u;
+    }
+    for (var stride = width / 2u; stride > 0u; stride /= 2u) {
         if (lid < stride) {
             let a = red[lid];
             let b = red[lid + stride];
