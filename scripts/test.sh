@@ -2,8 +2,8 @@
 # The test command (README; CI's .ci/run execs it): installs what is missing, regenerates the
 # fixtures deterministically (the native tests build meanwhile), runs every native test on
 # lavapipe (the wasm32 library and the page build niced in the background meanwhile, in
-# target/web) and runs the browser tests, two files at a time (Playwright + Chromium +
-# SwiftShader WebGPU).
+# target/web), the tensor-core tiles' kernel tests on Mesa 26's lavapipe from Debian sid, and
+# the browser tests, one file at a time (Playwright + Chromium + SwiftShader WebGPU).
 #
 # A fresh machine builds trunk and wasm-bindgen-cli once (the slow part: see
 # scripts/lib/install.sh); they build in the background (niced, so the tests keep the cores)
@@ -157,6 +157,24 @@ COCO_MATVEC=8x2x4x2 COCO_CHUNK_SPLITS=3 COCO_GEMM_CHUNK=32 cargo test --release 
 # tiles (COCO_ATTN_BLOCKED, off by default until timed on a GPU).
 say "cargo test (lavapipe): attention with COCO_ATTN_BLOCKED=1"
 COCO_ATTN_BLOCKED=1 cargo test --release --test kernels_attention -- --test-threads=2
+
+# The tensor-core tiles (natively the default for steps of 33+ tokens) on Mesa 26's lavapipe
+# from Debian sid, which offers cooperative matrices: 8 × 8 × 8 blocks on subgroups of 8, run
+# by the same kernels as the H200's 16 × 16 × 16 on subgroups of 32 (matmul/coop_staging.wgsl:
+# CB, SGS). Debian 12's lavapipe has none. Every type, with the staged chunks as f16 scalars
+# and as vec4<f16> (COCO_COOP_VEC_STAGE, off by default until timed on a GPU). sid moves: if
+# its lavapipe can't be set up, this pass says so and is not run.
+say "cargo test (Mesa 26 lavapipe from sid, cooperative matrices): the tensor-core tiles"
+if coco_lavapipe26; then
+  (
+    # shellcheck disable=SC1091
+    source .cache/lavapipe26/env
+    cargo test --release --test kernels_matmul --test kernels_matmul_fused -- --test-threads=2
+    COCO_COOP_VEC_STAGE=1 cargo test --release --test kernels_matmul --test kernels_matmul_fused -- --test-threads=2
+  )
+else
+  echo "NOT TESTED in this run: the tensor-core tiles (sid's lavapipe could not be set up, above)"
+fi
 
 say "waiting for the wasm32 build$([ "$web_page" = 1 ] && echo " and the page build")"
 if ! wait "$web_pid"; then

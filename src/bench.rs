@@ -528,7 +528,8 @@ pub async fn probe_compute(ctx: &GpuContext) -> Result<ComputeProbe, EngineError
     let round_trip = median(&trips);
     let fma = |rec: &mut StepRecorder, steps| probe_fma(rec, &Binding::from(&dst), steps);
     let fma_tflops = compute_rate(ctx, &dst, round_trip, &fma, fma_flops).await?;
-    let (coop_tflops, coop_wg_loads_tflops) = if ctx.has_coop_gemm() {
+    // The probe is the tensor cores' 16 × 16 blocks (lavapipe's 8 × 8 ones measure a CPU).
+    let (coop_tflops, coop_wg_loads_tflops) = if ctx.coop_block == Some(16) {
         let mma =
             |rec: &mut StepRecorder, steps| probe_mma(rec, &Binding::from(&dst), steps, false);
         let loads =

@@ -98,3 +98,46 @@ coco_build_page() {
   TRUNK_SKIP_VERSION_CHECK=true PATH="$PWD/node_modules/.bin:$PATH" trunk build --release
   [ -f dist/index.html ] || { echo "trunk build left no dist/index.html" >&2; return 1; }
 }
+
+# Mesa 26's lavapipe from Debian sid in .cache/lavapipe26, for the tensor-core tiles' tests.
+# Debian 12's lavapipe (Mesa 22) has no cooperative matrices; sid's offers 8 × 8 × 8 f16 → f32
+# blocks on subgroups of 8, which coco's tiles run with (GpuContext::coop_block), so their
+# kernel tests run on a CPU. It needs sid's glibc, so a binary runs through sid's ld.so:
+# .cache/lavapipe26/run is a runner for cargo (CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER)
+# and .cache/lavapipe26/env the environment to source. sid moves, so the LLVM package is read
+# from Mesa's dependencies; the set-up ends by checking that coco turns the tiles on there,
+# and returns 1 (with the reason) otherwise.
+coco_lavapipe26() {
+  local dir=$PWD/.cache/lavapipe26
+  if [ -f "$dir/ok" ]; then return 0; fi
+  rm -rf "$dir"
+  local apt=$dir/apt root=$dir/root
+  mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$dir/debs" "$root"
+  echo "deb http://deb.debian.org/debian sid main" >"$apt/sources.list"
+  local o=(-oDir::State::Lists="$apt/lists" -oDir::Etc::SourceList="$apt/sources.list"
+    -oDir::Etc::SourceParts=/dev/null -oDir::Cache="$apt/cache" -oAPT::Architecture=amd64
+    -oDebug::NoLocking=1)
+  apt-get "${o[@]}" update -qq >"$dir/apt.log" 2>&1 || { echo "lavapipe26: apt-get update failed ($dir/apt.log)"; return 1; }
+  local llvm
+  llvm=$(apt-cache "${o[@]}" show mesa-vulkan-drivers | sed -n 's/^Depends: //p' | head -1 | grep -o 'libllvm[0-9]*' | head -1)
+  (cd "$dir/debs" && apt-get "${o[@]}" download mesa-vulkan-drivers "$llvm" libdisplay-info3 libxml2-16 \
+    libwayland-client0 libvulkan1 libc6 libstdc++6 libgcc-s1 >>"$dir/apt.log" 2>&1) ||
+    { echo "lavapipe26: downloading sid's Mesa and its libraries failed ($dir/apt.log)"; return 1; }
+  local deb
+  for deb in "$dir"/debs/*.deb; do dpkg-deb -x "$deb" "$root"; done
+  local lib=$root/usr/lib/x86_64-linux-gnu
+  printf '{"file_format_version":"1.0.1","ICD":{"library_path":"%s/libvulkan_lvp.so","api_version":"1.4.0"}}\n' "$lib" >"$dir/icd.json"
+  printf '#!/bin/sh\nexec %s/ld-linux-x86-64.so.2 --library-path %s:/usr/lib/x86_64-linux-gnu:/lib/x86_64-linux-gnu "$@"\n' "$lib" "$lib" >"$dir/run"
+  chmod +x "$dir/run"
+  printf 'export CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER=%s/run VK_ICD_FILENAMES=%s/icd.json WGPU_BACKEND=vulkan\n' "$dir" "$dir" >"$dir/env"
+  local report
+  report=$(cargo build --release --quiet --bin coco 2>&1 && VK_ICD_FILENAMES=$dir/icd.json WGPU_BACKEND=vulkan \
+    XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp} "$dir/run" target/release/coco -v info -m tests/fixtures/llama-spm-q8_0.gguf 2>&1 |
+    grep -E "^(adapter|cooperative matrix):")
+  echo "$report"
+  if ! grep -q "prefill GEMM: on (8x8x8" <<<"$report"; then
+    echo "lavapipe26: coco does not run its tensor-core tiles on sid's lavapipe"
+    return 1
+  fi
+  touch "$dir/ok"
+}

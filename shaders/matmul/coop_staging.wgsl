@@ -16,6 +16,26 @@
 
 @group(0) @binding(B_SCALES) var<storage, read> tscales: array<f32>; // [p.t]: 2^-e per token
 
+// The cooperative-matrix block (CB × CB × CB, f16 × f16 → f32) and the subgroup size it goes
+// with (GpuContext::coop_block): 16 on subgroups of 32 (tensor cores), or with COOP8 8 on
+// subgroups of 8 (lavapipe, so the tests run these kernels on a CPU). Either way a block
+// holds 8 values per lane, and a 256-invocation workgroup has NSG subgroups; the kernels
+// deal their tiles' blocks by CB and NSG, so both run the same code.
+#ifdef COOP8
+const CB: u32 = 8u;
+const SGS: u32 = 8u;
+alias CoopA = coop_mat8x8<f16, A>;
+alias CoopB = coop_mat8x8<f16, B>;
+alias CoopC = coop_mat8x8<f32, C>;
+#else
+const CB: u32 = 16u;
+const SGS: u32 = 32u;
+alias CoopA = coop_mat16x16<f16, A>;
+alias CoopB = coop_mat16x16<f16, B>;
+alias CoopC = coop_mat16x16<f32, C>;
+#endif
+const NSG: u32 = 256u / SGS;
+
 // What the tiles wt16 and xt16 are arrays of. With VEC_STAGE (the A/B switch
 // COCO_COOP_VEC_STAGE=1) vec4s of f16: a thread's 8 staged values are two 8-byte stores
 // instead of eight 2-byte ones, and the matrix loads count offsets and strides in vec4s (SV
@@ -26,6 +46,18 @@ const SV: u32 = 4u;
 #else
 alias StagedHalf = f16;
 const SV: u32 = 1u;
+#endif
+
+#ifdef GEMM_COOP
+// Lane `lane`'s 8 values of a block the subgroup parked at ct[scratch] (ct is the 128-token
+// kernel's): slot lane % CB of tokens lane / CB + (SGS / CB) i.
+fn unpark(scratch: u32, lane: u32) -> array<f32, 8> {
+    var v: array<f32, 8>;
+    for (var i = 0u; i < 8u; i++) {
+        v[i] = ct[scratch + CB * (lane / CB + (SGS / CB) * i) + lane % CB];
+    }
+    return v;
+}
 #endif
 
 // tscales[t]: token t's staging scale, or with X16 what its sums are multiplied by; 1 past
@@ -76,25 +108,15 @@ fn stage_x8(at: u32, v: array<vec4<f16>, 2>) {
 }
 
 #ifdef GEMM_COOP
-// Lane `lane`'s 8 values of a block the subgroup parked at ct[scratch] (ct is the 128-token
-// kernel's): slot lane % 16 of tokens lane / 16 + 2i.
-fn unpark(scratch: u32, lane: u32) -> array<f32, 8> {
-    var v: array<f32, 8>;
-    for (var i = 0u; i < 8u; i++) {
-        v[i] = ct[scratch + 16u * (lane / 16u + 2u * i) + lane % 16u];
-    }
-    return v;
-}
-
-// Stores lane `lane`'s values of a block pair of row group g: `lo` of slots slot0 .. + 15,
+// Stores lane `lane`'s values of a block pair of row group g: `lo` of slots slot0 .. + CB - 1,
 // `hi` of the same slots 64 on (with GLU the up rows of the gate rows), for tokens
-// tok0 + lane / 16 + 2i.
+// tok0 + lane / CB + (SGS / CB) i.
 fn finish_blocks(g: u32, tok0: u32, slot0: u32, lane: u32, lo: array<f32, 8>, hi: array<f32, 8>) {
-    let slot = slot0 + lane % 16u;
+    let slot = slot0 + lane % CB;
     let mlo = locate(g * TILE_N + slot, TILE_N);
     let mhi = locate(g * TILE_N + slot + HALF_N, TILE_N);
     for (var i = 0u; i < 8u; i++) {
-        let t = tok0 + lane / 16u + 2u * i;
+        let t = tok0 + lane / CB + (SGS / CB) * i;
         if (t < p.t) {
             let scale = tscale(t);
 #ifdef GLU

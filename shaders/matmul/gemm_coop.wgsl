@@ -10,10 +10,11 @@
 // 4 blocks (32 slots × 64 tokens) and multiplies 8 per K step from 2 + 4 loads, and each
 // weight is dequantized once per 128 tokens: 4× the tensor work per staged element.
 //
-// Subgroup s (8 of 32 lanes; the adapter check asks for exactly 32) owns slots 16(s % 4) ..
-// + 15 and the same 16 slots 64 on, and tokens 64(s / 4) .. + 63. With GLU the first half
-// of the tile's slots are gate rows and the second half the up slots of the same rows (see
-// locate), so each subgroup holds a row's gate and up sums and combines them itself.
+// Subgroup s (of NSG: 8 of 32 lanes with blocks of 16, 32 of 8 with blocks of 8; see
+// coop_staging.wgsl) owns slots CB(s % (64 / CB)) .. + CB - 1 and the same slots 64 on, and
+// tokens 4CB(s / (64 / CB)) .. + 4CB - 1: 2 × 4 blocks. With GLU the first half of the tile's
+// slots are gate rows and the second half the up slots of the same rows (see locate), so
+// each subgroup holds a row's gate and up sums and combines them itself.
 //
 // Numerics: W and x' rounded to f16 (relative error ≤ 2^-11 per element), products
 // accumulated in f32; tests/kernels_matmul.rs bounds the result against the CPU reference.
@@ -27,9 +28,10 @@ const HALF_N: u32 = TILE_N / 2u;
 
 var<workgroup> wt16: array<StagedHalf, (TILE_N * KS) / SV>; // [slot][k]: the W chunk, row-major (A)
 var<workgroup> xt16: array<StagedHalf, (TILE_T * KS) / SV>; // [token][k]: the x' chunk (B, column-major)
-// Per subgroup two 16 × 16 f32 blocks (C, column-major: [token][slot]): the zeros the
-// accumulators start from, then the epilogue's way from matrices to (slot, token) values.
-var<workgroup> ct: array<f32, 8u * 512u>;
+// Per subgroup one CB × CB f32 block (C, column-major: [token][slot]): the zeros the
+// accumulators start from, then the epilogue's way from matrices to (slot, token) values, one
+// block at a time.
+var<workgroup> ct: array<f32, NSG * CB * CB>;
 var<workgroup> token_unscale: array<f32, TILE_T>; // 2^e: token tok was staged times 2^-e
 #ifdef NORM
 var<workgroup> token_ss: array<f32, 512>; // Σ x² of each staging thread's elements
@@ -71,9 +73,9 @@ fn main(
     let hi_live = live(w_hi);
     let t_lo = t0 + sr;
     let t_hi = t0 + sr + HALF_N;
-    let r0 = 16u * (sg % 4u);
-    let n0 = 64u * (sg / 4u);
-    let scratch = sg * 512u;
+    let r0 = CB * (sg % (HALF_N / CB));
+    let n0 = 4u * CB * (sg / (HALF_N / CB));
+    let scratch = sg * CB * CB;
     // The scales of the two tokens this thread stages.
     let scale_lo = tscale(t_lo);
     let scale_hi = tscale(t_hi);
@@ -81,12 +83,12 @@ fn main(
         token_unscale[sr] = 1.0 / scale_lo;
         token_unscale[sr + HALF_N] = 1.0 / scale_hi;
     }
-    for (var i = 0u; i < 16u; i++) {
-        ct[scratch + 32u * i + lane] = 0.0;
+    for (var i = 0u; i < 8u; i++) {
+        ct[scratch + SGS * i + lane] = 0.0;
     }
     workgroupBarrier();
-    // Accumulators c<h><j>: slots r0 + 64h .. + 15, tokens n0 + 16j .. + 15.
-    var c00 = coopLoad<coop_mat16x16<f32, C>>(&ct[scratch], 16u);
+    // Accumulators c<h><j>: slots r0 + 64h .. + CB - 1, tokens n0 + CB j .. + CB - 1.
+    var c00 = coopLoad<CoopC>(&ct[scratch], CB);
     var c01 = c00;
     var c02 = c00;
     var c03 = c00;
@@ -125,13 +127,13 @@ fn main(
             x_lo_next = stage_x(t_lo, c + 1u, q, &ss_lo);
             x_hi_next = stage_x(t_hi, c + 1u, q, &ss_hi);
         }
-        for (var kk = 0u; kk < KC; kk += 16u) {
-            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[(r0 * KS + kk) / SV], KS / SV);
-            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[((r0 + HALF_N) * KS + kk) / SV], KS / SV);
-            let b0 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(n0 * KS + kk) / SV], KS / SV);
-            let b1 = coopLoad<coop_mat16x16<f16, B>>(&xt16[((n0 + 16u) * KS + kk) / SV], KS / SV);
-            let b2 = coopLoad<coop_mat16x16<f16, B>>(&xt16[((n0 + 32u) * KS + kk) / SV], KS / SV);
-            let b3 = coopLoad<coop_mat16x16<f16, B>>(&xt16[((n0 + 48u) * KS + kk) / SV], KS / SV);
+        for (var kk = 0u; kk < KC; kk += CB) {
+            let a0 = coopLoadT<CoopA>(&wt16[(r0 * KS + kk) / SV], KS / SV);
+            let a1 = coopLoadT<CoopA>(&wt16[((r0 + HALF_N) * KS + kk) / SV], KS / SV);
+            let b0 = coopLoad<CoopB>(&xt16[(n0 * KS + kk) / SV], KS / SV);
+            let b1 = coopLoad<CoopB>(&xt16[((n0 + CB) * KS + kk) / SV], KS / SV);
+            let b2 = coopLoad<CoopB>(&xt16[((n0 + 2u * CB) * KS + kk) / SV], KS / SV);
+            let b3 = coopLoad<CoopB>(&xt16[((n0 + 3u * CB) * KS + kk) / SV], KS / SV);
             c00 = coopMultiplyAdd(a0, b0, c00);
             c01 = coopMultiplyAdd(a0, b1, c01);
             c02 = coopMultiplyAdd(a0, b2, c02);
@@ -147,53 +149,65 @@ fn main(
     token_ss[li] = ss_lo;
     token_ss[256u + li] = ss_hi;
 #endif
-    // Four rounds, one per token block: the subgroup parks its two blocks in its scratch,
-    // then lane l takes slot r0 + l % 16 (and its partner 64 on) of tokens l / 16 + 2i.
+    // Four rounds, one per token block: the subgroup parks block h = 0 then 1 (slots r0 + 64h
+    // ..), and lane l takes slot r0 + l % CB (and its partner 64 on) of tokens
+    // l / CB + (SGS / CB) i (coop_staging.wgsl unpark).
     for (var j = 0u; j < 4u; j++) {
         switch j {
             case 0u: {
-                coopStore(c00, &ct[scratch], 16u);
-                coopStore(c10, &ct[scratch + 256u], 16u);
+                coopStore(c00, &ct[scratch], CB);
             }
             case 1u: {
-                coopStore(c01, &ct[scratch], 16u);
-                coopStore(c11, &ct[scratch + 256u], 16u);
+                coopStore(c01, &ct[scratch], CB);
             }
             case 2u: {
-                coopStore(c02, &ct[scratch], 16u);
-                coopStore(c12, &ct[scratch + 256u], 16u);
+                coopStore(c02, &ct[scratch], CB);
             }
             default: {
-                coopStore(c03, &ct[scratch], 16u);
-                coopStore(c13, &ct[scratch + 256u], 16u);
+                coopStore(c03, &ct[scratch], CB);
             }
         }
         workgroupBarrier();
-        let slot = r0 + lane % 16u;
+        let v_lo = unpark(scratch, lane);
+        workgroupBarrier();
+        switch j {
+            case 0u: {
+                coopStore(c10, &ct[scratch], CB);
+            }
+            case 1u: {
+                coopStore(c11, &ct[scratch], CB);
+            }
+            case 2u: {
+                coopStore(c12, &ct[scratch], CB);
+            }
+            default: {
+                coopStore(c13, &ct[scratch], CB);
+            }
+        }
+        workgroupBarrier();
+        let v_hi = unpark(scratch, lane);
+        workgroupBarrier();
+        let slot = r0 + lane % CB;
         let lo = locate(g * TILE_N + slot, TILE_N);
         let hi = locate(g * TILE_N + slot + HALF_N, TILE_N);
         for (var i = 0u; i < 8u; i++) {
-            let n = lane / 16u + 2u * i;
-            let tok = n0 + 16u * j + n;
+            let tok = n0 + CB * j + lane / CB + (SGS / CB) * i;
             let t = t0 + tok;
             if (t < p.t) {
                 let scale = token_scale(tok) * token_unscale[tok];
-                let v_lo = ct[scratch + 16u * n + lane % 16u] * scale;
-                let v_hi = ct[scratch + 256u + 16u * n + lane % 16u] * scale;
 #ifdef GLU
                 if (live(lo)) {
-                    store_glu(t, lo.y, v_lo, v_hi);
+                    store_glu(t, lo.y, v_lo[i] * scale, v_hi[i] * scale);
                 }
 #else
                 if (live(lo)) {
-                    store(lo.x, t, lo.y, v_lo);
+                    store(lo.x, t, lo.y, v_lo[i] * scale);
                 }
                 if (live(hi)) {
-                    store(hi.x, t, hi.y, v_hi);
+                    store(hi.x, t, hi.y, v_hi[i] * scale);
                 }
 #endif
             }
         }
-        workgroupBarrier();
     }
 }

@@ -12,9 +12,11 @@
 // accumulators per thread (128 registers), and each of the 128 threads stages 4 rows of W
 // and 4 tokens per chunk; two workgroups fit an SM where gemm_coop_x16's one does.
 //
-// Subgroup s (4 of 32 lanes) owns slots 32(s % 2) .. + 31 and the same 32 slots 64 on (with
-// GLU a row's gate and up), and tokens 64(s / 2) .. + 63. Workgroup memory: 2 × 10 KiB of W,
-// 2 × 10 KiB of x', and one parked 16 × 16 f32 block per subgroup (44 KiB).
+// Subgroup s (of 128 / SGS: 4 of 32 lanes with blocks of 16, 16 of 8 with blocks of 8; see
+// coop_staging.wgsl) owns slots 2CB(s % (32 / CB)) .. + 2CB - 1 and the same slots 64 on
+// (with GLU a row's gate and up), and tokens 4CB(s / (32 / CB)) .. + 4CB - 1: 4 × 4 blocks.
+// Workgroup memory: 2 × 10 KiB of W, 2 × 10 KiB of x', and one parked CB × CB f32 block per
+// subgroup (44 KiB).
 
 const KC: u32 = 32u;       // K elements per staged chunk
 const KS: u32 = KC + 8u;   // row stride of the staged tiles: 80 bytes, so the 8 rows a
@@ -25,7 +27,7 @@ const X_TILE: u32 = TILE_T * KS; // f16 per buffer of x'
 
 var<workgroup> wt16: array<StagedHalf, (2u * W_TILE) / SV>; // [buffer][slot][k]: W chunks, row-major (A)
 var<workgroup> xt16: array<StagedHalf, (2u * X_TILE) / SV>; // [buffer][token][k]: x' chunks (B, column-major)
-var<workgroup> ct: array<f32, 4u * 256u>;     // [subgroup][16 × 16]: a parked block (C)
+var<workgroup> ct: array<f32, (128u / SGS) * CB * CB>; // [subgroup][CB × CB]: a parked block (C)
 
 alias W8 = array<vec4<f32>, 2>;
 alias X8 = array<vec4<f16>, 2>;
@@ -69,11 +71,11 @@ fn main(
         locate(g * TILE_N + sr + 64u, TILE_N),
         locate(g * TILE_N + sr + 96u, TILE_N),
     );
-    let r0 = 32u * (sg % 2u);
-    let n0 = 64u * (sg / 2u);
-    let scratch = sg * 256u;
+    let r0 = 2u * CB * (sg % (32u / CB));
+    let n0 = 4u * CB * (sg / (32u / CB));
+    let scratch = sg * CB * CB;
     for (var i = 0u; i < 8u; i++) {
-        ct[scratch + 32u * i + lane] = 0.0;
+        ct[scratch + SGS * i + lane] = 0.0;
     }
     let zero8 = W8(vec4<f32>(0.0), vec4<f32>(0.0));
     var w_next = array<W8, 4>(zero8, zero8, zero8, zero8);
@@ -84,9 +86,9 @@ fn main(
     }
     stage_chunk(0u, at, w_next, x_chunk(t0 + sr, 0u, q));
     workgroupBarrier();
-    // Accumulators c<h><j>: slots r0 + 16h (h < 2) or r0 + 64 + 16(h - 2) .. + 15, tokens
-    // n0 + 16j .. + 15.
-    var c00 = coopLoad<coop_mat16x16<f32, C>>(&ct[scratch], 16u);
+    // Accumulators c<h><j>: slots r0 + CB h (h < 2) or r0 + 64 + CB(h - 2) .. + CB - 1,
+    // tokens n0 + CB j .. + CB - 1.
+    var c00 = coopLoad<CoopC>(&ct[scratch], CB);
     var c01 = c00;
     var c02 = c00;
     var c03 = c00;
@@ -117,27 +119,27 @@ fn main(
         }
         let wb = (c & 1u) * W_TILE;
         let xb = (c & 1u) * X_TILE;
-        for (var kk = 0u; kk < KC; kk += 16u) {
-            let b0 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(xb + (n0 + 0u) * KS + kk) / SV], KS / SV);
-            let b1 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(xb + (n0 + 16u) * KS + kk) / SV], KS / SV);
-            let b2 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(xb + (n0 + 32u) * KS + kk) / SV], KS / SV);
-            let b3 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(xb + (n0 + 48u) * KS + kk) / SV], KS / SV);
-            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[(wb + (r0) * KS + kk) / SV], KS / SV);
+        for (var kk = 0u; kk < KC; kk += CB) {
+            let b0 = coopLoad<CoopB>(&xt16[(xb + (n0 + 0u) * KS + kk) / SV], KS / SV);
+            let b1 = coopLoad<CoopB>(&xt16[(xb + (n0 + CB) * KS + kk) / SV], KS / SV);
+            let b2 = coopLoad<CoopB>(&xt16[(xb + (n0 + 2u * CB) * KS + kk) / SV], KS / SV);
+            let b3 = coopLoad<CoopB>(&xt16[(xb + (n0 + 3u * CB) * KS + kk) / SV], KS / SV);
+            let a0 = coopLoadT<CoopA>(&wt16[(wb + (r0) * KS + kk) / SV], KS / SV);
             c00 = coopMultiplyAdd(a0, b0, c00);
             c01 = coopMultiplyAdd(a0, b1, c01);
             c02 = coopMultiplyAdd(a0, b2, c02);
             c03 = coopMultiplyAdd(a0, b3, c03);
-            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[(wb + (r0 + 16u) * KS + kk) / SV], KS / SV);
+            let a1 = coopLoadT<CoopA>(&wt16[(wb + (r0 + CB) * KS + kk) / SV], KS / SV);
             c10 = coopMultiplyAdd(a1, b0, c10);
             c11 = coopMultiplyAdd(a1, b1, c11);
             c12 = coopMultiplyAdd(a1, b2, c12);
             c13 = coopMultiplyAdd(a1, b3, c13);
-            let a2 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[(wb + (r0 + HALF_N) * KS + kk) / SV], KS / SV);
+            let a2 = coopLoadT<CoopA>(&wt16[(wb + (r0 + HALF_N) * KS + kk) / SV], KS / SV);
             c20 = coopMultiplyAdd(a2, b0, c20);
             c21 = coopMultiplyAdd(a2, b1, c21);
             c22 = coopMultiplyAdd(a2, b2, c22);
             c23 = coopMultiplyAdd(a2, b3, c23);
-            let a3 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[(wb + (r0 + HALF_N + 16u) * KS + kk) / SV], KS / SV);
+            let a3 = coopLoadT<CoopA>(&wt16[(wb + (r0 + HALF_N + CB) * KS + kk) / SV], KS / SV);
             c30 = coopMultiplyAdd(a3, b0, c30);
             c31 = coopMultiplyAdd(a3, b1, c31);
             c32 = coopMultiplyAdd(a3, b2, c32);
@@ -151,68 +153,68 @@ fn main(
     }
     // The epilogue, one block pair at a time: the subgroup parks a block, each lane takes 8
     // of its values, then the pair's other block, and stores both.
-    coopStore(c00, &ct[scratch], 16u);
+    coopStore(c00, &ct[scratch], CB);
     workgroupBarrier();
     let lo00 = unpark(scratch, lane);
     workgroupBarrier();
-    coopStore(c20, &ct[scratch], 16u);
+    coopStore(c20, &ct[scratch], CB);
     workgroupBarrier();
     finish_blocks(g, t0 + n0 + 0u, r0 + 0u, lane, lo00, unpark(scratch, lane));
     workgroupBarrier();
-    coopStore(c10, &ct[scratch], 16u);
+    coopStore(c10, &ct[scratch], CB);
     workgroupBarrier();
     let lo10 = unpark(scratch, lane);
     workgroupBarrier();
-    coopStore(c30, &ct[scratch], 16u);
+    coopStore(c30, &ct[scratch], CB);
     workgroupBarrier();
-    finish_blocks(g, t0 + n0 + 0u, r0 + 16u, lane, lo10, unpark(scratch, lane));
+    finish_blocks(g, t0 + n0 + 0u, r0 + CB, lane, lo10, unpark(scratch, lane));
     workgroupBarrier();
-    coopStore(c01, &ct[scratch], 16u);
+    coopStore(c01, &ct[scratch], CB);
     workgroupBarrier();
     let lo01 = unpark(scratch, lane);
     workgroupBarrier();
-    coopStore(c21, &ct[scratch], 16u);
+    coopStore(c21, &ct[scratch], CB);
     workgroupBarrier();
-    finish_blocks(g, t0 + n0 + 16u, r0 + 0u, lane, lo01, unpark(scratch, lane));
+    finish_blocks(g, t0 + n0 + CB, r0 + 0u, lane, lo01, unpark(scratch, lane));
     workgroupBarrier();
-    coopStore(c11, &ct[scratch], 16u);
+    coopStore(c11, &ct[scratch], CB);
     workgroupBarrier();
     let lo11 = unpark(scratch, lane);
     workgroupBarrier();
-    coopStore(c31, &ct[scratch], 16u);
+    coopStore(c31, &ct[scratch], CB);
     workgroupBarrier();
-    finish_blocks(g, t0 + n0 + 16u, r0 + 16u, lane, lo11, unpark(scratch, lane));
+    finish_blocks(g, t0 + n0 + CB, r0 + CB, lane, lo11, unpark(scratch, lane));
     workgroupBarrier();
-    coopStore(c02, &ct[scratch], 16u);
+    coopStore(c02, &ct[scratch], CB);
     workgroupBarrier();
     let lo02 = unpark(scratch, lane);
     workgroupBarrier();
-    coopStore(c22, &ct[scratch], 16u);
+    coopStore(c22, &ct[scratch], CB);
     workgroupBarrier();
-    finish_blocks(g, t0 + n0 + 32u, r0 + 0u, lane, lo02, unpark(scratch, lane));
+    finish_blocks(g, t0 + n0 + 2u * CB, r0 + 0u, lane, lo02, unpark(scratch, lane));
     workgroupBarrier();
-    coopStore(c12, &ct[scratch], 16u);
+    coopStore(c12, &ct[scratch], CB);
     workgroupBarrier();
     let lo12 = unpark(scratch, lane);
     workgroupBarrier();
-    coopStore(c32, &ct[scratch], 16u);
+    coopStore(c32, &ct[scratch], CB);
     workgroupBarrier();
-    finish_blocks(g, t0 + n0 + 32u, r0 + 16u, lane, lo12, unpark(scratch, lane));
+    finish_blocks(g, t0 + n0 + 2u * CB, r0 + CB, lane, lo12, unpark(scratch, lane));
     workgroupBarrier();
-    coopStore(c03, &ct[scratch], 16u);
+    coopStore(c03, &ct[scratch], CB);
     workgroupBarrier();
     let lo03 = unpark(scratch, lane);
     workgroupBarrier();
-    coopStore(c23, &ct[scratch], 16u);
+    coopStore(c23, &ct[scratch], CB);
     workgroupBarrier();
-    finish_blocks(g, t0 + n0 + 48u, r0 + 0u, lane, lo03, unpark(scratch, lane));
+    finish_blocks(g, t0 + n0 + 3u * CB, r0 + 0u, lane, lo03, unpark(scratch, lane));
     workgroupBarrier();
-    coopStore(c13, &ct[scratch], 16u);
+    coopStore(c13, &ct[scratch], CB);
     workgroupBarrier();
     let lo13 = unpark(scratch, lane);
     workgroupBarrier();
-    coopStore(c33, &ct[scratch], 16u);
+    coopStore(c33, &ct[scratch], CB);
     workgroupBarrier();
-    finish_blocks(g, t0 + n0 + 48u, r0 + 16u, lane, lo13, unpark(scratch, lane));
+    finish_blocks(g, t0 + n0 + 3u * CB, r0 + CB, lane, lo13, unpark(scratch, lane));
     workgroupBarrier();
 }

@@ -12,7 +12,7 @@
 // are in flight during the matrix work.
 //
 // Workgroup memory is the device limit's 48 KiB at most: 2 × 10 KiB of W, 2 × 10 KiB of x',
-// and one 16 × 16 f32 block per subgroup for the accumulators' zeros and the epilogue, which
+// and one CB × CB f32 block per subgroup for the accumulators' zeros and the epilogue, which
 // parks one block at a time (gemm_coop.wgsl parks two, in 16 KiB).
 
 const KC: u32 = 32u;       // K elements per staged chunk
@@ -24,7 +24,7 @@ const X_TILE: u32 = TILE_T * KS; // f16 per buffer of x'
 
 var<workgroup> wt16: array<StagedHalf, (2u * W_TILE) / SV>; // [buffer][slot][k]: W chunks, row-major (A)
 var<workgroup> xt16: array<StagedHalf, (2u * X_TILE) / SV>; // [buffer][token][k]: x' chunks (B, column-major)
-var<workgroup> ct: array<f32, 8u * 256u>;     // [subgroup][16 × 16]: a parked block (C)
+var<workgroup> ct: array<f32, NSG * CB * CB>; // [subgroup][CB × CB]: a parked block (C)
 
 #ifdef SPLIT_K
 // Split K (COCO_COOP_PRESTAGE=1 where the grid is small; select.rs coop128_splits): the
@@ -36,7 +36,7 @@ const COOP_RECORD: u32 = TILE_N * TILE_T;
 // The record word of lane `lane`'s value e (< 8: the gate / low block, else the partner 64
 // slots on) of token round j, subgroup sg, in split `split`'s record of tile `tile`.
 fn record_word(tile: u32, split: u32, sg: u32, j: u32, e: u32, lane: u32) -> u32 {
-    return SPLIT_COUNTERS + (tile * p.splits + split) * COOP_RECORD + ((sg * 4u + j) * 16u + e) * 32u + lane;
+    return SPLIT_COUNTERS + (tile * p.splits + split) * COOP_RECORD + ((sg * 4u + j) * 16u + e) * SGS + lane;
 }
 #endif
 
@@ -77,15 +77,15 @@ fn main(
     let hi_live = live(w_hi);
     let t_lo = t0 + sr;
     let t_hi = t0 + sr + HALF_N;
-    let r0 = 16u * (sg % 4u);
-    let n0 = 64u * (sg / 4u);
-    let scratch = sg * 256u;
+    let r0 = CB * (sg % (HALF_N / CB));
+    let n0 = 4u * CB * (sg / (HALF_N / CB));
+    let scratch = sg * CB * CB;
 #ifdef SPLIT_K
     let tile = split_tile(wid.z, rg);
     let split = g % p.splits;
 #endif
     for (var i = 0u; i < 8u; i++) {
-        ct[scratch + 32u * i + lane] = 0.0;
+        ct[scratch + SGS * i + lane] = 0.0;
     }
     let zero8 = array<vec4<f32>, 2>(vec4<f32>(0.0), vec4<f32>(0.0));
     var w_next = array<array<vec4<f32>, 2>, 2>(zero8, zero8);
@@ -100,8 +100,8 @@ fn main(
         stage_chunk(range.x, at, w_next, x0);
     }
     workgroupBarrier();
-    // Accumulators c<h><j>: slots r0 + 64h .. + 15, tokens n0 + 16j .. + 15.
-    var c00 = coopLoad<coop_mat16x16<f32, C>>(&ct[scratch], 16u);
+    // Accumulators c<h><j>: slots r0 + 64h .. + CB - 1, tokens n0 + CB j .. + CB - 1.
+    var c00 = coopLoad<CoopC>(&ct[scratch], CB);
     var c01 = c00;
     var c02 = c00;
     var c03 = c00;
@@ -125,13 +125,13 @@ fn main(
         }
         let wb = (c & 1u) * W_TILE;
         let xb = (c & 1u) * X_TILE;
-        for (var kk = 0u; kk < KC; kk += 16u) {
-            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[(wb + r0 * KS + kk) / SV], KS / SV);
-            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&wt16[(wb + (r0 + HALF_N) * KS + kk) / SV], KS / SV);
-            let b0 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(xb + n0 * KS + kk) / SV], KS / SV);
-            let b1 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(xb + (n0 + 16u) * KS + kk) / SV], KS / SV);
-            let b2 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(xb + (n0 + 32u) * KS + kk) / SV], KS / SV);
-            let b3 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(xb + (n0 + 48u) * KS + kk) / SV], KS / SV);
+        for (var kk = 0u; kk < KC; kk += CB) {
+            let a0 = coopLoadT<CoopA>(&wt16[(wb + r0 * KS + kk) / SV], KS / SV);
+            let a1 = coopLoadT<CoopA>(&wt16[(wb + (r0 + HALF_N) * KS + kk) / SV], KS / SV);
+            let b0 = coopLoad<CoopB>(&xt16[(xb + n0 * KS + kk) / SV], KS / SV);
+            let b1 = coopLoad<CoopB>(&xt16[(xb + (n0 + CB) * KS + kk) / SV], KS / SV);
+            let b2 = coopLoad<CoopB>(&xt16[(xb + (n0 + 2u * CB) * KS + kk) / SV], KS / SV);
+            let b3 = coopLoad<CoopB>(&xt16[(xb + (n0 + 3u * CB) * KS + kk) / SV], KS / SV);
             c00 = coopMultiplyAdd(a0, b0, c00);
             c01 = coopMultiplyAdd(a0, b1, c01);
             c02 = coopMultiplyAdd(a0, b2, c02);
@@ -148,20 +148,21 @@ fn main(
         workgroupBarrier();
     }
     // Four rounds, one per token block: the subgroup parks block h = 0 then 1 (slots r0 + 64h
-    // ..), and lane l takes slot r0 + l % 16 (and its partner 64 on) of tokens l / 16 + 2i.
+    // ..), and lane l takes slot r0 + l % CB (and its partner 64 on) of tokens
+    // l / CB + (SGS / CB) i.
     for (var j = 0u; j < 4u; j++) {
         switch j {
             case 0u: {
-                coopStore(c00, &ct[scratch], 16u);
+                coopStore(c00, &ct[scratch], CB);
             }
             case 1u: {
-                coopStore(c01, &ct[scratch], 16u);
+                coopStore(c01, &ct[scratch], CB);
             }
             case 2u: {
-                coopStore(c02, &ct[scratch], 16u);
+                coopStore(c02, &ct[scratch], CB);
             }
             default: {
-                coopStore(c03, &ct[scratch], 16u);
+                coopStore(c03, &ct[scratch], CB);
             }
         }
         workgroupBarrier();
@@ -169,16 +170,16 @@ fn main(
         workgroupBarrier();
         switch j {
             case 0u: {
-                coopStore(c10, &ct[scratch], 16u);
+                coopStore(c10, &ct[scratch], CB);
             }
             case 1u: {
-                coopStore(c11, &ct[scratch], 16u);
+                coopStore(c11, &ct[scratch], CB);
             }
             case 2u: {
-                coopStore(c12, &ct[scratch], 16u);
+                coopStore(c12, &ct[scratch], CB);
             }
             default: {
-                coopStore(c13, &ct[scratch], 16u);
+                coopStore(c13, &ct[scratch], CB);
             }
         }
         workgroupBarrier();
@@ -190,7 +191,7 @@ fn main(
             atomicStore(&split_sums[record_word(tile, split, sg, j, 8u + i, lane)], bitcast<u32>(v_hi[i]));
         }
 #else
-        finish_blocks(rg, t0 + n0 + 16u * j, r0, lane, v_lo, v_hi);
+        finish_blocks(rg, t0 + n0 + CB * j, r0, lane, v_lo, v_hi);
 #endif
     }
 #ifdef SPLIT_K
@@ -223,7 +224,7 @@ fn main(
             v_lo[i] = lo;
             v_hi[i] = hi;
         }
-        finish_blocks(rg, t0 + n0 + 16u * j, r0, lane, v_lo, v_hi);
+        finish_blocks(rg, t0 + n0 + CB * j, r0, lane, v_lo, v_hi);
     }
 #endif
 }

@@ -1,8 +1,8 @@
 // The tile kernel on tensor cores (TILED_COOP, included by matmul.wgsl after matmul/tiles.wgsl
 // and matmul/coop_staging.wgsl; native only: wgpu's experimental cooperative matrices;
 // WebGPU has none). Staging and epilogue are TILED's, but W and x' are staged as f16 and each
-// of the 8 subgroups of 32 multiplies a 16-slot × 32-token block with 16×16×16 f16 matrices,
-// accumulating in f32. The price is rounding W and x' to f16 (11-bit significands, a relative
+// of the NSG subgroups multiplies a CB-slot × 2CB-token block with CB × CB × CB f16 matrices
+// (CB 16 on subgroups of 32, 8 on subgroups of 8: coop_staging.wgsl), accumulating in f32. The price is rounding W and x' to f16 (11-bit significands, a relative
 // error of at most 2^-11 per element; tests/kernels_matmul.rs bounds the result against the
 // CPU reference). kernels/matmul.rs prepends `enable f16;` and `enable wgpu_cooperative_matrix;`.
 // x' is staged scaled per token as in GEMM_COOP (matmul/coop_staging.wgsl); with X16
@@ -57,10 +57,10 @@ fn main(
     let staged = locate(rg * TILE_N + sr, TILE_N);
     let staged_live = live(staged);
     let t_stage = t0 + sr;
-    // Subgroup sg owns slots r0 .. r0 + 15 and tokens n0 .. n0 + 31. The accumulators start
-    // as the zeroed output tile (there is no zero constructor for cooperative matrices).
-    let r0 = 16u * (sg % 4u);
-    let n0 = 32u * (sg / 4u);
+    // Subgroup sg owns slots r0 .. r0 + CB - 1 and tokens n0 .. n0 + 2CB - 1. The accumulators
+    // start as the zeroed output tile (there is no zero constructor for cooperative matrices).
+    let r0 = CB * (sg % (TILE_N / CB));
+    let n0 = 2u * CB * (sg / (TILE_N / CB));
 #ifdef X16
     if (q == 0u) {
         token_unscale[sr] = tscale(t_stage);
@@ -86,8 +86,8 @@ fn main(
         stage_chunk(range.x, sr * 32u + 8u * q, w_next, x8(t_stage, range.x, q));
     }
     workgroupBarrier();
-    var c0 = coopLoad<coop_mat16x16<f32, C>>(&ct[n0 * TILE_N + r0], TILE_N);
-    var c1 = coopLoad<coop_mat16x16<f32, C>>(&ct[(n0 + 16u) * TILE_N + r0], TILE_N);
+    var c0 = coopLoad<CoopC>(&ct[n0 * TILE_N + r0], TILE_N);
+    var c1 = coopLoad<CoopC>(&ct[(n0 + CB) * TILE_N + r0], TILE_N);
     for (var c = range.x; c < range.y; c++) {
         let more = c + 1u < range.y;
         var x_next: array<vec4<f16>, 2>;
@@ -99,10 +99,10 @@ fn main(
         }
         let wb = (c & 1u) * TILE_N * 32u;
         let xb = (c & 1u) * TILE_T * 32u;
-        for (var kk = 0u; kk < 32u; kk += 16u) {
-            let a = coopLoadT<coop_mat16x16<f16, A>>(&wt16[(wb + r0 * 32u + kk) / SV], 32u / SV);
-            let b0 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(xb + n0 * 32u + kk) / SV], 32u / SV);
-            let b1 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(xb + (n0 + 16u) * 32u + kk) / SV], 32u / SV);
+        for (var kk = 0u; kk < 32u; kk += CB) {
+            let a = coopLoadT<CoopA>(&wt16[(wb + r0 * 32u + kk) / SV], 32u / SV);
+            let b0 = coopLoad<CoopB>(&xt16[(xb + n0 * 32u + kk) / SV], 32u / SV);
+            let b1 = coopLoad<CoopB>(&xt16[(xb + (n0 + CB) * 32u + kk) / SV], 32u / SV);
             c0 = coopMultiplyAdd(a, b0, c0);
             c1 = coopMultiplyAdd(a, b1, c1);
         }
@@ -114,8 +114,8 @@ fn main(
     }
 #else
     workgroupBarrier();
-    var c0 = coopLoad<coop_mat16x16<f32, C>>(&ct[n0 * TILE_N + r0], TILE_N);
-    var c1 = coopLoad<coop_mat16x16<f32, C>>(&ct[(n0 + 16u) * TILE_N + r0], TILE_N);
+    var c0 = coopLoad<CoopC>(&ct[n0 * TILE_N + r0], TILE_N);
+    var c1 = coopLoad<CoopC>(&ct[(n0 + CB) * TILE_N + r0], TILE_N);
     // Chunk c + 1 is loaded while chunk c is multiplied, as in TILED.
     var w_next: array<vec4<f32>, 2>;
     var x_next: array<vec4<f32>, 2>;
@@ -135,10 +135,10 @@ fn main(
             }
             x_next = stage_x(t_stage, c + 1u, q, &ss);
         }
-        for (var kk = 0u; kk < 32u; kk += 16u) {
-            let a = coopLoadT<coop_mat16x16<f16, A>>(&wt16[(r0 * 32u + kk) / SV], 32u / SV);
-            let b0 = coopLoad<coop_mat16x16<f16, B>>(&xt16[(n0 * 32u + kk) / SV], 32u / SV);
-            let b1 = coopLoad<coop_mat16x16<f16, B>>(&xt16[((n0 + 16u) * 32u + kk) / SV], 32u / SV);
+        for (var kk = 0u; kk < 32u; kk += CB) {
+            let a = coopLoadT<CoopA>(&wt16[(r0 * 32u + kk) / SV], 32u / SV);
+            let b0 = coopLoad<CoopB>(&xt16[(n0 * 32u + kk) / SV], 32u / SV);
+            let b1 = coopLoad<CoopB>(&xt16[((n0 + CB) * 32u + kk) / SV], 32u / SV);
             c0 = coopMultiplyAdd(a, b0, c0);
             c1 = coopMultiplyAdd(a, b1, c1);
         }
@@ -146,7 +146,7 @@ fn main(
     }
 #endif
     coopStore(c0, &ct[n0 * TILE_N + r0], TILE_N);
-    coopStore(c1, &ct[(n0 + 16u) * TILE_N + r0], TILE_N);
+    coopStore(c1, &ct[(n0 + CB) * TILE_N + r0], TILE_N);
     workgroupBarrier();
 #ifdef SPLIT_K
     // Sum i of this thread is ct[li + 256 i]: token li / 64 + 4i of the tile.

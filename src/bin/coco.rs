@@ -204,10 +204,11 @@ fn open_gpu(verbose: bool) -> Result<Arc<GpuContext>> {
         eprintln!(
             "cooperative matrix: {} | coco's f16 prefill GEMM: {}",
             ctx.cooperative_matrix,
-            if ctx.has_coop_gemm() {
-                "on (f16 operands, f32 sums; COCO_COOPMAT=0 turns it off)"
-            } else {
-                "off (not offered here, or COCO_COOPMAT=0)"
+            match ctx.coop_block {
+                Some(b) => format!(
+                    "on ({b}x{b}x{b} blocks, f16 operands, f32 sums; COCO_COOPMAT=0 turns it off)"
+                ),
+                None => "off (not offered here, or COCO_COOPMAT=0)".into(),
             }
         );
         let k = coco::kernels::matmul::KernelSettings::of(&ctx);

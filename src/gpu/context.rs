@@ -49,6 +49,9 @@ pub struct GpuContext {
     /// experimental cooperative-matrix feature), in words; `coco -v` prints it so a benchmark
     /// run records what the hardware allows.
     pub cooperative_matrix: String,
+    /// The cooperative-matrix block (8 or 16) coco's prefill GEMM multiplies here, where it
+    /// runs (`coop_gemm_block`).
+    pub coop_block: Option<u32>,
     /// Whether the subgroup kernels run and why (in the browser coco requests the feature
     /// itself: `features.rs`).
     pub subgroups: SubgroupDecision,
@@ -136,15 +139,24 @@ fn describe_cooperative_matrix(adapter: &wgpu::Adapter) -> String {
 }
 
 /// Workgroup memory of the larger cooperative-matrix GEMM (`matmul/gemm_coop.wgsl`): padded
-/// f16 tiles of W and x' (10 KiB each), 16 KiB of per-subgroup output blocks and, with
-/// RMSNorm, 2 KiB of sums, and 0.5 KiB of per-token scales (`TILED_COOP` needs 25 KiB).
-pub const COOP_GEMM_WORKGROUP_BYTES: u32 = 40 * 1024;
+/// f16 tiles of W and x' (10 KiB each), 8 KiB of per-subgroup output blocks and, with
+/// RMSNorm, 2 KiB of sums, and 0.5 KiB of per-token scales: 30.5 KiB (`TILED_COOP` needs
+/// 25). The double-buffered tiles of `COCO_COOP_PRESTAGE=1` need more
+/// ([`COOP_PRESTAGE_WORKGROUP_BYTES`]).
+pub const COOP_GEMM_WORKGROUP_BYTES: u32 = 32 * 1024;
 
-/// Whether coco's cooperative-matrix prefill GEMM runs on `adapter`: by default where wgpu
-/// offers its experimental feature with the 16×16×16 f16 × f16 → f32 configuration, the
-/// adapter has SHADER_F16, SUBGROUP and subgroups of exactly 32 (the kernels deal their
-/// blocks to the 8 subgroups of 256 invocations) and [`COOP_GEMM_WORKGROUP_BYTES`] of
-/// workgroup memory; `COCO_COOPMAT=0` turns it off (the portable tiles, the browser's path).
+/// Workgroup memory the tensor-core tiles need with `COCO_COOP_PRESTAGE=1` (double-buffered:
+/// `gemm_coop_x16.wgsl` 48 KiB, `coop64x64` 33 KiB).
+pub const COOP_PRESTAGE_WORKGROUP_BYTES: u32 = 48 * 1024;
+
+/// The square cooperative-matrix block coco's prefill GEMM multiplies on `adapter`, if it
+/// runs there: by default where wgpu offers its experimental feature with f16 × f16 → f32
+/// blocks of 16 on subgroups of exactly 32 (tensor cores: NVIDIA) or blocks of 8 on subgroups
+/// of exactly 8 (Mesa's lavapipe from 26, which lets the tests run the kernels on a CPU), the
+/// adapter has SHADER_F16 and SUBGROUP and [`COOP_GEMM_WORKGROUP_BYTES`] of workgroup memory.
+/// The kernels deal the tile's blocks to its 256 / subgroup-size subgroups, so the block and
+/// the subgroup size go together (`shaders/matmul/coop_staging.wgsl`: CB, SGS).
+/// `COCO_COOPMAT=0` turns it off (the portable tiles, the browser's path).
 ///
 /// Its numerics are those of llama.cpp's tensor-core path: W and x' rounded to f16, sums in
 /// f32. Only steps of more than the matvec's tokens (33+) run it; decode and short prompts
@@ -154,21 +166,34 @@ pub const COOP_GEMM_WORKGROUP_BYTES: u32 = 40 * 1024;
 /// stay within 1e-4; `tests/model.rs` states the f16 bounds it holds such runs to
 /// (BENCHMARKS.md "session 25"). Activations past f16's range are staged scaled per token
 /// (`gemm_coop.wgsl`).
-fn coop_gemm_available(adapter: &wgpu::Adapter) -> bool {
+fn coop_gemm_block(adapter: &wgpu::Adapter) -> Option<u32> {
     if std::env::var("COCO_COOPMAT").is_ok_and(|v| v == "0") {
-        return false;
+        return None;
     }
     let needed = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
         | wgpu::Features::SHADER_F16
         | wgpu::Features::SUBGROUP;
     use wgpu::CooperativeScalarType as S;
     let info = adapter.get_info();
-    adapter.features().contains(needed)
-        && (info.subgroup_min_size, info.subgroup_max_size) == (32, 32)
-        && adapter.limits().max_compute_workgroup_storage_size >= COOP_GEMM_WORKGROUP_BYTES
-        && adapter.cooperative_matrix_properties().iter().any(|c| {
-            (c.m_size, c.n_size, c.k_size, c.ab_type, c.cr_type) == (16, 16, 16, S::F16, S::F32)
+    if !adapter.features().contains(needed)
+        || info.subgroup_min_size != info.subgroup_max_size
+        || adapter.limits().max_compute_workgroup_storage_size < COOP_GEMM_WORKGROUP_BYTES
+    {
+        return None;
+    }
+    let block = match info.subgroup_min_size {
+        32 => 16,
+        8 => 8,
+        _ => return None,
+    };
+    adapter
+        .cooperative_matrix_properties()
+        .iter()
+        .any(|c| {
+            (c.m_size, c.n_size, c.k_size, c.ab_type, c.cr_type)
+                == (block, block, block, S::F16, S::F32)
         })
+        .then_some(block)
 }
 
 /// The runtime checks naga adds to coco's kernels natively (the browser applies its own).
@@ -228,8 +253,8 @@ impl GpuContext {
         }
         #[cfg_attr(not(target_arch = "wasm32"), allow(unused_mut))]
         let mut cooperative_matrix = describe_cooperative_matrix(&adapter);
-        let coop = options.wants_subgroups() && coop_gemm_available(&adapter);
-        let experimental_features = if coop {
+        let coop_block = coop_gemm_block(&adapter).filter(|_| options.wants_subgroups());
+        let experimental_features = if coop_block.is_some() {
             features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
             // SAFETY: wgpu asks for this opt-in because its experimental features may have
             // bugs that reach undefined behaviour. coco uses only the cooperative-matrix
@@ -307,6 +332,7 @@ impl GpuContext {
             limits,
             features,
             cooperative_matrix,
+            coop_block,
             subgroups,
             attention_merge: options.attention_merge,
             batches_in_flight: options
@@ -391,10 +417,9 @@ impl GpuContext {
         self.features.contains(wgpu::Features::SHADER_F16)
     }
 
-    /// Whether the cooperative-matrix prefill GEMM runs here (see `coop_gemm_available`).
+    /// Whether the cooperative-matrix prefill GEMM runs here (see `coop_gemm_block`).
     pub fn has_coop_gemm(&self) -> bool {
-        self.features
-            .contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
+        self.coop_block.is_some()
     }
 
     pub fn has_subgroups(&self) -> bool {

@@ -102,17 +102,17 @@ pub fn probe_fma(rec: &mut StepRecorder, dst: &Binding, steps: u32) -> Result<()
 /// `steps` of 8 cooperative-matrix products per subgroup (16 × 16 × 16, f16 operands, f32
 /// sums), with `wg_loads` each step's 6 operand blocks loaded from workgroup memory first;
 /// `dst` holds [`MMA_DST_FLOATS`] f32. Needs the tensor-core GEMM's device features
-/// (`GpuContext::has_coop_gemm`), and subgroups of 32.
+/// with 16 × 16 blocks on subgroups of 32 (`GpuContext::coop_block`: the tensor cores').
 pub fn probe_mma(
     rec: &mut StepRecorder,
     dst: &Binding,
     steps: u32,
     wg_loads: bool,
 ) -> Result<(), KernelError> {
-    if !rec.ctx().has_coop_gemm() {
+    if rec.ctx().coop_block != Some(16) {
         return Err(KernelError::Shape {
             kernel: "probe_mma",
-            why: "not yet on this device: no cooperative matrices (16x16x16 f16 -> f32)".into(),
+            why: "not yet on this device: no 16x16x16 f16 -> f32 cooperative matrices on subgroups of 32".into(),
         });
     }
     let label = if wg_loads {

@@ -124,6 +124,7 @@ pub fn qkv_rope_fits(
         x16: false,
         sg64: false,
         vec_stage: false,
+        coop8: false,
     };
     qkv_key_fits(ctx, &key, [wq, wk, wv.unwrap_or(wk)])
 }

@@ -215,6 +215,10 @@ pub struct MatmulKey {
     /// The tensor-core tiles' staged chunks held as vec4<f16> (`VEC_STAGE`): set by the launch
     /// with `COCO_COOP_VEC_STAGE=1` ([`coop_vec_stage`]).
     pub vec_stage: bool,
+    /// The device's tensor-core tiles multiply 8 × 8 × 8 blocks on subgroups of 8 (`COOP8`:
+    /// lavapipe) instead of 16 × 16 × 16 on subgroups of 32 (its `coop_block`, from
+    /// [`DeviceKernels`]); only the tensor-core variants read it.
+    pub coop8: bool,
 }
 
 /// Storage binding numbers of a [`MatmulKey`]'s layout: the order the host lists them in.
@@ -263,6 +267,7 @@ impl MatmulKey {
             x16: false,
             sg64: false,
             vec_stage: false,
+            coop8: kernels.coop_block == 8,
         }
     }
 
@@ -443,8 +448,13 @@ impl MatmulKey {
             _ => "",
         };
         let vec = if self.vec_stage { "_v4" } else { "" };
+        let block = if self.coop8 && self.variant.is_coop() {
+            "_b8"
+        } else {
+            ""
+        };
         format!(
-            "matmul_{}_{}{fusion}{norm}{bias}{staged}{int8}{levels}{x16}{vec}{splits}{f16}",
+            "matmul_{}_{}{fusion}{norm}{bias}{staged}{int8}{levels}{x16}{vec}{block}{splits}{f16}",
             self.ty.name().to_lowercase(),
             self.variant.label()
         )
@@ -458,6 +468,9 @@ impl MatmulKey {
         }
         if self.variant.is_coop() {
             defines.push("COOP_STAGING");
+            if self.coop8 {
+                defines.push("COOP8");
+            }
         }
         match self.fusion {
             Fusion::None => {}

@@ -544,6 +544,7 @@ pub fn qkv_fuses(
         x16: false,
         sg64: false,
         vec_stage: false,
+        coop8: false,
     };
     qkv_key_fits(ctx, &key, [wq, wk, wv])
 }
@@ -821,6 +822,15 @@ pub(super) fn launch(
                     matrices (16x16x16 f16 -> f32), which this device lacks"
                 .into(),
         );
+    }
+    let workgroup_bytes = ctx.limits.max_compute_workgroup_storage_size;
+    if key.x16 && workgroup_bytes < crate::gpu::COOP_PRESTAGE_WORKGROUP_BYTES {
+        return err(format!(
+            "COCO_COOP_PRESTAGE=1's double-buffered tiles need {} KiB of workgroup memory; \
+             this device has {} KiB",
+            crate::gpu::COOP_PRESTAGE_WORKGROUP_BYTES / 1024,
+            workgroup_bytes / 1024
+        ));
     }
     let layout = key.layout();
     // The split scratch is the context's own (appended below).

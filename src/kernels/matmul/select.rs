@@ -625,6 +625,9 @@ pub struct DeviceKernels {
     pub tiled: MatmulVariant,
     /// Which portable tiles prefill runs (`DeviceOptions::gemm`).
     pub gemm: GemmChoice,
+    /// The cooperative-matrix block of the tensor-core tiles (`GpuContext::coop_block`; 16
+    /// where there is none, so a forced variant names the tensor cores' block).
+    pub coop_block: u32,
 }
 
 impl DeviceKernels {
@@ -633,6 +636,7 @@ impl DeviceKernels {
         matvec: MatmulVariant::MatvecWorkgroup,
         tiled: MatmulVariant::Tiled,
         gemm: GemmChoice::Auto,
+        coop_block: 16,
     };
 
     /// The matvec: subgroup sums where SUBGROUP exists, one row per invocation on a CPU
@@ -659,6 +663,7 @@ impl DeviceKernels {
             matvec,
             tiled,
             gemm: ctx.gemm,
+            coop_block: ctx.coop_block.unwrap_or(16),
         }
     }
 

@@ -112,6 +112,7 @@ fn levels_variants_compile_to_spirv() {
         x16: false,
         sg64: false,
         vec_stage: false,
+        coop8: false,
     };
     for ty in GgmlType::SUPPORTED
         .into_iter()
@@ -204,10 +205,12 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
             (Fusion::Qkv, true, true),
         ] {
             // Each with the staged chunks as f16 scalars and as vec4<f16> (VEC_STAGE).
+            // And every one with 8 × 8 blocks on subgroups of 8 (COOP8, lavapipe's).
             let combos = combos
                 .iter()
-                .flat_map(|&(s, x, g)| [(s, x, g, false), (s, x, g, true)]);
-            for (splits, x16, sg64, vec_stage) in combos {
+                .flat_map(|&(s, x, g)| [(s, x, g, false), (s, x, g, true)])
+                .flat_map(|(s, x, g, v)| [(s, x, g, v, false), (s, x, g, v, true)]);
+            for (splits, x16, sg64, vec_stage, coop8) in combos {
                 let key = MatmulKey {
                     ty,
                     variant,
@@ -220,9 +223,16 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
                     x16,
                     sg64,
                     vec_stage,
+                    coop8,
                 };
                 let source = key.source().unwrap();
                 assert!(source.contains("coopMultiplyAdd"), "{}", key.label());
+                assert_eq!(
+                    source.contains("alias CoopA = coop_mat8x8<f16, A>;"),
+                    coop8,
+                    "{}",
+                    key.label()
+                );
                 assert_eq!(
                     source.contains("@workgroup_size(128)"),
                     sg64,
@@ -272,6 +282,7 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
             matvec: MatmulVariant::MatvecSubgroup,
             tiled: MatmulVariant::TiledCoop,
             gemm: GemmChoice::Auto,
+            coop_block: 16,
         },
         GgmlType::Q4_0,
         64,
@@ -299,6 +310,7 @@ fn layouts_number_bindings_in_host_order() {
         x16: false,
         sg64: false,
         vec_stage: false,
+        coop8: false,
     };
     // w, x, y, [norm_w], [bias]
     let l = key(Fusion::None, false, true).layout();
@@ -405,6 +417,7 @@ fn qkv_rope_compiles_for_the_matvecs_and_is_refused_for_tiles() {
                 x16: false,
                 sg64: false,
                 vec_stage: false,
+                coop8: false,
             };
             if variant.is_tiled() {
                 assert!(key.defines().is_err(), "{}", key.label());
@@ -440,6 +453,7 @@ fn every_variant_preprocesses() {
                     x16: false,
                     sg64: false,
                     vec_stage: false,
+                    coop8: false,
                 };
                 let src = key.source().unwrap();
                 assert!(
@@ -625,6 +639,7 @@ fn tile_splits_grow_short_grids_and_match_the_shader() {
         x16: false,
         sg64: false,
         vec_stage: false,
+        coop8: false,
     };
     assert!(key.label().ends_with("_k4"), "{}", key.label());
     let source = key.source().unwrap();
