@@ -161,16 +161,26 @@ COCO_ATTN_BLOCKED=1 cargo test --release --test kernels_attention -- --test-thre
 # The tensor-core tiles (natively the default for steps of 33+ tokens) on Mesa 26's lavapipe
 # from Debian sid, which offers cooperative matrices: 8 × 8 × 8 blocks on subgroups of 8, run
 # by the same kernels as the H200's 16 × 16 × 16 on subgroups of 32 (matmul/coop_staging.wgsl:
-# CB, SGS). Debian 12's lavapipe has none. Every type, with the staged chunks as f16 scalars
-# and as vec4<f16> (COCO_COOP_VEC_STAGE, off by default until timed on a GPU). sid moves: if
+# CB, SGS). Debian 12's lavapipe has none. The tensor-core cases of every type (the other
+# cases ran above), as they stage by default, with the staged chunks as vec4<f16>
+# (COCO_COOP_VEC_STAGE) and with x' prestaged by the scale pass (COCO_COOP_PRESTAGE; the
+# 128-token tiles then need 48 KiB of workgroup memory, lavapipe has 32: those cases say so),
+# both off by default until timed on a GPU; then the HF goldens on those tiles. sid moves: if
 # its lavapipe can't be set up, this pass says so and is not run.
 say "cargo test (Mesa 26 lavapipe from sid, cooperative matrices): the tensor-core tiles"
 if coco_lavapipe26; then
   (
     # shellcheck disable=SC1091
     source .cache/lavapipe26/env
-    cargo test --release --test kernels_matmul --test kernels_matmul_fused -- --test-threads=2
-    COCO_COOP_VEC_STAGE=1 cargo test --release --test kernels_matmul --test kernels_matmul_fused -- --test-threads=2
+    export COCO_TEST_VARIANTS=coop
+    suites=(--test kernels_matmul --test kernels_matmul_fused)
+    cargo test --release "${suites[@]}" -- --test-threads=2
+    COCO_COOP_VEC_STAGE=1 cargo test --release "${suites[@]}" -- --test-threads=2
+    COCO_COOP_PRESTAGE=1 cargo test --release "${suites[@]}" -- --test-threads=2
+    COCO_COOP_PRESTAGE=1 COCO_COOP_VEC_STAGE=1 cargo test --release "${suites[@]}" -- --test-threads=2
+    # And the HF goldens with every prompt step of more than 4 tokens on them (f16 operands:
+    # tests/model.rs holds such runs to the f16 bounds).
+    COCO_MATVEC=64x1x8x0 COCO_CHUNK_MIN_K=2048 COCO_MATVEC_MAX_T=4 cargo test --release --test model -- --test-threads=2
   )
 else
   echo "NOT TESTED in this run: the tensor-core tiles (sid's lavapipe could not be set up, above)"

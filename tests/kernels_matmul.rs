@@ -390,6 +390,10 @@ fn matmul_type(ty: GgmlType) {
                 .bias()
                 .accumulate()
                 .split(12),
+        ]);
+    }
+    if ctx().has_coop_gemm() && common::coop128_runs() {
+        cases.extend([
             // 128 × 128 tiles: partial in slots and tokens, a second token tile, 2 slot tiles.
             Case::new(ty, 67, 17, Some(Coop128)),
             Case::new(ty, 131, 33, Some(Coop128))
@@ -407,7 +411,8 @@ fn matmul_type(ty: GgmlType) {
                 .bias()
                 .accumulate(),
         ]);
-    } else {
+    }
+    if !ctx().has_coop_gemm() {
         println!(
             "{ty}: the f16 cooperative-matrix GEMM is off (not offered here, or COCO_COOPMAT=0); not run"
         );

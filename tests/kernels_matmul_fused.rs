@@ -216,10 +216,14 @@ fn variants_cases(base: impl Fn(Case) -> Case) -> Vec<Case> {
             base(case(70, Some(TiledCoop))).no_norm(),
             base(case(64, Some(TiledCoop))).long(),
             base(case(33, Some(TiledCoop))).two_tiles(),
-            base(case(17, Some(Coop128))),
-            base(case(150, Some(Coop128))).no_norm(),
-            base(case(130, Some(Coop128))).long(),
         ]);
+        if common::coop128_runs() {
+            cases.extend([
+                base(case(17, Some(Coop128))),
+                base(case(150, Some(Coop128))).no_norm(),
+                base(case(130, Some(Coop128))).long(),
+            ]);
+        }
     } else {
         println!(
             "the f16 cooperative-matrix GEMM is off (not offered here, or COCO_COOPMAT=0); not tested"

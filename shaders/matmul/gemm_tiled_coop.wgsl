@@ -22,7 +22,14 @@ var<workgroup> wt16: array<StagedHalf, (TILE_N * 32u) / SV>; // [TILE_N][32]: th
 var<workgroup> xt16: array<StagedHalf, (TILE_T * 32u) / SV>; // [TILE_T][32]: x' chunk by token (B, column-major)
 #endif
 var<workgroup> ct: array<f32, TILE_N * TILE_T>; // [TILE_T][TILE_N]: the outputs (C, column-major)
+#ifdef X16
+// The workgroup's first token: with X16 the scale pass left each token's whole factor in
+// tscales, read where it is (no copy in workgroup memory: the double-buffered tiles and ct
+// take exactly 32 KiB, lavapipe's limit).
+var<private> tile_t0: u32;
+#else
 var<workgroup> token_unscale: array<f32, TILE_T>; // 2^e: token tok was staged times 2^-e
+#endif
 #ifdef NORM
 var<workgroup> token_ss: array<f32, 256>; // Σ x² of each staging thread's elements
 #endif
@@ -30,11 +37,15 @@ var<workgroup> token_ss: array<f32, 256>; // Σ x² of each staging thread's ele
 // What tile token `tok`'s sums are multiplied by: rsqrt(mean(x²) + eps) from its 4 staging
 // threads' Σ x² (1 without NORM), times the inverse of its staging scale.
 fn token_scale(tok: u32) -> f32 {
+#ifdef X16
+    return tscale(tile_t0 + tok);
+#else
 #ifdef NORM
     let s = token_ss[tok * 4u] + token_ss[tok * 4u + 1u] + token_ss[tok * 4u + 2u] + token_ss[tok * 4u + 3u];
     return inverseSqrt(s / f32(p.k) + p.eps) * token_unscale[tok];
 #else
     return token_unscale[tok];
+#endif
 #endif
 }
 
@@ -62,9 +73,7 @@ fn main(
     let r0 = CB * (sg % (TILE_N / CB));
     let n0 = 2u * CB * (sg / (TILE_N / CB));
 #ifdef X16
-    if (q == 0u) {
-        token_unscale[sr] = tscale(t_stage);
-    }
+    tile_t0 = t0;
 #else
     let scale = tscale(t_stage);
     if (q == 0u) {

@@ -21,7 +21,9 @@
 @group(0) @binding(B_SPLIT) var<storage, read_write> split_sums: array<atomic<u32>>;
 const SPLIT_COUNTERS: u32 = 4096u;
 const TILE_RECORD: u32 = 17u * 256u;
+#ifndef X16
 var<workgroup> split_arrived: u32;
+#endif
 
 // Chunks [x, y) of K that split `split` multiplies (empty past the end of K).
 fn tile_chunks(split: u32) -> vec2<u32> {
@@ -54,12 +56,23 @@ fn split_merge(
     }
     atomicStore(&split_sums[own + 4096u + li], bitcast<u32>(*ss));
     storageBarrier();
+#ifdef X16
+    // With X16 the 64-token tensor-core tiles fill 32 KiB (lavapipe's limit) exactly, so the
+    // flag rides in ct[0]: its one reader, thread 0, has taken it into v already.
+    if (li == 0u) {
+        ct[0] = select(0.0, 1.0, atomicAdd(&split_sums[tile], 1u) == p.splits - 1u);
+    }
+    if (workgroupUniformLoad(&ct[0]) == 0.0) {
+        return false;
+    }
+#else
     if (li == 0u) {
         split_arrived = atomicAdd(&split_sums[tile], 1u);
     }
     if (workgroupUniformLoad(&split_arrived) != p.splits - 1u) {
         return false;
     }
+#endif
     storageBarrier();
     if (li == 0u) {
         atomicStore(&split_sums[tile], 0u);

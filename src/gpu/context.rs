@@ -141,13 +141,9 @@ fn describe_cooperative_matrix(adapter: &wgpu::Adapter) -> String {
 /// Workgroup memory of the larger cooperative-matrix GEMM (`matmul/gemm_coop.wgsl`): padded
 /// f16 tiles of W and x' (10 KiB each), 8 KiB of per-subgroup output blocks and, with
 /// RMSNorm, 2 KiB of sums, and 0.5 KiB of per-token scales: 30.5 KiB (`TILED_COOP` needs
-/// 25). The double-buffered tiles of `COCO_COOP_PRESTAGE=1` need more
-/// ([`COOP_PRESTAGE_WORKGROUP_BYTES`]).
+/// 25). The double-buffered tiles of `COCO_COOP_PRESTAGE=1` may need more
+/// (`MatmulKey::prestage_workgroup_bytes`).
 pub const COOP_GEMM_WORKGROUP_BYTES: u32 = 32 * 1024;
-
-/// Workgroup memory the tensor-core tiles need with `COCO_COOP_PRESTAGE=1` (double-buffered:
-/// `gemm_coop_x16.wgsl` 48 KiB, `coop64x64` 33 KiB).
-pub const COOP_PRESTAGE_WORKGROUP_BYTES: u32 = 48 * 1024;
 
 /// The square cooperative-matrix block coco's prefill GEMM multiplies on `adapter`, if it
 /// runs there: by default where wgpu offers its experimental feature with f16 × f16 → f32

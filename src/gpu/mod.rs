@@ -10,7 +10,7 @@ mod recorder;
 mod shader;
 mod weights;
 
-pub use context::{GpuContext, GpuError, ResourceCounts, COOP_PRESTAGE_WORKGROUP_BYTES};
+pub use context::{GpuContext, GpuError, ResourceCounts, COOP_GEMM_WORKGROUP_BYTES};
 pub use features::{
     packed_4x8_dot, AttentionMerge, BrowserGrant, DeviceOptions, GemmChoice, SubgroupChoice,
     SubgroupDecision, WideTile,

@@ -90,6 +90,33 @@ pub fn variant_selected(variant: Option<coco::kernels::matmul::MatmulVariant>) -
     wanted.split(',').any(|part| label.contains(part.trim()))
 }
 
+/// Whether the 128-token tensor-core tiles run here with this process's switches: prestaged
+/// (`COCO_COOP_PRESTAGE=1`, double-buffered) they need 48 KiB of workgroup memory, which
+/// lavapipe (32 KiB) lacks; the 64-token ones fit it. Says so when they don't.
+pub fn coop128_runs() -> bool {
+    use coco::kernels::matmul::{DeviceKernels, MatmulKey, MatmulVariant};
+    let ctx = ctx();
+    let have = ctx.limits.max_compute_workgroup_storage_size;
+    let key = MatmulKey::choose(
+        DeviceKernels::of(ctx),
+        GgmlType::Q4_0,
+        130,
+        false,
+        Some(MatmulVariant::Coop128),
+    )
+    .staged(4096, have);
+    match key.prestage_workgroup_bytes() {
+        Some(needed) if needed > have => {
+            println!(
+                "{}: needs {needed} bytes of workgroup memory, this device has {have}; not run",
+                key.label()
+            );
+            false
+        }
+        _ => true,
+    }
+}
+
 /// A product may differ from the f64 reference by `atol + rtol·|ref|`, with
 /// atol = ATOL_PER_ABS_SUM·Σ|w·x| (the scale of an f32 sum's rounding error) + 1e-6.
 pub const RTOL: f64 = 1e-5;

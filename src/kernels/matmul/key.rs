@@ -685,6 +685,19 @@ impl MatmulKey {
         }
     }
 
+    /// Workgroup memory the tensor-core tiles need with `COCO_COOP_PRESTAGE=1` (`x16`): the
+    /// double-buffered 128-token tiles 48 KiB (`gemm_coop_x16.wgsl`; `_sg64` 44), the 64-token
+    /// ones exactly 32 (`gemm_tiled_coop.wgsl`, lavapipe's limit); `None` without it (the
+    /// device check covers those: `COOP_GEMM_WORKGROUP_BYTES`).
+    pub fn prestage_workgroup_bytes(&self) -> Option<u32> {
+        self.x16
+            .then_some(if self.variant == MatmulVariant::Coop128 {
+                48 * 1024
+            } else {
+                32 * 1024
+            })
+    }
+
     /// The preprocessed WGSL, with the grid constants and binding numbers the host also uses
     /// prepended (one source of truth; `GpuContext::pipeline` takes no override constants).
     pub(super) fn source(&self) -> Result<String, KernelError> {

@@ -824,11 +824,15 @@ pub(super) fn launch(
         );
     }
     let workgroup_bytes = ctx.limits.max_compute_workgroup_storage_size;
-    if key.x16 && workgroup_bytes < crate::gpu::COOP_PRESTAGE_WORKGROUP_BYTES {
+    if let Some(needed) = key
+        .prestage_workgroup_bytes()
+        .filter(|&n| n > workgroup_bytes)
+    {
         return err(format!(
-            "COCO_COOP_PRESTAGE=1's double-buffered tiles need {} KiB of workgroup memory; \
-             this device has {} KiB",
-            crate::gpu::COOP_PRESTAGE_WORKGROUP_BYTES / 1024,
+            "{}: COCO_COOP_PRESTAGE=1's double-buffered tiles need {} KiB of workgroup \
+             memory; this device has {} KiB",
+            key.label(),
+            needed / 1024,
             workgroup_bytes / 1024
         ));
     }
