@@ -179,8 +179,11 @@ if coco_lavapipe26; then
     COCO_COOP_PRESTAGE=1 cargo test --release "${suites[@]}" -- --test-threads=2
     COCO_COOP_PRESTAGE=1 COCO_COOP_VEC_STAGE=1 cargo test --release "${suites[@]}" -- --test-threads=2
     # And the HF goldens with every prompt step of more than 4 tokens on them (f16 operands:
-    # tests/model.rs holds such runs to the f16 bounds).
-    COCO_MATVEC=64x1x8x0 COCO_CHUNK_MIN_K=2048 COCO_MATVEC_MAX_T=4 cargo test --release --test model -- --test-threads=2
+    # tests/model.rs holds such runs to the f16 bounds), with the plan's labels of those steps
+    # (tests/profile.rs): on the 64-token tiles, then on the short-step tiles
+    # (COCO_COOP_STREAM: steps of 5 to 32 tokens).
+    COCO_MATVEC=64x1x8x0 COCO_CHUNK_MIN_K=2048 COCO_MATVEC_MAX_T=4 cargo test --release --test model --test profile -- --test-threads=2
+    COCO_MATVEC=64x1x8x0 COCO_CHUNK_MIN_K=2048 COCO_COOP_STREAM=1 cargo test --release --test model --test profile -- --test-threads=2
   )
 else
   echo "NOT TESTED in this run: the tensor-core tiles (sid's lavapipe could not be set up, above)"

@@ -27,7 +27,8 @@
 //   weight type   F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_XS
 //                 (every weight has this type)
 //   kernel shape  MATVEC_WG | MATVEC_SG | MATVEC_CHUNK | TILED | GEMM_WIDE | TILED_COOP |
-//                 GEMM_COOP (the last two with COOP_STAGING: per-token scales at B_SCALES)
+//                 GEMM_COOP | COOP_STREAM (the last three with COOP_STAGING: per-token scales
+//                 at B_SCALES; COOP_STREAM always with X16)
 //   fusion        (none) | GLU + MULTI_W + SILU|GELU_TANH | QKV + MULTI_W [+ ROPE_KV [+ ROPE_NEOX]]
 //   NORM          binding norm_w[K]
 //   BIAS          binding bias[N] (of W, or of W_q); QKV_BIAS adds bias1, bias2 (W_k, W_v)
@@ -776,4 +777,8 @@ fn main(
 
 #ifdef TILED_COOP
 #include "matmul/gemm_tiled_coop.wgsl"
+#endif
+
+#ifdef COOP_STREAM
+#include "matmul/gemm_coop_stream.wgsl"
 #endif

@@ -277,6 +277,7 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
             gemm_chunk: None,
             coop_subgroup_tile64: false,
             coop_vec_stage: false,
+            coop_stream: false,
             attention_blocked: false,
         },
         pipeline: "fused",

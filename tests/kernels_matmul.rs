@@ -16,8 +16,8 @@ use coco::gguf::GgmlType;
 use coco::gpu::{Binding, GpuTensor, StepRecorder};
 use coco::kernels::get_rows::get_rows;
 use coco::kernels::matmul::MatmulVariant::{
-    self, Coop128, MatvecChunk, MatvecChunkWide, MatvecRows, MatvecSubgroup, MatvecWorkgroup,
-    Tiled, TiledCoop,
+    self, Coop128, CoopStream, MatvecChunk, MatvecChunkWide, MatvecRows, MatvecSubgroup,
+    MatvecWorkgroup, Tiled, TiledCoop,
 };
 use coco::kernels::matmul::{matmul_variant, MatmulArgs, WideTile};
 use coco::reference::{matmul as reference, ops, quant};
@@ -391,6 +391,19 @@ fn matmul_type(ty: GgmlType) {
                 .accumulate()
                 .split(12),
         ]);
+        // The short-step tiles (COCO_COOP_STREAM): one and several token tiles, partial ones,
+        // long K (every subgroup several chunks, the last ones past K's end).
+        let stream = CoopStream(ctx().coop_block.expect("coop GEMM on"));
+        cases.extend([
+            Case::new(ty, 67, 5, Some(stream)),
+            Case::new(ty, 131, 32, Some(stream))
+                .bias()
+                .accumulate()
+                .scaled(),
+            Case::new(ty, 67, 17, Some(stream)).softcap(),
+            Case::new(ty, 67, 9, Some(stream)).beyond_f16(),
+            Case::new(ty, 67, 23, Some(stream)).wide().accumulate(),
+        ]);
     }
     if ctx().has_coop_gemm() && common::coop128_runs() {
         cases.extend([
@@ -530,15 +543,22 @@ fn x16_staging_matches_its_reference() {
             tile,
         )
         .expect("staging");
-        rec.submit();
+        // Both outputs are the context's scratch, which a tensor-core product of another test
+        // thread rewrites: copied out in the same submission, before any other can run.
+        let padded = t.div_ceil(tile as usize) * tile as usize;
+        let factors_copy = ctx.storage_buffer("factors", 4 * t as u64);
+        let rows_copy = ctx.storage_buffer("rows", 2 * (padded * k) as u64);
+        rec.submit_with(|encoder| {
+            encoder.copy_buffer_to_buffer(&factors.buffer, 0, &factors_copy, 0, 4 * t as u64);
+            encoder.copy_buffer_to_buffer(&rows.buffer, 0, &rows_copy, 0, 2 * (padded * k) as u64);
+        });
         let (want_factors, want_rows) =
             reference::stage_x_f16(&x, normed.then_some((&norm_w[..], eps)), t, k);
         let what = format!("x16 staging, T={t} K={k} norm={normed} tile={tile}");
-        let got = common::read_f32(&factors.buffer, t);
+        let got = common::read_f32(&factors_copy, t);
         common::assert_close_f32(&format!("{what}: factors"), &got, &want_factors, 0.0, 1e-5);
-        let padded = t.div_ceil(tile as usize) * tile as usize;
         let words = ctx
-            .read_f32(&rows.buffer, 0, (padded * k / 2) as u64)
+            .read_f32(&rows_copy, 0, (padded * k / 2) as u64)
             .expect("readback");
         let got: Vec<f32> = bytemuck::cast_slice::<f32, u16>(&words)
             .iter()

@@ -19,8 +19,8 @@ use coco::gguf::GgmlType;
 use coco::gpu::{Binding, GpuTensor, StepRecorder};
 use coco::kernels::elementwise::Activation;
 use coco::kernels::matmul::MatmulVariant::{
-    self, Coop128, MatvecChunk, MatvecChunkWide, MatvecRows, MatvecSubgroup, MatvecWorkgroup,
-    Tiled, TiledCoop,
+    self, Coop128, CoopStream, MatvecChunk, MatvecChunkWide, MatvecRows, MatvecSubgroup,
+    MatvecWorkgroup, Tiled, TiledCoop,
 };
 use coco::kernels::matmul::{
     matmul_glu_variant, matmul_normed_variant, matmul_post_norm_add_variant, matmul_qkv_variant,
@@ -216,6 +216,14 @@ fn variants_cases(base: impl Fn(Case) -> Case) -> Vec<Case> {
             base(case(70, Some(TiledCoop))).no_norm(),
             base(case(64, Some(TiledCoop))).long(),
             base(case(33, Some(TiledCoop))).two_tiles(),
+        ]);
+        // The short-step tiles (COCO_COOP_STREAM): 5 to 32 tokens.
+        let stream = CoopStream(ctx().coop_block.expect("coop GEMM on"));
+        cases.extend([
+            base(case(5, Some(stream))),
+            base(case(32, Some(stream))).no_norm(),
+            base(case(17, Some(stream))).long(),
+            base(case(9, Some(stream))).two_tiles(),
         ]);
         if common::coop128_runs() {
             cases.extend([

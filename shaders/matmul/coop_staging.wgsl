@@ -94,6 +94,7 @@ fn x8(t: u32, c: u32, q: u32) -> array<vec4<f16>, 2> {
     return array<vec4<f16>, 2>(x16[i], x16[i + 1u]);
 }
 
+#ifndef COOP_STREAM
 // Writes them at element `at` (a multiple of 8) of xt16.
 fn stage_x8(at: u32, v: array<vec4<f16>, 2>) {
 #ifdef VEC_STAGE
@@ -106,6 +107,7 @@ fn stage_x8(at: u32, v: array<vec4<f16>, 2>) {
     }
 #endif
 }
+#endif
 
 #ifdef GEMM_COOP
 // Stores lane `lane`'s values of a block pair of row group g: `lo` of slots slot0 .. + CB - 1,

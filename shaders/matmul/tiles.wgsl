@@ -75,8 +75,9 @@ fn mac4x(at: array<vec4<f32>, 4>, b: vec4<f32>, acc: vec4<f32>) -> vec4<f32> {
 }
 
 #ifndef GEMM_COOP
+#ifndef COOP_STREAM
 // Stores the 4 slots of token `t` (tile token tok) that thread tx owns.
-// (The 128-token tiles store per lane instead.)
+// (The 128-token tiles store per lane instead, the short-step tiles per (token, slot).)
 fn store_tile(g: u32, tx: u32, t: u32, tok: u32, acc: vec4<f32>) {
     if (t >= p.t) {
         return;
@@ -98,6 +99,7 @@ fn store_tile(g: u32, tx: u32, t: u32, tok: u32, acc: vec4<f32>) {
     }
 #endif
 }
+#endif
 #endif
 
 #ifdef SPLIT_K

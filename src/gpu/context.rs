@@ -107,9 +107,11 @@ pub(crate) struct BindGroupKey {
 /// sessions come and go).
 const MAX_CACHED_BIND_GROUPS: usize = 16_384;
 
-/// Features coco uses when present; none is required.
+/// Features coco uses when present; none is required. (SUBGROUP_BARRIER: the short-step
+/// tensor-core tiles, `COCO_COOP_STREAM=1`.)
 const WANTED_FEATURES: wgpu::Features = wgpu::Features::SHADER_F16
     .union(wgpu::Features::SUBGROUP)
+    .union(wgpu::Features::SUBGROUP_BARRIER)
     .union(wgpu::Features::TIMESTAMP_QUERY);
 
 /// The adapter's cooperative-matrix offer as wgpu reports it: whether the experimental
@@ -237,7 +239,7 @@ impl GpuContext {
         let limits = adapter.limits();
         let mut features = adapter.features() & WANTED_FEATURES;
         if !options.wants_subgroups() {
-            features.remove(wgpu::Features::SUBGROUP);
+            features.remove(wgpu::Features::SUBGROUP | wgpu::Features::SUBGROUP_BARRIER);
         }
         let label = format!(
             "coco-{}",

@@ -27,11 +27,11 @@ use crate::kernels::elementwise::Activation;
 use crate::kernels::get_rows::GetRowsKey;
 use crate::kernels::matmul::{
     can_fuse_glu, chunk_min_k, chunk_short_k_min, chunk_splits_override, coop128_min_groups,
-    coop_prestage, coop_subgroup_tile64, coop_vec_stage, ffn_levels_fit, matvec_max_t,
-    matvec_shape, o_levels_fit, planned_label, post_norm_fuses, post_norm_max_t, qkv_fuses,
+    coop_prestage, coop_stream, coop_subgroup_tile64, coop_vec_stage, ffn_levels_fit, matvec_max_t,
+    matvec_shape, o_levels_fit, planned_labels, post_norm_fuses, post_norm_max_t, qkv_fuses,
     tile_split_target_override, wide_chunk_override, DeviceKernels, Fusion, GemmChoice,
     MatmulVariant, StageX, WideTile, XLevels, AUTO_SPLIT, CHUNK_WIDE, COOP64_MAX_T,
-    TILE_SPLIT_MIN_CHUNKS, TILE_SPLIT_TARGET, WIDE_MIN_GROUPS,
+    COOP_STREAM_MAX_T, TILE_SPLIT_MIN_CHUNKS, TILE_SPLIT_TARGET, WIDE_MIN_GROUPS,
 };
 use crate::kernels::megakernel::MegakernelKey;
 use crate::kernels::qkv_rope::{qk_norm_max_t, qkv_rope_fits, v_rows_bindable};
@@ -643,10 +643,12 @@ impl Plan {
         // `w` (the first weight of a fused product) over `slots` rows in all, for `rows` tokens.
         let product_levels =
             |out: &mut Vec<String>, w: &GpuTensor, slots, rows, bias, norm, fusion, levels| {
-                let label = planned_label(
+                let labels = planned_labels(
                     ctx, w.ty, rows, w.row_len, slots, bias, norm, fusion, levels,
                 );
-                out.extend(std::iter::repeat_n(label, w.parts.len()));
+                for _ in &w.parts {
+                    out.extend(labels.iter().cloned());
+                }
             };
         let product = |out: &mut Vec<String>, w: &GpuTensor, slots, rows, bias, norm, fusion| {
             product_levels(out, w, slots, rows, bias, norm, fusion, XLevels::Staged)

@@ -42,6 +42,12 @@ pub enum MatmulVariant {
     /// (`shaders/matmul/gemm_coop.wgsl`): what a device with coco's tensor-core GEMM runs
     /// unless `TiledCoop` is asked for ([`GemmChoice::pick_coop`]).
     Coop128,
+    /// Short steps on tensor cores (`shaders/matmul/gemm_coop_stream.wgsl`): one block of
+    /// slots × two blocks of tokens per workgroup (the device's cooperative-matrix block: 16,
+    /// or 8 on lavapipe), K split among its subgroups, x' read from the scale pass's f16 rows.
+    /// What [`MatmulKey::sized`] picks for steps of up to [`COOP_STREAM_MAX_T`] tokens with
+    /// `COCO_COOP_STREAM=1` ([`coop_stream`]).
+    CoopStream(u32),
     /// The portable GEMM with a larger register tile per thread
     /// (`shaders/matmul/gemm_wide.wgsl`): what [`MatmulKey::sized`] picks over `Tiled` where
     /// the grid stays full.
@@ -59,6 +65,7 @@ impl MatmulVariant {
             Self::Tiled => "TILED",
             Self::TiledCoop => "TILED_COOP",
             Self::Coop128 => "GEMM_COOP",
+            Self::CoopStream(_) => "COOP_STREAM",
             Self::Wide(_) => "GEMM_WIDE",
         }
     }
@@ -66,13 +73,13 @@ impl MatmulVariant {
     pub(crate) fn is_tiled(self) -> bool {
         matches!(
             self,
-            Self::Tiled | Self::TiledCoop | Self::Coop128 | Self::Wide(_)
+            Self::Tiled | Self::TiledCoop | Self::Coop128 | Self::CoopStream(_) | Self::Wide(_)
         )
     }
 
     /// Whether this shape multiplies on cooperative matrices (tensor cores).
     pub(crate) fn is_coop(self) -> bool {
-        matches!(self, Self::TiledCoop | Self::Coop128)
+        matches!(self, Self::TiledCoop | Self::Coop128 | Self::CoopStream(_))
     }
 
     /// Whether this shape has the post-norm epilogue ([`Fusion::PostNorm`]): the matvecs
@@ -89,6 +96,7 @@ impl MatmulVariant {
         match self {
             Self::Wide(w) => w.tile().1,
             Self::Coop128 => COOP_TILE,
+            Self::CoopStream(block) => 2 * block,
             _ => TILE_T,
         }
     }
@@ -106,6 +114,7 @@ impl MatmulVariant {
             Self::Tiled => format!("tiled{TILE_N}x{TILE_T}"),
             Self::TiledCoop => format!("coop{TILE_N}x{TILE_T}"),
             Self::Coop128 => format!("coop{COOP_TILE}x{COOP_TILE}"),
+            Self::CoopStream(block) => format!("coopstream{block}x{}", 2 * block),
             Self::Wide(w) => {
                 let (n, t) = w.tile();
                 format!("wide{n}x{t}")
@@ -123,6 +132,7 @@ impl MatmulVariant {
         match self {
             Self::Tiled | Self::TiledCoop => (TILE_N, 1),
             Self::Coop128 => (COOP_TILE, 1),
+            Self::CoopStream(block) => (block, 1),
             Self::Wide(w) => (w.tile().0, 1),
             Self::MatvecRows => (MV_ROWS * MV_LANES, 1),
             Self::MatvecWorkgroup => (MV_ROWS, MV_LANES),
@@ -300,6 +310,12 @@ impl MatmulKey {
                         MatmulVariant::MatvecChunkWide(per)
                     })
             }
+            // The A/B switch for short steps (which it takes off the matvec: matvec_max_t).
+            MatmulVariant::Coop128 | MatmulVariant::TiledCoop
+                if coop_stream() && t <= COOP_STREAM_MAX_T =>
+            {
+                MatmulVariant::CoopStream(if self.coop8 { 8 } else { 16 })
+            }
             // Short steps take the 64-token tensor-core tiles: the 128-token ones leave most of
             // the GPU idle there, each of their few workgroups walking all of K.
             MatmulVariant::Coop128 if t <= COOP64_MAX_T => MatmulVariant::TiledCoop,
@@ -349,7 +365,8 @@ impl MatmulKey {
     /// own chunk otherwise: `stage_k` 0).
     pub fn staged(self, k: u32, workgroup_bytes: u32) -> MatmulKey {
         if self.variant.is_coop() {
-            let x16 = coop_prestage();
+            // The short-step tiles read x' only as the scale pass's f16 rows.
+            let x16 = coop_prestage() || matches!(self.variant, MatmulVariant::CoopStream(_));
             return MatmulKey {
                 stage_k: 0,
                 x16,
@@ -470,6 +487,19 @@ impl MatmulKey {
             defines.push("COOP_STAGING");
             if self.coop8 {
                 defines.push("COOP8");
+            }
+            if let MatmulVariant::CoopStream(block) = self.variant {
+                // Its tile is the device's block; it reads x' only as the f16 rows.
+                if block != if self.coop8 { 8 } else { 16 } || !self.x16 {
+                    return Err(KernelError::Shape {
+                        kernel: "matmul",
+                        why: format!(
+                            "{}: the short-step tiles need the device's block (8 with COOP8, \
+                             else 16) and x' prestaged",
+                            self.label()
+                        ),
+                    });
+                }
             }
         }
         match self.fusion {
@@ -709,7 +739,7 @@ impl MatmulKey {
         };
         // Directives come before any declaration.
         let enables = match self.variant {
-            MatmulVariant::TiledCoop | MatmulVariant::Coop128 => {
+            MatmulVariant::TiledCoop | MatmulVariant::Coop128 | MatmulVariant::CoopStream(_) => {
                 "enable f16;\nenable wgpu_cooperative_matrix;\n"
             }
             // The browser's compiler needs it. naga takes the subgroup builtins without it,
@@ -738,6 +768,7 @@ impl MatmulKey {
         let (tile_n, tile_t, wide) = match self.variant {
             MatmulVariant::Wide(w) => (w.tile().0, w.tile().1, w),
             MatmulVariant::Coop128 => (COOP_TILE, COOP_TILE, WideTile::new(4, 4)),
+            MatmulVariant::CoopStream(block) => (block, 2 * block, WideTile::new(4, 4)),
             _ => (TILE_N, TILE_T, WideTile::new(4, 4)),
         };
         let consts = format!(

@@ -662,7 +662,7 @@ pub fn matmul_qkv_variant(
 
 /// The key a product of `fusion` over a `ty` weight with rows of `k` runs with for a step of
 /// `t` tokens on this device, unless `variant` forces one: the one rule every launcher here
-/// and `model::Plan` (through [`planned_label`]) follow. The matvec or the tiles by `t`
+/// and `model::Plan` (through [`planned_labels`]) follow. The matvec or the tiles by `t`
 /// ([`matvec_max_t`]), then the chunk matvec only where K pays ([`MatmulKey::sized`]).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn chosen_key(
@@ -685,9 +685,10 @@ pub(super) fn chosen_key(
 }
 
 /// The pipeline label one dispatch of such a product records (its x' staging included, as
-/// `launch` sets it): what `model::Plan` predicts a step's labels with.
+/// `launch` sets it), after the scale pass a tensor-core product records before it: what
+/// `model::Plan` predicts a step's labels with, per part of the weight.
 #[allow(clippy::too_many_arguments)] // the product spelled out, as chosen_key takes it
-pub fn planned_label(
+pub fn planned_labels(
     ctx: &GpuContext,
     ty: crate::gguf::GgmlType,
     t: u32,
@@ -697,11 +698,15 @@ pub fn planned_label(
     norm: bool,
     fusion: Fusion,
     levels: XLevels,
-) -> String {
-    chosen_key(ctx, ty, t, k, slots, bias, norm, fusion, None)
+) -> Vec<String> {
+    let key = chosen_key(ctx, ty, t, k, slots, bias, norm, fusion, None)
         .with_levels(levels)
-        .staged(k as u32, ctx.limits.max_compute_workgroup_storage_size)
-        .label()
+        .staged(k as u32, ctx.limits.max_compute_workgroup_storage_size);
+    let scale = key
+        .variant
+        .is_coop()
+        .then(|| token_scale::scale_pass(&key).0.to_string());
+    scale.into_iter().chain([key.label()]).collect()
 }
 
 /// The unfused (optionally normed) product, one dispatch per part of `w`; `args` is the
@@ -820,6 +825,15 @@ pub(super) fn launch(
         return err(
             "the cooperative-matrix GEMM needs wgpu's experimental cooperative \
                     matrices (16x16x16 f16 -> f32), which this device lacks"
+                .into(),
+        );
+    }
+    if matches!(key.variant, MatmulVariant::CoopStream(_))
+        && !ctx.features.contains(wgpu::Features::SUBGROUP_BARRIER)
+    {
+        return err(
+            "the short-step tensor-core tiles (COCO_COOP_STREAM=1) need \
+             Features::SUBGROUP_BARRIER, which this device lacks"
                 .into(),
         );
     }

@@ -211,6 +211,26 @@ pub fn coop_vec_stage() -> bool {
     *ON.get_or_init(|| std::env::var("COCO_COOP_VEC_STAGE").is_ok_and(|v| v == "1"))
 }
 
+/// The A/B switch `COCO_COOP_STREAM=1`, read once per process: on a device with coco's
+/// tensor-core tiles, steps of [`COOP_STREAM_MIN_T`] to [`COOP_STREAM_MAX_T`] tokens run the
+/// short-step tiles ([`MatmulVariant::CoopStream`], shaders/matmul/gemm_coop_stream.wgsl)
+/// instead of the matvec ([`matvec_max_t`] drops to `COOP_STREAM_MIN_T - 1`; the plan then
+/// treats those steps as tile steps: RoPE and the KV write apart). Issue 16's short-prompt
+/// target: a 32-token step took 7–8 decode steps on the matvec. Not timed yet.
+pub fn coop_stream() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("COCO_COOP_STREAM").is_ok_and(|v| v == "1"))
+}
+
+/// The shortest step [`coop_stream`] takes off the matvec: up to 4 tokens the matvec reads W
+/// in about one decode step's time (BENCHMARKS.md "session 29": pp8 3.4 ms against 1.2 per
+/// decode step on the Llama-1B shape).
+pub const COOP_STREAM_MIN_T: u32 = 5;
+
+/// The longest step [`coop_stream`] runs on the short-step tiles; longer ones keep the 64-
+/// and 128-token tiles.
+pub const COOP_STREAM_MAX_T: u32 = 32;
+
 /// The A/B switch `COCO_COOP_SUBGROUP_TILE=64`, read once per process: with
 /// [`coop_prestage`], the 128-token tensor-core tiles give each of 4 subgroups 64 × 64 outputs
 /// (shaders/matmul/gemm_coop_sg64.wgsl) instead of each of 8 subgroups 32 × 64: 8 matrix
@@ -429,6 +449,8 @@ pub struct KernelSettings {
     pub coop_subgroup_tile64: bool,
     /// Whether the tensor-core tiles stage with vec4 stores ([`coop_vec_stage`]).
     pub coop_vec_stage: bool,
+    /// Whether steps of 5–32 tokens run the short-step tensor-core tiles ([`coop_stream`]).
+    pub coop_stream: bool,
     /// Whether the single-pass attention computes 2 × 2 score blocks and takes larger tiles
     /// (`GpuContext::attention_blocked`: `COCO_ATTN_BLOCKED=1`, a link's `attn_blocked=1`).
     pub attention_blocked: bool,
@@ -451,6 +473,7 @@ impl KernelSettings {
             gemm_chunk: wide_chunk_override(),
             coop_subgroup_tile64: coop_prestage() && coop_subgroup_tile64(),
             coop_vec_stage: coop_vec_stage(),
+            coop_stream: coop_stream(),
             attention_blocked: ctx.attention_blocked,
         }
     }
@@ -550,7 +573,14 @@ pub const MATVEC_MAX_T: u32 = 32;
 /// in the browser's compiler). The one rule [`MatmulKey::choose`](super::MatmulKey::choose) and `model::Plan` share.
 pub fn matvec_max_t(kernels: DeviceKernels) -> Option<u32> {
     let tiles = kernels.matvec != MatmulVariant::MatvecRows || kernels.gemm != GemmChoice::Auto;
-    tiles.then(matvec_max_t_setting)
+    let stream = kernels.tiled.is_coop() && coop_stream() && matvec_max_t_override().is_none();
+    tiles.then(|| {
+        if stream {
+            COOP_STREAM_MIN_T - 1
+        } else {
+            matvec_max_t_setting()
+        }
+    })
 }
 
 /// [`CHUNK_MIN_K`], or the tuning override `COCO_CHUNK_MIN_K` ([`chunk_min_k_override`]):
@@ -603,16 +633,19 @@ pub fn f16_operands() -> bool {
 }
 
 fn matvec_max_t_setting() -> u32 {
-    static MAX_T: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    matvec_max_t_override().unwrap_or(MATVEC_MAX_T)
+}
+
+/// `COCO_MATVEC_MAX_T` (1..=512), read once per process.
+fn matvec_max_t_override() -> Option<u32> {
+    static MAX_T: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
     *MAX_T.get_or_init(|| {
-        let Ok(v) = std::env::var("COCO_MATVEC_MAX_T") else {
-            return MATVEC_MAX_T;
-        };
+        let v = std::env::var("COCO_MATVEC_MAX_T").ok()?;
         match v.trim().parse::<u32>() {
-            Ok(t) if (1..=512).contains(&t) => t,
+            Ok(t) if (1..=512).contains(&t) => Some(t),
             _ => {
                 log::warn!("COCO_MATVEC_MAX_T={v:?} ignored: expected a whole number in 1..=512");
-                MATVEC_MAX_T
+                None
             }
         }
     })

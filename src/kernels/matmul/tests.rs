@@ -177,13 +177,19 @@ fn levels_variants_compile_to_spirv() {
 /// GEMM's staging of each dequantizer is compiled.
 #[test]
 fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
-    for (ty, variant) in GgmlType::SUPPORTED
-        .into_iter()
-        .flat_map(|ty| [(ty, MatmulVariant::TiledCoop), (ty, MatmulVariant::Coop128)])
-    {
+    for (ty, variant) in GgmlType::SUPPORTED.into_iter().flat_map(|ty| {
+        [
+            (ty, MatmulVariant::TiledCoop),
+            (ty, MatmulVariant::Coop128),
+            (ty, MatmulVariant::CoopStream(16)),
+        ]
+    }) {
         // (splits, x16, sg64): x' staged by the tiles or prestaged (X16), split K or not, and
-        // for the 128-token tiles 64 × 64 per subgroup (SG64; it doesn't split).
-        let combos: &[(u32, bool, bool)] = if variant == MatmulVariant::TiledCoop {
+        // for the 128-token tiles 64 × 64 per subgroup (SG64; it doesn't split). The
+        // short-step tiles always read it prestaged, and don't split.
+        let combos: &[(u32, bool, bool)] = if matches!(variant, MatmulVariant::CoopStream(_)) {
+            &[(1, true, false)]
+        } else if variant == MatmulVariant::TiledCoop {
             &[
                 (1, false, false),
                 (1, true, false),
@@ -211,6 +217,12 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
                 .flat_map(|&(s, x, g)| [(s, x, g, false), (s, x, g, true)])
                 .flat_map(|(s, x, g, v)| [(s, x, g, v, false), (s, x, g, v, true)]);
             for (splits, x16, sg64, vec_stage, coop8) in combos {
+                let variant = match variant {
+                    MatmulVariant::CoopStream(_) => {
+                        MatmulVariant::CoopStream(if coop8 { 8 } else { 16 })
+                    }
+                    v => v,
+                };
                 let key = MatmulKey {
                     ty,
                     variant,

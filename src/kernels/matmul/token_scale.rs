@@ -62,12 +62,7 @@ pub(super) fn record_token_scales(
     } else {
         None
     };
-    let (label, defines): (&str, &[&str]) = match (key.x16, key.norm) {
-        (true, true) => ("matmul_token_scale_x16_norm", &["X16", "NORM"]),
-        (true, false) => ("matmul_token_scale_x16", &["X16"]),
-        (false, true) => ("matmul_token_scale_norm", &["NORM"]),
-        (false, false) => ("matmul_token_scale", &[]),
-    };
+    let (label, defines) = scale_pass(key);
     let pipeline = ctx.pipeline(label, || token_scale_source(defines));
     let scale_params: [u32; 4] = [params.k, params.t, params.eps.to_bits(), 0];
     let workgroups = if key.x16 { tokens } else { params.t };
@@ -88,6 +83,16 @@ pub(super) fn record_token_scales(
         Some(work),
     )?;
     Ok((scales, x16))
+}
+
+/// The label and defines of the scale pass before the tensor-core product `key`.
+pub(super) fn scale_pass(key: &MatmulKey) -> (&'static str, &'static [&'static str]) {
+    match (key.x16, key.norm) {
+        (true, true) => ("matmul_token_scale_x16_norm", &["X16", "NORM"]),
+        (true, false) => ("matmul_token_scale_x16", &["X16"]),
+        (false, true) => ("matmul_token_scale_norm", &["NORM"]),
+        (false, false) => ("matmul_token_scale", &[]),
+    }
 }
 
 /// Records the x' staging pass of `COCO_COOP_PRESTAGE=1` alone, as it runs before a tensor-core

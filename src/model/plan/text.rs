@@ -150,6 +150,15 @@ impl Plan {
                 "steps of <= {max} tokens: {matvec}; longer steps: {}",
                 match (self.kernels.tiled, self.kernels.gemm) {
                     (tiles, _) if tiles.is_coop() => {
+                        let stream = if coop_stream() {
+                            format!(
+                                "{} up to {COOP_STREAM_MAX_T} tokens (x' staged once as f16 \
+                                 rows; COCO_COOP_STREAM=1), ",
+                                MatmulVariant::CoopStream(self.kernels.coop_block).label()
+                            )
+                        } else {
+                            String::new()
+                        };
                         let short = if tiles == MatmulVariant::Coop128 {
                             let small = coop128_min_groups().map_or_else(String::new, |n| {
                                 format!(
@@ -181,7 +190,7 @@ impl Plan {
                              (COCO_COOP_PRESTAGE=1: once, as f16 rows)"
                         };
                         format!(
-                            "{short}{} (f16 tensor cores, each after {staging}{vec}; \
+                            "{stream}{short}{} (f16 tensor cores, each after {staging}{vec}; \
                              COCO_COOPMAT=0: the portable tiles)",
                             tiles.label()
                         )
