@@ -22,7 +22,7 @@ export XDG_RUNTIME_DIR=$(mktemp -d) WGPU_BACKEND=vulkan
 printf '{"file_format_version":"1.0.1","ICD":{"library_path":"libEGL_nvidia.so.0","api_version":"1.4.312"}}\n' > /tmp/nvidia_egl_icd.json
 export VK_DRIVER_FILES=/tmp/nvidia_egl_icd.json VK_ICD_FILENAMES=/tmp/nvidia_egl_icd.json
 M=/tmp/models; mkdir -p $M
-.bench/shape_model llama-1b q4_0 $M/llama-1b-q4_0.gguf > /dev/null &
+[ -s $M/llama-1b-q4_0.gguf ] || .bench/shape_model llama-1b q4_0 $M/llama-1b-q4_0.gguf > /dev/null &
 if [ -z "${SKIP_TESTS:-}" ]; then
   for ab in $ABS; do
     IFS=+ read -ra vars <<< "$ab"

@@ -4,7 +4,7 @@
 # 8 × 8 × 8 cooperative matrices: test binaries run through sid's ld.so as cargo's runner.
 #
 #   bash scripts/lavapipe26.sh cargo test --release --test kernels_matmul _q4_0
-#   COCO_COOP_VEC_STAGE=1 bash scripts/lavapipe26.sh cargo test --release --test kernels_matmul_fused
+#   COCO_COOP_VEC_STAGE=0 bash scripts/lavapipe26.sh cargo test --release --test kernels_matmul_fused
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib/install.sh

@@ -162,11 +162,12 @@ COCO_ATTN_BLOCKED=1 cargo test --release --test kernels_attention -- --test-thre
 # from Debian sid, which offers cooperative matrices: 8 × 8 × 8 blocks on subgroups of 8, run
 # by the same kernels as the H200's 16 × 16 × 16 on subgroups of 32 (matmul/coop_staging.wgsl:
 # CB, SGS). Debian 12's lavapipe has none. The tensor-core cases of every type (the other
-# cases ran above), as they stage by default, with the staged chunks as vec4<f16>
-# (COCO_COOP_VEC_STAGE) and with x' prestaged by the scale pass (COCO_COOP_PRESTAGE; the
-# 128-token tiles then need 48 KiB of workgroup memory, lavapipe has 32: those cases say so),
-# both off by default until timed on a GPU; then the HF goldens on those tiles. sid moves: if
-# its lavapipe can't be set up, this pass says so and is not run.
+# cases ran above) as they run by default: x' prestaged by the scale pass and the staged
+# chunks as vec4<f16> (the prestaged 128-token tiles need 48 KiB of workgroup memory, lavapipe
+# has 32: those cases run the tiles that stage x' themselves, and say so); then with each of
+# the A/B baselines COCO_COOP_VEC_STAGE=0 and COCO_COOP_PRESTAGE=0, and both; then the HF
+# goldens on those tiles. sid moves: if its lavapipe can't be set up, this pass says so and
+# is not run.
 say "cargo test (Mesa 26 lavapipe from sid, cooperative matrices): the tensor-core tiles"
 if coco_lavapipe26; then
   (
@@ -175,9 +176,9 @@ if coco_lavapipe26; then
     export COCO_TEST_VARIANTS=coop
     suites=(--test kernels_matmul --test kernels_matmul_fused)
     cargo test --release "${suites[@]}" -- --test-threads=2
-    COCO_COOP_VEC_STAGE=1 cargo test --release "${suites[@]}" -- --test-threads=2
-    COCO_COOP_PRESTAGE=1 cargo test --release "${suites[@]}" -- --test-threads=2
-    COCO_COOP_PRESTAGE=1 COCO_COOP_VEC_STAGE=1 cargo test --release "${suites[@]}" -- --test-threads=2
+    COCO_COOP_VEC_STAGE=0 cargo test --release "${suites[@]}" -- --test-threads=2
+    COCO_COOP_PRESTAGE=0 cargo test --release "${suites[@]}" -- --test-threads=2
+    COCO_COOP_PRESTAGE=0 COCO_COOP_VEC_STAGE=0 cargo test --release "${suites[@]}" -- --test-threads=2
     # And the HF goldens with every prompt step of more than 4 tokens on them (f16 operands:
     # tests/model.rs holds such runs to the f16 bounds), with the plan's labels of those steps
     # (tests/profile.rs): on the 64-token tiles, then on the short-step tiles

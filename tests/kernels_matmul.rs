@@ -405,7 +405,8 @@ fn matmul_type(ty: GgmlType) {
             Case::new(ty, 67, 23, Some(stream)).wide().accumulate(),
         ]);
     }
-    if ctx().has_coop_gemm() && common::coop128_runs() {
+    if ctx().has_coop_gemm() {
+        common::say_coop128_form();
         cases.extend([
             // 128 × 128 tiles: partial in slots and tokens, a second token tile, 2 slot tiles.
             Case::new(ty, 67, 17, Some(Coop128)),
@@ -416,7 +417,7 @@ fn matmul_type(ty: GgmlType) {
             Case::new(ty, 200, 150, Some(Coop128)).accumulate(),
             Case::new(ty, 67, 33, Some(Coop128)).softcap(),
             Case::new(ty, 67, 9, Some(Coop128)).beyond_f16(),
-            // Long K: with COCO_COOP_PRESTAGE=1 split 17 ways (coop128_splits), one and four
+            // Long K: prestaged, split 17 ways (coop128_splits), one and four
             // tiles.
             Case::new(ty, 67, 17, Some(Coop128)).wide(),
             Case::new(ty, 131, 150, Some(Coop128))
@@ -503,7 +504,7 @@ fn matmul_iq4_xs() {
 
 /// Large vocabularies need more matvec workgroups than one dimension allows; this shape
 /// (530,000 rows / 8 per workgroup = 66,250 > 65,535) exercises the 2-D fold.
-/// The x' staging pass of `COCO_COOP_PRESTAGE=1` (the tensor-core tiles' f16 rows) against
+/// The x' staging pass (`X16`, the tensor-core tiles' f16 rows) against
 /// its CPU reference, on any adapter with f16 (the tiles themselves need tensor cores): the
 /// rows to an f16 step (lavapipe's conversion may round toward zero), zeros up to the tile's
 /// last token, and the factors the sums are multiplied by; odd tokens at ±2^20 must come back

@@ -225,13 +225,12 @@ fn variants_cases(base: impl Fn(Case) -> Case) -> Vec<Case> {
             base(case(17, Some(stream))).long(),
             base(case(9, Some(stream))).two_tiles(),
         ]);
-        if common::coop128_runs() {
-            cases.extend([
-                base(case(17, Some(Coop128))),
-                base(case(150, Some(Coop128))).no_norm(),
-                base(case(130, Some(Coop128))).long(),
-            ]);
-        }
+        common::say_coop128_form();
+        cases.extend([
+            base(case(17, Some(Coop128))),
+            base(case(150, Some(Coop128))).no_norm(),
+            base(case(130, Some(Coop128))).long(),
+        ]);
     } else {
         println!(
             "the f16 cooperative-matrix GEMM is off (not offered here, or COCO_COOPMAT=0); not tested"

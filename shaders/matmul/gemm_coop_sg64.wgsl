@@ -1,5 +1,5 @@
 // The 128 × 128 tensor-core tiles with 64 × 64 per subgroup (GEMM_COOP with X16 and SG64; the
-// A/B switch COCO_COOP_SUBGROUP_TILE=64 with COCO_COOP_PRESTAGE=1; not timed yet). Included by
+// A/B switch COCO_COOP_SUBGROUP_TILE=64, with x' prestaged; not timed yet). Included by
 // matmul.wgsl in place of gemm_coop_x16.wgsl, whose staging (x' copied from the f16 rows of
 // matmul/token_scale.wgsl, double-buffered chunks, one barrier each), GLU pairing and numerics
 // it keeps.

@@ -1,7 +1,7 @@
-// The 128 × 128 tensor-core tiles (GEMM_COOP) with X16 (opt-in, COCO_COOP_PRESTAGE=1, until
-// the H200 has timed it): x' arrives staged once per product as f16 rows
-// (matmul/token_scale.wgsl), and the tiles are double-buffered. Included by matmul.wgsl in
-// place of gemm_coop.wgsl, the default; the subgroups' blocks, the GLU pairing and the
+// The 128 × 128 tensor-core tiles (GEMM_COOP) with X16 (the default where 48 KiB of workgroup
+// memory exist; COCO_COOP_PRESTAGE=0 is the A/B baseline): x' arrives staged once per product
+// as f16 rows (matmul/token_scale.wgsl), and the tiles are double-buffered. Included by
+// matmul.wgsl in place of gemm_coop.wgsl; the subgroups' blocks, the GLU pairing and the
 // numerics are its.
 //
 // Why: gemm_coop.wgsl passes two barriers per 32-wide chunk with one workgroup per SM (its
@@ -27,7 +27,7 @@ var<workgroup> xt16: array<StagedHalf, (2u * X_TILE) / SV>; // [buffer][token][k
 var<workgroup> ct: array<f32, NSG * CB * CB>; // [subgroup][CB × CB]: a parked block (C)
 
 #ifdef SPLIT_K
-// Split K (COCO_COOP_PRESTAGE=1 where the grid is small; select.rs coop128_splits): the
+// Split K (where the grid is small; select.rs coop128_splits): the
 // p.splits workgroups of a (token tile, row group) each multiply their own range of chunks
 // (matmul/tile_split.wgsl's tile_chunks) and record their 128 × 128 sums in the split
 // scratch, after its arrival counters: COOP_RECORD words per (tile, split).

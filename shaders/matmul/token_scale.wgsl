@@ -9,7 +9,7 @@
 // slot-group workgroups re-read all of K for its 128 tokens first: 11–12% of the Llama
 // shapes' pp512 on the H200 (BENCHMARKS.md "session 22").
 //
-// With X16 (opt-in: COCO_COOP_PRESTAGE=1) the pass stages x' for
+// With X16 (the default; COCO_COOP_PRESTAGE=0 turns it off) the pass stages x' for
 // the GEMM as well, once per product instead of once per row group: x16[t] = f16(x'[t] ·
 // scales[t]) for every token of the tiles, zeros past the step's (so a tile's last matrix
 // loads read zeros), and scales[t] becomes what the GEMM multiplies token t's sums by:

@@ -143,7 +143,7 @@ fn describe_cooperative_matrix(adapter: &wgpu::Adapter) -> String {
 /// Workgroup memory of the larger cooperative-matrix GEMM (`matmul/gemm_coop.wgsl`): padded
 /// f16 tiles of W and x' (10 KiB each), 8 KiB of per-subgroup output blocks and, with
 /// RMSNorm, 2 KiB of sums, and 0.5 KiB of per-token scales: 30.5 KiB (`TILED_COOP` needs
-/// 25). The double-buffered tiles of `COCO_COOP_PRESTAGE=1` may need more
+/// 25). The double-buffered tiles with x' prestaged may need more
 /// (`MatmulKey::prestage_workgroup_bytes`).
 pub const COOP_GEMM_WORKGROUP_BYTES: u32 = 32 * 1024;
 

@@ -90,11 +90,11 @@ pub fn variant_selected(variant: Option<coco::kernels::matmul::MatmulVariant>) -
     wanted.split(',').any(|part| label.contains(part.trim()))
 }
 
-/// Whether the 128-token tensor-core tiles run here with this process's switches: prestaged
-/// (`COCO_COOP_PRESTAGE=1`, double-buffered) they need 48 KiB of workgroup memory, which
-/// lavapipe (32 KiB) lacks; the 64-token ones fit it. Says so when they don't.
-pub fn coop128_runs() -> bool {
-    use coco::kernels::matmul::{DeviceKernels, MatmulKey, MatmulVariant};
+/// Says which form the 128-token tensor-core tiles take here: prestaged (double-buffered, split
+/// K) they need 48 KiB of workgroup memory, which lavapipe (32 KiB) lacks, and the launch then
+/// runs the form that stages x' itself (`MatmulKey::staged`); the 64-token tiles fit either way.
+pub fn say_coop128_form() {
+    use coco::kernels::matmul::{coop_prestage, DeviceKernels, MatmulKey, MatmulVariant};
     let ctx = ctx();
     let have = ctx.limits.max_compute_workgroup_storage_size;
     let key = MatmulKey::choose(
@@ -105,15 +105,12 @@ pub fn coop128_runs() -> bool {
         Some(MatmulVariant::Coop128),
     )
     .staged(4096, have);
-    match key.prestage_workgroup_bytes() {
-        Some(needed) if needed > have => {
-            println!(
-                "{}: needs {needed} bytes of workgroup memory, this device has {have}; not run",
-                key.label()
-            );
-            false
-        }
-        _ => true,
+    if coop_prestage() && !key.x16 {
+        println!(
+            "{}: the prestaged 128-token tiles need 48 KiB of workgroup memory, this device \
+             has {have} bytes; the tiles that stage x' themselves run instead",
+            key.label()
+        );
     }
 }
 

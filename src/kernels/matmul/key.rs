@@ -217,13 +217,14 @@ pub struct MatmulKey {
     pub levels: XLevels,
     /// The tensor-core tiles read x' as f16 rows the scale pass before staged (`X16`; x16 in
     /// x's binding, no norm_w: the pass applied it): set by the launch ([`MatmulKey::staged`])
-    /// with `COCO_COOP_PRESTAGE=1` ([`coop_prestage`]).
+    /// unless `COCO_COOP_PRESTAGE=0` ([`coop_prestage`]) or the device lacks the workgroup
+    /// memory.
     pub x16: bool,
     /// The 128-token tensor-core tiles with 64 × 64 per subgroup (`SG64`, with `x16`): set by
     /// the launch with `COCO_COOP_SUBGROUP_TILE=64` ([`coop_subgroup_tile64`]).
     pub sg64: bool,
     /// The tensor-core tiles' staged chunks held as vec4<f16> (`VEC_STAGE`): set by the launch
-    /// with `COCO_COOP_VEC_STAGE=1` ([`coop_vec_stage`]).
+    /// unless `COCO_COOP_VEC_STAGE=0` ([`coop_vec_stage`]).
     pub vec_stage: bool,
     /// The device's tensor-core tiles multiply 8 × 8 × 8 blocks on subgroups of 8 (`COOP8`:
     /// lavapipe) instead of 16 × 16 × 16 on subgroups of 32 (its `coop_block`, from
@@ -360,19 +361,38 @@ impl MatmulKey {
     /// This key for a product of K = `k`, with `x'[t]` staged when the kernel is the subgroup
     /// matvec, [`MatvecShape::stage_x`] covers the product, K ≤ [`STAGE_MAX_K`] and the
     /// workgroup memory fits the device (`workgroup_bytes`: its per-workgroup limit).
-    /// The tensor-core tiles instead read x' prestaged as f16 ([`coop_prestage`]); the wide
+    /// The tensor-core tiles instead read x' prestaged as f16 where it fits ([`coop_prestage`]); the wide
     /// GEMM stages [`wide_chunk_override`]'s K per chunk where its tiles fit the device (its
     /// own chunk otherwise: `stage_k` 0).
     pub fn staged(self, k: u32, workgroup_bytes: u32) -> MatmulKey {
         if self.variant.is_coop() {
-            // The short-step tiles read x' only as the scale pass's f16 rows.
-            let x16 = coop_prestage() || matches!(self.variant, MatmulVariant::CoopStream(_));
-            return MatmulKey {
+            let prestaged = MatmulKey {
                 stage_k: 0,
-                x16,
-                sg64: x16 && self.variant == MatmulVariant::Coop128 && coop_subgroup_tile64(),
+                x16: true,
+                sg64: self.variant == MatmulVariant::Coop128 && coop_subgroup_tile64(),
                 vec_stage: coop_vec_stage(),
                 ..self
+            };
+            let fits = prestaged
+                .prestage_workgroup_bytes()
+                .is_none_or(|needed| needed <= workgroup_bytes);
+            // The short-step tiles read x' only as the scale pass's f16 rows; the others by
+            // default too, where the device holds their workgroup arrays. Where it doesn't
+            // (the double-buffered 128-token tiles need 48 KiB, lavapipe has 32), those tiles
+            // stage x' themselves and walk all of K (their split needs the prestaged form).
+            if matches!(self.variant, MatmulVariant::CoopStream(_)) || (coop_prestage() && fits) {
+                return prestaged;
+            }
+            let splits = if self.variant == MatmulVariant::Coop128 {
+                1
+            } else {
+                self.splits
+            };
+            return MatmulKey {
+                x16: false,
+                sg64: false,
+                splits,
+                ..prestaged
             };
         }
         if let MatmulVariant::Wide(w) = self.variant {
@@ -715,7 +735,7 @@ impl MatmulKey {
         }
     }
 
-    /// Workgroup memory the tensor-core tiles need with `COCO_COOP_PRESTAGE=1` (`x16`): the
+    /// Workgroup memory the tensor-core tiles need with x' prestaged (`x16`): the
     /// double-buffered 128-token tiles 48 KiB (`gemm_coop_x16.wgsl`; `_sg64` 44), the 64-token
     /// ones exactly 32 (`gemm_tiled_coop.wgsl`, lavapipe's limit); `None` without it (the
     /// device check covers those: `COOP_GEMM_WORKGROUP_BYTES`).

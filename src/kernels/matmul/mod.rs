@@ -843,7 +843,7 @@ pub(super) fn launch(
         .filter(|&n| n > workgroup_bytes)
     {
         return err(format!(
-            "{}: COCO_COOP_PRESTAGE=1's double-buffered tiles need {} KiB of workgroup \
+            "{}: the prestaged, double-buffered tiles need {} KiB of workgroup \
              memory; this device has {} KiB",
             key.label(),
             needed / 1024,

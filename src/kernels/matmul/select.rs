@@ -146,7 +146,9 @@ pub(super) fn grid_splits(tiles: u64, chunks: u64, target: u64, record_words: u6
 /// [`coop_subgroup_tile64`]): the grid grown to about [`COOP128_SPLIT_TARGET`] workgroups (one
 /// fits an SM), ranges of at least [`TILE_SPLIT_MIN_CHUNKS`] chunks. At 512 tokens the
 /// Llama-1B shape's W_o and W_down have 64 tiles for 132 SMs and took 10.8 of the step's 26 ms
-/// at half the gate/up's TFLOP/s (BENCHMARKS.md "session 30"). Not timed yet.
+/// at half the gate/up's TFLOP/s (BENCHMARKS.md "session 30"); split 4 ways (with vec4
+/// staging) 5.9 ms, and at 128 tokens (16 tiles) 9.6 → 3.3 ms ("session 33"). Where the device
+/// can't hold the prestaged tiles, [`MatmulKey::staged`] takes the split back.
 /// `COCO_TILE_SPLIT_TARGET=0` turns it off with the 64 × 64 tiles' split.
 pub const COOP128_SPLIT_TARGET: u64 = 256;
 /// Words of one (tile, range) record: the tile's 128 × 128 sums (the shader's COOP_RECORD).
@@ -187,28 +189,33 @@ fn workgroups_from_env(cell: &'static std::sync::OnceLock<Option<u64>>, name: &s
     })
 }
 
-/// The A/B switch `COCO_COOP_PRESTAGE=1`, read once per process: the scale pass before each
-/// tensor-core product stages x' once as f16 rows (`X16`, shaders/matmul/token_scale.wgsl),
-/// the tiles copy it as it lies, and the 128-token tiles are double-buffered
-/// (shaders/matmul/gemm_coop_x16.wgsl). Off by default: every workgroup of a row group
-/// stages (loads, norms, scales, converts) the same activations itself. Measured on the H200
-/// (BENCHMARKS.md "session 30") only in a first form whose matrix loads read the f16 rows from
-/// memory with no staging: 1.7× slower at 512 tokens; the form here is not timed yet.
+/// Whether the scale pass before each tensor-core product stages x' once as f16 rows (`X16`,
+/// shaders/matmul/token_scale.wgsl), the tiles copy it as it lies, and the 128-token tiles are
+/// double-buffered and split K (shaders/matmul/gemm_coop_x16.wgsl); read once per process. On
+/// by default where the device holds the tiles' workgroup arrays ([`MatmulKey::staged`]);
+/// `COCO_COOP_PRESTAGE=0` is the A/B baseline, where every workgroup of a row group stages
+/// (loads, norms, scales, converts) the same activations itself. Measured on the H200 with
+/// [`coop_vec_stage`] (BENCHMARKS.md "session 33", Llama-1B Q4_0 shape): pp512 24.6 → 17.4
+/// ms, pp128 18.0 → 8.3 ms (the split lets W_o and W_down fill the GPU at 128 tokens).
 pub fn coop_prestage() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("COCO_COOP_PRESTAGE").is_ok_and(|v| v == "1"))
+    *ON.get_or_init(|| switch_on_unless_zero("COCO_COOP_PRESTAGE"))
 }
 
-/// The A/B switch `COCO_COOP_VEC_STAGE=1`, read once per process: the tensor-core tiles
-/// hold their staged chunks as `vec4<f16>` and store each thread's 8 staged values with two
-/// 8-byte stores (and two packed conversions) instead of eight 2-byte stores, and their
-/// matrix loads count strides in vec4s (`VEC_STAGE`; llama.cpp's Vulkan tiles load
-/// cooperative matrices from `f16vec2` arrays the same way). Per 32-wide chunk a
-/// `coop128x128` thread stores 32 scalars today: 256 warp store instructions per chunk
-/// beside the 128 16 × 16 × 16 products. Not timed yet.
+/// Whether the tensor-core tiles hold their staged chunks as `vec4<f16>` and store each
+/// thread's 8 staged values with two 8-byte stores (and two packed conversions) instead of
+/// eight 2-byte stores, their matrix loads counting strides in vec4s (`VEC_STAGE`; llama.cpp's
+/// Vulkan tiles load cooperative matrices from `f16vec2` arrays the same way); read once per
+/// process. On by default; `COCO_COOP_VEC_STAGE=0` is the A/B baseline. Measured on the H200
+/// (BENCHMARKS.md "session 33"): alone pp512 24.6 → 22.6 ms, the same logits bit for bit.
 pub fn coop_vec_stage() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("COCO_COOP_VEC_STAGE").is_ok_and(|v| v == "1"))
+    *ON.get_or_init(|| switch_on_unless_zero("COCO_COOP_VEC_STAGE"))
+}
+
+/// A default-on switch: off only where the variable `name` is `0`.
+fn switch_on_unless_zero(name: &str) -> bool {
+    std::env::var(name).map_or(true, |v| v != "0")
 }
 
 /// The A/B switch `COCO_COOP_STREAM=1`, read once per process: on a device with coco's
@@ -263,7 +270,7 @@ pub fn wide_chunk_override() -> Option<u32> {
 /// each of its workgroups, as before the GLU wrote it as levels ([`super::ffn_levels_fit`]).
 pub fn ffn_levels_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("COCO_FFN_LEVELS").map_or(true, |v| v != "0"))
+    *ON.get_or_init(|| switch_on_unless_zero("COCO_FFN_LEVELS"))
 }
 
 /// The A/B switch `COCO_O_LEVELS=0`, read once per process: W_o's x' is then staged by each
@@ -271,7 +278,7 @@ pub fn ffn_levels_enabled() -> bool {
 /// ([`super::o_levels_fit`]).
 pub fn o_levels_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("COCO_O_LEVELS").map_or(true, |v| v != "0"))
+    *ON.get_or_init(|| switch_on_unless_zero("COCO_O_LEVELS"))
 }
 
 /// The A/B switch `COCO_CHUNK_SPLITS=<n>` (1 ..= 64; 1 is unsplit), read once per process:

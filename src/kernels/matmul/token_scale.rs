@@ -1,5 +1,5 @@
 //! The pass before each tensor-core product (`shaders/matmul/token_scale.wgsl`): each token's
-//! power-of-two f16 scale, and with `COCO_COOP_PRESTAGE=1` its x' staged once as f16 rows.
+//! power-of-two f16 scale, and by default (`COCO_COOP_PRESTAGE=0` turns it off) its x' staged once as f16 rows.
 
 use crate::gpu::{Binding, StepRecorder, Work};
 
@@ -95,7 +95,7 @@ pub(super) fn scale_pass(key: &MatmulKey) -> (&'static str, &'static [&'static s
     }
 }
 
-/// Records the x' staging pass of `COCO_COOP_PRESTAGE=1` alone, as it runs before a tensor-core
+/// Records the x' staging pass (`X16`) alone, as it runs before a tensor-core
 /// product of K = `k` over `t` tokens of `x` (normed by `norm` when given) in tiles of
 /// `tile_tokens` (64 or 128): for tests against `reference::matmul::stage_x_f16`. Returns the
 /// per-token factors `[t]` f32 and the f16 rows `[t rounded up to tile_tokens, k]`, both the

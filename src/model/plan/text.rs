@@ -174,23 +174,26 @@ impl Plan {
                             String::new()
                         };
                         let vec = if coop_vec_stage() {
-                            ", vec4 staging stores (COCO_COOP_VEC_STAGE=1)"
+                            ", vec4 staging stores (COCO_COOP_VEC_STAGE=0: scalar)"
+                        } else {
+                            ", scalar staging stores (COCO_COOP_VEC_STAGE=0)"
+                        };
+                        let sg64 = if coop_prestage() && coop_subgroup_tile64() {
+                            ", 64 x 64 per subgroup in the 128-token tiles \
+                             (COCO_COOP_SUBGROUP_TILE=64)"
                         } else {
                             ""
                         };
-                        let staging = if coop_prestage() && coop_subgroup_tile64() {
-                            "matmul_token_scale_x16: x' staged once as scaled f16 rows \
-                             (COCO_COOP_PRESTAGE=1), 64 x 64 per subgroup in the 128-token \
-                             tiles (COCO_COOP_SUBGROUP_TILE=64)"
-                        } else if coop_prestage() {
-                            "matmul_token_scale_x16: x' staged once as scaled f16 rows \
-                             (COCO_COOP_PRESTAGE=1)"
+                        let staging = if coop_prestage() {
+                            "matmul_token_scale_x16: x' staged once as scaled f16 rows, where \
+                             the device holds the tiles' workgroup arrays (the 128-token ones \
+                             need 48 KiB; COCO_COOP_PRESTAGE=0: each tile stages x')"
                         } else {
                             "matmul_token_scale: per-token f16 scales; the tiles stage x' \
-                             (COCO_COOP_PRESTAGE=1: once, as f16 rows)"
+                             (COCO_COOP_PRESTAGE=0)"
                         };
                         format!(
-                            "{stream}{short}{} (f16 tensor cores, each after {staging}{vec}; \
+                            "{stream}{short}{} (f16 tensor cores, each after {staging}{sg64}{vec}; \
                              COCO_COOPMAT=0: the portable tiles)",
                             tiles.label()
                         )
