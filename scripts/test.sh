@@ -147,11 +147,9 @@ COCO_MATVEC=64x1x8x0 COCO_CHUNK_MIN_K=2048 cargo test --release $(printf -- '--t
 # the same for every type, so this pass takes one type of each dequantizer family (float,
 # legacy 4- and 8-bit, K-quant 3/4/6-bit, IQ): all fifteen took 378 s of CI's 2 cores, these ~170.
 # It also splits every chunk matvec's K three ways (COCO_CHUNK_SPLITS, off by default): uneven
-# ranges, the merge of the ranges' sums and Σx², at T up to 32; and stages the wide GEMM's
-# 192-wide tiles 32 elements of K per chunk (COCO_GEMM_CHUNK, off by default: two groups per
-# thread of the longer tile).
-say "cargo test (lavapipe): kernel suites with COCO_MATVEC=8x2x4x2 COCO_CHUNK_SPLITS=3 COCO_GEMM_CHUNK=32"
-COCO_MATVEC=8x2x4x2 COCO_CHUNK_SPLITS=3 COCO_GEMM_CHUNK=32 cargo test --release --test kernels_matmul --test kernels_matmul_fused --test kernels_qkv_rope -- --test-threads=2 \
+# ranges, the merge of the ranges' sums and Σx², at T up to 32.
+say "cargo test (lavapipe): kernel suites with COCO_MATVEC=8x2x4x2 COCO_CHUNK_SPLITS=3"
+COCO_MATVEC=8x2x4x2 COCO_CHUNK_SPLITS=3 cargo test --release --test kernels_matmul --test kernels_matmul_fused --test kernels_qkv_rope -- --test-threads=2 \
   _f16 _q4_0 _q8_0 _q3_k _q4_k _q6_k _iq4_xs
 # The attention suite once more with the single-pass kernel's 2 × 2 score blocks and larger
 # tiles (COCO_ATTN_BLOCKED, off by default until timed on a GPU).

@@ -274,7 +274,6 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
             tile_split_target: 512,
             coop128_min_groups: None,
             coop_prestage: false,
-            gemm_chunk: None,
             coop_subgroup_tile64: false,
             coop_vec_stage: false,
             coop_stream: false,

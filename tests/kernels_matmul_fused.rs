@@ -185,8 +185,7 @@ fn variants_cases(base: impl Fn(Case) -> Case) -> Vec<Case> {
         base(case(17, Some(wide(8, 4)))),
         base(case(70, Some(wide(8, 4)))).no_norm(),
         base(case(33, Some(wide(4, 8)))).long(),
-        // Tokens past the first 64 of a 128-token tile, normed: with COCO_GEMM_CHUNK=32 the
-        // second staging pass's tokens and their Σx².
+        // Tokens past the first 64 of a 128-token tile, normed.
         base(case(100, Some(wide(4, 8)))),
         base(case(5, Some(wide(4, 4)))),
         base(case(1, None)),

@@ -11,9 +11,9 @@
 // 8 transposed slot vectors did not stay in registers) and is not offered. Both staged tiles
 // stay within WebGPU's guaranteed 16 KiB (K chunks of G_KC = 16 elements for the 192-wide
 // pairs, 32 for 64 × 64), so the browser runs it too. Per chunk each thread stages at most
-// one 8-element group of a W row and one of x' (TILE · G_KC / 8 ≤ 256), or with WIDE_PASSES
-// (the A/B switch COCO_GEMM_CHUNK=32 on the 192-wide pairs, where the device has 24 KiB)
-// also a second one of the longer tile.
+// one 8-element group of a W row and one of x' (TILE · G_KC / 8 ≤ 256). Chunks of 32 for the
+// 192-wide pairs (two groups per thread of the longer tile, 24 KiB) made no difference on the
+// H200 (BENCHMARKS.md "session 33") and were removed.
 //
 // Thread (tx, ty) of the 16 × 16 grid owns slots tx + 16i (i < GT_N) and tokens ty + 16j
 // (j < GT_T). With GLU the first GT_N/2 of its slots are gate rows (< TILE_N / 2, see
@@ -72,9 +72,6 @@ fn main(
     let staged_live = stages_w && live(staged);
     let t_stage = t0 + sr;
     var ss = 0.0;
-#ifdef WIDE_PASSES
-    var ss_hi = 0.0; // Σ x² of this thread's second token (group li + 256)
-#endif
     var acc: array<vec4<f32>, ACCS>; // [j · SN + s]: token ty + 16j, lane e: slot tx + 16(4s + e)
     for (var c = 0u; c < chunks; c++) {
         let o = c * GROUPS + q; // this thread's 8-element group of the row
@@ -91,25 +88,6 @@ fn main(
             xt[(2u * q) * TILE_T + sr] = xv[0];
             xt[(2u * q + 1u) * TILE_T + sr] = xv[1];
         }
-#ifdef WIDE_PASSES
-        // A chunk of more groups than threads (COCO_GEMM_CHUNK=32 on the 192-wide tiles):
-        // group li + 256 of the longer tile too, i.e. row or token sr + 256 / GROUPS.
-        let sr2 = sr + 256u / GROUPS;
-        if (sr2 < TILE_N) {
-            let mr = locate(g * TILE_N + sr2, TILE_N);
-            var wv = array<vec4<f32>, 2>(vec4<f32>(0.0), vec4<f32>(0.0));
-            if (live(mr)) {
-                wv = dequant_w8(mr, o);
-            }
-            wt[(2u * q) * TILE_N + sr2] = wv[0];
-            wt[(2u * q + 1u) * TILE_N + sr2] = wv[1];
-        }
-        if (sr2 < TILE_T) {
-            let xv = stage_x(t0 + sr2, o / 4u, o % 4u, &ss_hi);
-            xt[(2u * q) * TILE_T + sr2] = xv[0];
-            xt[(2u * q + 1u) * TILE_T + sr2] = xv[1];
-        }
-#endif
         workgroupBarrier();
         for (var kv = 0u; kv < KV; kv++) {
             // The thread's slots, transposed in groups of 4: at[4s + e] holds element e of
@@ -140,9 +118,6 @@ fn main(
     }
 #ifdef NORM
     xt[li] = vec4<f32>(ss, 0.0, 0.0, 0.0); // thread li staged token li / GROUPS
-#ifdef WIDE_PASSES
-    xt[li + 256u] = vec4<f32>(ss_hi, 0.0, 0.0, 0.0); // … and token (li + 256) / GROUPS
-#endif
     workgroupBarrier();
 #endif
     for (var j = 0u; j < GT_T; j++) {

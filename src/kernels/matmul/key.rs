@@ -362,8 +362,7 @@ impl MatmulKey {
     /// matvec, [`MatvecShape::stage_x`] covers the product, K ≤ [`STAGE_MAX_K`] and the
     /// workgroup memory fits the device (`workgroup_bytes`: its per-workgroup limit).
     /// The tensor-core tiles instead read x' prestaged as f16 where it fits ([`coop_prestage`]); the wide
-    /// GEMM stages [`wide_chunk_override`]'s K per chunk where its tiles fit the device (its
-    /// own chunk otherwise: `stage_k` 0).
+    /// GEMM stages its own chunk (`stage_k` 0).
     pub fn staged(self, k: u32, workgroup_bytes: u32) -> MatmulKey {
         if self.variant.is_coop() {
             let prestaged = MatmulKey {
@@ -395,14 +394,9 @@ impl MatmulKey {
                 ..prestaged
             };
         }
-        if let MatmulVariant::Wide(w) = self.variant {
-            let (n, t) = w.tile();
-            let chunk = wide_chunk_override()
-                .filter(|&kc| kc != w.chunk() && 4 * (n + t) * kc <= workgroup_bytes);
-            return MatmulKey {
-                stage_k: chunk.unwrap_or(0),
-                ..self
-            };
+        if let MatmulVariant::Wide(_) = self.variant {
+            // Its own chunk (WideTile::chunk), within WebGPU's guaranteed 16 KiB.
+            return MatmulKey { stage_k: 0, ..self };
         }
         let shape = matvec_shape();
         let wanted = match shape.stage_x {
@@ -609,18 +603,6 @@ impl MatmulKey {
         if self.stage_k > 0 && self.variant == MatmulVariant::MatvecSubgroup {
             defines.push("STAGE_X");
         }
-        if let MatmulVariant::Wide(w) = self.variant {
-            // More 8-element groups in a staged tile than threads: staged in passes.
-            let kc = if self.stage_k > 0 {
-                self.stage_k
-            } else {
-                w.chunk()
-            };
-            let (n, t) = w.tile();
-            if n.max(t) * kc / 8 > 256 {
-                defines.push("WIDE_PASSES");
-            }
-        }
         if self.int8() {
             defines.push("INT8");
         }
@@ -806,10 +788,7 @@ impl MatmulKey {
             (self.stage_k / 4).max(1),
             wide.slots,
             wide.tokens,
-            match self.variant {
-                MatmulVariant::Wide(_) if self.stage_k > 0 => self.stage_k,
-                _ => wide.chunk(),
-            },
+            wide.chunk(),
             l.x,
             l.y,
             l.norm,

@@ -247,25 +247,6 @@ pub fn coop_subgroup_tile64() -> bool {
     *ON.get_or_init(|| std::env::var("COCO_COOP_SUBGROUP_TILE").is_ok_and(|v| v == "64"))
 }
 
-/// The A/B switch `COCO_GEMM_CHUNK=16|32`, read once per process: the K each chunk of the
-/// portable wide GEMM stages between its two barriers, where both f32 tiles then fit the
-/// device's workgroup memory (`MatmulKey::staged`). By default [`WideTile::chunk`] keeps them
-/// within WebGPU's guaranteed 16 KiB: 16 for the 192-wide tiles, so twice the barriers per K
-/// of the 128-wide one. 32 there needs 24 KiB (the H200's Chromium offers 48) and each thread
-/// stages two groups of the longer tile per chunk (`WIDE_PASSES`). Not timed yet. An invalid
-/// value is ignored with a warning.
-pub fn wide_chunk_override() -> Option<u32> {
-    static CHUNK: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
-    *CHUNK.get_or_init(|| {
-        let v = std::env::var("COCO_GEMM_CHUNK").ok()?;
-        let parsed = v.parse::<u32>().ok().filter(|kc| [16, 32].contains(kc));
-        if parsed.is_none() {
-            log::warn!("COCO_GEMM_CHUNK={v:?} ignored: expected 16 or 32");
-        }
-        parsed
-    })
-}
-
 /// The A/B switch `COCO_FFN_LEVELS=0`, read once per process: W_down's x' is then staged by
 /// each of its workgroups, as before the GLU wrote it as levels ([`super::ffn_levels_fit`]).
 pub fn ffn_levels_enabled() -> bool {
@@ -449,8 +430,6 @@ pub struct KernelSettings {
     pub coop128_min_groups: Option<u64>,
     /// Whether the tensor-core tiles read x' prestaged as f16 ([`coop_prestage`]).
     pub coop_prestage: bool,
-    /// `COCO_GEMM_CHUNK` ([`wide_chunk_override`]); null: unset.
-    pub gemm_chunk: Option<u32>,
     /// Whether the 128-token tensor-core tiles give each subgroup 64 × 64
     /// ([`coop_subgroup_tile64`], with `coop_prestage`).
     pub coop_subgroup_tile64: bool,
@@ -477,7 +456,6 @@ impl KernelSettings {
             tile_split_target: tile_split_target_override().unwrap_or(TILE_SPLIT_TARGET),
             coop128_min_groups: coop128_min_groups(),
             coop_prestage: coop_prestage(),
-            gemm_chunk: wide_chunk_override(),
             coop_subgroup_tile64: coop_prestage() && coop_subgroup_tile64(),
             coop_vec_stage: coop_vec_stage(),
             coop_stream: coop_stream(),

@@ -199,20 +199,17 @@ impl Plan {
                         )
                     }
                     (_, GemmChoice::Auto) => format!(
-                        "the first of {} that leaves >= {WIDE_MIN_GROUPS} workgroups{}, else {}",
+                        "the first of {} that leaves >= {WIDE_MIN_GROUPS} workgroups, else {}",
                         WideTile::ALL
                             .map(|w| MatmulVariant::Wide(w).label())
                             .join(", "),
-                        wide_chunk_rule(),
                         MatmulVariant::Tiled.label()
                     ),
                     (_, GemmChoice::Tiled) =>
                         format!("{} (asked for by name)", MatmulVariant::Tiled.label()),
-                    (_, GemmChoice::Force(w)) => format!(
-                        "{} (asked for by name){}",
-                        MatmulVariant::Wide(w).label(),
-                        wide_chunk_rule()
-                    ),
+                    (_, GemmChoice::Force(w)) => {
+                        format!("{} (asked for by name)", MatmulVariant::Wide(w).label())
+                    }
                 }
             ),
         };
@@ -474,11 +471,4 @@ impl fmt::Display for Plan {
         }
         Ok(())
     }
-}
-
-/// What `COCO_GEMM_CHUNK` changes in the wide GEMM, when set.
-fn wide_chunk_rule() -> String {
-    wide_chunk_override().map_or_else(String::new, |kc| {
-        format!(" (K staged {kc} at a time where the device's workgroup memory fits it: COCO_GEMM_CHUNK)")
-    })
 }
