@@ -36,8 +36,8 @@ alias CoopC = coop_mat16x16<f32, C>;
 #endif
 const NSG: u32 = 256u / SGS;
 
-// What the tiles wt16 and xt16 are arrays of. With VEC_STAGE (the default;
-// COCO_COOP_VEC_STAGE=0 is the A/B baseline) vec4s of f16: a thread's 8 staged values are two 8-byte stores
+// What the tiles wt16 and xt16 are arrays of. With VEC_STAGE (the default; the A/B baseline
+// is COCO_COOP_VEC_STAGE=0) vec4s of f16: a thread's 8 staged values are two 8-byte stores
 // instead of eight 2-byte ones, and the matrix loads count offsets and strides in vec4s (SV
 // elements each; every offset the kernels use is a multiple of 4 elements).
 #ifdef VEC_STAGE

@@ -5,9 +5,9 @@
 // (CB 16 on subgroups of 32, 8 on subgroups of 8: coop_staging.wgsl), accumulating in f32. The price is rounding W and x' to f16 (11-bit significands, a relative
 // error of at most 2^-11 per element; tests/kernels_matmul.rs bounds the result against the
 // CPU reference). kernels/matmul.rs prepends `enable f16;` and `enable wgpu_cooperative_matrix;`.
-// x' is staged scaled per token as in GEMM_COOP (matmul/coop_staging.wgsl); with X16
-// (the default; COCO_COOP_PRESTAGE=0 turns it off) it is copied from the f16 rows the dispatch before staged, and the
-// tiles are double-buffered.
+// x' is staged scaled per token as in GEMM_COOP (matmul/coop_staging.wgsl); with X16 (the
+// default; COCO_COOP_PRESTAGE=0 turns it off) it is copied from the f16 rows the dispatch
+// before staged, and the tiles are double-buffered.
 #ifdef X16
 var<workgroup> wt16: array<StagedHalf, (2u * TILE_N * 32u) / SV>; // [buffer][TILE_N][32]: W chunks, row-major (A)
 var<workgroup> xt16: array<StagedHalf, (2u * TILE_T * 32u) / SV>; // [buffer][TILE_T][32]: x' chunks by token (B, column-major)

@@ -361,8 +361,8 @@ impl MatmulKey {
     /// This key for a product of K = `k`, with `x'[t]` staged when the kernel is the subgroup
     /// matvec, [`MatvecShape::stage_x`] covers the product, K ≤ [`STAGE_MAX_K`] and the
     /// workgroup memory fits the device (`workgroup_bytes`: its per-workgroup limit).
-    /// The tensor-core tiles instead read x' prestaged as f16 where it fits ([`coop_prestage`]); the wide
-    /// GEMM stages its own chunk (`stage_k` 0).
+    /// The tensor-core tiles instead read x' prestaged as f16 where it fits
+    /// ([`coop_prestage`]); the wide GEMM stages its own chunk (`stage_k` 0).
     pub fn staged(self, k: u32, workgroup_bytes: u32) -> MatmulKey {
         if self.variant.is_coop() {
             let prestaged = MatmulKey {

@@ -147,7 +147,7 @@ pub(super) fn grid_splits(tiles: u64, chunks: u64, target: u64, record_words: u6
 /// fits an SM), ranges of at least [`TILE_SPLIT_MIN_CHUNKS`] chunks. At 512 tokens the
 /// Llama-1B shape's W_o and W_down have 64 tiles for 132 SMs and took 10.8 of the step's 26 ms
 /// at half the gate/up's TFLOP/s (BENCHMARKS.md "session 30"); split 4 ways (with vec4
-/// staging) 5.9 ms, and at 128 tokens (16 tiles) 9.6 → 3.3 ms ("session 33"). Where the device
+/// staging) 5.9 ms, and at 128 tokens (16 tiles) 9.6 → 3.0 ms ("session 33"). Where the device
 /// can't hold the prestaged tiles, [`MatmulKey::staged`] takes the split back.
 /// `COCO_TILE_SPLIT_TARGET=0` turns it off with the 64 × 64 tiles' split.
 pub const COOP128_SPLIT_TARGET: u64 = 256;
