@@ -1,5 +1,6 @@
 //! The pass before each tensor-core product (`shaders/matmul/token_scale.wgsl`): each token's
-//! power-of-two f16 scale, and by default (`COCO_COOP_PRESTAGE=0` turns it off) its x' staged once as f16 rows.
+//! power-of-two f16 scale, and by default (`COCO_COOP_PRESTAGE=0` turns it off) its x' staged
+//! once as f16 rows.
 
 use crate::gpu::{Binding, StepRecorder, Work};
 
