@@ -392,14 +392,8 @@ fn main() {
                             b.push(Binding::from(&xq));
                             b.push(Binding::from(&xd));
                         }
-                        rec.dispatch(
-                            &label,
-                            &pipeline,
-                            bytemuck::cast_slice(&params),
-                            &b,
-                            [groups, 1, 1],
-                        )
-                        .expect("dispatch")
+                        rec.dispatch(&pipeline, bytemuck::cast_slice(&params), &b, [groups, 1, 1])
+                            .expect("dispatch")
                     },
                     copies,
                 );

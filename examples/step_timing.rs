@@ -1,52 +1,96 @@
-//! Splits one decode step's wall time into recording, submit and GPU wait, to see where
-//! per-token time goes on an adapter (cargo run --release --example step_timing -- M.gguf).
+//! The host's cost of decode steps, per dispatch, on any adapter: K greedy steps recorded as
+//! the decode loop records a batch (`model::forward` + the argmax draw into one
+//! `StepRecorder`), then split into
+//! - record: the kernels' host side (shape checks, pipeline and parameter lookups, bindings),
+//! - encode: all of a submit but the submit itself (parameter upload, bind groups, the pass),
+//!   where lavapipe would run the work inside the submit, on the same CPU.
+//!
+//! The GPU's side is `coco bench` (record, encode and wait per token on the real loop) and
+//! `coco bench --profile`.
+//!
+//!   cargo run --release --example step_timing -- M.gguf [K = 16] [batches = 200]
+//!
+//! Medians over the batches (the first 10 warm the caches: pipelines, bind groups).
 
 use coco::engine::{load_path, LogitsFor, Session};
-use coco::gpu::{GpuContext, StepRecorder};
+use coco::gpu::{Binding, GpuContext, StepRecorder};
+use coco::model::rows_of;
+use std::sync::Arc;
 use std::time::Instant;
 
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 fn main() {
-    let path = std::env::args().nth(1).expect("model path");
-    let ctx = std::sync::Arc::new(GpuContext::new_blocking().expect("gpu"));
-    let model =
-        std::sync::Arc::new(load_path(&ctx, std::path::Path::new(&path), 256).expect("load"));
+    let mut args = std::env::args().skip(1);
+    let path = args
+        .next()
+        .expect("usage: step_timing M.gguf [K] [batches]");
+    let k: u32 = args.next().map_or(16, |a| a.parse().expect("K"));
+    let batches: usize = args.next().map_or(200, |a| a.parse().expect("batches"));
+    let ctx = Arc::new(GpuContext::new_blocking().expect("gpu"));
+    let model = Arc::new(load_path(&ctx, std::path::Path::new(&path), 256).expect("load"));
     let mut s = Session::new(&ctx, &model, 256, LogitsFor::LastToken);
     s.forward_blocking(&[1, 2, 3, 4]).expect("prefill");
     let plan = s.plan().clone();
-    for step in 0..5 {
-        ctx.queue
-            .write_buffer(&s.scratch.ids, 0, bytemuck::cast_slice(&[5u32]));
+    let vocab = model.config.vocab_size;
+    let partials = Binding::from(&s.scratch.argmax_partials);
+    let ids = Binding::range(&s.scratch.ids, 0, 4);
+    let ring = Binding::from(&s.scratch.generated);
+    let record = |rec: &mut StepRecorder| {
+        for i in 0..k {
+            coco::model::forward(
+                rec,
+                &model,
+                &s.kv,
+                &s.scratch,
+                1,
+                s.pos + i,
+                LogitsFor::LastToken,
+                &plan,
+            )
+            .expect("record");
+            let logits = rows_of(&s.scratch.logits, 0, 1, vocab);
+            coco::kernels::argmax::argmax(rec, &logits, vocab, &partials, &ids, &ring, i)
+                .expect("argmax");
+        }
+    };
+    let (mut recording, mut encoding) = (Vec::new(), Vec::new());
+    let (mut dropping_commands, mut dropping_recorder) = (Vec::new(), Vec::new());
+    let mut dispatches = 0;
+    for batch in 0..batches + 10 {
         let t0 = Instant::now();
         let mut rec = StepRecorder::new(&ctx);
-        coco::model::forward(
-            &mut rec,
-            &model,
-            &s.kv,
-            &s.scratch,
-            1,
-            s.pos,
-            LogitsFor::LastToken,
-            &plan,
-        )
-        .expect("record");
-        let n = rec.dispatch_count();
+        record(&mut rec);
+        dispatches = rec.dispatch_count();
         let t1 = Instant::now();
-        rec.submit();
+        let commands = rec.encode_unsubmitted();
         let t2 = Instant::now();
-        ctx.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .expect("poll");
+        drop(commands);
         let t3 = Instant::now();
-        let _ = ctx
-            .read_f32(&s.scratch.logits, 0, model.config.vocab_size as u64)
-            .expect("read");
+        drop(rec);
         let t4 = Instant::now();
-        println!(
-            "step {step}: {n} dispatches | record {:.0} µs | submit (bind groups + encode) {:.0} µs | gpu wait {:.0} µs | logits readback {:.0} µs",
-            (t1 - t0).as_secs_f64() * 1e6,
-            (t2 - t1).as_secs_f64() * 1e6,
-            (t3 - t2).as_secs_f64() * 1e6,
-            (t4 - t3).as_secs_f64() * 1e6
-        );
+        if batch >= 10 {
+            let per_dispatch =
+                |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e6 / dispatches as f64;
+            recording.push(per_dispatch(t0, t1));
+            encoding.push(per_dispatch(t1, t2));
+            dropping_commands.push(per_dispatch(t2, t3));
+            dropping_recorder.push(per_dispatch(t3, t4));
+        }
     }
+    let (record, encode) = (median(recording), median(encoding));
+    let (free_commands, free_recorder) = (median(dropping_commands), median(dropping_recorder));
+    println!(
+        "{}: K = {k}, {dispatches} dispatches per batch ({} per step), {batches} batches",
+        ctx.describe(),
+        dispatches / k as usize
+    );
+    println!(
+        "host µs per dispatch (median): record {record:.2} | encode {encode:.2} | free the \
+         commands {free_commands:.2} | free the recording {free_recorder:.2} | sum {:.2}",
+        record + encode + free_commands + free_recorder
+    );
 }

@@ -72,11 +72,14 @@ fn dropping_a_session_keeps_the_other_sessions_bind_groups() {
         a_groups,
         "dropping b must forget exactly b's bind groups"
     );
-    // a goes on without making any again.
+    // a goes on without making any again, nor compiling a kernel (the products find theirs
+    // by variant key, the others by label).
+    let kernels = ctx.pipeline_count();
     a.reset();
     a.generate_blocking(&prompt, 6, &greedy, &mut |_| true)
         .expect("generate");
     assert_eq!(ctx.cached_bind_groups(), a_groups);
+    assert_eq!(ctx.pipeline_count(), kernels);
 }
 
 #[test]

@@ -29,10 +29,11 @@
 //! The cost of a stop is at most the batches in flight of wasted GPU work, queued ahead of
 //! the next call; a Stop button is answered within one batch.
 //!
-//! Host cost, measured on lavapipe natively (2 shared cores), bind groups cached, K = 16:
-//! `model::forward` recording ~0.5 µs per dispatch, and bind groups + pass encoding + submit
-//! ~2 µs per dispatch (K = 1: 5–10 µs). A 148-dispatch step therefore takes ~0.4 ms of host
-//! time, hidden behind the batch in flight on a GPU whose step is longer than that.
+//! Host cost per dispatch, K = 16, caches warm (examples/step_timing.rs on this repo's 2-core
+//! machine, lavapipe, the Gemma-3-270M file): recording 0.6 µs, encoding (parameter upload,
+//! bind groups, the pass) 1.1 µs, freeing 0.3 µs; then the submit. The H200 spent ~8 µs per
+//! dispatch in all (BENCHMARKS.md "session 33"), hidden behind the batch in flight wherever
+//! the GPU step is the longer.
 
 use std::collections::VecDeque;
 

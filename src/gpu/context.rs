@@ -3,7 +3,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use super::cache::{BindGroupCache, Kernel, KernelCache};
 use super::features::{AttentionMerge, DeviceOptions, GemmChoice, SubgroupDecision};
+use super::recorder::Binding;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
@@ -65,7 +67,7 @@ pub struct GpuContext {
     /// The single-pass attention's 2 × 2 score blocks and larger tiles (the caller's choice;
     /// off by default: `DeviceOptions::attention_blocked`).
     pub attention_blocked: bool,
-    pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
+    kernels: Mutex<KernelCache>,
     /// One grow-only uniform buffer for every step's dispatch parameters. Rewriting it with
     /// `queue.write_buffer` before each submit is safe: writes and submits are ordered on the
     /// queue timeline, so earlier steps still see their own values.
@@ -73,9 +75,7 @@ pub struct GpuContext {
     /// Held from the parameter write to the submit, so threads sharing this context can't
     /// overwrite each other's parameters in between.
     pub(crate) submit_lock: Mutex<()>,
-    /// Bind groups by (pipeline, parameter range, storage ranges). A decode step binds the
-    /// same buffers every token, so after the first token no bind group is created.
-    bind_groups: Mutex<HashMap<BindGroupKey, wgpu::BindGroup>>,
+    bind_groups: Mutex<BindGroupCache>,
     /// Reusable MAP_READ staging buffers by size.
     staging: Mutex<HashMap<u64, wgpu::Buffer>>,
     /// Zero-initialised scratch buffers kernels share across dispatches, by name
@@ -95,17 +95,6 @@ pub struct ResourceCounts {
     pub bind_groups: usize,
     pub readback_buffers: usize,
 }
-
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub(crate) struct BindGroupKey {
-    pub pipeline: wgpu::ComputePipeline,
-    pub params: (u64, u64),
-    pub storage: Vec<(wgpu::Buffer, u64, Option<u64>)>,
-}
-
-/// Bind groups kept at most; beyond this the cache starts over (bounds memory when many
-/// sessions come and go).
-const MAX_CACHED_BIND_GROUPS: usize = 16_384;
 
 /// Features coco uses when present; none is required. (SUBGROUP_BARRIER: the short-step
 /// tensor-core tiles, `COCO_COOP_STREAM=1`.)
@@ -339,11 +328,11 @@ impl GpuContext {
                 .clamp(1, crate::model::MAX_BATCHES_IN_FLIGHT),
             gemm: options.gemm,
             attention_blocked: options.attention_blocked,
-            pipelines: Mutex::new(HashMap::new()),
+            kernels: Mutex::default(),
             scratch: Mutex::new(HashMap::new()),
             params: Mutex::new(None),
             submit_lock: Mutex::new(()),
-            bind_groups: Mutex::new(HashMap::new()),
+            bind_groups: Mutex::default(),
             staging: Mutex::new(HashMap::new()),
             faults,
             buffers_created: Default::default(),
@@ -451,23 +440,50 @@ impl GpuContext {
         )
     }
 
-    /// The compute pipeline named `label`, compiled from `source()` on first use.
-    /// The label names the variant (STYLE.md: `matmul_q4_k_tiled`), so it is the cache key.
-    pub fn pipeline(
-        &self,
-        label: &str,
-        source: impl FnOnce() -> String,
-    ) -> Arc<wgpu::ComputePipeline> {
-        let mut cache = self
-            .pipelines
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(p) = cache.get(label) {
-            return p.clone();
+    /// The kernel named `label`, compiled from `source()` on first use. The label names the
+    /// variant (STYLE.md: `matmul_q4_k_tiled`), so it is the cache key.
+    pub fn pipeline(&self, label: &str, source: impl FnOnce() -> String) -> Arc<Kernel> {
+        let mut cache = self.kernels.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(kernel) = cache.by_label(label) {
+            return kernel;
         }
+        let kernel = Arc::new(self.compile(label, source()));
+        cache.insert_label(kernel.clone());
+        kernel
+    }
+
+    /// The kernel of the variant `key`: cached by the key itself, so a hit neither formats
+    /// the label nor builds the defines. On a miss `make` gives (label, source), or the error
+    /// that says why this variant can't be built; variants with one label share one kernel.
+    pub fn keyed_pipeline<K, E>(
+        &self,
+        key: &K,
+        make: impl FnOnce() -> Result<(String, String), E>,
+    ) -> Result<Arc<Kernel>, E>
+    where
+        K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
+    {
+        if let Some(kernel) = self
+            .kernels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .by_key(key)
+        {
+            return Ok(kernel);
+        }
+        let (label, source) = make()?;
+        let kernel = self.pipeline(&label, || source);
+        self.kernels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert_key(key.clone(), kernel.clone());
+        Ok(kernel)
+    }
+
+    fn compile(&self, label: &str, source: String) -> Kernel {
         let desc = wgpu::ShaderModuleDescriptor {
             label: Some(label),
-            source: wgpu::ShaderSource::Wgsl(source().into()),
+            source: wgpu::ShaderSource::Wgsl(source.into()),
         };
         #[cfg(not(target_arch = "wasm32"))]
         // SAFETY: see `shader_checks`: every loop in coco's kernels is bounded by dispatch
@@ -478,18 +494,21 @@ impl GpuContext {
         };
         #[cfg(target_arch = "wasm32")]
         let module = self.device.create_shader_module(desc);
-        let pipeline = Arc::new(self.device.create_compute_pipeline(
-            &wgpu::ComputePipelineDescriptor {
+        let pipeline = self
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                 label: Some(label),
                 layout: None,
                 module: &module,
                 entry_point: Some("main"),
                 compilation_options: Default::default(),
                 cache: None,
-            },
-        ));
-        cache.insert(label.to_string(), pipeline.clone());
-        pipeline
+            });
+        Kernel {
+            layout: pipeline.get_bind_group_layout(0),
+            pipeline,
+            label: label.to_string(),
+        }
     }
 
     fn create_buffer(&self, desc: &wgpu::BufferDescriptor<'_>) -> wgpu::Buffer {
@@ -510,7 +529,7 @@ impl GpuContext {
     }
 
     pub fn pipeline_count(&self) -> usize {
-        self.pipelines.lock().map(|c| c.len()).unwrap_or(0)
+        self.kernels.lock().map(|c| c.len()).unwrap_or(0)
     }
 
     /// A buffer the host maps to read `size` bytes copied into it (counted like every
@@ -611,28 +630,19 @@ impl GpuContext {
         buffer
     }
 
-    /// The cached bind group for `key`, created with `entries` on first use.
-    pub(crate) fn bind_group(
+    /// The bind group of each `(kernel, params range, storage)`, in order, with the
+    /// parameter blocks in `params_buffer`: cached, or created and cached (one lock for all).
+    pub(crate) fn bind_groups<'b>(
         &self,
-        key: BindGroupKey,
-        label: &str,
-        entries: &[wgpu::BindGroupEntry<'_>],
-    ) -> wgpu::BindGroup {
+        params_buffer: &wgpu::Buffer,
+        dispatches: impl Iterator<Item = (&'b Arc<Kernel>, (u64, u64), &'b [Binding])>,
+    ) -> Vec<wgpu::BindGroup> {
         let mut cache = self.bind_groups.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(bg) = cache.get(&key) {
-            return bg.clone();
-        }
-        if cache.len() >= MAX_CACHED_BIND_GROUPS {
-            cache.clear();
-        }
-        let layout = key.pipeline.get_bind_group_layout(0);
-        let bg = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some(label),
-            layout: &layout,
-            entries,
-        });
-        cache.insert(key, bg.clone());
-        bg
+        dispatches
+            .map(|(kernel, params, storage)| {
+                cache.get_or_create(&self.device, kernel, params_buffer, params, storage)
+            })
+            .collect()
     }
 
     /// Drops the cached bind groups that bind any of `buffers` (and with them their
@@ -642,7 +652,7 @@ impl GpuContext {
         self.bind_groups
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .retain(|key, _| !key.storage.iter().any(|(b, _, _)| buffers.contains(&b)));
+            .forget_using(buffers);
     }
 
     /// Drops every cached bind group (and with them the references they hold to buffers).

@@ -3,6 +3,7 @@
 //!
 //! Boundary: only this module calls `create_*` on the device.
 
+mod cache;
 mod context;
 mod features;
 pub mod layout;
@@ -10,6 +11,7 @@ mod recorder;
 mod shader;
 mod weights;
 
+pub use cache::Kernel;
 pub use context::{GpuContext, GpuError, ResourceCounts, COOP_GEMM_WORKGROUP_BYTES};
 pub use features::{
     packed_4x8_dot, AttentionMerge, BrowserGrant, DeviceOptions, GemmChoice, SubgroupChoice,

@@ -19,11 +19,15 @@
 //! pass's overhead to each: its sum is larger than the real one-pass step, which
 //! [`Timing::Step`] measures for comparison.
 
-use std::collections::HashMap;
+use std::hash::{BuildHasher, BuildHasherDefault};
+use std::ops::Range;
 use std::sync::Arc;
 
-use super::context::BindGroupKey;
-use super::{GpuContext, GpuError};
+use rustc_hash::{FxHashMap, FxHasher};
+
+type FxBuild = BuildHasherDefault<FxHasher>;
+
+use super::{GpuContext, GpuError, Kernel};
 
 /// A storage binding: a whole buffer, or a byte range of one.
 #[derive(Clone, Debug)]
@@ -35,6 +39,11 @@ pub struct Binding {
 }
 
 impl Binding {
+    /// Whether both bind the same bytes of the same buffer.
+    pub fn same_range(&self, other: &Binding) -> bool {
+        self.buffer == other.buffer && self.offset == other.offset && self.size == other.size
+    }
+
     pub fn range(buffer: &wgpu::Buffer, offset: u64, size: u64) -> Binding {
         Binding {
             buffer: buffer.clone(),
@@ -77,21 +86,24 @@ impl std::ops::Add for Work {
 }
 
 struct Dispatch {
-    pipeline: Arc<wgpu::ComputePipeline>,
-    label: String,
+    kernel: Arc<Kernel>,
     work: Option<Work>,
     params_offset: u64,
     params_size: u64,
-    bindings: Vec<Binding>,
+    /// Its storage bindings in the recorder's `bindings`.
+    bindings: Range<usize>,
     workgroups: [u32; 3],
 }
 
-/// Collects dispatches for one step (a decode token, a prefill chunk, or a test).
+/// Collects dispatches for one step (a decode token, a prefill chunk, or a test). Recording
+/// allocates only as its arrays grow (see `cache.rs` for why that matters).
 pub struct StepRecorder<'a> {
     ctx: &'a GpuContext,
     params: Vec<u8>,
-    /// The offset in `params` of each distinct (padded) parameter block.
-    blocks: HashMap<Vec<u8>, u64>,
+    /// The offset in `params` of each distinct (padded) parameter block, by its FxHash.
+    blocks: FxHashMap<u64, u64>,
+    /// Every dispatch's storage bindings, one after the other.
+    bindings: Vec<Binding>,
     dispatches: Vec<Dispatch>,
 }
 
@@ -100,7 +112,8 @@ impl<'a> StepRecorder<'a> {
         StepRecorder {
             ctx,
             params: Vec::new(),
-            blocks: HashMap::new(),
+            blocks: FxHashMap::default(),
+            bindings: Vec::new(),
             dispatches: Vec::new(),
         }
     }
@@ -109,24 +122,22 @@ impl<'a> StepRecorder<'a> {
         self.ctx
     }
 
-    /// Queues `pipeline` with its parameter block (`params`, a `#[repr(C)]` Pod matching the
+    /// Queues `kernel` with its parameter block (`params`, a `#[repr(C)]` Pod matching the
     /// WGSL `Params` struct) and storage `bindings` (binding 1, 2, …).
     pub fn dispatch(
         &mut self,
-        label: &str,
-        pipeline: &Arc<wgpu::ComputePipeline>,
+        kernel: &Arc<Kernel>,
         params: &[u8],
         bindings: &[Binding],
         workgroups: [u32; 3],
     ) -> Result<(), GpuError> {
-        self.dispatch_counted(label, pipeline, params, bindings, workgroups, None)
+        self.dispatch_counted(kernel, params, bindings, workgroups, None)
     }
 
     /// [`StepRecorder::dispatch`], with the [`Work`] the dispatch does for the profile.
     pub fn dispatch_counted(
         &mut self,
-        label: &str,
-        pipeline: &Arc<wgpu::ComputePipeline>,
+        kernel: &Arc<Kernel>,
         params: &[u8],
         bindings: &[Binding],
         workgroups: [u32; 3],
@@ -135,7 +146,7 @@ impl<'a> StepRecorder<'a> {
         let max = self.ctx.limits.max_compute_workgroups_per_dimension;
         if workgroups.iter().any(|&w| w > max) {
             return Err(GpuError::Dispatch {
-                label: label.to_string(),
+                label: kernel.label.clone(),
                 why: format!("workgroups {workgroups:?} exceed the per-dimension limit {max}"),
             });
         }
@@ -143,29 +154,40 @@ impl<'a> StepRecorder<'a> {
             return Ok(()); // nothing to do (an empty shape); not an error
         }
         let params_size = (params.len().max(16) as u64 + 15) & !15;
-        let mut block = params.to_vec();
-        block.resize(params_size as usize, 0);
-        let params_offset = match self.blocks.get(&block) {
-            Some(&offset) => offset,
-            None => {
-                let align = self.ctx.limits.min_uniform_buffer_offset_alignment.max(16) as usize;
-                let offset = self.params.len().div_ceil(align) * align;
-                self.params.resize(offset, 0);
-                self.params.extend_from_slice(&block);
-                self.blocks.insert(block, offset as u64);
-                offset as u64
-            }
-        };
+        let params_offset = self.params_block(params, params_size as usize);
+        let first = self.bindings.len();
+        self.bindings.extend_from_slice(bindings);
         self.dispatches.push(Dispatch {
-            pipeline: pipeline.clone(),
-            label: label.to_string(),
+            kernel: kernel.clone(),
             work,
             params_offset,
             params_size,
-            bindings: bindings.to_vec(),
+            bindings: first..self.bindings.len(),
             workgroups,
         });
         Ok(())
+    }
+
+    /// The offset in `params` of the block `params` zero-padded to `size` bytes: an equal
+    /// block's, or a new one's at the device's uniform offset alignment.
+    fn params_block(&mut self, params: &[u8], size: usize) -> u64 {
+        let hash = FxBuild::default().hash_one(params);
+        if let Some(&offset) = self.blocks.get(&hash) {
+            let block = &self.params[offset as usize..offset as usize + size];
+            let (head, padding) = block.split_at(params.len());
+            if head == params && padding.iter().all(|&b| b == 0) {
+                return offset;
+            }
+        }
+        let align = self.ctx.limits.min_uniform_buffer_offset_alignment.max(16) as usize;
+        let offset = self.params.len().div_ceil(align) * align;
+        self.params.resize(offset, 0);
+        self.params.extend_from_slice(params);
+        self.params.resize(offset + size, 0);
+        // Where two blocks share a hash the newer is the one found (a later equal block of
+        // the other is packed again: harmless).
+        self.blocks.insert(hash, offset as u64);
+        offset as u64
     }
 
     pub fn dispatch_count(&self) -> usize {
@@ -174,7 +196,10 @@ impl<'a> StepRecorder<'a> {
 
     /// Labels of the queued dispatches, in order (for profiles and dispatch counts).
     pub fn labels(&self) -> Vec<String> {
-        self.dispatches.iter().map(|d| d.label.clone()).collect()
+        self.dispatches
+            .iter()
+            .map(|d| d.kernel.label.clone())
+            .collect()
     }
 
     /// The [`Work`] each queued dispatch counted, in order (`None` where it counts none).
@@ -184,40 +209,16 @@ impl<'a> StepRecorder<'a> {
 
     /// The bind group of every dispatch, with the parameter blocks in `params`.
     fn bind_groups(&self, params: &wgpu::Buffer) -> Vec<wgpu::BindGroup> {
-        let ctx = self.ctx;
-        self.dispatches
-            .iter()
-            .map(|d| {
-                let mut entries = vec![wgpu::BindGroupEntry {
-                    binding: 0,
-                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                        buffer: params,
-                        offset: d.params_offset,
-                        size: wgpu::BufferSize::new(d.params_size),
-                    }),
-                }];
-                for (i, b) in d.bindings.iter().enumerate() {
-                    entries.push(wgpu::BindGroupEntry {
-                        binding: i as u32 + 1,
-                        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                            buffer: &b.buffer,
-                            offset: b.offset,
-                            size: b.size.and_then(wgpu::BufferSize::new),
-                        }),
-                    });
-                }
-                let key = BindGroupKey {
-                    pipeline: (*d.pipeline).clone(),
-                    params: (d.params_offset, d.params_size),
-                    storage: d
-                        .bindings
-                        .iter()
-                        .map(|b| (b.buffer.clone(), b.offset, b.size))
-                        .collect(),
-                };
-                ctx.bind_group(key, &d.label, &entries)
-            })
-            .collect()
+        self.ctx.bind_groups(
+            params,
+            self.dispatches.iter().map(|d| {
+                (
+                    &d.kernel,
+                    (d.params_offset, d.params_size),
+                    &self.bindings[d.bindings.clone()],
+                )
+            }),
+        )
     }
 
     /// Encodes everything in one compute pass, lets `after` append copies, and submits.
@@ -227,6 +228,32 @@ impl<'a> StepRecorder<'a> {
     ) -> wgpu::SubmissionIndex {
         let ctx = self.ctx;
         let _exclusive = ctx.submit_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let commands = self.encode(after);
+        ctx.queue.submit([commands])
+    }
+
+    pub fn submit(self) -> wgpu::SubmissionIndex {
+        self.submit_with(|_| {})
+    }
+
+    /// Everything [`StepRecorder::submit`] does on the host except the submit: the parameter
+    /// upload, the bind groups and the pass. For measuring the host's cost per dispatch
+    /// (examples/step_timing.rs) where a submit would run the work on the same CPU (lavapipe
+    /// executes inside `vkQueueSubmit`). Drop the commands unsubmitted: the parameter blocks
+    /// they bind are only valid until the next step's are written.
+    pub fn encode_unsubmitted(&self) -> wgpu::CommandBuffer {
+        let _exclusive = self
+            .ctx
+            .submit_lock
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        self.encode(|_| {})
+    }
+
+    /// The one-pass command buffer (the caller holds `submit_lock`: the parameter blocks go to
+    /// the context's one params buffer, written for the next submit).
+    fn encode(&self, after: impl FnOnce(&mut wgpu::CommandEncoder)) -> wgpu::CommandBuffer {
+        let ctx = self.ctx;
         let params = ctx.params_buffer(&self.params);
         let bind_groups = self.bind_groups(&params);
         let mut encoder = ctx.command_encoder("step");
@@ -236,18 +263,14 @@ impl<'a> StepRecorder<'a> {
                 timestamp_writes: None,
             });
             for (d, bg) in self.dispatches.iter().zip(&bind_groups) {
-                pass.set_pipeline(&d.pipeline);
+                pass.set_pipeline(&d.kernel.pipeline);
                 pass.set_bind_group(0, bg, &[]);
                 let [x, y, z] = d.workgroups;
                 pass.dispatch_workgroups(x, y, z);
             }
         }
         after(&mut encoder);
-        ctx.queue.submit([encoder.finish()])
-    }
-
-    pub fn submit(self) -> wgpu::SubmissionIndex {
-        self.submit_with(|_| {})
+        encoder.finish()
     }
 
     /// Submits the step with timestamp queries and returns the GPU time of each timed span,
@@ -272,7 +295,7 @@ impl<'a> StepRecorder<'a> {
                 .dispatches
                 .iter()
                 .enumerate()
-                .map(|(i, d)| (d.label.as_str(), i..i + 1))
+                .map(|(i, d)| (d.kernel.label.as_str(), i..i + 1))
                 .collect(),
         };
         // A span's work: its dispatches' sum, or none if any of them counts none.
@@ -324,7 +347,7 @@ impl<'a> StepRecorder<'a> {
                     .iter()
                     .zip(&bind_groups[range.clone()])
                 {
-                    pass.set_pipeline(&d.pipeline);
+                    pass.set_pipeline(&d.kernel.pipeline);
                     pass.set_bind_group(0, bg, &[]);
                     let [x, y, z] = d.workgroups;
                     pass.dispatch_workgroups(x, y, z);

@@ -80,7 +80,6 @@ pub fn argmax(
     };
     let pipeline = rec.ctx().pipeline(LABEL, || preprocess("argmax.wgsl", &[]));
     rec.dispatch(
-        LABEL,
         &pipeline,
         bytemuck::bytes_of(&params),
         &[

@@ -401,7 +401,6 @@ pub fn kv_write(
         flops: 0,
     };
     rec.dispatch_counted(
-        label,
         &pipeline,
         bytemuck::bytes_of(&params),
         &bindings,
@@ -559,7 +558,6 @@ pub fn attention_planned(
         };
         let bindings = [q.clone(), k_cache.clone(), v_cache.clone(), out.clone()];
         rec.dispatch_counted(
-            &label,
             &pipeline,
             bytemuck::bytes_of(&params),
             &bindings,
@@ -616,14 +614,7 @@ pub fn attention_planned(
     }
     let params = bytemuck::bytes_of(&params);
     // Split with a separate combine, the work is the split's (the combine counts none).
-    rec.dispatch_counted(
-        label,
-        &pipeline,
-        params,
-        &bindings,
-        [splits, heads, t],
-        work,
-    )?;
+    rec.dispatch_counted(&pipeline, params, &bindings, [splits, heads, t], work)?;
     if merged {
         return Ok(());
     }
@@ -638,7 +629,7 @@ pub fn attention_planned(
     });
     let mut bindings = vec![partials.clone(), out.clone()];
     bindings.extend(levels_out.cloned());
-    rec.dispatch(label, &pipeline, params, &bindings, [heads, t, 1])?;
+    rec.dispatch(&pipeline, params, &bindings, [heads, t, 1])?;
     Ok(())
 }
 

@@ -54,7 +54,6 @@ pub fn glu(
     let params = Params { n, _pad: [0; 3] };
     let bindings = [gate.clone(), up.clone(), out.clone()];
     rec.dispatch(
-        label,
         &pipeline,
         bytemuck::bytes_of(&params),
         &bindings,
@@ -78,7 +77,6 @@ pub fn add(rec: &mut StepRecorder, a: &Binding, b: &Binding, n: u32) -> Result<(
     let params = Params { n, _pad: [0; 3] };
     let bindings = [a.clone(), b.clone()];
     rec.dispatch(
-        label,
         &pipeline,
         bytemuck::bytes_of(&params),
         &bindings,

@@ -85,7 +85,6 @@ pub fn get_rows(
         };
         let bindings = [Binding::from(&part.buffer), ids.clone(), out.clone()];
         rec.dispatch(
-            &label,
             &pipeline,
             bytemuck::bytes_of(&params),
             &bindings,

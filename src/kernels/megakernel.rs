@@ -314,7 +314,6 @@ pub fn ffn_megakernel(
         flops: 2 * t64 * 3 * dim * ffn,
     };
     rec.dispatch_counted(
-        &label,
         &pipeline,
         bytemuck::bytes_of(&params),
         &bindings,

@@ -163,12 +163,6 @@ fn dispatch(
         eps,
         _pad: 0,
     };
-    rec.dispatch(
-        label,
-        &pipeline,
-        bytemuck::bytes_of(&params),
-        bindings,
-        grid(rows),
-    )?;
+    rec.dispatch(&pipeline, bytemuck::bytes_of(&params), bindings, grid(rows))?;
     Ok(())
 }

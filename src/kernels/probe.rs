@@ -42,7 +42,6 @@ pub fn probe_read(
     };
     let groups = READ_THREADS / 256;
     rec.dispatch(
-        label,
         &pipeline,
         bytemuck::bytes_of(&params),
         &[src.clone(), dst.clone()],
@@ -64,7 +63,6 @@ pub fn probe_empty(rec: &mut StepRecorder, dst: &Binding) -> Result<(), KernelEr
         add: 0.0,
     };
     rec.dispatch(
-        label,
         &pipeline,
         bytemuck::bytes_of(&params),
         std::slice::from_ref(dst),
@@ -96,7 +94,7 @@ pub fn probe_fma(rec: &mut StepRecorder, dst: &Binding, steps: u32) -> Result<()
     let pipeline = rec
         .ctx()
         .pipeline(label, || preprocess("probe.wgsl", &["FMA"]));
-    dispatch_compute(rec, label, &pipeline, dst, steps, (0.999, 0.001))
+    dispatch_compute(rec, &pipeline, dst, steps, (0.999, 0.001))
 }
 
 /// `steps` of 8 cooperative-matrix products per subgroup (16 × 16 × 16, f16 operands, f32
@@ -128,15 +126,14 @@ pub fn probe_mma(
         };
         mma_source(defines)
     });
-    dispatch_compute(rec, label, &pipeline, dst, steps, (1.0 / 64.0, 0.0))
+    dispatch_compute(rec, &pipeline, dst, steps, (1.0 / 64.0, 0.0))
 }
 
 /// One dispatch of a compute probe: [`COMPUTE_GROUPS`] workgroups of `steps` each, with its
 /// operands (`mul`, `add`) from the host so the compiler can't fold its arithmetic.
 fn dispatch_compute(
     rec: &mut StepRecorder,
-    label: &str,
-    pipeline: &std::sync::Arc<wgpu::ComputePipeline>,
+    pipeline: &std::sync::Arc<crate::gpu::Kernel>,
     dst: &Binding,
     steps: u32,
     (mul, add): (f32, f32),
@@ -148,7 +145,6 @@ fn dispatch_compute(
         add,
     };
     rec.dispatch(
-        label,
         pipeline,
         bytemuck::bytes_of(&params),
         std::slice::from_ref(dst),

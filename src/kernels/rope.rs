@@ -131,7 +131,6 @@ pub fn rope(
     };
     let pairs = (elems / 2) as u32; // check_len bounded elems by u32::MAX
     rec.dispatch(
-        label,
         &pipeline,
         bytemuck::bytes_of(&params),
         &[x.clone(), inv_freq.clone()],
@@ -250,7 +249,6 @@ pub fn rope_kv_write(
         rot_scale: rotary.scale,
     };
     rec.dispatch(
-        &label,
         &pipeline,
         bytemuck::bytes_of(&params),
         &bindings,

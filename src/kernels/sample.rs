@@ -195,7 +195,6 @@ pub fn sample(
             preprocess("sample.wgsl", &defines)
         });
         rec.dispatch(
-            label,
             &pipeline,
             bytemuck::bytes_of(params),
             bindings,

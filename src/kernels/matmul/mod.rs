@@ -884,11 +884,11 @@ pub(super) fn launch(
         &bindings[..caller_layout.x as usize - 1],
     );
     let key = &key.staged(params.k, ctx.limits.max_compute_workgroup_storage_size);
-    // Defines are checked here; the source is only built on a pipeline-cache miss (this runs
-    // for every dispatch of every step).
-    key.defines()?;
-    let label = key.label();
-    let pipeline = ctx.pipeline(&label, || key.source().expect("defines checked above"));
+    // Cached by the key: the label and the source (whose defines may refuse the variant) are
+    // only built on a miss (this runs for every dispatch of every step).
+    let pipeline =
+        ctx.keyed_pipeline(key, || Ok::<_, KernelError>((key.label(), key.source()?)))?;
+    let label = &pipeline.label;
     params.groups = slots.div_ceil(key.variant.slots_per_group()) * key.splits;
     params.splits = key.splits;
     let mut bindings = bindings.to_vec();
@@ -926,7 +926,6 @@ pub(super) fn launch(
     debug_assert_eq!(key.layout().count as usize, bindings.len(), "{label}");
     let [gx, gy] = fold(params.groups, max);
     rec.dispatch_counted(
-        &label,
         &pipeline,
         bytemuck::bytes_of(&params),
         &bindings,

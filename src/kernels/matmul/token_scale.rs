@@ -76,7 +76,6 @@ pub(super) fn record_token_scales(
         flops: 2 * t * k,
     };
     rec.dispatch_counted(
-        label,
         &pipeline,
         bytemuck::bytes_of(&scale_params),
         &inputs,
