@@ -224,6 +224,24 @@ fn open_gpu(verbose: bool) -> Result<Arc<GpuContext>> {
             k.attention_merge,
             k.batches_in_flight
         );
+        eprintln!(
+            "switches: chunk {} (COCO_CHUNK) | chunk splits {} | chunk min K {} | FFN levels {} \
+             | W_o levels {} | f16 operands {} | tensor-core prestage {} | vec4 staging {} | \
+             short-step tiles {} | blocked attention {} | shader checks {} | subgroups {} ({})",
+            k.chunk,
+            k.chunk_splits.map_or("planned".into(), |s| s.to_string()),
+            k.chunk_min_k.map_or("default".into(), |s| s.to_string()),
+            k.ffn_levels,
+            k.o_levels,
+            k.f16_operands,
+            k.coop_prestage,
+            k.coop_vec_stage,
+            k.coop_stream,
+            k.attention_blocked,
+            k.shader_checks,
+            k.subgroups,
+            ctx.subgroups.why
+        );
     }
     Ok(ctx)
 }

@@ -195,9 +195,8 @@ fn coop_gemm_block(adapter: &wgpu::Adapter) -> Option<u32> {
 /// slot) are checked non-zero before a dispatch.
 #[cfg(not(target_arch = "wasm32"))]
 fn shader_checks() -> wgpu::ShaderRuntimeChecks {
-    let mode = std::env::var("COCO_SHADER_CHECKS").unwrap_or_default();
     let mut checks = wgpu::ShaderRuntimeChecks::checked();
-    match mode.as_str() {
+    match shader_checks_name() {
         "all" => {}
         "loops" => checks.force_loop_bounding = false,
         _ => {
@@ -206,6 +205,20 @@ fn shader_checks() -> wgpu::ShaderRuntimeChecks {
         }
     }
     checks
+}
+
+/// The shaders' runtime checks as `COCO_SHADER_CHECKS` names them: `all`, `loops` (the
+/// integer-division checks without loop bounding) or `off` (the default); `browser` in the
+/// page, where the browser's WGSL compiler decides.
+pub fn shader_checks_name() -> &'static str {
+    if cfg!(target_arch = "wasm32") {
+        return "browser";
+    }
+    match std::env::var("COCO_SHADER_CHECKS").as_deref() {
+        Ok("all") => "all",
+        Ok("loops") => "loops",
+        _ => "off",
+    }
 }
 
 /// Labels of the devices coco opens, unique per page so the browser's feature request

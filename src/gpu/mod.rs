@@ -12,7 +12,9 @@ mod shader;
 mod weights;
 
 pub use cache::Kernel;
-pub use context::{GpuContext, GpuError, ResourceCounts, COOP_GEMM_WORKGROUP_BYTES};
+pub use context::{
+    shader_checks_name, GpuContext, GpuError, ResourceCounts, COOP_GEMM_WORKGROUP_BYTES,
+};
 pub use features::{
     packed_4x8_dot, AttentionMerge, BrowserGrant, DeviceOptions, GemmChoice, SubgroupChoice,
     SubgroupDecision, WideTile,

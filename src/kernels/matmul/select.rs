@@ -440,6 +440,28 @@ pub struct KernelSettings {
     /// Whether the single-pass attention computes 2 × 2 score blocks and takes larger tiles
     /// (`GpuContext::attention_blocked`: `COCO_ATTN_BLOCKED=1`, a link's `attn_blocked=1`).
     pub attention_blocked: bool,
+    /// The chunk matvec's (slots per workgroup)x(rows per task) ([`chunk_shape`]:
+    /// `COCO_CHUNK`).
+    pub chunk: String,
+    /// `COCO_CHUNK_SPLITS` ([`chunk_splits_override`]); null: the planner's split.
+    pub chunk_splits: Option<u32>,
+    /// `COCO_CHUNK_MIN_K` ([`chunk_min_k_override`]); null: the default K rules.
+    pub chunk_min_k: Option<u64>,
+    /// Whether the GLU hands W_down its x' as int8 levels ([`ffn_levels_enabled`]:
+    /// `COCO_FFN_LEVELS`).
+    pub ffn_levels: bool,
+    /// Whether attention hands W_o its x' as int8 levels ([`o_levels_enabled`]:
+    /// `COCO_O_LEVELS`).
+    pub o_levels: bool,
+    /// Whether the portable tiles round their operands to f16 ([`f16_operands`]:
+    /// `COCO_GEMM_F16_OPERANDS=1`).
+    pub f16_operands: bool,
+    /// The shaders' runtime checks natively (`COCO_SHADER_CHECKS`: `off`, `loops`, `all`;
+    /// `browser` on the page, whose compiler adds its own).
+    pub shader_checks: &'static str,
+    /// Whether the subgroup kernels run (`GpuContext::subgroups`: `COCO_SUBGROUPS`, a link's
+    /// `subgroups`).
+    pub subgroups: bool,
 }
 
 impl KernelSettings {
@@ -460,6 +482,17 @@ impl KernelSettings {
             coop_vec_stage: coop_vec_stage(),
             coop_stream: coop_stream(),
             attention_blocked: ctx.attention_blocked,
+            chunk: {
+                let (slots, rows) = chunk_shape();
+                format!("{slots}x{rows}")
+            },
+            chunk_splits: chunk_splits_override(),
+            chunk_min_k: chunk_min_k_override(),
+            ffn_levels: ffn_levels_enabled(),
+            o_levels: o_levels_enabled(),
+            f16_operands: f16_operands(),
+            shader_checks: crate::gpu::shader_checks_name(),
+            subgroups: ctx.subgroups.used,
         }
     }
 }
