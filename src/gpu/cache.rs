@@ -14,7 +14,8 @@ use std::sync::Arc;
 
 use rustc_hash::{FxHashMap, FxHasher};
 
-type FxBuild = BuildHasherDefault<FxHasher>;
+/// FxHash (rustc's): a few instructions per word, for keys no adversary chooses.
+pub(crate) type FxBuild = BuildHasherDefault<FxHasher>;
 
 use super::recorder::Binding;
 

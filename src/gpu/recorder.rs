@@ -19,14 +19,13 @@
 //! pass's overhead to each: its sum is larger than the real one-pass step, which
 //! [`Timing::Step`] measures for comparison.
 
-use std::hash::{BuildHasher, BuildHasherDefault};
+use std::hash::BuildHasher;
 use std::ops::Range;
 use std::sync::Arc;
 
-use rustc_hash::{FxHashMap, FxHasher};
+use rustc_hash::FxHashMap;
 
-type FxBuild = BuildHasherDefault<FxHasher>;
-
+use super::cache::FxBuild;
 use super::{GpuContext, GpuError, Kernel};
 
 /// A storage binding: a whole buffer, or a byte range of one.
@@ -173,9 +172,14 @@ impl<'a> StepRecorder<'a> {
     fn params_block(&mut self, params: &[u8], size: usize) -> u64 {
         let hash = FxBuild::default().hash_one(params);
         if let Some(&offset) = self.blocks.get(&hash) {
-            let block = &self.params[offset as usize..offset as usize + size];
-            let (head, padding) = block.split_at(params.len());
-            if head == params && padding.iter().all(|&b| b == 0) {
+            let equal = self
+                .params
+                .get(offset as usize..offset as usize + size)
+                .is_some_and(|block| {
+                    let (head, padding) = block.split_at(params.len());
+                    head == params && padding.iter().all(|&b| b == 0)
+                });
+            if equal {
                 return offset;
             }
         }
