@@ -5,7 +5,8 @@
 #
 #   BINS="coco-base coco coco@16x1x2x0x1" bash scripts/bench_decode_h200.sh
 #
-# .bench/ holds release builds (each name in BINS, and shape_model); `name@shape` runs that
+# .bench/ holds release builds (each name in BINS, shape_model, and optionally
+# examples/step_timing for the host's cost per dispatch: $OUT/host.txt); `name@shape` runs that
 # build with COCO_MATVEC=shape, and `name+VAR=value[+VAR=value…]` with those environment
 # variables set (e.g. `coco+COCO_CHUNK=64x4+COCO_CHUNK_SPLITS=4`); .gl/ the Debian
 # libvulkan1 package (the device has the NVIDIA driver but no loader). MODELS picks shapes
@@ -73,6 +74,12 @@ for spec in $MODELS; do
         | tee -a "$OUT/decode.jsonl" | cut -c1-300
     done
   done
+  # The host's µs per dispatch (record, encode, free) of 16-step batches, where .bench/ has
+  # this tree's examples/step_timing (a few seconds a model).
+  if [ -x "$B/step_timing" ] && [ -z "${PROMPTS:-}" ]; then
+    echo "== $m host per dispatch" | tee -a "$OUT/host.txt"
+    "$B/step_timing" "$M/$m.gguf" 16 300 2>>"$OUT/err.txt" | tee -a "$OUT/host.txt"
+  fi
 done
 # The table: prompts in decode steps with PROMPTS, else tg128 and the decode step's kernels.
 python3 - "$OUT" "${PROMPTS:+prompts}" <<'PY'
