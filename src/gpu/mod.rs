@@ -1,6 +1,6 @@
 //! Everything that talks to the wgpu device: adapter and device setup, the kernel and
-//! bind-group caches,
-//! buffer creation and readback, and the one-compute-pass-per-step recorder.
+//! bind-group caches, buffer creation and readback, and the one-compute-pass-per-step
+//! recorder.
 //!
 //! Boundary: only this module calls `create_*` on the device.
 
