@@ -127,13 +127,6 @@ export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-$(mktemp -d)}
 # step (per-workgroup staging and barriers on a CPU). kernels_matmul checks the chunk matvec
 # against the reference at such K on every type; the 270M's HF golden passed with it by hand
 # (BENCHMARKS.md "session 21").
-# The suites of small kernels spend most of a fresh machine's time in lavapipe's LLVM
-# compiling each shader variant once (kernels_matmul cold: 142 s, 30 s once Mesa's disk cache
-# holds them); without LLVM's optimization passes (GALLIVM_PERF=nopt) it took 117 s, the same
-# tests passing (BENCHMARKS.md "session 34"). So the passes of small kernels compile that way,
-# into a disk cache of their own, so that the whole-model suites, whose time is the shaders'
-# running, never load a shader built without optimization.
-small_kernels=(env GALLIVM_PERF=nopt MESA_SHADER_CACHE_DIR="$PWD/target/mesa-cache-nopt")
 whole_model_tests=(model decode_loop megakernel profile cli gpu_faults)
 other_tests=()
 for file in tests/*.rs; do
@@ -141,7 +134,7 @@ for file in tests/*.rs; do
   [[ " ${whole_model_tests[*]} " == *" $name "* ]] || other_tests+=(--test "$name")
 done
 say "cargo test (lavapipe): unit tests, examples and $((${#other_tests[@]} / 2)) suites with the default shapes"
-"${small_kernels[@]}" cargo test --release --lib --bins --examples "${other_tests[@]}" -- --test-threads=2
+cargo test --release --lib --bins --examples "${other_tests[@]}" -- --test-threads=2
 
 say "cargo test (lavapipe): whole-model suites (${whole_model_tests[*]}) with COCO_MATVEC=64x1x8x0 COCO_CHUNK_MIN_K=2048"
 COCO_MATVEC=64x1x8x0 COCO_CHUNK_MIN_K=2048 cargo test --release $(printf -- '--test %s ' "${whole_model_tests[@]}") -- --test-threads=2
@@ -156,12 +149,12 @@ COCO_MATVEC=64x1x8x0 COCO_CHUNK_MIN_K=2048 cargo test --release $(printf -- '--t
 # It also splits every chunk matvec's K three ways (COCO_CHUNK_SPLITS, off by default): uneven
 # ranges, the merge of the ranges' sums and Σx², at T up to 32.
 say "cargo test (lavapipe): kernel suites with COCO_MATVEC=8x2x4x2 COCO_CHUNK_SPLITS=3"
-"${small_kernels[@]}" COCO_MATVEC=8x2x4x2 COCO_CHUNK_SPLITS=3 cargo test --release --test kernels_matmul --test kernels_matmul_fused --test kernels_qkv_rope -- --test-threads=2 \
+COCO_MATVEC=8x2x4x2 COCO_CHUNK_SPLITS=3 cargo test --release --test kernels_matmul --test kernels_matmul_fused --test kernels_qkv_rope -- --test-threads=2 \
   _f16 _q4_0 _q8_0 _q3_k _q4_k _q6_k _iq4_xs
 # The attention suite once more with the single-pass kernel's 2 × 2 score blocks and larger
 # tiles (COCO_ATTN_BLOCKED, off by default until timed on a GPU).
 say "cargo test (lavapipe): attention with COCO_ATTN_BLOCKED=1"
-"${small_kernels[@]}" COCO_ATTN_BLOCKED=1 cargo test --release --test kernels_attention -- --test-threads=2
+COCO_ATTN_BLOCKED=1 cargo test --release --test kernels_attention -- --test-threads=2
 
 # The tensor-core tiles (natively the default for steps of 33+ tokens) on Mesa 26's lavapipe
 # from Debian sid, which offers cooperative matrices: 8 × 8 × 8 blocks on subgroups of 8, run
@@ -173,9 +166,8 @@ say "cargo test (lavapipe): attention with COCO_ATTN_BLOCKED=1"
 # the A/B baselines COCO_COOP_VEC_STAGE=0 and COCO_COOP_PRESTAGE=0 (each staging form
 # alone; both at once, the old default, is not run: CI time) on one type of each dequantizer
 # family (lavapipe compiles every type's tiles anew: all fifteen per baseline took ~4 of CI's
-# minutes); then the HF goldens on those tiles. Mesa 26's compile took as long without
-# LLVM's optimization passes, so this pass keeps them. sid moves: if its lavapipe can't be
-# set up, this pass says so and is not run.
+# minutes); then the HF goldens on those tiles. sid moves: if its lavapipe can't be set up,
+# this pass says so and is not run.
 say "cargo test (Mesa 26 lavapipe from sid, cooperative matrices): the tensor-core tiles"
 if coco_lavapipe26; then
   (
