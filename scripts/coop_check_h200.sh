@@ -8,9 +8,9 @@
 #     bash scripts/coop_check_h200.sh
 #   ABS="COCO_COOP_VEC_STAGE=1 COCO_COOP_PRESTAGE=1+COCO_COOP_VEC_STAGE=1" bash scripts/coop_check_h200.sh
 #
-# .bench/ holds the release `coco`, `shape_model` and the `kernels_matmul`,
-# `kernels_matmul_fused` (and optionally `kernels_attention`) test binaries (cargo test
-# --release --no-run; stripped, they fit the carry); .gl/ the Debian libvulkan1 package. ABS lists the settings, each VAR=value[+VAR=value…];
+# .bench/ holds the release `coco`, `shape_model` and any of the `kernels_matmul`,
+# `kernels_matmul_fused` and `kernels_attention` test binaries (cargo test --release --no-run;
+# stripped, they fit the carry); .gl/ the Debian libvulkan1 package. ABS lists the settings, each VAR=value[+VAR=value…];
 # PROMPTS and MODELS go to bench_decode_h200.sh (default "128 512", the Llama-1B and -8B Q4_0
 # shapes; 64-token steps run the 64 × 64 tiles); SKIP_TESTS=1 skips the kernel tests (~35 s
 # per setting on the H200). Two settings with both models take ~8 of the call's 10 minutes.
@@ -26,11 +26,11 @@ M=/tmp/models; mkdir -p $M
 if [ -z "${SKIP_TESTS:-}" ]; then
   for ab in $ABS; do
     IFS=+ read -ra vars <<< "$ab"
-    suites=("kernels_matmul matmul_" "kernels_matmul_fused fused_")
-    # The attention suite too where carried (COCO_ATTN_BLOCKED=1's first GPU run; ~3 s).
-    [ -x .bench/kernels_attention ] && suites+=("kernels_attention attention")
+    # The suites carried: the products' tensor-core cases, and attention (~3 s).
+    suites=("kernels_matmul matmul_" "kernels_matmul_fused fused_" "kernels_attention attention")
     for suite in "${suites[@]}"; do
       set -- $suite
+      [ -x ".bench/$1" ] || continue
       env "${vars[@]}" COCO_TEST_VARIANTS=coop timeout 240 .bench/$1 $2 --nocapture > "$OUT/$1.$ab.txt" 2>&1
       echo "$1 ($ab, tensor-core cases) rc=$?"
       grep "test result\|FAIL\|panick" "$OUT/$1.$ab.txt" | head -20

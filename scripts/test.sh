@@ -156,7 +156,8 @@ COCO_MATVEC=8x2x4x2 COCO_CHUNK_SPLITS=3 cargo test --release --test kernels_matm
 say "cargo test (lavapipe): attention with COCO_ATTN_BLOCKED=1"
 COCO_ATTN_BLOCKED=1 cargo test --release --test kernels_attention -- --test-threads=2
 
-# The tensor-core tiles (natively the default for steps of 33+ tokens) on Mesa 26's lavapipe
+# The tensor-core tiles (natively the default for steps of 33+ tokens) and attention (steps of
+# 8+ tokens) on Mesa 26's lavapipe
 # from Debian sid, which offers cooperative matrices: 8 × 8 × 8 blocks on subgroups of 8, run
 # by the same kernels as the H200's 16 × 16 × 16 on subgroups of 32 (matmul/coop_staging.wgsl:
 # CB, SGS). Debian 12's lavapipe has none. The tensor-core cases of every type (the other
@@ -177,6 +178,9 @@ if coco_lavapipe26; then
     suites=(--test kernels_matmul --test kernels_matmul_fused)
     families=(_f16 _q4_0 _q8_0 _q3_k _q4_k _q6_k _iq4_xs)
     cargo test --release "${suites[@]}" -- --test-threads=2
+    # The tensor-core attention (head_dim 64's prefill cases; 128's tile needs more than
+    # lavapipe's 32 KiB of workgroup memory, so those cases run the f32 tiles here).
+    cargo test --release --test kernels_attention -- --test-threads=2
     COCO_COOP_VEC_STAGE=0 cargo test --release "${suites[@]}" -- --test-threads=2 "${families[@]}"
     COCO_COOP_PRESTAGE=0 cargo test --release "${suites[@]}" -- --test-threads=2 "${families[@]}"
     # And the HF goldens with every prompt step of more than 4 tokens on them (f16 operands:

@@ -278,6 +278,7 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
             coop_vec_stage: false,
             coop_stream: false,
             attention_blocked: false,
+            attention_coop: false,
             chunk: "16x4".into(),
             chunk_splits: None,
             chunk_min_k: None,

@@ -114,7 +114,12 @@ fn check_attention(seed: u64, shape: AttentionShape) -> attention::AttentionPlan
         plan.splits,
         plan.chunk
     );
-    assert_close_f32(&what, &read_f32(&out, want.len()), &want, 5e-6, 5e-5);
+    // The tensor-core single pass (attention_coop.wgsl) rounds q, k, v and p to f16 (2^-11
+    // relative each) and sums in f32; the f32 kernels stay within 5e-5.
+    let coop = plan.splits == 1 && attention::coop_tile(ctx(), head_dim, shape.t).is_some();
+    let (atol, rtol) = if coop { (2e-3, 4e-3) } else { (5e-6, 5e-5) };
+    let what = format!("{what}{}", if coop { ", tensor cores" } else { "" });
+    assert_close_f32(&what, &read_f32(&out, want.len()), &want, atol, rtol);
     plan
 }
 

@@ -16,25 +16,7 @@
 
 @group(0) @binding(B_SCALES) var<storage, read> tscales: array<f32>; // [p.t]: 2^-e per token
 
-// The cooperative-matrix block (CB × CB × CB, f16 × f16 → f32) and the subgroup size it goes
-// with (GpuContext::coop_block): 16 on subgroups of 32 (tensor cores), or with COOP8 8 on
-// subgroups of 8 (lavapipe, so the tests run these kernels on a CPU). Either way a block
-// holds 8 values per lane, and a 256-invocation workgroup has NSG subgroups; the kernels
-// deal their tiles' blocks by CB and NSG, so both run the same code.
-#ifdef COOP8
-const CB: u32 = 8u;
-const SGS: u32 = 8u;
-alias CoopA = coop_mat8x8<f16, A>;
-alias CoopB = coop_mat8x8<f16, B>;
-alias CoopC = coop_mat8x8<f32, C>;
-#else
-const CB: u32 = 16u;
-const SGS: u32 = 32u;
-alias CoopA = coop_mat16x16<f16, A>;
-alias CoopB = coop_mat16x16<f16, B>;
-alias CoopC = coop_mat16x16<f32, C>;
-#endif
-const NSG: u32 = 256u / SGS;
+#include "common/coop_block.wgsl"
 
 // What the tiles wt16 and xt16 are arrays of. With VEC_STAGE (the default; the A/B baseline
 // is COCO_COOP_VEC_STAGE=0) vec4s of f16: a thread's 8 staged values are two 8-byte stores

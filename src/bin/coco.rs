@@ -227,7 +227,8 @@ fn open_gpu(verbose: bool) -> Result<Arc<GpuContext>> {
         eprintln!(
             "switches: chunk {} (COCO_CHUNK) | chunk splits {} | chunk min K {} | FFN levels {} \
              | W_o levels {} | f16 operands {} | tensor-core prestage {} | vec4 staging {} | \
-             short-step tiles {} | blocked attention {} | shader checks {} | subgroups {} ({})",
+             short-step tiles {} | blocked attention {} | tensor-core attention {} | shader \
+             checks {} | subgroups {} ({})",
             k.chunk,
             k.chunk_splits.map_or("planned".into(), |s| s.to_string()),
             k.chunk_min_k.map_or("default".into(), |s| s.to_string()),
@@ -238,6 +239,7 @@ fn open_gpu(verbose: bool) -> Result<Arc<GpuContext>> {
             k.coop_vec_stage,
             k.coop_stream,
             k.attention_blocked,
+            k.attention_coop,
             k.shader_checks,
             k.subgroups,
             ctx.subgroups.why

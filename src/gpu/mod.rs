@@ -21,5 +21,7 @@ pub use features::{
     SubgroupDecision, WideTile,
 };
 pub use recorder::{Binding, SpanTime, StepRecorder, Timing, Work};
+#[cfg(test)]
+pub(crate) use shader::compile_to_spirv;
 pub use shader::{preprocess, preprocess_with, shader_source};
 pub use weights::{GpuTensor, TensorPart};

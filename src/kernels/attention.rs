@@ -320,6 +320,80 @@ pub fn tiled_choice(ctx: &GpuContext, head_dim: u32) -> TiledChoice {
 /// Invocations of the single-pass kernel (the shader's WG).
 const TILED_WG: u32 = 128;
 
+/// Steps of fewer query tokens keep the `TILED` kernel where the tensor-core one exists: its
+/// 32- or 64-query tiles would be mostly empty (decode steps of ≤ 16 keys are single-pass
+/// too, at one token).
+pub const COOP_MIN_T: u32 = 8;
+
+/// The A/B switch `COCO_ATTN_COOP=0`, read once per process: the single-pass attention stays
+/// on the f32 `TILED` kernel on a device with coco's tensor-core tiles too.
+pub fn attention_coop_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("COCO_ATTN_COOP").map_or(true, |v| v != "0"))
+}
+
+/// Query tokens (BQ) and keys (BK) per tile of the tensor-core single-pass kernel
+/// (`shaders/attention_coop.wgsl`) for a step of `t` tokens and `head_dim`, or None where it
+/// doesn't run: no cooperative matrices (`GpuContext::coop_block`; never in the browser),
+/// `COCO_ATTN_COOP=0`, fewer than [`COOP_MIN_T`] tokens, or no tile that fits. A tile fits
+/// where its arrays fit the device's workgroup memory ([`coop_tile_bytes`]) and deals every
+/// subgroup whole blocks: the tile's score blocks and output blocks are multiples of the
+/// subgroup count (NSG · CB² = 2,048 elements on either block size). Largest first: head_dim
+/// 64 on the H200 (48 KiB) 64 × 64, on lavapipe 26 (32 KiB) 64 × 32; 128: 64 × 32 on the
+/// H200, none on lavapipe.
+pub fn coop_tile(ctx: &GpuContext, head_dim: u32, t: u32) -> Option<(u32, u32)> {
+    let cb = ctx.coop_block?;
+    if !attention_coop_enabled() || t < COOP_MIN_T || !head_dim.is_multiple_of(16) {
+        return None;
+    }
+    const BLOCK_ELEMENTS: u32 = 2048;
+    [(64u32, 64u32), (64, 32), (32, 64)]
+        .into_iter()
+        .find(|&(bq, bk)| {
+            (bq * bk).is_multiple_of(BLOCK_ELEMENTS)
+                && (bq * head_dim).is_multiple_of(BLOCK_ELEMENTS)
+                && coop_tile_bytes(head_dim, (bq, bk), cb)
+                    <= ctx.limits.max_compute_workgroup_storage_size
+        })
+}
+
+/// Workgroup memory of the tensor-core kernel (its arrays: the query and key/value tiles as
+/// f16 rows padded by 8, the scores as f32 rows padded by 4, p as f16 rows padded by 8, a zero
+/// block, two floats per query row).
+pub fn coop_tile_bytes(head_dim: u32, (bq, bk): (u32, u32), cb: u32) -> u32 {
+    2 * (bq + bk) * (head_dim + 8) + 4 * bq * (bk + 4) + 2 * bq * (bk + 8) + 4 * cb * cb + 8 * bq
+}
+
+/// `shaders/attention_coop.wgsl` for `head_dim` and tile (bq, bk), with 8 × 8 blocks (`cb8`)
+/// or 16 × 16.
+fn coop_source(head_dim: u32, (bq, bk): (u32, u32), cb8: bool) -> String {
+    let defines: &[&str] = if cb8 { &["COOP8"] } else { &[] };
+    format!(
+        "enable f16;\nenable wgpu_cooperative_matrix;\nconst HD: u32 = {head_dim}u;\n\
+         const BQ: u32 = {bq}u;\nconst BK: u32 = {bk}u;\n"
+    ) + &preprocess("attention_coop.wgsl", defines)
+}
+
+/// The single-pass kernel's label for a step of `t` tokens (the tensor-core one where
+/// [`coop_tile`] gives a tile): what the dispatch records and the model's plan lists.
+pub fn single_pass_label(ctx: &GpuContext, head_dim: u32, t: u32) -> String {
+    match coop_tile(ctx, head_dim, t) {
+        Some(tile) => coop_label(ctx, head_dim, tile).0,
+        None => tiled_choice(ctx, head_dim).label,
+    }
+}
+
+/// The tensor-core kernel's label (it starts as the `TILED` kernel's: it is the single pass)
+/// and whether it multiplies 8 × 8 blocks (`COOP8`: lavapipe's).
+fn coop_label(ctx: &GpuContext, head_dim: u32, (bq, bk): (u32, u32)) -> (String, bool) {
+    let cb8 = ctx.coop_block == Some(8);
+    let label = format!(
+        "attention_tiled_hd{head_dim}_coop{bq}x{bk}{}",
+        if cb8 { "_cb8" } else { "" }
+    );
+    (label, cb8)
+}
+
 /// Mirrors `Params` of the KV_WRITE variant.
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -524,7 +598,32 @@ pub fn attention_planned(
         check_len(KERNEL, "levels_out", levels, words)?;
     }
     let work = Some(attention_work(shape));
+    let params = AttentionParams {
+        t,
+        heads,
+        kv_heads,
+        head_dim,
+        pos0,
+        window,
+        scale,
+        softcap,
+    };
     if splits == 1 {
+        if let Some((bq, bk)) = coop_tile(rec.ctx(), head_dim, t) {
+            let (label, cb8) = coop_label(rec.ctx(), head_dim, (bq, bk));
+            let pipeline = rec
+                .ctx()
+                .pipeline(&label, || coop_source(head_dim, (bq, bk), cb8));
+            let bindings = [q.clone(), k_cache.clone(), v_cache.clone(), out.clone()];
+            rec.dispatch_counted(
+                &pipeline,
+                bytemuck::bytes_of(&params),
+                &bindings,
+                [heads, t.div_ceil(bq), 1],
+                work,
+            )?;
+            return Ok(());
+        }
         let TiledChoice {
             bq,
             bk,
@@ -546,16 +645,6 @@ pub fn attention_planned(
                 "const HD: u32 = {head_dim}u;\nconst BQ: u32 = {bq}u;\nconst BK: u32 = {bk}u;\n"
             ) + &preprocess("attention.wgsl", &defines)
         });
-        let params = AttentionParams {
-            t,
-            heads,
-            kv_heads,
-            head_dim,
-            pos0,
-            window,
-            scale,
-            softcap,
-        };
         let bindings = [q.clone(), k_cache.clone(), v_cache.clone(), out.clone()];
         rec.dispatch_counted(
             &pipeline,
@@ -658,6 +747,27 @@ pub fn levels_fit(ctx: &GpuContext, shape: &AttentionShape, how: AttentionPlan) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every tile `coop_tile` can pick, on either block size, through naga to SPIR-V (lavapipe
+    /// 22 has no cooperative matrices; lavapipe 26 runs head_dim 64's 64 × 32 tile), using the
+    /// workgroup memory `coop_tile_bytes` counts.
+    #[test]
+    fn coop_attention_compiles_to_spirv_for_every_tile() {
+        for head_dim in [64u32, 96, 128, 256] {
+            for tile in [(64, 64), (64, 32), (32, 64)] {
+                if !(tile.0 * head_dim).is_multiple_of(2048) {
+                    continue;
+                }
+                for cb8 in [false, true] {
+                    let label = format!("coop hd{head_dim} {tile:?} cb8 {cb8}");
+                    let bytes =
+                        crate::gpu::compile_to_spirv(&label, &coop_source(head_dim, tile, cb8));
+                    let cb = if cb8 { 8 } else { 16 };
+                    assert_eq!(bytes, coop_tile_bytes(head_dim, tile, cb), "{label}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn tiled_tiles_fit_webgpu_workgroup_memory_for_every_head_dim() {

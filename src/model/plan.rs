@@ -22,7 +22,9 @@ use text::rope_name;
 pub use text::PlanLine;
 
 use crate::gpu::{AttentionMerge, GpuContext, GpuTensor};
-use crate::kernels::attention::{self, AttentionPlan, AttentionShape, SPLIT_BLOCK, SPLIT_MAX_ROWS};
+use crate::kernels::attention::{
+    self, AttentionPlan, AttentionShape, COOP_MIN_T, SPLIT_BLOCK, SPLIT_MAX_ROWS,
+};
 use crate::kernels::elementwise::Activation;
 use crate::kernels::get_rows::GetRowsKey;
 use crate::kernels::matmul::{
@@ -187,6 +189,9 @@ pub struct Plan {
     pub attention_merge: AttentionMerge,
     /// The single-pass attention's 2 × 2 score blocks (the device's option).
     pub attention_blocked: bool,
+    /// The tensor-core single pass's tile for steps of `kernels::attention::COOP_MIN_T`+
+    /// tokens (`kernels::attention::coop_tile`), where the device runs it.
+    pub attention_coop_tile: Option<(u32, u32)>,
     pub layers: Vec<LayerPlan>,
     /// The final norm folded into the LM head.
     pub lm_head_norm: bool,
@@ -448,6 +453,7 @@ impl Plan {
             matvec_max_t: matvec_max_t(kernels),
             attention_merge: ctx.attention_merge,
             attention_blocked: ctx.attention_blocked,
+            attention_coop_tile: attention::coop_tile(ctx, c.head_dim, COOP_MIN_T),
             layers,
             lm_head_norm: fused,
             final_softcap: c.final_softcap,
@@ -709,7 +715,7 @@ impl Plan {
                 (Op::Rope, ..) => out.extend([format!("rope_{rope}"), format!("rope_{rope}")]),
                 (Op::KvWrite, ..) => out.push("attention_kv_write".into()),
                 (Op::Attention(a), ..) if a.splits <= 1 => {
-                    out.push(crate::kernels::attention::tiled_choice(ctx, self.head_dim).label)
+                    out.push(attention::single_pass_label(ctx, self.head_dim, t))
                 }
                 (Op::Attention(_), ..) => {
                     let lv = if l.is_some_and(|l| self.o_levels(l, t, pos0)) {

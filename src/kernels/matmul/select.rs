@@ -440,6 +440,10 @@ pub struct KernelSettings {
     /// Whether the single-pass attention computes 2 × 2 score blocks and takes larger tiles
     /// (`GpuContext::attention_blocked`: `COCO_ATTN_BLOCKED=1`, a link's `attn_blocked=1`).
     pub attention_blocked: bool,
+    /// Whether the single-pass attention of prefill steps runs on tensor cores
+    /// (`kernels::attention::coop_tile`: a device with cooperative matrices, unless
+    /// `COCO_ATTN_COOP=0`).
+    pub attention_coop: bool,
     /// The chunk matvec's (slots per workgroup)x(rows per task) ([`chunk_shape`]:
     /// `COCO_CHUNK`).
     pub chunk: String,
@@ -482,6 +486,8 @@ impl KernelSettings {
             coop_vec_stage: coop_vec_stage(),
             coop_stream: coop_stream(),
             attention_blocked: ctx.attention_blocked,
+            attention_coop: ctx.coop_block.is_some()
+                && crate::kernels::attention::attention_coop_enabled(),
             chunk: {
                 let (slots, rows) = chunk_shape();
                 format!("{slots}x{rows}")

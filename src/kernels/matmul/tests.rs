@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::gguf::GgmlType;
+use crate::gpu::compile_to_spirv;
 use crate::kernels::elementwise::Activation;
 use crate::kernels::rope::RopeLayout;
 
@@ -65,31 +66,6 @@ fn labels_name_the_variant() {
         None,
     );
     assert_eq!(key.label(), "matmul_q8_0_matvec_rows256");
-}
-
-/// Parses and validates `source` with every naga capability and writes SPIR-V, as wgpu
-/// does on Vulkan: catches shader errors in variants lavapipe can't run. Returns the
-/// workgroup memory its entry point uses, in bytes.
-fn compile_to_spirv(label: &str, source: &str) -> u32 {
-    let module = naga::front::wgsl::parse_str(source)
-        .unwrap_or_else(|e| panic!("{label}: {}", e.emit_to_string(source)));
-    let info = naga::valid::Validator::new(
-        naga::valid::ValidationFlags::all(),
-        naga::valid::Capabilities::all(),
-    )
-    .validate(&module)
-    .unwrap_or_else(|e| panic!("{label}: {}", e.emit_to_string(source)));
-    naga::back::spv::write_vec(&module, &info, &Default::default(), None)
-        .unwrap_or_else(|e| panic!("{label}: {e}"));
-    let mut layouter = naga::proc::Layouter::default();
-    layouter.update(module.to_ctx()).expect("layout");
-    let entry = info.get_entry_point(0);
-    module
-        .global_variables
-        .iter()
-        .filter(|&(h, v)| v.space == naga::AddressSpace::WorkGroup && !entry[h].is_empty())
-        .map(|(_, v)| layouter[v.ty].size)
-        .sum()
 }
 
 /// The workgroup memory wgpu's default limits allow (and the H200's Vulkan driver offers):

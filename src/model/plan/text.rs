@@ -239,9 +239,17 @@ impl Plan {
         } else {
             ""
         };
+        let coop = match self.attention_coop_tile {
+            Some((bq, bk)) => format!(
+                "; steps of {COOP_MIN_T}+ tokens on tensor cores, {bq} queries x {bk} keys a tile \
+                 (_coop: COCO_ATTN_COOP=0 turns it off)"
+            ),
+            None => String::new(),
+        };
         format!(
             "flash-decoding ({split}) while steps x {} heads <= {SPLIT_MAX_ROWS} rows and the \
-             last token sees > {SPLIT_BLOCK} keys, else one pass (attention_tiled_hd{}{blocked}){cap}",
+             last token sees > {SPLIT_BLOCK} keys, else one pass (attention_tiled_hd{}{blocked}\
+             {coop}){cap}",
             self.heads, self.head_dim
         )
     }
