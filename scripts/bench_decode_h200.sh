@@ -42,8 +42,8 @@ wait
 first=${MODELS%% *}
 first_bin=${BINS%% *}
 first_bin=${first_bin%%[@+]*}
-if ! "$B/$first_bin" -v info -m "$M/${first%%:*}-${first##*:}.gguf" 2>&1 | tee -a "$OUT/gpu.txt" | grep "^adapter.*H200" > /dev/null; then
-  echo "no H200 adapter through Vulkan: see $OUT/gpu.txt" >&2
+if ! "$B/$first_bin" -v info -m "$M/${first%%:*}-${first##*:}.gguf" 2>&1 | tee -a "$OUT/gpu.txt" | grep -E "^adapter.*(H200|H100)" > /dev/null; then
+  echo "no H200 (or H100) adapter through Vulkan: see $OUT/gpu.txt" >&2
   exit 1
 fi
 # The ceilings the kernels are held against (a few seconds): f32 FMA, and the tensor cores

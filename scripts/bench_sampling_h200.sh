@@ -23,8 +23,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 "$B/shape_model" gemma-270m q5_0 "$M/gemma-270m-shape-q5_0.gguf" > /dev/null &
 "$B/shape_model" llama-1b q4_0 "$M/llama1b-q4_0.gguf" > /dev/null &
 wait
-if ! "$B/coco" -v info -m "$M/gemma-270m-shape-q5_0.gguf" 2>&1 | tee -a "$OUT/gpu.txt" | grep "^adapter.*H200" > /dev/null; then
-  echo "no H200 adapter through Vulkan: see $OUT/gpu.txt" >&2
+if ! "$B/coco" -v info -m "$M/gemma-270m-shape-q5_0.gguf" 2>&1 | tee -a "$OUT/gpu.txt" | grep -E "^adapter.*(H200|H100)" > /dev/null; then
+  echo "no H200 (or H100) adapter through Vulkan: see $OUT/gpu.txt" >&2
   exit 1
 fi
 echo "== sampler stages"
