@@ -156,19 +156,18 @@ COCO_MATVEC=8x2x4x2 COCO_CHUNK_SPLITS=3 cargo test --release --test kernels_matm
 say "cargo test (lavapipe): attention with COCO_ATTN_BLOCKED=1"
 COCO_ATTN_BLOCKED=1 cargo test --release --test kernels_attention -- --test-threads=2
 
-# The tensor-core tiles (natively the default for steps of 33+ tokens) and attention (steps of
-# 8+ tokens) on Mesa 26's lavapipe
-# from Debian sid, which offers cooperative matrices: 8 × 8 × 8 blocks on subgroups of 8, run
-# by the same kernels as the H200's 16 × 16 × 16 on subgroups of 32 (matmul/coop_staging.wgsl:
-# CB, SGS). Debian 12's lavapipe has none. The tensor-core cases of every type (the other
-# cases ran above) as they run by default: x' prestaged by the scale pass and the staged
-# chunks as vec4<f16> (the prestaged 128-token tiles need 48 KiB of workgroup memory, lavapipe
-# has 32: those cases run the tiles that stage x' themselves, and say so); then with each of
-# the A/B baselines COCO_COOP_VEC_STAGE=0 and COCO_COOP_PRESTAGE=0 (each staging form
-# alone; both at once, the old default, is not run: CI time) on one type of each dequantizer
-# family (lavapipe compiles every type's tiles anew: all fifteen per baseline took ~4 of CI's
-# minutes); then the HF goldens on those tiles. sid moves: if its lavapipe can't be set up,
-# this pass says so and is not run.
+# The tensor-core tiles (natively the default for steps of 33+ tokens) and attention
+# (COCO_ATTN_COOP=1) on Mesa 26's lavapipe from Debian sid, which offers cooperative
+# matrices: 8 × 8 × 8 blocks on subgroups of 8, run by the same kernels as the H200's 16 × 16 ×
+# 16 on subgroups of 32 (common/coop_block.wgsl: CB, SGS). Debian 12's lavapipe has none. The
+# tensor-core cases of every type (the other cases ran above) as they run by default: x'
+# prestaged by the scale pass and the staged chunks as vec4<f16> (the prestaged 128-token
+# tiles need 48 KiB of workgroup memory, lavapipe has 32: those cases run the tiles that stage
+# x' themselves, and say so); then with each of the A/B baselines COCO_COOP_VEC_STAGE=0 and
+# COCO_COOP_PRESTAGE=0 (each staging form alone; both at once, the old default, is not run: CI
+# time) on one type of each dequantizer family (lavapipe compiles every type's tiles anew: all
+# fifteen per baseline took ~4 of CI's minutes); then the HF goldens on those tiles. sid
+# moves: if its lavapipe can't be set up, this pass says so and is not run.
 say "cargo test (Mesa 26 lavapipe from sid, cooperative matrices): the tensor-core tiles"
 if coco_lavapipe26; then
   (
@@ -178,17 +177,19 @@ if coco_lavapipe26; then
     suites=(--test kernels_matmul --test kernels_matmul_fused)
     families=(_f16 _q4_0 _q8_0 _q3_k _q4_k _q6_k _iq4_xs)
     cargo test --release "${suites[@]}" -- --test-threads=2
-    # The tensor-core attention (head_dim 64's prefill cases; 128's tile needs more than
-    # lavapipe's 32 KiB of workgroup memory, so those cases run the f32 tiles here).
-    cargo test --release --test kernels_attention -- --test-threads=2
+    # The tensor-core attention (COCO_ATTN_COOP=1, off by default until timed on a GPU):
+    # head_dim 64's prefill cases (128's tile needs more than lavapipe's 32 KiB of workgroup
+    # memory, so those cases run the f32 tiles here).
+    COCO_ATTN_COOP=1 cargo test --release --test kernels_attention -- --test-threads=2
     COCO_COOP_VEC_STAGE=0 cargo test --release "${suites[@]}" -- --test-threads=2 "${families[@]}"
     COCO_COOP_PRESTAGE=0 cargo test --release "${suites[@]}" -- --test-threads=2 "${families[@]}"
     # And the HF goldens with every prompt step of more than 4 tokens on them (f16 operands:
-    # tests/model.rs holds such runs to the f16 bounds), with the plan's labels of those steps
-    # (tests/profile.rs); then the plan's labels of steps of 5 to 32 tokens on the short-step
-    # tiles (COCO_COOP_STREAM, off: slower on the H200, BENCHMARKS.md session 33; its kernel
-    # cases ran above, and its HF goldens in session 32 and on the H200).
-    COCO_MATVEC=64x1x8x0 COCO_CHUNK_MIN_K=2048 COCO_MATVEC_MAX_T=4 cargo test --release --test model --test profile -- --test-threads=2
+    # tests/model.rs holds such runs to the f16 bounds), and of 8+ tokens on the tensor-core
+    # attention, with the plan's labels of those steps (tests/profile.rs); then the plan's
+    # labels of steps of 5 to 32 tokens on the short-step tiles (COCO_COOP_STREAM, off: slower
+    # on the H200, BENCHMARKS.md session 33; its kernel cases ran above, and its HF goldens in
+    # session 32 and on the H200).
+    COCO_MATVEC=64x1x8x0 COCO_CHUNK_MIN_K=2048 COCO_MATVEC_MAX_T=4 COCO_ATTN_COOP=1 cargo test --release --test model --test profile -- --test-threads=2
     COCO_MATVEC=64x1x8x0 COCO_CHUNK_MIN_K=2048 COCO_COOP_STREAM=1 cargo test --release --test profile -- --test-threads=2
   )
 else

@@ -3,8 +3,9 @@
 // products. kernels/attention.rs prepends `enable f16; enable wgpu_cooperative_matrix;` and
 // HD (head_dim, a multiple of 16), BQ (query tokens per tile, 32 or 64) and BK (keys per
 // block, 32 or 64), chosen so the tiles fit the device's workgroup memory and every subgroup
-// gets the same number of blocks (`coop_tile`). `COCO_ATTN_COOP=0` runs attention.wgsl's
-// TILED kernel instead (the A/B baseline, and what every other device runs).
+// gets the same number of blocks (`coop_tile`). It runs with `COCO_ATTN_COOP=1` (off by
+// default until timed on a GPU); otherwise attention.wgsl's TILED kernel runs, as on every
+// device without cooperative matrices.
 //
 // Why: the TILED kernel computes every score and every p·v term on the f32 units, for tiles
 // of 16 queries × 32 keys (WebGPU's 16 KiB of workgroup memory): on the H200 a 512-token

@@ -325,17 +325,19 @@ const TILED_WG: u32 = 128;
 /// too, at one token).
 pub const COOP_MIN_T: u32 = 8;
 
-/// The A/B switch `COCO_ATTN_COOP=0`, read once per process: the single-pass attention stays
-/// on the f32 `TILED` kernel on a device with coco's tensor-core tiles too.
+/// The switch `COCO_ATTN_COOP=1`, read once per process: on a device with coco's tensor-core
+/// tiles, prefill steps run the single-pass attention on them ([`coop_tile`]). Off by
+/// default until timed on a GPU: checked so far on Mesa 26's lavapipe only (its kernel cases
+/// and the HF goldens, 8 × 8 blocks), not on the H200's 16 × 16 ones.
 pub fn attention_coop_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("COCO_ATTN_COOP").map_or(true, |v| v != "0"))
+    *ON.get_or_init(|| std::env::var("COCO_ATTN_COOP").is_ok_and(|v| v == "1"))
 }
 
 /// Query tokens (BQ) and keys (BK) per tile of the tensor-core single-pass kernel
 /// (`shaders/attention_coop.wgsl`) for a step of `t` tokens and `head_dim`, or None where it
 /// doesn't run: no cooperative matrices (`GpuContext::coop_block`; never in the browser),
-/// `COCO_ATTN_COOP=0`, fewer than [`COOP_MIN_T`] tokens, or no tile that fits. A tile fits
+/// without `COCO_ATTN_COOP=1`, fewer than [`COOP_MIN_T`] tokens, or no tile that fits. A tile fits
 /// where its arrays fit the device's workgroup memory ([`coop_tile_bytes`]) and deals every
 /// subgroup whole blocks: the tile's score blocks and output blocks are multiples of the
 /// subgroup count (NSG · CB² = 2,048 elements on either block size). Largest first: head_dim
