@@ -14,6 +14,10 @@
 //!   where the tiles already fill the GPU. Each key and value row is read once per tile
 //!   rather than once per query: a 512-token Llama-3.2-1B prefill spent 30.7 ms of its
 //!   81 ms in the one-query-per-workgroup kernel this replaced (H200, BENCHMARKS.md).
+//!   With `COCO_ATTN_COOP=1`, on a device with cooperative matrices, steps of
+//!   [`COOP_MIN_T`]+ tokens run it on tensor cores instead ([`coop_tile`],
+//!   `shaders/attention_coop.wgsl`, `attention_tiled_hd{head_dim}_coop{BQ}x{BK}`): Q·Kᵀ and
+//!   P·V as f16 block products with f32 sums, 32 or 64 queries a tile.
 //! - **flash-decoding** (`attention_split_merge`; Dao et al. 2023): the visible keys of each
 //!   (token, head) are cut into `splits` ranges of `chunk` keys, one workgroup each, which
 //!   write their running max, sum and unnormalized `Σ p·v` into a partials buffer; the last
@@ -337,12 +341,12 @@ pub fn attention_coop_enabled() -> bool {
 /// Query tokens (BQ) and keys (BK) per tile of the tensor-core single-pass kernel
 /// (`shaders/attention_coop.wgsl`) for a step of `t` tokens and `head_dim`, or None where it
 /// doesn't run: no cooperative matrices (`GpuContext::coop_block`; never in the browser),
-/// without `COCO_ATTN_COOP=1`, fewer than [`COOP_MIN_T`] tokens, or no tile that fits. A tile fits
-/// where its arrays fit the device's workgroup memory ([`coop_tile_bytes`]) and deals every
-/// subgroup whole blocks: the tile's score blocks and output blocks are multiples of the
-/// subgroup count (NSG · CB² = 2,048 elements on either block size). Largest first: head_dim
-/// 64 on the H200 (48 KiB) 64 × 64, on lavapipe 26 (32 KiB) 64 × 32; 128: 64 × 32 on the
-/// H200, none on lavapipe.
+/// without `COCO_ATTN_COOP=1`, fewer than [`COOP_MIN_T`] tokens, or no tile that fits. A
+/// tile fits where its arrays fit the device's workgroup memory ([`coop_tile_bytes`]) and
+/// deals every subgroup whole blocks: the tile's score blocks and output blocks are multiples
+/// of the subgroup count (NSG · CB² = 2,048 elements on either block size). Largest first:
+/// head_dim 64 on the H200 (48 KiB) 64 × 64, on lavapipe 26 (32 KiB) 64 × 32; 128: 64 × 32
+/// on the H200, none on lavapipe.
 pub fn coop_tile(ctx: &GpuContext, head_dim: u32, t: u32) -> Option<(u32, u32)> {
     let cb = ctx.coop_block?;
     if !attention_coop_enabled() || t < COOP_MIN_T || !head_dim.is_multiple_of(16) {
