@@ -66,21 +66,8 @@ fn main(
 // three tiles fit WebGPU's guaranteed 16 KiB of workgroup memory for any HD <= 256
 // (BQ·HD <= 1024 and BK·HD <= 2048 floats, BQ·BK <= 512). Tile rows are padded by one vec4 so
 // that neighbouring rows start in different banks (the score phase reads 8 rows at once).
-struct Params {
-    t: u32,
-    heads: u32,
-    kv_heads: u32,
-    head_dim: u32, // = HD; the pipeline is built per head_dim
-    pos0: u32,
-    window: u32, // 0 = no window
-    scale: f32,
-    softcap: f32, // > 0: scores <- softcap * tanh(score / softcap) (gemma2); 0 = none
-}
+#include "common/attention_pass.wgsl"
 
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;       // [T, heads, HD / 4]
-@group(0) @binding(2) var<storage, read> k_cache: array<vec4<f32>>; // [ctx, kv_heads, HD / 4]
-@group(0) @binding(3) var<storage, read> v_cache: array<vec4<f32>>; // [ctx, kv_heads, HD / 4]
 @group(0) @binding(4) var<storage, read_write> out: array<vec4<f32>>; // [T, heads, HD / 4]
 
 const WG: u32 = 128u;
@@ -90,23 +77,9 @@ const SROW: u32 = BK + 1u;  // padded row of scores
 // Invocations per query row in the softmax and P·V phase; each owns vec4 `part` and
 // `part + TPQ` of the row (HD4 <= 2·TPQ follows from BQ·HD <= 1024).
 const TPQ: u32 = WG / BQ;
-// Below any real score, marking masked ones; finite, because WGSL lets implementations
-// assume no infinities.
-const LOWEST: f32 = -3.0e38;
-
 var<workgroup> q_tile: array<vec4<f32>, BQ * ROW>;
 var<workgroup> kv_tile: array<vec4<f32>, BK * ROW>; // the block's K rows, then its V rows
 var<workgroup> scores: array<f32, BQ * SROW>;
-
-#include "common/softcap.wgsl"
-
-// First cache row that the query at position `pos` sees.
-fn first_key(pos: u32) -> u32 {
-    if (p.window > 0u && pos + 1u > p.window) {
-        return pos + 1u - p.window;
-    }
-    return 0u;
-}
 
 // Stores the score of tile query `qi` and block key `jj` (cache row j0 + jj) from its dot
 // product's four partial sums, or LOWEST where the mask hides the key.

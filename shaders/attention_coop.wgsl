@@ -33,23 +33,8 @@
 // Mask convention: attention.wgsl's (causal, optional window).
 
 #include "common/coop_block.wgsl"
-#include "common/softcap.wgsl"
+#include "common/attention_pass.wgsl"
 
-struct Params {
-    t: u32,
-    heads: u32,
-    kv_heads: u32,
-    head_dim: u32, // = HD; the pipeline is built per head_dim
-    pos0: u32,
-    window: u32, // 0 = no window
-    scale: f32,
-    softcap: f32, // > 0: scores <- softcap * tanh(score / softcap) (gemma2); 0 = none
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;       // [T, heads, HD / 4]
-@group(0) @binding(2) var<storage, read> k_cache: array<vec4<f32>>; // [ctx, kv_heads, HD / 4]
-@group(0) @binding(3) var<storage, read> v_cache: array<vec4<f32>>; // [ctx, kv_heads, HD / 4]
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;     // [T, heads, HD]
 
 const WG: u32 = 256u;
@@ -67,9 +52,6 @@ const NPV: u32 = QB * DB / NSG; // output blocks per subgroup
 const PSLOTS: u32 = min(NPV, (BQ * SS) / (NSG * CB * CB)); // parked blocks per subgroup at once
 const TPR: u32 = WG / BQ; // invocations per query row in the softmax
 const KPL: u32 = BK / TPR; // scores per invocation in the softmax (a multiple of 4)
-// Below any real score, marking masked ones; finite, because WGSL lets implementations
-// assume no infinities.
-const LOWEST: f32 = -3.0e38;
 
 var<workgroup> qt: array<vec4<f16>, BQ * QS / 4u>;  // the tile's queries, row-major [q][d]
 var<workgroup> kvt: array<vec4<f16>, BK * QS / 4u>; // the block's K rows, then its V rows [j][d]
@@ -78,14 +60,6 @@ var<workgroup> pt: array<vec4<f16>, BQ * PS / 4u>;  // p = exp(s − m) [q][j]
 var<workgroup> zeros: array<f32, CB * CB>;          // what the accumulators start from
 var<workgroup> row_rescale: array<f32, BQ>;
 var<workgroup> row_sum: array<f32, BQ>;
-
-// First cache row that the query at position `pos` sees.
-fn first_key(pos: u32) -> u32 {
-    if (p.window > 0u && pos + 1u > p.window) {
-        return pos + 1u - p.window;
-    }
-    return 0u;
-}
 
 // Stages cache rows j0 .. j0 + BK of one kv head as f16 rows of kvt, values or keys, zeros
 // past row `last`. Coalesced: consecutive invocations, consecutive vec4s of a row.

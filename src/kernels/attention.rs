@@ -615,42 +615,37 @@ pub fn attention_planned(
         softcap,
     };
     if splits == 1 {
-        if let Some((bq, bk)) = coop_tile(rec.ctx(), head_dim, t) {
+        // The tensor-core kernel where it runs, else the f32 tiles; the same bindings and grid.
+        let (pipeline, bq) = if let Some((bq, bk)) = coop_tile(rec.ctx(), head_dim, t) {
             let (label, cb8) = coop_label(rec.ctx(), head_dim, (bq, bk));
             let pipeline = rec
                 .ctx()
                 .pipeline(&label, || coop_source(head_dim, (bq, bk), cb8));
-            let bindings = [q.clone(), k_cache.clone(), v_cache.clone(), out.clone()];
-            rec.dispatch_counted(
-                &pipeline,
-                bytemuck::bytes_of(&params),
-                &bindings,
-                [heads, t.div_ceil(bq), 1],
-                work,
-            )?;
-            return Ok(());
-        }
-        let TiledChoice {
-            bq,
-            bk,
-            blocked,
-            label,
-        } = tiled_choice(rec.ctx(), head_dim);
-        let pipeline = rec.ctx().pipeline(&label, || {
-            let mut defines = vec!["TILED"];
-            if rec.ctx().attention_blocked {
-                defines.push("P_ONCE");
-            }
-            if blocked {
-                defines.push("SCORES_2X2");
-            }
-            if bq * head_dim > 1024 {
-                defines.push("PV4");
-            }
-            format!(
-                "const HD: u32 = {head_dim}u;\nconst BQ: u32 = {bq}u;\nconst BK: u32 = {bk}u;\n"
-            ) + &preprocess("attention.wgsl", &defines)
-        });
+            (pipeline, bq)
+        } else {
+            let TiledChoice {
+                bq,
+                bk,
+                blocked,
+                label,
+            } = tiled_choice(rec.ctx(), head_dim);
+            let pipeline = rec.ctx().pipeline(&label, || {
+                let mut defines = vec!["TILED"];
+                if rec.ctx().attention_blocked {
+                    defines.push("P_ONCE");
+                }
+                if blocked {
+                    defines.push("SCORES_2X2");
+                }
+                if bq * head_dim > 1024 {
+                    defines.push("PV4");
+                }
+                format!(
+                    "const HD: u32 = {head_dim}u;\nconst BQ: u32 = {bq}u;\nconst BK: u32 = {bk}u;\n"
+                ) + &preprocess("attention.wgsl", &defines)
+            });
+            (pipeline, bq)
+        };
         let bindings = [q.clone(), k_cache.clone(), v_cache.clone(), out.clone()];
         rec.dispatch_counted(
             &pipeline,
