@@ -2,7 +2,15 @@
 //
 //   READ   each invocation sums a strided slice of `src` and writes one value, so the
 //          kernel's time is dominated by reading all of `src` once: read bandwidth.
-//   EMPTY  touches one word: the cost of a dependent dispatch inside one compute pass.
+//   EMPTY  touches one word: the cost of a dependent dispatch inside one compute pass (with
+//          as many workgroups as the host asks, most of them idle).
+//   GRID_SYNC  `rounds` grid-wide barriers inside one dispatch: every workgroup counts itself
+//          in on one atomic counter and spins until all have, the way a persistent kernel
+//          would order its phases instead of ending a dispatch. Nothing in WebGPU or Vulkan
+//          promises that a dispatch's workgroups run at the same time, so the spin is bounded
+//          (SPIN_LIMIT loads): a workgroup that gives up raises a flag, every other one stops
+//          at its next round, and the host reports the grid as not co-resident. The per-round
+//          cost against EMPTY's per-dispatch cost is what a persistent decode step would save.
 //   FMA    8 independent chains of vec4 f32 FMAs per invocation: the arithmetic ceiling of
 //          the portable kernels (what the browser's GEMM can at most reach).
 //   MMA    (native, with wgpu's cooperative matrices; the host prepends the enables) each
@@ -11,8 +19,8 @@
 //          blocks from workgroup memory, as a coop128x128 subgroup does per 16-wide K step.
 
 struct Params {
-    n_vec4: u32,   // elements of src as vec4 (READ); steps per invocation (FMA, MMA)
-    threads: u32,  // invocations in the whole grid (READ)
+    n_vec4: u32,   // elements of src as vec4 (READ); steps per invocation (FMA, MMA); rounds (GRID_SYNC)
+    threads: u32,  // invocations in the whole grid (READ); workgroups in the grid (GRID_SYNC)
     mul: f32,      // FMA's operands, from the host so the compiler can't fold the chains
     add: f32,
 }
@@ -138,6 +146,50 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (gid.x == 0u) {
         dst[0] = dst[0] + f32(p.threads); // reads p so the auto layout keeps binding 0
+    }
+}
+#endif
+
+#ifdef GRID_SYNC
+// [0] arrivals over all rounds, [1] 1 once a workgroup gave up waiting; zeroed by the host.
+@group(0) @binding(1) var<storage, read_write> sync: array<atomic<u32>>;
+
+// Loads of the counter before a workgroup gives up: on the H200 an atomic load that misses
+// its SM is ~1 µs, so a grid that is not all resident costs ~30 ms, not a hang, while a
+// resident grid's workgroups arrive within microseconds. Below 65,535: lavapipe's compiler
+// ends any loop after that many trips without a word (gallivm's loop limiter), which made a
+// larger limit's spins end early, as if everyone had arrived.
+const SPIN_LIMIT: u32 = 32768u;
+
+var<workgroup> gave_up: u32;
+
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) li: u32) {
+    for (var r = 0u; r < p.n_vec4; r++) {
+        // Release what this workgroup wrote before it counts itself in (nothing here; a
+        // persistent kernel's phase outputs), then wait for the whole grid.
+        storageBarrier();
+        if (li == 0u) {
+            atomicAdd(&sync[0], 1u);
+            let all = (r + 1u) * p.threads;
+            var spins = 0u;
+            loop {
+                if (atomicLoad(&sync[0]) >= all || atomicLoad(&sync[1]) != 0u) {
+                    break;
+                }
+                spins++;
+                if (spins == SPIN_LIMIT) {
+                    atomicStore(&sync[1], 1u);
+                    break;
+                }
+            }
+            gave_up = atomicLoad(&sync[1]);
+        }
+        // Every invocation waits for lane 0 here, then acquires the others' writes.
+        if (workgroupUniformLoad(&gave_up) != 0u) {
+            break;
+        }
+        storageBarrier();
     }
 }
 #endif

@@ -316,6 +316,18 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
             read_gb_s: 10.0,
             dispatch_us: 3.5,
             round_trip_us: 100.0,
+            grid_sync: vec![
+                GridSync {
+                    workgroups: 16,
+                    dispatch_us: 3.5,
+                    barrier_us: Some(1.0),
+                },
+                GridSync {
+                    workgroups: 4096,
+                    dispatch_us: 4.0,
+                    barrier_us: None,
+                },
+            ],
             compute: ComputeProbe {
                 fma_tflops: 0.03,
                 coop_tflops: None,

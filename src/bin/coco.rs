@@ -451,6 +451,7 @@ fn main() -> Result<()> {
                         p.round_trip_us,
                         p.compute
                     );
+                    println!("{}", coco::bench::grid_sync_line(&p.grid_sync));
                 }
                 serde_json::to_value(&p)?
             };
@@ -715,6 +716,7 @@ fn bench(args: BenchArgs, verbose: bool) -> Result<()> {
             p.read_gb_s, p.dispatch_us, p.round_trip_us
         );
         println!("probe: {}", p.compute);
+        println!("probe: {}", coco::bench::grid_sync_line(&p.grid_sync));
     }
     println!(
         "megakernel A/B: tg {} tok/s with, {} without (ratio {}); {}",

@@ -50,8 +50,8 @@ pub fn probe_read(
     Ok(())
 }
 
-/// A dispatch that does (almost) nothing; `dst` is `[1]` f32.
-pub fn probe_empty(rec: &mut StepRecorder, dst: &Binding) -> Result<(), KernelError> {
+/// A dispatch of `groups` workgroups that does (almost) nothing; `dst` is `[1]` f32.
+pub fn probe_empty(rec: &mut StepRecorder, dst: &Binding, groups: u32) -> Result<(), KernelError> {
     let label = "probe_empty";
     let pipeline = rec
         .ctx()
@@ -66,7 +66,39 @@ pub fn probe_empty(rec: &mut StepRecorder, dst: &Binding) -> Result<(), KernelEr
         &pipeline,
         bytemuck::bytes_of(&params),
         std::slice::from_ref(dst),
-        [1, 1, 1],
+        [groups, 1, 1],
+    )?;
+    Ok(())
+}
+
+/// Words of the grid-sync probe's `sync` buffer: the arrival counter and the gave-up flag.
+pub const GRID_SYNC_WORDS: u64 = 2;
+
+/// One dispatch of `groups` workgroups that pass `rounds` grid-wide barriers (an atomic
+/// arrival counter each spins on; `GRID_SYNC` in probe.wgsl). `sync` holds
+/// [`GRID_SYNC_WORDS`] u32 and must be zero before the dispatch; afterwards word 1 is 1 if a
+/// workgroup gave up waiting: the grid did not all run at once.
+pub fn probe_grid_sync(
+    rec: &mut StepRecorder,
+    sync: &Binding,
+    groups: u32,
+    rounds: u32,
+) -> Result<(), KernelError> {
+    let label = "probe_grid_sync";
+    let pipeline = rec
+        .ctx()
+        .pipeline(label, || preprocess("probe.wgsl", &["GRID_SYNC"]));
+    let params = Params {
+        n_vec4: rounds,
+        threads: groups,
+        mul: 0.0,
+        add: 0.0,
+    };
+    rec.dispatch(
+        &pipeline,
+        bytemuck::bytes_of(&params),
+        std::slice::from_ref(sync),
+        [groups, 1, 1],
     )?;
     Ok(())
 }

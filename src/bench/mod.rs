@@ -20,14 +20,15 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::engine::{EngineError, LogitsFor, MegakernelCheck, Model, Session};
-use crate::gpu::{Binding, GpuContext, StepRecorder, Timing};
+use crate::gpu::{GpuContext, StepRecorder, Timing};
 use crate::kernels::matmul::KernelSettings;
-use crate::kernels::probe::{
-    fma_flops, mma_flops, probe_empty, probe_fma, probe_mma, probe_read, MMA_DST_FLOATS,
-    READ_THREADS,
-};
 use crate::sampler::{argmax, SamplerConfig};
 use crate::util::Clock;
+
+mod probe;
+pub use probe::{
+    grid_sync_line, probe, probe_compute, probe_grid_syncs, ComputeProbe, GridSync, Probe,
+};
 
 /// The most tokens the megakernel side of the A/B decodes (see [`run_with`]).
 pub const MEGAKERNEL_AB_TOKENS: u32 = 16;
@@ -42,31 +43,6 @@ pub struct BenchConfig {
     pub depth: u32,
     pub reps: u32,
     pub pipeline: crate::model::Pipeline,
-}
-
-/// Adapter figures measured by [`probe`].
-#[derive(Clone, Debug, Serialize)]
-pub struct Probe {
-    pub read_gb_s: f64,
-    pub dispatch_us: f64,
-    pub round_trip_us: f64,
-    /// The compute ceilings ([`probe_compute`]).
-    #[serde(flatten)]
-    pub compute: ComputeProbe,
-}
-
-/// The arithmetic ceilings the GEMMs are held against, measured by [`probe_compute`].
-#[derive(Clone, Debug, Serialize)]
-pub struct ComputeProbe {
-    /// TFLOP/s of independent vec4 f32 FMAs: the portable kernels' ceiling.
-    pub fma_tflops: f64,
-    /// TFLOP/s of 16 × 16 × 16 f16 cooperative-matrix products with f32 sums, operands in
-    /// registers: the tensor cores' ceiling through wgpu's cooperative matrices. `None`
-    /// where the device has none.
-    pub coop_tflops: Option<f64>,
-    /// The same with each step's 2 A and 4 B blocks loaded from workgroup memory first, as a
-    /// `coop128x128` subgroup does per 16-wide K step: its ceiling before any staging.
-    pub coop_wg_loads_tflops: Option<f64>,
 }
 
 #[derive(Clone, Debug)]
@@ -457,167 +433,6 @@ async fn pp_tg(
     })
 }
 
-/// Measures read bandwidth, dependent-dispatch cost and submit+readback round trip.
-pub async fn probe(ctx: &GpuContext) -> Result<Probe, EngineError> {
-    // Bandwidth: 20 full reads of a buffer as large as one binding allows (≤ 1 GiB).
-    let bytes = ctx.max_binding_bytes().min(1 << 30) & !15;
-    let src = ctx.storage_buffer("probe_src", bytes);
-    let dst = ctx.storage_buffer("probe_dst", READ_THREADS as u64 * 4);
-    let n_vec4 = (bytes / 16) as u32;
-    let timed = |passes, read| timed_probe(ctx, &src, &dst, n_vec4, passes, read);
-    timed(2, true).await?; // warm-up: compile, first touch
-    timed(2, false).await?;
-    let mut trips = Vec::new();
-    for _ in 0..15 {
-        trips.push(timed(1, false).await?);
-    }
-    let round_trip = median(&trips);
-    let mut reads = Vec::new();
-    for _ in 0..3 {
-        reads.push(timed(20, true).await?);
-    }
-    let read_s = (median(&reads) - round_trip).max(1e-9) / 20.0;
-    let mut empties = Vec::new();
-    for _ in 0..3 {
-        empties.push(timed(500, false).await?);
-    }
-    let dispatch_s = (median(&empties) - round_trip).max(0.0) / 500.0;
-    Ok(Probe {
-        read_gb_s: bytes as f64 / read_s / 1e9,
-        dispatch_us: dispatch_s * 1e6,
-        round_trip_us: round_trip * 1e6,
-        compute: probe_compute(ctx).await?,
-    })
-}
-
-impl std::fmt::Display for ComputeProbe {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "f32 FMA {:.3} TFLOP/s", self.fma_tflops)?;
-        match (self.coop_tflops, self.coop_wg_loads_tflops) {
-            (Some(regs), Some(loads)) => write!(
-                f,
-                ", cooperative matrices (f16 16x16x16, f32 sums) {regs:.1} TFLOP/s, \
-                 {loads:.1} with coop128x128's matrix loads from workgroup memory"
-            ),
-            // coop_gemm_available: none offered, not 16x16x16 f16 with subgroups of 32, or
-            // switched off with COCO_COOPMAT=0.
-            _ => write!(
-                f,
-                ", no cooperative matrices on this device (or COCO_COOPMAT=0)"
-            ),
-        }
-    }
-}
-
-/// Passes of a compute probe per timed submit, and timed submits (the median is kept).
-const COMPUTE_PASSES: u32 = 4;
-const COMPUTE_REPS: usize = 3;
-
-/// Measures the f32 FMA rate and, where the device has cooperative matrices, the tensor
-/// cores' rate with operands in registers and with them loaded from workgroup memory.
-/// Each probe is sized to take ~5 ms a dispatch from a first short run, so a software adapter
-/// finishes in seconds and a large GPU isn't timed on launch latency.
-pub async fn probe_compute(ctx: &GpuContext) -> Result<ComputeProbe, EngineError> {
-    let dst = ctx.storage_buffer("probe_compute_dst", MMA_DST_FLOATS * 4);
-    let empty = |rec: &mut StepRecorder| probe_empty(rec, &Binding::from(&dst));
-    timed_passes(ctx, &dst, 2, empty).await?; // warm-up
-    let mut trips = Vec::new();
-    for _ in 0..5 {
-        trips.push(timed_passes(ctx, &dst, 1, empty).await?);
-    }
-    let round_trip = median(&trips);
-    let fma = |rec: &mut StepRecorder, steps| probe_fma(rec, &Binding::from(&dst), steps);
-    let fma_tflops = compute_rate(ctx, &dst, round_trip, &fma, fma_flops).await?;
-    // The probe is the tensor cores' 16 × 16 blocks (lavapipe's 8 × 8 ones measure a CPU).
-    let (coop_tflops, coop_wg_loads_tflops) = if ctx.coop_block == Some(16) {
-        let mma =
-            |rec: &mut StepRecorder, steps| probe_mma(rec, &Binding::from(&dst), steps, false);
-        let loads =
-            |rec: &mut StepRecorder, steps| probe_mma(rec, &Binding::from(&dst), steps, true);
-        (
-            Some(compute_rate(ctx, &dst, round_trip, &mma, mma_flops).await?),
-            Some(compute_rate(ctx, &dst, round_trip, &loads, mma_flops).await?),
-        )
-    } else {
-        (None, None)
-    };
-    Ok(ComputeProbe {
-        fma_tflops,
-        coop_tflops,
-        coop_wg_loads_tflops,
-    })
-}
-
-/// A probe kernel's recording of one dispatch of `steps`.
-type ProbeKernel<'a> =
-    dyn Fn(&mut StepRecorder, u32) -> Result<(), crate::kernels::KernelError> + 'a;
-
-/// TFLOP/s of `kernel`, doing `flops(steps)` a dispatch: its steps grown until a dispatch
-/// takes ~5 ms, then the median of [`COMPUTE_REPS`] submits of [`COMPUTE_PASSES`] dispatches,
-/// less the round trip.
-async fn compute_rate(
-    ctx: &GpuContext,
-    dst: &wgpu::Buffer,
-    round_trip: f64,
-    kernel: &ProbeKernel<'_>,
-    flops: fn(u32) -> f64,
-) -> Result<f64, EngineError> {
-    const TARGET_S: f64 = 5e-3;
-    let mut steps = 16u32;
-    let per_dispatch = loop {
-        let s = timed_passes(ctx, dst, 1, |rec| kernel(rec, steps)).await? - round_trip;
-        if s >= TARGET_S / 8.0 || steps >= 1 << 20 {
-            break s.max(1e-9);
-        }
-        steps *= 8;
-    };
-    let steps = ((steps as f64 * TARGET_S / per_dispatch) as u32).clamp(16, 1 << 22);
-    let mut times = Vec::new();
-    for _ in 0..COMPUTE_REPS {
-        let s = timed_passes(ctx, dst, COMPUTE_PASSES, |rec| kernel(rec, steps)).await?;
-        times.push((s - round_trip).max(1e-9) / COMPUTE_PASSES as f64);
-    }
-    Ok(flops(steps) / median(&times) / 1e12)
-}
-
-/// One submit of `passes` dispatches recorded by `record`, plus a 4-byte readback of `dst`;
-/// returns the wall time.
-async fn timed_passes(
-    ctx: &GpuContext,
-    dst: &wgpu::Buffer,
-    passes: u32,
-    record: impl Fn(&mut StepRecorder) -> Result<(), crate::kernels::KernelError>,
-) -> Result<f64, EngineError> {
-    let mut rec = StepRecorder::new(ctx);
-    for _ in 0..passes {
-        record(&mut rec)?;
-    }
-    let clock = Clock::start();
-    rec.submit();
-    ctx.read_buffer_async(dst, 0, 4).await?;
-    Ok(clock.seconds())
-}
-
-/// One submit of `passes` probe dispatches (reads of `src`, or empty ones) plus a 4-byte
-/// readback; returns the wall time.
-async fn timed_probe(
-    ctx: &GpuContext,
-    src: &wgpu::Buffer,
-    dst: &wgpu::Buffer,
-    n_vec4: u32,
-    passes: u32,
-    read: bool,
-) -> Result<f64, EngineError> {
-    timed_passes(ctx, dst, passes, |rec| {
-        if read {
-            probe_read(rec, &Binding::from(src), &Binding::from(dst), n_vec4)
-        } else {
-            probe_empty(rec, &Binding::from(dst))
-        }
-    })
-    .await
-}
-
 /// GPU time of one kernel variant in a decode step (profiling mode).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct KernelTime {
@@ -989,6 +804,7 @@ mod tests {
             read_gb_s: 4000.0,
             dispatch_us: 3.0,
             round_trip_us: 100.0,
+            grid_sync: Vec::new(),
             compute: ComputeProbe {
                 fma_tflops: 50.0,
                 coop_tflops: Some(400.0),

@@ -1,0 +1,315 @@
+//! The adapter figures behind `coco bench --probe`: read bandwidth, the cost of a dependent
+//! dispatch, the submit-and-readback round trip, the arithmetic ceilings the GEMMs are held
+//! against, and what a grid-wide barrier inside one dispatch costs instead of a dispatch.
+
+use serde::Serialize;
+
+use super::median;
+use crate::engine::EngineError;
+use crate::gpu::{Binding, GpuContext, StepRecorder};
+use crate::kernels::probe::{
+    fma_flops, mma_flops, probe_empty, probe_fma, probe_grid_sync, probe_mma, probe_read,
+    GRID_SYNC_WORDS, MMA_DST_FLOATS, READ_THREADS,
+};
+use crate::util::Clock;
+
+/// Adapter figures measured by [`probe`].
+#[derive(Clone, Debug, Serialize)]
+pub struct Probe {
+    pub read_gb_s: f64,
+    pub dispatch_us: f64,
+    pub round_trip_us: f64,
+    /// Dependent dispatches against grid-wide barriers, per grid size ([`probe_grid_sync`]).
+    pub grid_sync: Vec<GridSync>,
+    /// The compute ceilings ([`probe_compute`]).
+    #[serde(flatten)]
+    pub compute: ComputeProbe,
+}
+
+/// The arithmetic ceilings the GEMMs are held against, measured by [`probe_compute`].
+#[derive(Clone, Debug, Serialize)]
+pub struct ComputeProbe {
+    /// TFLOP/s of independent vec4 f32 FMAs: the portable kernels' ceiling.
+    pub fma_tflops: f64,
+    /// TFLOP/s of 16 × 16 × 16 f16 cooperative-matrix products with f32 sums, operands in
+    /// registers: the tensor cores' ceiling through wgpu's cooperative matrices. `None`
+    /// where the device has none.
+    pub coop_tflops: Option<f64>,
+    /// The same with each step's 2 A and 4 B blocks loaded from workgroup memory first, as a
+    /// `coop128x128` subgroup does per 16-wide K step: its ceiling before any staging.
+    pub coop_wg_loads_tflops: Option<f64>,
+}
+
+/// Measures read bandwidth, dependent-dispatch cost and submit+readback round trip.
+pub async fn probe(ctx: &GpuContext) -> Result<Probe, EngineError> {
+    // Bandwidth: 20 full reads of a buffer as large as one binding allows (≤ 1 GiB).
+    let bytes = ctx.max_binding_bytes().min(1 << 30) & !15;
+    let src = ctx.storage_buffer("probe_src", bytes);
+    let dst = ctx.storage_buffer("probe_dst", READ_THREADS as u64 * 4);
+    let n_vec4 = (bytes / 16) as u32;
+    let timed = |passes, read| timed_probe(ctx, &src, &dst, n_vec4, passes, read);
+    timed(2, true).await?; // warm-up: compile, first touch
+    timed(2, false).await?;
+    let mut trips = Vec::new();
+    for _ in 0..15 {
+        trips.push(timed(1, false).await?);
+    }
+    let round_trip = median(&trips);
+    let mut reads = Vec::new();
+    for _ in 0..3 {
+        reads.push(timed(20, true).await?);
+    }
+    let read_s = (median(&reads) - round_trip).max(1e-9) / 20.0;
+    let mut empties = Vec::new();
+    for _ in 0..3 {
+        empties.push(timed(500, false).await?);
+    }
+    let dispatch_s = (median(&empties) - round_trip).max(0.0) / 500.0;
+    Ok(Probe {
+        read_gb_s: bytes as f64 / read_s / 1e9,
+        dispatch_us: dispatch_s * 1e6,
+        round_trip_us: round_trip * 1e6,
+        grid_sync: probe_grid_syncs(ctx).await?,
+        compute: probe_compute(ctx).await?,
+    })
+}
+
+/// One grid size of [`probe_grid_syncs`]: what ordering two phases costs as two dependent
+/// dispatches, and as a grid-wide barrier inside one dispatch.
+#[derive(Clone, Debug, Serialize)]
+pub struct GridSync {
+    /// Workgroups of 256 invocations in the grid.
+    pub workgroups: u32,
+    /// µs per dependent dispatch of that many (nearly empty) workgroups.
+    pub dispatch_us: f64,
+    /// µs per grid-wide barrier, or `None` where the grid was not all resident at once (a
+    /// workgroup gave up waiting), so a persistent kernel of that size would deadlock.
+    pub barrier_us: Option<f64>,
+}
+
+/// `probe --grid`'s line: per grid size, a grid-wide barrier's µs against a dependent
+/// dispatch's.
+pub fn grid_sync_line(sizes: &[GridSync]) -> String {
+    let parts: Vec<String> = sizes
+        .iter()
+        .map(|g| match g.barrier_us {
+            Some(b) => format!("{} wg {b:.2} vs {:.2}", g.workgroups, g.dispatch_us),
+            None => format!(
+                "{} wg not co-resident vs {:.2}",
+                g.workgroups, g.dispatch_us
+            ),
+        })
+        .collect();
+    format!(
+        "grid barrier vs dependent dispatch (µs): {}",
+        parts.join(", ")
+    )
+}
+
+/// Grid sizes the barrier probe tries: from a fraction of a large GPU's SMs to more
+/// workgroups than the H200 can hold at once (132 SMs × 8 of 256 invocations = 1,056).
+const GRID_SIZES: [u32; 5] = [16, 128, 512, 1024, 4096];
+
+/// Barriers per timed dispatch, and dependent dispatches per timed submit.
+const GRID_ROUNDS: u32 = 200;
+const GRID_DISPATCHES: u32 = 200;
+
+/// The decode step orders its phases by ending a dispatch (a pipeline barrier: the grid
+/// drains, caches are flushed, the next grid launches). A persistent kernel would instead
+/// have every workgroup wait on a counter. Per grid size: the dependent dispatch's cost and
+/// the in-dispatch barrier's, each the median of 3 submits less the round trip (the barrier
+/// also less a dispatch of the same grid with no rounds).
+pub async fn probe_grid_syncs(ctx: &GpuContext) -> Result<Vec<GridSync>, EngineError> {
+    let dst = ctx.storage_buffer("probe_grid_dst", 4);
+    let sync = ctx.storage_buffer("probe_grid_sync", GRID_SYNC_WORDS * 4);
+    timed_passes(ctx, &dst, 2, |rec| {
+        probe_empty(rec, &Binding::from(&dst), 1)
+    })
+    .await?;
+    let mut trips = Vec::new();
+    for _ in 0..5 {
+        trips.push(
+            timed_passes(ctx, &dst, 1, |rec| {
+                probe_empty(rec, &Binding::from(&dst), 1)
+            })
+            .await?,
+        );
+    }
+    let round_trip = median(&trips);
+    let mut out = Vec::new();
+    for groups in GRID_SIZES {
+        let mut chains = Vec::new();
+        for _ in 0..3 {
+            let s = timed_passes(ctx, &dst, GRID_DISPATCHES, |rec| {
+                probe_empty(rec, &Binding::from(&dst), groups)
+            })
+            .await?;
+            chains.push((s - round_trip).max(0.0) / GRID_DISPATCHES as f64);
+        }
+        // A barrier's cost is the dispatch with rounds less the same dispatch without.
+        let mut resident = true;
+        let mut per_round = Vec::new();
+        for _ in 0..3 {
+            let (empty, ok_empty) = timed_grid_sync(ctx, &sync, groups, 0).await?;
+            let (full, ok_full) = timed_grid_sync(ctx, &sync, groups, GRID_ROUNDS).await?;
+            resident &= ok_empty && ok_full;
+            if !resident {
+                break;
+            }
+            per_round.push((full - empty).max(0.0) / GRID_ROUNDS as f64);
+        }
+        out.push(GridSync {
+            workgroups: groups,
+            dispatch_us: median(&chains) * 1e6,
+            barrier_us: resident.then(|| median(&per_round) * 1e6),
+        });
+    }
+    Ok(out)
+}
+
+/// Wall time of one grid-sync dispatch of `groups` workgroups and `rounds` barriers plus the
+/// readback of its flag, and whether every workgroup saw every other arrive.
+async fn timed_grid_sync(
+    ctx: &GpuContext,
+    sync: &wgpu::Buffer,
+    groups: u32,
+    rounds: u32,
+) -> Result<(f64, bool), EngineError> {
+    ctx.write_padded(sync, 0, &[0u8; GRID_SYNC_WORDS as usize * 4]);
+    let mut rec = StepRecorder::new(ctx);
+    probe_grid_sync(&mut rec, &Binding::from(sync), groups, rounds)?;
+    let clock = Clock::start();
+    rec.submit();
+    let words = ctx.read_buffer_async(sync, 0, GRID_SYNC_WORDS * 4).await?;
+    let seconds = clock.seconds();
+    let gave_up = u32::from_le_bytes(words[4..8].try_into().expect("two words read"));
+    Ok((seconds, gave_up == 0))
+}
+
+impl std::fmt::Display for ComputeProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "f32 FMA {:.3} TFLOP/s", self.fma_tflops)?;
+        match (self.coop_tflops, self.coop_wg_loads_tflops) {
+            (Some(regs), Some(loads)) => write!(
+                f,
+                ", cooperative matrices (f16 16x16x16, f32 sums) {regs:.1} TFLOP/s, \
+                 {loads:.1} with coop128x128's matrix loads from workgroup memory"
+            ),
+            // coop_gemm_available: none offered, not 16x16x16 f16 with subgroups of 32, or
+            // switched off with COCO_COOPMAT=0.
+            _ => write!(
+                f,
+                ", no cooperative matrices on this device (or COCO_COOPMAT=0)"
+            ),
+        }
+    }
+}
+
+/// Passes of a compute probe per timed submit, and timed submits (the median is kept).
+const COMPUTE_PASSES: u32 = 4;
+const COMPUTE_REPS: usize = 3;
+
+/// Measures the f32 FMA rate and, where the device has cooperative matrices, the tensor
+/// cores' rate with operands in registers and with them loaded from workgroup memory.
+/// Each probe is sized to take ~5 ms a dispatch from a first short run, so a software adapter
+/// finishes in seconds and a large GPU isn't timed on launch latency.
+pub async fn probe_compute(ctx: &GpuContext) -> Result<ComputeProbe, EngineError> {
+    let dst = ctx.storage_buffer("probe_compute_dst", MMA_DST_FLOATS * 4);
+    let empty = |rec: &mut StepRecorder| probe_empty(rec, &Binding::from(&dst), 1);
+    timed_passes(ctx, &dst, 2, empty).await?; // warm-up
+    let mut trips = Vec::new();
+    for _ in 0..5 {
+        trips.push(timed_passes(ctx, &dst, 1, empty).await?);
+    }
+    let round_trip = median(&trips);
+    let fma = |rec: &mut StepRecorder, steps| probe_fma(rec, &Binding::from(&dst), steps);
+    let fma_tflops = compute_rate(ctx, &dst, round_trip, &fma, fma_flops).await?;
+    // The probe is the tensor cores' 16 × 16 blocks (lavapipe's 8 × 8 ones measure a CPU).
+    let (coop_tflops, coop_wg_loads_tflops) = if ctx.coop_block == Some(16) {
+        let mma =
+            |rec: &mut StepRecorder, steps| probe_mma(rec, &Binding::from(&dst), steps, false);
+        let loads =
+            |rec: &mut StepRecorder, steps| probe_mma(rec, &Binding::from(&dst), steps, true);
+        (
+            Some(compute_rate(ctx, &dst, round_trip, &mma, mma_flops).await?),
+            Some(compute_rate(ctx, &dst, round_trip, &loads, mma_flops).await?),
+        )
+    } else {
+        (None, None)
+    };
+    Ok(ComputeProbe {
+        fma_tflops,
+        coop_tflops,
+        coop_wg_loads_tflops,
+    })
+}
+
+/// A probe kernel's recording of one dispatch of `steps`.
+type ProbeKernel<'a> =
+    dyn Fn(&mut StepRecorder, u32) -> Result<(), crate::kernels::KernelError> + 'a;
+
+/// TFLOP/s of `kernel`, doing `flops(steps)` a dispatch: its steps grown until a dispatch
+/// takes ~5 ms, then the median of [`COMPUTE_REPS`] submits of [`COMPUTE_PASSES`] dispatches,
+/// less the round trip.
+async fn compute_rate(
+    ctx: &GpuContext,
+    dst: &wgpu::Buffer,
+    round_trip: f64,
+    kernel: &ProbeKernel<'_>,
+    flops: fn(u32) -> f64,
+) -> Result<f64, EngineError> {
+    const TARGET_S: f64 = 5e-3;
+    let mut steps = 16u32;
+    let per_dispatch = loop {
+        let s = timed_passes(ctx, dst, 1, |rec| kernel(rec, steps)).await? - round_trip;
+        if s >= TARGET_S / 8.0 || steps >= 1 << 20 {
+            break s.max(1e-9);
+        }
+        steps *= 8;
+    };
+    let steps = ((steps as f64 * TARGET_S / per_dispatch) as u32).clamp(16, 1 << 22);
+    let mut times = Vec::new();
+    for _ in 0..COMPUTE_REPS {
+        let s = timed_passes(ctx, dst, COMPUTE_PASSES, |rec| kernel(rec, steps)).await?;
+        times.push((s - round_trip).max(1e-9) / COMPUTE_PASSES as f64);
+    }
+    Ok(flops(steps) / median(&times) / 1e12)
+}
+
+/// One submit of `passes` dispatches recorded by `record`, plus a 4-byte readback of `dst`;
+/// returns the wall time.
+async fn timed_passes(
+    ctx: &GpuContext,
+    dst: &wgpu::Buffer,
+    passes: u32,
+    record: impl Fn(&mut StepRecorder) -> Result<(), crate::kernels::KernelError>,
+) -> Result<f64, EngineError> {
+    let mut rec = StepRecorder::new(ctx);
+    for _ in 0..passes {
+        record(&mut rec)?;
+    }
+    let clock = Clock::start();
+    rec.submit();
+    ctx.read_buffer_async(dst, 0, 4).await?;
+    Ok(clock.seconds())
+}
+
+/// One submit of `passes` probe dispatches (reads of `src`, or empty ones) plus a 4-byte
+/// readback; returns the wall time.
+async fn timed_probe(
+    ctx: &GpuContext,
+    src: &wgpu::Buffer,
+    dst: &wgpu::Buffer,
+    n_vec4: u32,
+    passes: u32,
+    read: bool,
+) -> Result<f64, EngineError> {
+    timed_passes(ctx, dst, passes, |rec| {
+        if read {
+            probe_read(rec, &Binding::from(src), &Binding::from(dst), n_vec4)
+        } else {
+            probe_empty(rec, &Binding::from(dst), 1)
+        }
+    })
+    .await
+}
