@@ -151,8 +151,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 #endif
 
 #ifdef GRID_SYNC
-// [0] arrivals over all rounds, [1] 1 once a workgroup gave up waiting; zeroed by the host.
+// [0] arrivals over all rounds, [1] 1 once a workgroup gave up waiting, [2] stale reads;
+// zeroed by the host.
 @group(0) @binding(1) var<storage, read_write> sync: array<atomic<u32>>;
+// [workgroups]: what each workgroup wrote last round, with plain stores and loads, as a
+// persistent kernel's phases would hand over their outputs.
+@group(0) @binding(2) var<storage, read_write> slots: array<u32>;
 
 // Loads of the counter before a workgroup gives up: on the H200 an atomic load that misses
 // its SM is ~1 µs, so a grid that is not all resident costs ~30 ms, not a hang, while a
@@ -164,14 +168,18 @@ const SPIN_LIMIT: u32 = 32768u;
 var<workgroup> gave_up: u32;
 
 @compute @workgroup_size(256)
-fn main(@builtin(local_invocation_index) li: u32) {
+fn main(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let g = wid.x;
+    let groups = p.threads;
     for (var r = 0u; r < p.n_vec4; r++) {
-        // Release what this workgroup wrote before it counts itself in (nothing here; a
-        // persistent kernel's phase outputs), then wait for the whole grid.
+        // This round's output, released before the workgroup counts itself in.
+        if (li == 0u) {
+            slots[g] = r + 1u;
+        }
         storageBarrier();
         if (li == 0u) {
             atomicAdd(&sync[0], 1u);
-            let all = (r + 1u) * p.threads;
+            let all = (r + 1u) * groups;
             var spins = 0u;
             loop {
                 if (atomicLoad(&sync[0]) >= all || atomicLoad(&sync[1]) != 0u) {
@@ -190,6 +198,14 @@ fn main(@builtin(local_invocation_index) li: u32) {
             break;
         }
         storageBarrier();
+        // Two other workgroups' outputs by plain loads: a line this SM cached last round
+        // must not be served stale (the question a persistent kernel's design hangs on).
+        if (li < 2u) {
+            let other = (g + 1u + li * (groups / 2u)) % groups;
+            if (slots[other] < r + 1u) { // (it may already have written round r + 1's)
+                atomicAdd(&sync[2], 1u);
+            }
+        }
     }
 }
 #endif

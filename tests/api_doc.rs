@@ -321,11 +321,13 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
                     workgroups: 16,
                     dispatch_us: 3.5,
                     barrier_us: Some(1.0),
+                    stale_reads: 0,
                 },
                 GridSync {
                     workgroups: 4096,
                     dispatch_us: 4.0,
                     barrier_us: None,
+                    stale_reads: 0,
                 },
             ],
             compute: ComputeProbe {

@@ -62,24 +62,30 @@ fn add_matches_reference() {
 }
 
 /// The grid-barrier probe (`coco probe`'s `grid_sync`) counts every workgroup in at every
-/// round: one workgroup always finishes all its rounds; a larger grid either finishes them
-/// all or raises the flag (never hangs, never counts an arrival twice).
+/// round: one workgroup always finishes all its rounds (and reads its own values back
+/// fresh); a larger grid either finishes them all without a stale read or raises the flag
+/// (never hangs, never counts an arrival twice).
 #[test]
 fn grid_sync_probe_counts_every_round() {
     use coco::kernels::probe::{probe_grid_sync, GRID_SYNC_WORDS};
     for (groups, rounds) in [(1u32, 7u32), (6, 5), (64, 3)] {
         let sync = ctx().storage_buffer_init("sync", &[0u8; GRID_SYNC_WORDS as usize * 4]);
+        let slots = ctx().storage_buffer("slots", groups as u64 * 4);
         let mut rec = StepRecorder::new(ctx());
-        probe_grid_sync(&mut rec, &(&sync).into(), groups, rounds).unwrap();
+        probe_grid_sync(&mut rec, &(&sync).into(), &(&slots).into(), groups, rounds).unwrap();
         rec.submit();
         let words = ctx().read_buffer(&sync, 0, GRID_SYNC_WORDS * 4).unwrap();
         let arrivals = u32::from_le_bytes(words[0..4].try_into().unwrap());
         let gave_up = u32::from_le_bytes(words[4..8].try_into().unwrap());
-        println!("grid sync {groups} workgroups × {rounds} rounds: {arrivals} arrivals, gave up {gave_up}");
+        let stale = u32::from_le_bytes(words[8..12].try_into().unwrap());
+        println!(
+            "grid sync {groups} workgroups × {rounds} rounds: {arrivals} arrivals, \
+             gave up {gave_up}, {stale} stale reads"
+        );
         if groups == 1 || gave_up == 0 {
             assert_eq!(
-                (arrivals, gave_up),
-                (groups * rounds, 0),
+                (arrivals, gave_up, stale),
+                (groups * rounds, 0, 0),
                 "{groups} × {rounds}"
             );
         } else {

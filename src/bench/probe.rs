@@ -85,6 +85,10 @@ pub struct GridSync {
     /// µs per grid-wide barrier, or `None` where the grid was not all resident at once (a
     /// workgroup gave up waiting), so a persistent kernel of that size would deadlock.
     pub barrier_us: Option<f64>,
+    /// Plain loads of another workgroup's value, after a barrier, that returned an earlier
+    /// round's (over the timed dispatches): more than 0 says a persistent kernel must read
+    /// what other workgroups wrote with atomic loads.
+    pub stale_reads: u32,
 }
 
 /// `probe --grid`'s line: per grid size, a grid-wide barrier's µs against a dependent
@@ -93,6 +97,10 @@ pub fn grid_sync_line(sizes: &[GridSync]) -> String {
     let parts: Vec<String> = sizes
         .iter()
         .map(|g| match g.barrier_us {
+            Some(b) if g.stale_reads > 0 => format!(
+                "{} wg {b:.2} vs {:.2} ({} stale reads)",
+                g.workgroups, g.dispatch_us, g.stale_reads
+            ),
             Some(b) => format!("{} wg {b:.2} vs {:.2}", g.workgroups, g.dispatch_us),
             None => format!(
                 "{} wg not co-resident vs {:.2}",
@@ -122,6 +130,10 @@ const GRID_DISPATCHES: u32 = 200;
 pub async fn probe_grid_syncs(ctx: &GpuContext) -> Result<Vec<GridSync>, EngineError> {
     let dst = ctx.storage_buffer("probe_grid_dst", 4);
     let sync = ctx.storage_buffer("probe_grid_sync", GRID_SYNC_WORDS * 4);
+    let slots = ctx.storage_buffer(
+        "probe_grid_slots",
+        GRID_SIZES[GRID_SIZES.len() - 1] as u64 * 4,
+    );
     timed_passes(ctx, &dst, 2, |rec| {
         probe_empty(rec, &Binding::from(&dst), 1)
     })
@@ -149,43 +161,64 @@ pub async fn probe_grid_syncs(ctx: &GpuContext) -> Result<Vec<GridSync>, EngineE
         // A barrier's cost is the dispatch with rounds less the same dispatch without.
         let mut resident = true;
         let mut per_round = Vec::new();
+        let mut stale_reads = 0;
         for _ in 0..3 {
-            let (empty, ok_empty) = timed_grid_sync(ctx, &sync, groups, 0).await?;
-            let (full, ok_full) = timed_grid_sync(ctx, &sync, groups, GRID_ROUNDS).await?;
-            resident &= ok_empty && ok_full;
+            let empty = timed_grid_sync(ctx, &sync, &slots, groups, 0).await?;
+            let full = timed_grid_sync(ctx, &sync, &slots, groups, GRID_ROUNDS).await?;
+            resident &= empty.resident && full.resident;
             if !resident {
                 break;
             }
-            per_round.push((full - empty).max(0.0) / GRID_ROUNDS as f64);
+            stale_reads += full.stale_reads;
+            per_round.push((full.seconds - empty.seconds).max(0.0) / GRID_ROUNDS as f64);
         }
         out.push(GridSync {
             workgroups: groups,
             dispatch_us: median(&chains) * 1e6,
             barrier_us: resident.then(|| median(&per_round) * 1e6),
+            stale_reads,
         });
     }
     Ok(out)
 }
 
-/// Wall time of one grid-sync dispatch of `groups` workgroups and `rounds` barriers plus the
-/// readback of its flag, and whether every workgroup saw every other arrive.
+/// One timed grid-sync dispatch: wall time including the readback of its flags.
+struct GridRun {
+    seconds: f64,
+    /// Every workgroup saw every other arrive.
+    resident: bool,
+    stale_reads: u32,
+}
+
+/// Times one grid-sync dispatch of `groups` workgroups and `rounds` barriers.
 async fn timed_grid_sync(
     ctx: &GpuContext,
     sync: &wgpu::Buffer,
+    slots: &wgpu::Buffer,
     groups: u32,
     rounds: u32,
-) -> Result<(f64, bool), EngineError> {
+) -> Result<GridRun, EngineError> {
     ctx.write_padded(sync, 0, &[0u8; GRID_SYNC_WORDS as usize * 4]);
+    ctx.write_padded(slots, 0, &vec![0u8; groups as usize * 4]);
     let mut rec = StepRecorder::new(ctx);
-    probe_grid_sync(&mut rec, &Binding::from(sync), groups, rounds)?;
+    probe_grid_sync(
+        &mut rec,
+        &Binding::from(sync),
+        &Binding::from(slots),
+        groups,
+        rounds,
+    )?;
     let clock = Clock::start();
     rec.submit();
-    let words = ctx.read_buffer_async(sync, 0, GRID_SYNC_WORDS * 4).await?;
+    let bytes = ctx.read_buffer_async(sync, 0, GRID_SYNC_WORDS * 4).await?;
     let seconds = clock.seconds();
-    let gave_up = u32::from_le_bytes(words[4..8].try_into().expect("two words read"));
-    Ok((seconds, gave_up == 0))
+    let word = |i: usize| u32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().expect("3 words"));
+    Ok(GridRun {
+        seconds,
+        resident: word(1) == 0,
+        stale_reads: word(2),
+    })
 }
-
 impl std::fmt::Display for ComputeProbe {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "f32 FMA {:.3} TFLOP/s", self.fma_tflops)?;

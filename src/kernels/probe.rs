@@ -71,16 +71,20 @@ pub fn probe_empty(rec: &mut StepRecorder, dst: &Binding, groups: u32) -> Result
     Ok(())
 }
 
-/// Words of the grid-sync probe's `sync` buffer: the arrival counter and the gave-up flag.
-pub const GRID_SYNC_WORDS: u64 = 2;
+/// Words of the grid-sync probe's `sync` buffer: the arrival counter, the gave-up flag and
+/// the count of stale reads.
+pub const GRID_SYNC_WORDS: u64 = 3;
 
 /// One dispatch of `groups` workgroups that pass `rounds` grid-wide barriers (an atomic
-/// arrival counter each spins on; `GRID_SYNC` in probe.wgsl). `sync` holds
+/// arrival counter each spins on; `GRID_SYNC` in probe.wgsl), each round handing a value to
+/// the others through `slots` (`[groups]` u32, plain stores and loads). `sync` holds
 /// [`GRID_SYNC_WORDS`] u32 and must be zero before the dispatch; afterwards word 1 is 1 if a
-/// workgroup gave up waiting: the grid did not all run at once.
+/// workgroup gave up waiting (the grid did not all run at once) and word 2 counts reads of
+/// another workgroup's value that returned an earlier round's.
 pub fn probe_grid_sync(
     rec: &mut StepRecorder,
     sync: &Binding,
+    slots: &Binding,
     groups: u32,
     rounds: u32,
 ) -> Result<(), KernelError> {
@@ -97,7 +101,7 @@ pub fn probe_grid_sync(
     rec.dispatch(
         &pipeline,
         bytemuck::bytes_of(&params),
-        std::slice::from_ref(sync),
+        &[sync.clone(), slots.clone()],
         [groups, 1, 1],
     )?;
     Ok(())
