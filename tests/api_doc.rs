@@ -322,12 +322,14 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
                     dispatch_us: 3.5,
                     barrier_us: Some(1.0),
                     stale_reads: 0,
+                    gpu_timed: true,
                 },
                 GridSync {
                     workgroups: 4096,
                     dispatch_us: 4.0,
                     barrier_us: None,
                     stale_reads: 0,
+                    gpu_timed: true,
                 },
             ],
             compute: ComputeProbe {

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::median;
 use crate::engine::EngineError;
-use crate::gpu::{Binding, GpuContext, StepRecorder};
+use crate::gpu::{Binding, GpuContext, StepRecorder, Timing};
 use crate::kernels::probe::{
     fma_flops, mma_flops, probe_empty, probe_fma, probe_grid_sync, probe_mma, probe_read,
     GRID_SYNC_WORDS, MMA_DST_FLOATS, READ_THREADS,
@@ -17,9 +17,12 @@ use crate::util::Clock;
 #[derive(Clone, Debug, Serialize)]
 pub struct Probe {
     pub read_gb_s: f64,
+    /// µs per dependent dispatch by the wall clock: 500 one-workgroup dispatches from the
+    /// submit call to a readback, so the host's encoding of each is in it (a decode step
+    /// overlaps that with the GPU: `grid_sync`'s dispatches are the GPU's share).
     pub dispatch_us: f64,
     pub round_trip_us: f64,
-    /// Dependent dispatches against grid-wide barriers, per grid size ([`probe_grid_sync`]).
+    /// Dependent dispatches against grid-wide barriers, per grid size ([`probe_grid_syncs`]).
     pub grid_sync: Vec<GridSync>,
     /// The compute ceilings ([`probe_compute`]).
     #[serde(flatten)]
@@ -89,27 +92,37 @@ pub struct GridSync {
     /// round's (over the timed dispatches): more than 0 says a persistent kernel must read
     /// what other workgroups wrote with atomic loads.
     pub stale_reads: u32,
+    /// Both times are the GPU's (timestamps at the pass's ends). Without timestamp queries
+    /// they are wall clock less a submit's round trip, so the dispatches' include the host's
+    /// encoding of each.
+    pub gpu_timed: bool,
 }
 
-/// `probe --grid`'s line: per grid size, a grid-wide barrier's µs against a dependent
-/// dispatch's.
+/// `probe`'s line: per grid size, a grid-wide barrier's µs against a dependent dispatch's.
 pub fn grid_sync_line(sizes: &[GridSync]) -> String {
     let parts: Vec<String> = sizes
         .iter()
-        .map(|g| match g.barrier_us {
-            Some(b) if g.stale_reads > 0 => format!(
-                "{} wg {b:.2} vs {:.2} ({} stale reads)",
-                g.workgroups, g.dispatch_us, g.stale_reads
-            ),
-            Some(b) => format!("{} wg {b:.2} vs {:.2}", g.workgroups, g.dispatch_us),
-            None => format!(
-                "{} wg not co-resident vs {:.2}",
+        .map(|g| {
+            let barrier = match g.barrier_us {
+                Some(b) => format!("{b:.2}"),
+                None => "not co-resident".into(),
+            };
+            let stale = match g.stale_reads {
+                0 => String::new(),
+                n => format!(" ({n} stale reads)"),
+            };
+            format!(
+                "{} wg {barrier} vs {:.2}{stale}",
                 g.workgroups, g.dispatch_us
-            ),
+            )
         })
         .collect();
+    let clock = match sizes.first() {
+        Some(g) if !g.gpu_timed => "wall clock, host encoding included",
+        _ => "GPU timestamps",
+    };
     format!(
-        "grid barrier vs dependent dispatch (µs): {}",
+        "grid barrier vs dependent dispatch (µs, {clock}): {}",
         parts.join(", ")
     )
 }
@@ -118,15 +131,15 @@ pub fn grid_sync_line(sizes: &[GridSync]) -> String {
 /// workgroups than the H200 can hold at once (132 SMs × 8 of 256 invocations = 1,056).
 const GRID_SIZES: [u32; 5] = [16, 128, 512, 1024, 4096];
 
-/// Barriers per timed dispatch, and dependent dispatches per timed submit.
+/// Barriers per timed dispatch, and dependent dispatches per timed pass.
 const GRID_ROUNDS: u32 = 200;
 const GRID_DISPATCHES: u32 = 200;
 
 /// The decode step orders its phases by ending a dispatch (a pipeline barrier: the grid
 /// drains, caches are flushed, the next grid launches). A persistent kernel would instead
-/// have every workgroup wait on a counter. Per grid size: the dependent dispatch's cost and
-/// the in-dispatch barrier's, each the median of 3 submits less the round trip (the barrier
-/// also less a dispatch of the same grid with no rounds).
+/// have every workgroup wait on a counter. Per grid size: a dependent dispatch's cost (a pass
+/// of [`GRID_DISPATCHES`] of them) and a barrier's (a dispatch of [`GRID_ROUNDS`] less the
+/// same dispatch with none), medians of 3, on the GPU's clock where it has one.
 pub async fn probe_grid_syncs(ctx: &GpuContext) -> Result<Vec<GridSync>, EngineError> {
     let dst = ctx.storage_buffer("probe_grid_dst", 4);
     let sync = ctx.storage_buffer("probe_grid_sync", GRID_SYNC_WORDS * 4);
@@ -134,37 +147,24 @@ pub async fn probe_grid_syncs(ctx: &GpuContext) -> Result<Vec<GridSync>, EngineE
         "probe_grid_slots",
         GRID_SIZES[GRID_SIZES.len() - 1] as u64 * 4,
     );
-    timed_passes(ctx, &dst, 2, |rec| {
-        probe_empty(rec, &Binding::from(&dst), 1)
-    })
-    .await?;
-    let mut trips = Vec::new();
-    for _ in 0..5 {
-        trips.push(
-            timed_passes(ctx, &dst, 1, |rec| {
-                probe_empty(rec, &Binding::from(&dst), 1)
-            })
-            .await?,
-        );
-    }
-    let round_trip = median(&trips);
+    let clock = PassClock::new(ctx, &dst).await?;
     let mut out = Vec::new();
     for groups in GRID_SIZES {
         let mut chains = Vec::new();
         for _ in 0..3 {
-            let s = timed_passes(ctx, &dst, GRID_DISPATCHES, |rec| {
-                probe_empty(rec, &Binding::from(&dst), groups)
-            })
-            .await?;
-            chains.push((s - round_trip).max(0.0) / GRID_DISPATCHES as f64);
+            let mut rec = StepRecorder::new(ctx);
+            for _ in 0..GRID_DISPATCHES {
+                probe_empty(&mut rec, &Binding::from(&dst), groups)?;
+            }
+            chains.push(clock.seconds(rec).await? / GRID_DISPATCHES as f64);
         }
         // A barrier's cost is the dispatch with rounds less the same dispatch without.
         let mut resident = true;
         let mut per_round = Vec::new();
         let mut stale_reads = 0;
         for _ in 0..3 {
-            let empty = timed_grid_sync(ctx, &sync, &slots, groups, 0).await?;
-            let full = timed_grid_sync(ctx, &sync, &slots, groups, GRID_ROUNDS).await?;
+            let empty = grid_sync_run(&clock, &sync, &slots, groups, 0).await?;
+            let full = grid_sync_run(&clock, &sync, &slots, groups, GRID_ROUNDS).await?;
             resident &= empty.resident && full.resident;
             if !resident {
                 break;
@@ -177,12 +177,54 @@ pub async fn probe_grid_syncs(ctx: &GpuContext) -> Result<Vec<GridSync>, EngineE
             dispatch_us: median(&chains) * 1e6,
             barrier_us: resident.then(|| median(&per_round) * 1e6),
             stale_reads,
+            gpu_timed: clock.gpu,
         });
     }
     Ok(out)
 }
 
-/// One timed grid-sync dispatch: wall time including the readback of its flags.
+/// Times a recorded pass: by its timestamps where the device has timestamp queries, else by
+/// the wall clock from submit to a 4-byte readback, less the median round trip of one empty
+/// dispatch.
+struct PassClock<'a> {
+    ctx: &'a GpuContext,
+    dst: &'a wgpu::Buffer,
+    gpu: bool,
+    round_trip: f64,
+}
+
+impl<'a> PassClock<'a> {
+    async fn new(ctx: &'a GpuContext, dst: &'a wgpu::Buffer) -> Result<Self, EngineError> {
+        let gpu = ctx.features.contains(wgpu::Features::TIMESTAMP_QUERY);
+        let empty = |rec: &mut StepRecorder| probe_empty(rec, &Binding::from(dst), 1);
+        timed_passes(ctx, dst, 2, empty).await?; // warm-up: compile, first touch
+        let mut trips = Vec::new();
+        if !gpu {
+            for _ in 0..5 {
+                trips.push(timed_passes(ctx, dst, 1, empty).await?);
+            }
+        }
+        Ok(PassClock {
+            ctx,
+            dst,
+            gpu,
+            round_trip: if gpu { 0.0 } else { median(&trips) },
+        })
+    }
+
+    async fn seconds(&self, rec: StepRecorder<'_>) -> Result<f64, EngineError> {
+        if self.gpu {
+            let spans = rec.submit_timed(Timing::Step).await?;
+            return Ok(spans.iter().map(|s| s.ns).sum::<f64>() * 1e-9);
+        }
+        let clock = Clock::start();
+        rec.submit();
+        self.ctx.read_buffer_async(self.dst, 0, 4).await?;
+        Ok((clock.seconds() - self.round_trip).max(0.0))
+    }
+}
+
+/// One timed grid-sync dispatch and what its flags say.
 struct GridRun {
     seconds: f64,
     /// Every workgroup saw every other arrive.
@@ -191,13 +233,14 @@ struct GridRun {
 }
 
 /// Times one grid-sync dispatch of `groups` workgroups and `rounds` barriers.
-async fn timed_grid_sync(
-    ctx: &GpuContext,
+async fn grid_sync_run(
+    clock: &PassClock<'_>,
     sync: &wgpu::Buffer,
     slots: &wgpu::Buffer,
     groups: u32,
     rounds: u32,
 ) -> Result<GridRun, EngineError> {
+    let ctx = clock.ctx;
     ctx.write_padded(sync, 0, &[0u8; GRID_SYNC_WORDS as usize * 4]);
     ctx.write_padded(slots, 0, &vec![0u8; groups as usize * 4]);
     let mut rec = StepRecorder::new(ctx);
@@ -208,10 +251,8 @@ async fn timed_grid_sync(
         groups,
         rounds,
     )?;
-    let clock = Clock::start();
-    rec.submit();
+    let seconds = clock.seconds(rec).await?;
     let bytes = ctx.read_buffer_async(sync, 0, GRID_SYNC_WORDS * 4).await?;
-    let seconds = clock.seconds();
     let word = |i: usize| u32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().expect("3 words"));
     Ok(GridRun {
         seconds,
@@ -219,6 +260,7 @@ async fn timed_grid_sync(
         stale_reads: word(2),
     })
 }
+
 impl std::fmt::Display for ComputeProbe {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "f32 FMA {:.3} TFLOP/s", self.fma_tflops)?;
