@@ -156,8 +156,8 @@ COCO_MATVEC=8x2x4x2 COCO_CHUNK_SPLITS=3 cargo test --release --test kernels_matm
 say "cargo test (lavapipe): attention with COCO_ATTN_BLOCKED=1"
 COCO_ATTN_BLOCKED=1 cargo test --release --test kernels_attention -- --test-threads=2
 
-# The tensor-core tiles (natively the default for steps of 33+ tokens) and attention
-# (COCO_ATTN_COOP=1) on Mesa 26's lavapipe from Debian sid, which offers cooperative
+# The tensor-core tiles (natively the default for steps of 33+ tokens) and attention (steps
+# of 8+ tokens) on Mesa 26's lavapipe from Debian sid, which offers cooperative
 # matrices: 8 × 8 × 8 blocks on subgroups of 8, run by the same kernels as the H200's 16 × 16 ×
 # 16 on subgroups of 32 (common/coop_block.wgsl: CB, SGS). Debian 12's lavapipe has none. The
 # tensor-core cases of every type (the other cases ran above) as they run by default: x'
@@ -177,10 +177,10 @@ if coco_lavapipe26; then
     suites=(--test kernels_matmul --test kernels_matmul_fused)
     families=(_f16 _q4_0 _q8_0 _q3_k _q4_k _q6_k _iq4_xs)
     cargo test --release "${suites[@]}" -- --test-threads=2
-    # The tensor-core attention (COCO_ATTN_COOP=1, off by default until timed on a GPU):
-    # head_dim 64's prefill cases (128's tile needs more than lavapipe's 32 KiB of workgroup
-    # memory, so those cases run the f32 tiles here).
-    COCO_ATTN_COOP=1 cargo test --release --test kernels_attention -- --test-threads=2
+    # The tensor-core attention (the f32 tiles, its A/B baseline COCO_ATTN_COOP=0, ran on
+    # Debian 12's lavapipe above): head_dim 64's prefill cases (128's tile needs more than
+    # lavapipe's 32 KiB of workgroup memory, so those cases run the f32 tiles here too).
+    cargo test --release --test kernels_attention -- --test-threads=2
     COCO_COOP_VEC_STAGE=0 cargo test --release "${suites[@]}" -- --test-threads=2 "${families[@]}"
     COCO_COOP_PRESTAGE=0 cargo test --release "${suites[@]}" -- --test-threads=2 "${families[@]}"
     # And the HF goldens with every prompt step of more than 4 tokens on them (f16 operands:
@@ -189,7 +189,7 @@ if coco_lavapipe26; then
     # labels of steps of 5 to 32 tokens on the short-step tiles (COCO_COOP_STREAM, off: slower
     # on the H200, BENCHMARKS.md session 33; its kernel cases ran above, and its HF goldens in
     # session 32 and on the H200).
-    COCO_MATVEC=64x1x8x0 COCO_CHUNK_MIN_K=2048 COCO_MATVEC_MAX_T=4 COCO_ATTN_COOP=1 cargo test --release --test model --test profile -- --test-threads=2
+    COCO_MATVEC=64x1x8x0 COCO_CHUNK_MIN_K=2048 COCO_MATVEC_MAX_T=4 cargo test --release --test model --test profile -- --test-threads=2
     COCO_MATVEC=64x1x8x0 COCO_CHUNK_MIN_K=2048 COCO_COOP_STREAM=1 cargo test --release --test profile -- --test-threads=2
   )
 else

@@ -69,9 +69,11 @@ DONE = """(() => { const st = document.getElementById('app')?.dataset.state;
 SECOND = """(() => { window.cocoPage.lastStats.__first = true; document.getElementById('send').click(); return true; })()"""
 SECOND_DONE = """(() => { const p = window.cocoPage, s = p?.lastStats;
   return document.getElementById('app')?.dataset.state === 'loaded' && s && !s.__first && Array.isArray(s.ids); })()"""
-FACTS = """(() => { const p = window.cocoPage; const s = p.lastStats || {};
+# adapter() and memory() answer from the engine's worker: promises, awaited here (a Promise
+# itself serializes as {}, which is all session 36's run recorded of them).
+FACTS = """(async () => { const p = window.cocoPage; const s = p.lastStats || {};
   const { ids, text, ...stats } = s;
-  return { adapter: p.engine.adapter(), memory: p.engine.memory(), bench: p.benchResult,
+  return { adapter: await p.engine.adapter(), memory: await p.engine.memory(), bench: p.benchResult,
            stats: { ...stats, n_ids: ids ? ids.length : 0 }, text: text ?? null,
            long_tasks_ms: window.__longTasks, long_tasks_at: window.__longTaskAt,
            timeline: (window.__timeline || []).slice(0, 200), adapter_name: p.adapterName,

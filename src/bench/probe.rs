@@ -290,15 +290,9 @@ const COMPUTE_REPS: usize = 3;
 /// finishes in seconds and a large GPU isn't timed on launch latency.
 pub async fn probe_compute(ctx: &GpuContext) -> Result<ComputeProbe, EngineError> {
     let dst = ctx.storage_buffer("probe_compute_dst", MMA_DST_FLOATS * 4);
-    let empty = |rec: &mut StepRecorder| probe_empty(rec, &Binding::from(&dst), 1);
-    timed_passes(ctx, &dst, 2, empty).await?; // warm-up
-    let mut trips = Vec::new();
-    for _ in 0..5 {
-        trips.push(timed_passes(ctx, &dst, 1, empty).await?);
-    }
-    let round_trip = median(&trips);
+    let clock = PassClock::new(ctx, &dst).await?;
     let fma = |rec: &mut StepRecorder, steps| probe_fma(rec, &Binding::from(&dst), steps);
-    let fma_tflops = compute_rate(ctx, &dst, round_trip, &fma, fma_flops).await?;
+    let fma_tflops = compute_rate(&clock, &fma, fma_flops).await?;
     // The probe is the tensor cores' 16 × 16 blocks (lavapipe's 8 × 8 ones measure a CPU).
     let (coop_tflops, coop_wg_loads_tflops) = if ctx.coop_block == Some(16) {
         let mma =
@@ -306,8 +300,8 @@ pub async fn probe_compute(ctx: &GpuContext) -> Result<ComputeProbe, EngineError
         let loads =
             |rec: &mut StepRecorder, steps| probe_mma(rec, &Binding::from(&dst), steps, true);
         (
-            Some(compute_rate(ctx, &dst, round_trip, &mma, mma_flops).await?),
-            Some(compute_rate(ctx, &dst, round_trip, &loads, mma_flops).await?),
+            Some(compute_rate(&clock, &mma, mma_flops).await?),
+            Some(compute_rate(&clock, &loads, mma_flops).await?),
         )
     } else {
         (None, None)
@@ -324,31 +318,58 @@ type ProbeKernel<'a> =
     dyn Fn(&mut StepRecorder, u32) -> Result<(), crate::kernels::KernelError> + 'a;
 
 /// TFLOP/s of `kernel`, doing `flops(steps)` a dispatch: its steps grown until a dispatch
-/// takes ~5 ms, then the median of [`COMPUTE_REPS`] submits of [`COMPUTE_PASSES`] dispatches,
-/// less the round trip.
+/// takes ~5 ms, then the median of [`COMPUTE_REPS`] passes of [`COMPUTE_PASSES`] dispatches,
+/// on the GPU's clock where it has one ([`PassClock`]). The page's wall clock (a submit and a
+/// map in Chromium) varies by milliseconds, which once sized the probe at 64 steps and
+/// reported 1,073,741 TFLOP/s (BENCHMARKS.md session 36): a time the clock can't resolve is an
+/// error, not a rate.
 async fn compute_rate(
-    ctx: &GpuContext,
-    dst: &wgpu::Buffer,
-    round_trip: f64,
+    clock: &PassClock<'_>,
     kernel: &ProbeKernel<'_>,
     flops: fn(u32) -> f64,
 ) -> Result<f64, EngineError> {
     const TARGET_S: f64 = 5e-3;
+    let timed = |steps: u32, passes: u32| async move {
+        let mut rec = StepRecorder::new(clock.ctx);
+        for _ in 0..passes {
+            kernel(&mut rec, steps)?;
+        }
+        Ok::<f64, EngineError>(clock.seconds(rec).await? / passes as f64)
+    };
     let mut steps = 16u32;
     let per_dispatch = loop {
-        let s = timed_passes(ctx, dst, 1, |rec| kernel(rec, steps)).await? - round_trip;
+        let s = timed(steps, 1).await?;
         if s >= TARGET_S / 8.0 || steps >= 1 << 20 {
-            break s.max(1e-9);
+            break s;
         }
         steps *= 8;
     };
+    let unresolved = || {
+        EngineError::Gpu(crate::gpu::GpuError::Dispatch {
+            label: "probe".into(),
+            why: format!(
+                "the compute probe took no time this clock resolves ({}): no rate to report",
+                if clock.gpu {
+                    "GPU timestamps"
+                } else {
+                    "wall clock"
+                }
+            ),
+        })
+    };
+    if per_dispatch <= 0.0 {
+        return Err(unresolved());
+    }
     let steps = ((steps as f64 * TARGET_S / per_dispatch) as u32).clamp(16, 1 << 22);
     let mut times = Vec::new();
     for _ in 0..COMPUTE_REPS {
-        let s = timed_passes(ctx, dst, COMPUTE_PASSES, |rec| kernel(rec, steps)).await?;
-        times.push((s - round_trip).max(1e-9) / COMPUTE_PASSES as f64);
+        times.push(timed(steps, COMPUTE_PASSES).await?);
     }
-    Ok(flops(steps) / median(&times) / 1e12)
+    let t = median(&times);
+    if t <= 0.0 {
+        return Err(unresolved());
+    }
+    Ok(flops(steps) / t / 1e12)
 }
 
 /// One submit of `passes` dispatches recorded by `record`, plus a 4-byte readback of `dst`;

@@ -441,8 +441,8 @@ pub struct KernelSettings {
     /// (`GpuContext::attention_blocked`: `COCO_ATTN_BLOCKED=1`, a link's `attn_blocked=1`).
     pub attention_blocked: bool,
     /// Whether the single-pass attention of prefill steps runs on tensor cores
-    /// (`kernels::attention::coop_tile`: a device with cooperative matrices and
-    /// `COCO_ATTN_COOP=1`).
+    /// (`kernels::attention::coop_tile`: a device with cooperative matrices, unless
+    /// `COCO_ATTN_COOP=0`).
     pub attention_coop: bool,
     /// The chunk matvec's (slots per workgroup)x(rows per task) ([`chunk_shape`]:
     /// `COCO_CHUNK`).

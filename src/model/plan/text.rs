@@ -242,7 +242,7 @@ impl Plan {
         let coop = match self.attention_coop_tile {
             Some((bq, bk)) => format!(
                 "; steps of {COOP_MIN_T}+ tokens on tensor cores, {bq} queries x {bk} keys a tile \
-                 (_coop: COCO_ATTN_COOP=1, off by default until timed on a GPU)"
+                 (_coop; COCO_ATTN_COOP=0 keeps the f32 tiles)"
             ),
             None => String::new(),
         };
