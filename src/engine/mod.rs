@@ -127,7 +127,7 @@ pub struct Session {
     plan: model::Plan,
 }
 
-/// [`Session::warm_up`]'s greedy pass: at most this many tokens, and it stops at the first
+/// Each of [`Session::warm_up`]'s passes: at most this many tokens, and it stops at the first
 /// batch after this many seconds.
 const WARM_UP_MAX_TOKENS: u32 = 48;
 const WARM_UP_SECONDS: f64 = 0.3;
@@ -337,12 +337,20 @@ impl Session {
     /// page at 436–559. Each pass decodes at least 2 tokens and stops at the first batch
     /// boundary after `WARM_UP_SECONDS` (a software adapter takes seconds per token). The
     /// session is empty afterwards.
+    ///
+    /// The sampled pass runs as long as the greedy one: with 2 tokens (until session 36) a
+    /// fresh page's first default-settings generation on an H100 decoded at 462–555 tok/s and
+    /// the next at 1,016–1,041 (BENCHMARKS.md session 36). Its batches of 4, 8 and 16 steps,
+    /// whose parameter blocks sit at other offsets than the greedy ones (the sampler's
+    /// dispatches), first ran in the visitor's generation: new bind groups, each a call into
+    /// the browser's GPU process, and the sampler's recording not yet optimized by the wasm
+    /// engine.
     pub async fn warm_up(&mut self) -> Result<(), EngineError> {
         let token = self.model.tokenizer.bos_id().unwrap_or(0);
         let prompt = [token; 4];
         for (sampler, tokens) in [
             (SamplerConfig::greedy(), WARM_UP_MAX_TOKENS),
-            (SamplerConfig::default(), 2),
+            (SamplerConfig::default(), WARM_UP_MAX_TOKENS),
         ] {
             self.reset();
             let clock = crate::util::Clock::start();
