@@ -290,7 +290,8 @@ impl GpuContext {
             // wgpu's web backend knows no cooperative matrices; the browser's own offer is
             // what the report can say.
             if let Some(g) = &grant {
-                cooperative_matrix = g.describe_matrices();
+                cooperative_matrix =
+                    g.describe_matrices(features.contains(wgpu::Features::SHADER_F16));
             }
             let decision = SubgroupDecision::browser(
                 options,

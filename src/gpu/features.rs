@@ -309,8 +309,11 @@ pub struct MatrixConfig {
 
 impl BrowserGrant {
     /// The adapter's subgroup-matrix offer in the words of the native report
-    /// (`describe_cooperative_matrix`), and that coco doesn't use it yet.
-    pub fn describe_matrices(&self) -> String {
+    /// (`describe_cooperative_matrix`), and that coco doesn't use it yet; where every
+    /// configuration takes f16 and the device has no `shader-f16` (`f16`), that none could
+    /// be declared here at all (WGSL's f16 needs `enable f16;`), as on Chromium's NVIDIA
+    /// adapters (issue 15).
+    pub fn describe_matrices(&self, f16: bool) -> String {
         if !self.matrix_offered {
             return "chromium-experimental-subgroup-matrix not offered".into();
         }
@@ -319,9 +322,16 @@ impl BrowserGrant {
             .iter()
             .map(|c| format!("{}x{}x{} {}->{}", c.m, c.n, c.k, c.component, c.result))
             .collect();
+        let needs_f16 = |c: &MatrixConfig| c.component == "f16" || c.result == "f16";
+        let why =
+            if !f16 && !self.matrix_configs.is_empty() && self.matrix_configs.iter().all(needs_f16)
+            {
+                "none usable here: every configuration takes f16 and this device has no shader-f16"
+            } else {
+                "not used yet: coco's browser prefill runs the portable tiles"
+            };
         format!(
-            "chromium-experimental-subgroup-matrix offered | {} configuration(s){}{} | not used \
-             yet: coco's browser prefill runs the portable tiles",
+            "chromium-experimental-subgroup-matrix offered | {} configuration(s){}{} | {why}",
             configs.len(),
             if configs.is_empty() { "" } else { ": " },
             configs.join(", ")
@@ -400,16 +410,34 @@ mod tests {
                   {"component":"i8","result":"i32","m":8,"n":8,"k":32}]}"#,
         )
         .expect("grant");
-        let text = grant.describe_matrices();
-        assert!(
-            text.contains("offered | 2 configuration(s): 8x8x8 f16->f32, 8x8x32 i8->i32"),
-            "{text}"
-        );
-        assert!(text.contains("not used yet"), "{text}");
+        for f16 in [false, true] {
+            let text = grant.describe_matrices(f16);
+            assert!(
+                text.contains("offered | 2 configuration(s): 8x8x8 f16->f32, 8x8x32 i8->i32"),
+                "{text}"
+            );
+            assert!(text.contains("not used yet"), "{text}");
+        }
         assert_eq!(
-            full().describe_matrices(),
+            full().describe_matrices(false),
             "chromium-experimental-subgroup-matrix not offered"
         );
+        // Only f16 configurations, no shader-f16: none could be declared.
+        let f16_only: BrowserGrant = serde_json::from_str(
+            r#"{"offered":true,"granted":true,"subgroup_id":true,"min_size":32,"max_size":32,
+                "matrix_offered":true,"matrix_configs":[
+                  {"component":"f16","result":"f32","m":16,"n":16,"k":16},
+                  {"component":"f16","result":"f16","m":16,"n":16,"k":16}]}"#,
+        )
+        .expect("grant");
+        assert!(
+            f16_only.describe_matrices(false).ends_with(
+                "none usable here: every configuration takes f16 and this device has no shader-f16"
+            ),
+            "{}",
+            f16_only.describe_matrices(false)
+        );
+        assert!(f16_only.describe_matrices(true).contains("not used yet"));
     }
 
     /// A grant from a page that predates the field (or a browser without the list) reads as
