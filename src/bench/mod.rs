@@ -4,6 +4,9 @@
 //!
 //!   floor = weight bytes per token / read bandwidth + dispatches × dispatch cost + round trip
 //!
+//! (the dispatch cost the GPU's, from timestamps, where the adapter has them: the host's
+//! encoding overlaps the GPU while two batches are in flight).
+//!
 //! `probe` measures the three adapter figures with micro-kernels.
 //!
 //! Every run also reports the FFN megakernel A/B (DESIGN.md: "every bench reports its A/B
@@ -142,11 +145,13 @@ impl BenchResult {
     pub fn effective_gb_s(&self) -> f64 {
         self.weight_bytes_per_token as f64 * self.tg() / 1e9
     }
-    /// Floor time per decoded token in seconds, when the adapter was probed.
+    /// Floor time per decoded token in seconds, when the adapter was probed: its dispatch
+    /// term is the GPU's cost per dependent dispatch where timestamps measured it
+    /// ([`Probe::step_dispatch_us`]).
     pub fn floor_seconds(&self) -> Option<f64> {
         self.probe.as_ref().map(|p| {
             self.weight_bytes_per_token as f64 / (p.read_gb_s * 1e9)
-                + self.dispatches_per_token as f64 * p.dispatch_us * 1e-6
+                + self.dispatches_per_token as f64 * p.step_dispatch_us() * 1e-6
                 + p.round_trip_us * 1e-6 / self.steps_per_submit.max(1) as f64
         })
     }
@@ -794,6 +799,35 @@ mod tests {
             flops,
             workgroups: 1,
         }
+    }
+
+    /// The floor charges the GPU's dependent dispatch (the 128-workgroup grid timed with
+    /// timestamps) where the probe has it, the wall-clock one otherwise.
+    #[test]
+    fn the_floor_charges_the_gpus_dispatch_where_timed() {
+        let grid = |workgroups, dispatch_us, gpu_timed| GridSync {
+            workgroups,
+            dispatch_us,
+            barrier_us: None,
+            stale_reads: 0,
+            gpu_timed,
+        };
+        let mut probe = Probe {
+            read_gb_s: 1000.0,
+            dispatch_us: 4.0,
+            round_trip_us: 0.0,
+            grid_sync: vec![grid(16, 1.5, true), grid(128, 2.0, true)],
+            compute: ComputeProbe {
+                fma_tflops: 1.0,
+                coop_tflops: None,
+                coop_wg_loads_tflops: None,
+            },
+        };
+        assert_eq!(probe.step_dispatch_us(), 2.0);
+        probe.grid_sync = vec![grid(128, 3.0, false)];
+        assert_eq!(probe.step_dispatch_us(), 4.0);
+        probe.grid_sync.clear();
+        assert_eq!(probe.step_dispatch_us(), 4.0);
     }
 
     /// A kernel's rates against the probe's ceilings: read bandwidth, and the tensor cores'

@@ -29,6 +29,22 @@ pub struct Probe {
     pub compute: ComputeProbe,
 }
 
+impl Probe {
+    /// Grid of the dependent dispatch the floor charges: 128 workgroups, about what a decode
+    /// step's products launch.
+    const STEP_GRID: u32 = 128;
+
+    /// µs a decode step's dependent dispatch costs the GPU: `grid_sync`'s 128-workgroup
+    /// dispatch where timestamps timed it, else the wall-clock `dispatch_us` (which includes
+    /// the host's encoding: 3.77 against 2.11 µs on an H100, BENCHMARKS.md session 36).
+    pub fn step_dispatch_us(&self) -> f64 {
+        self.grid_sync
+            .iter()
+            .find(|g| g.gpu_timed && g.workgroups == Self::STEP_GRID)
+            .map_or(self.dispatch_us, |g| g.dispatch_us)
+    }
+}
+
 /// The arithmetic ceilings the GEMMs are held against, measured by [`probe_compute`].
 #[derive(Clone, Debug, Serialize)]
 pub struct ComputeProbe {
@@ -129,7 +145,7 @@ pub fn grid_sync_line(sizes: &[GridSync]) -> String {
 
 /// Grid sizes the barrier probe tries: from a fraction of a large GPU's SMs to more
 /// workgroups than the H200 can hold at once (132 SMs × 8 of 256 invocations = 1,056).
-const GRID_SIZES: [u32; 5] = [16, 128, 512, 1024, 4096];
+const GRID_SIZES: [u32; 5] = [16, Probe::STEP_GRID, 512, 1024, 4096];
 
 /// Barriers per timed dispatch, and dependent dispatches per timed pass.
 const GRID_ROUNDS: u32 = 200;
