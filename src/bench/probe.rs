@@ -296,7 +296,7 @@ impl std::fmt::Display for ComputeProbe {
     }
 }
 
-/// Passes of a compute probe per timed submit, and timed submits (the median is kept).
+/// Dispatches of a compute probe per timed pass, and timed passes (the median is kept).
 const COMPUTE_PASSES: u32 = 4;
 const COMPUTE_REPS: usize = 3;
 
