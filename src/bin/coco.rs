@@ -227,8 +227,8 @@ fn open_gpu(verbose: bool) -> Result<Arc<GpuContext>> {
         eprintln!(
             "switches: chunk {} (COCO_CHUNK) | chunk splits {} | chunk min K {} | FFN levels {} \
              | W_o levels {} | f16 operands {} | tensor-core prestage {} | vec4 staging {} | \
-             short-step tiles {} | blocked attention {} | tensor-core attention {} | shader \
-             checks {} | subgroups {} ({})",
+             short-step tiles {} | blocked attention {} | tensor-core attention {} | \
+             decode key ranges >= {} KiB | shader checks {} | subgroups {} ({})",
             k.chunk,
             k.chunk_splits.map_or("planned".into(), |s| s.to_string()),
             k.chunk_min_k.map_or("default".into(), |s| s.to_string()),
@@ -240,6 +240,7 @@ fn open_gpu(verbose: bool) -> Result<Arc<GpuContext>> {
             k.coop_stream,
             k.attention_blocked,
             k.attention_coop,
+            k.attention_range_kib,
             k.shader_checks,
             k.subgroups,
             ctx.subgroups.why

@@ -86,6 +86,27 @@ const TARGET_WORKGROUPS: u32 = 512;
 /// lost with six (BENCHMARKS.md "session 26").
 const MIN_RANGE_BYTES: u32 = 16 * 1024;
 
+/// [`MIN_RANGE_BYTES`], or the A/B override `COCO_ATTN_RANGE_KIB=<KiB>` read once per process
+/// (an invalid value is ignored with a warning). Large values keep short contexts in the
+/// single pass (no arrival counter, no merge), small ones split them finer: decode attention
+/// at 1–128 keys cost 11–15 µs per layer on an H100, 6–7 dependent dispatches' worth
+/// (BENCHMARKS.md session 36), and which way is faster there is untimed.
+pub fn min_range_bytes() -> u32 {
+    static BYTES: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| {
+        let Ok(v) = std::env::var("COCO_ATTN_RANGE_KIB") else {
+            return MIN_RANGE_BYTES;
+        };
+        match v.parse::<u32>().ok().filter(|&k| k <= 1 << 20) {
+            Some(kib) => kib * 1024,
+            None => {
+                log::warn!("COCO_ATTN_RANGE_KIB={v:?} ignored: expected KiB, at most 2^20");
+                MIN_RANGE_BYTES
+            }
+        }
+    })
+}
+
 /// Most ranges per (token, head): `MAX_SPLITS` in the shader's `COMBINE` workgroup arrays.
 /// [`plan`] gives at most `TARGET_WORKGROUPS` ranges, which is not above this.
 const MAX_SPLITS: u32 = 1024;
@@ -178,7 +199,7 @@ fn attention_work(shape: &AttentionShape) -> Work {
 ///
 /// - `t · heads > SPLIT_MAX_ROWS` (512): single pass. There are enough workgroups already.
 /// - otherwise aim for `want = ⌈TARGET_WORKGROUPS / (t · heads)⌉` ranges per (token, head):
-///   `chunk = ⌈n / want⌉`, at least `MIN_RANGE_BYTES` of K and V, rounded up to whole
+///   `chunk = ⌈n / want⌉`, at least [`min_range_bytes`] of K and V, rounded up to whole
 ///   16-key blocks, `splits = ⌈n / chunk⌉`, where `n` is the key count of the step's last
 ///   token (the largest).
 /// - `splits == 1` (at most 16 keys): single pass.
@@ -204,7 +225,7 @@ pub fn plan(shape: &AttentionShape) -> AttentionPlan {
         return single(n);
     }
     let want = TARGET_WORKGROUPS.div_ceil(rows);
-    let least = MIN_RANGE_BYTES / (8 * shape.head_dim.max(1)); // K and V rows, 4 bytes a float
+    let least = min_range_bytes() / (8 * shape.head_dim.max(1)); // K and V rows, 4 bytes a float
     let chunk = n.div_ceil(want).max(least).next_multiple_of(SPLIT_BLOCK);
     let splits = n.div_ceil(chunk);
     if splits < 2 {
