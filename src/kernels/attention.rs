@@ -234,6 +234,31 @@ pub fn plan(shape: &AttentionShape) -> AttentionPlan {
     AttentionPlan { splits, chunk }
 }
 
+/// The fewest keys (up to [`DECODE_SPLIT_SEARCH`]) a one-token step of `heads` query heads
+/// of `head_dim` must see for [`plan`] to split them (fewer run the single pass): 17 where
+/// one 16-key block is the least range, 33 for head_dim 64 at the default
+/// [`min_range_bytes`]; `None` if no count up to the bound splits. For the plan's text.
+pub fn decode_split_keys(heads: u32, head_dim: u32) -> Option<u32> {
+    let splits_at = |n: u32| {
+        plan(&AttentionShape {
+            t: 1,
+            heads,
+            kv_heads: 1,
+            head_dim,
+            pos0: n - 1,
+            window: 0,
+            scale: 1.0,
+            softcap: 0.0,
+        })
+        .splits
+            > 1
+    };
+    (1..=DECODE_SPLIT_SEARCH).find(|&n| splits_at(n))
+}
+
+/// Key counts [`decode_split_keys`] tries.
+pub const DECODE_SPLIT_SEARCH: u32 = 1 << 17;
+
 /// f32 elements of the partials buffer that [`attention`] needs for any step of up to
 /// `max_t` tokens, `heads` query heads of `head_dim`, and at most `context` cache rows (any
 /// `pos0` and window). Allocate it once per session; it may be 0.
@@ -791,6 +816,18 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The plan's text names the key count where decode steps start to split: past one
+    /// range of at least 16 KiB of K and V (default), in whole 16-key blocks; never past
+    /// SPLIT_MAX_ROWS rows. (Assumes COCO_ATTN_RANGE_KIB unset, as the tests run.)
+    #[test]
+    fn decode_steps_split_past_one_range() {
+        assert_eq!(decode_split_keys(32, 64), Some(33)); // 16 KiB: 32 keys of 64
+        assert_eq!(decode_split_keys(14, 64), Some(33));
+        assert_eq!(decode_split_keys(32, 128), Some(17)); // 16 keys of 128
+        assert_eq!(decode_split_keys(4, 256), Some(17)); // 8 keys of 256, one 16-key block
+        assert_eq!(decode_split_keys(SPLIT_MAX_ROWS + 1, 64), None);
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub use text::PlanLine;
 
 use crate::gpu::{AttentionMerge, GpuContext, GpuTensor};
 use crate::kernels::attention::{
-    self, AttentionPlan, AttentionShape, COOP_MIN_T, SPLIT_BLOCK, SPLIT_MAX_ROWS,
+    self, AttentionPlan, AttentionShape, COOP_MIN_T, DECODE_SPLIT_SEARCH, SPLIT_MAX_ROWS,
 };
 use crate::kernels::elementwise::Activation;
 use crate::kernels::get_rows::GetRowsKey;

@@ -246,10 +246,14 @@ impl Plan {
             ),
             None => String::new(),
         };
+        let keys = match attention::decode_split_keys(self.heads, self.head_dim) {
+            Some(n) => format!("{n}+ keys"),
+            None => format!("more than {DECODE_SPLIT_SEARCH} keys"),
+        };
         format!(
             "flash-decoding ({split}) while steps x {} heads <= {SPLIT_MAX_ROWS} rows and the \
-             last token sees > {SPLIT_BLOCK} keys, else one pass (attention_tiled_hd{}{blocked}\
-             {coop}){cap}",
+             last token sees {keys} (a decode step; COCO_ATTN_RANGE_KIB), else one pass \
+             (attention_tiled_hd{}{blocked}{coop}){cap}",
             self.heads, self.head_dim
         )
     }
