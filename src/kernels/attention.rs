@@ -802,7 +802,7 @@ mod tests {
     /// workgroup memory `coop_tile_bytes` counts.
     #[test]
     fn coop_attention_compiles_to_spirv_for_every_tile() {
-        for head_dim in [64u32, 96, 128, 256] {
+        for head_dim in [32u32, 64, 96, 128, 256] {
             for tile in [(64, 64), (64, 32), (32, 64)] {
                 if !(tile.0 * head_dim).is_multiple_of(2048) {
                     continue;
