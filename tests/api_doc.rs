@@ -279,7 +279,7 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
             coop_stream: false,
             attention_blocked: false,
             attention_coop: false,
-            attention_range_kib: 16,
+            attention_range_kib: None,
             chunk: "16x4".into(),
             chunk_splits: None,
             chunk_min_k: None,

@@ -294,14 +294,15 @@ fn attention_split_matches_reference() {
 
 #[test]
 fn attention_split_edge_ranges() {
-    // Two tokens at 128 and 129 keys: five 32-key ranges (head_dim 64: two blocks at
-    // least), the first token's last one empty.
+    // Two tokens at 128 and 129 keys: five 32-key ranges (past 128 keys, head_dim 64 takes
+    // two blocks at least), the first token's last one empty.
     let plan = check_attention(2000, shape(2, 4, 1, 64, 127, 0));
     assert_eq!((plan.splits, plan.chunk), (5, 32));
-    // 65 keys: two full ranges and a one-key range. head_dim / 4 = 25 does not divide the
-    // 128 invocations (5 value groups, 3 idle invocations) nor the 8 score lanes.
+    // 65 keys: four one-block ranges (short contexts) and a one-key range. head_dim / 4 = 25
+    // does not divide the 128 invocations (5 value groups, 3 idle invocations) nor the 8
+    // score lanes.
     let plan = check_attention(2010, shape(1, 4, 2, 100, 64, 0));
-    assert_eq!((plan.splits, plan.chunk), (3, 32));
+    assert_eq!((plan.splits, plan.chunk), (5, 16));
     // One-block ranges: head_dim 256 (a block is 32 KiB of K and V), the first token's last
     // range empty.
     let plan = check_attention(2005, shape(2, 4, 1, 256, 127, 0));
@@ -334,13 +335,18 @@ fn attention_split_decode_shapes() {
                     let plan = check_attention(seed, s);
                     seed += 10;
                     split += (plan.splits > 1) as u32;
-                    // A range holds at least 16 KiB of K and V in whole 16-key blocks: one
-                    // block of head_dim 256, two of 64. Past that, these shapes split.
-                    let least = (16 * 1024 / (8 * hd)).next_multiple_of(16);
+                    // A range is one 16-key block up to 128 keys, beyond that at least
+                    // 16 KiB of K and V in whole blocks: one of head_dim 256, two of 64.
+                    // Past one range, these shapes split.
                     let visible = if window == 0 {
                         pos + t
                     } else {
                         window.min(pos + t)
+                    };
+                    let least = if visible <= 128 {
+                        16
+                    } else {
+                        (16 * 1024 / (8 * hd)).next_multiple_of(16)
                     };
                     assert_eq!(plan.splits > 1, visible > least, "{s:?}: {plan:?}");
                     if plan.splits > 1 {

@@ -228,7 +228,7 @@ fn open_gpu(verbose: bool) -> Result<Arc<GpuContext>> {
             "switches: chunk {} (COCO_CHUNK) | chunk splits {} | chunk min K {} | FFN levels {} \
              | W_o levels {} | f16 operands {} | tensor-core prestage {} | vec4 staging {} | \
              short-step tiles {} | blocked attention {} | tensor-core attention {} | \
-             decode key ranges >= {} KiB | shader checks {} | subgroups {} ({})",
+             decode key ranges {} (COCO_ATTN_RANGE_KIB) | shader checks {} | subgroups {} ({})",
             k.chunk,
             k.chunk_splits.map_or("planned".into(), |s| s.to_string()),
             k.chunk_min_k.map_or("default".into(), |s| s.to_string()),
@@ -240,7 +240,8 @@ fn open_gpu(verbose: bool) -> Result<Arc<GpuContext>> {
             k.coop_stream,
             k.attention_blocked,
             k.attention_coop,
-            k.attention_range_kib,
+            k.attention_range_kib
+                .map_or("planned".into(), |kib| format!(">= {kib} KiB")),
             k.shader_checks,
             k.subgroups,
             ctx.subgroups.why

@@ -86,27 +86,42 @@ const TARGET_WORKGROUPS: u32 = 512;
 /// lost with six (BENCHMARKS.md "session 26").
 const MIN_RANGE_BYTES: u32 = 16 * 1024;
 
-/// [`MIN_RANGE_BYTES`], or the A/B override `COCO_ATTN_RANGE_KIB=<KiB>` read once per process
-/// (an invalid value is ignored with a warning). Large values keep short contexts in the
-/// single pass (no arrival counter, no merge), small ones split them finer: decode attention
-/// at 1–128 keys cost 11–15 µs per layer on an H100, 6–7 dependent dispatches' worth
-/// (BENCHMARKS.md session 36), and which way is faster there is untimed.
-pub fn min_range_bytes() -> u32 {
-    static BYTES: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+/// Up to this many visible keys, a decode step's ranges are single 16-key blocks whatever
+/// [`MIN_RANGE_BYTES`] says (at most 8 ranges): at short contexts the step waits on each
+/// range's round trips, not on the merge. Measured on an H100 (BENCHMARKS.md sessions 36 and
+/// 37, `COCO_ATTN_RANGE_KIB=4` against 16, two runs each): at depth 0 the Qwen2.5-0.5B shape's
+/// decode step 1,049 → 1,002 and 1,051 → 1,002 µs, the Llama-1B shape's 846 → 815 and
+/// 840 → 818; at depth 512 one-block ranges lost on Qwen (tg128 916 → 883, 887 → 870), so
+/// longer contexts keep the floor. Changes only heads of ≤ 64 (where a block is < 16 KiB).
+pub const FINE_RANGE_MAX_KEYS: u32 = 128;
+
+/// The A/B override `COCO_ATTN_RANGE_KIB=<KiB>`, read once per process (an invalid value is
+/// ignored with a warning): the least K and V bytes of a range at every context length, in
+/// place of [`FINE_RANGE_MAX_KEYS`]' and [`MIN_RANGE_BYTES`]' rule. Large values keep short
+/// contexts in the single pass (no arrival counter, no merge), small ones split them finer.
+pub fn range_bytes_override() -> Option<u32> {
+    static BYTES: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
     *BYTES.get_or_init(|| {
-        let Ok(v) = std::env::var("COCO_ATTN_RANGE_KIB") else {
-            return MIN_RANGE_BYTES;
-        };
-        match v.parse::<u32>().ok().filter(|&k| k <= 1 << 20) {
-            Some(kib) => kib * 1024,
-            None => {
-                log::warn!("COCO_ATTN_RANGE_KIB={v:?} ignored: expected KiB, at most 2^20");
-                MIN_RANGE_BYTES
-            }
+        let v = std::env::var("COCO_ATTN_RANGE_KIB").ok()?;
+        let parsed = v.parse::<u32>().ok().filter(|&k| k <= 1 << 20);
+        if parsed.is_none() {
+            log::warn!("COCO_ATTN_RANGE_KIB={v:?} ignored: expected KiB, at most 2^20");
         }
+        parsed.map(|kib| kib * 1024)
     })
 }
 
+/// The fewest keys a range of a step whose last token sees `n` keys reads (before rounding
+/// to whole blocks): one block up to [`FINE_RANGE_MAX_KEYS`], else [`MIN_RANGE_BYTES`] of K
+/// and V (f32 rows), or [`range_bytes_override`]'s.
+fn least_range_keys(n: u32, head_dim: u32) -> u32 {
+    let row_bytes = 8 * head_dim.max(1); // a K and a V row, 4 bytes a float
+    match range_bytes_override() {
+        Some(bytes) => bytes / row_bytes,
+        None if n <= FINE_RANGE_MAX_KEYS => SPLIT_BLOCK,
+        None => MIN_RANGE_BYTES / row_bytes,
+    }
+}
 /// Most ranges per (token, head): `MAX_SPLITS` in the shader's `COMBINE` workgroup arrays.
 /// [`plan`] gives at most `TARGET_WORKGROUPS` ranges, which is not above this.
 const MAX_SPLITS: u32 = 1024;
@@ -199,7 +214,7 @@ fn attention_work(shape: &AttentionShape) -> Work {
 ///
 /// - `t · heads > SPLIT_MAX_ROWS` (512): single pass. There are enough workgroups already.
 /// - otherwise aim for `want = ⌈TARGET_WORKGROUPS / (t · heads)⌉` ranges per (token, head):
-///   `chunk = ⌈n / want⌉`, at least [`min_range_bytes`] of K and V, rounded up to whole
+///   `chunk = ⌈n / want⌉`, at least [`least_range_keys`], rounded up to whole
 ///   16-key blocks, `splits = ⌈n / chunk⌉`, where `n` is the key count of the step's last
 ///   token (the largest).
 /// - `splits == 1` (at most 16 keys): single pass.
@@ -225,7 +240,7 @@ pub fn plan(shape: &AttentionShape) -> AttentionPlan {
         return single(n);
     }
     let want = TARGET_WORKGROUPS.div_ceil(rows);
-    let least = min_range_bytes() / (8 * shape.head_dim.max(1)); // K and V rows, 4 bytes a float
+    let least = least_range_keys(n, shape.head_dim);
     let chunk = n.div_ceil(want).max(least).next_multiple_of(SPLIT_BLOCK);
     let splits = n.div_ceil(chunk);
     if splits < 2 {
@@ -235,9 +250,9 @@ pub fn plan(shape: &AttentionShape) -> AttentionPlan {
 }
 
 /// The fewest keys (up to [`DECODE_SPLIT_SEARCH`]) a one-token step of `heads` query heads
-/// of `head_dim` must see for [`plan`] to split them (fewer run the single pass): 17 where
-/// one 16-key block is the least range, 33 for head_dim 64 at the default
-/// [`min_range_bytes`]; `None` if no count up to the bound splits. For the plan's text.
+/// of `head_dim` must see for [`plan`] to split them (fewer run the single pass): 17 by
+/// default ([`FINE_RANGE_MAX_KEYS`]' one-block ranges), other counts with
+/// [`range_bytes_override`]; `None` if no count up to the bound splits. For the plan's text.
 pub fn decode_split_keys(heads: u32, head_dim: u32) -> Option<u32> {
     let splits_at = |n: u32| {
         plan(&AttentionShape {
@@ -819,15 +834,41 @@ mod tests {
     }
 
     /// The plan's text names the key count where decode steps start to split: past one
-    /// range of at least 16 KiB of K and V (default), in whole 16-key blocks; never past
-    /// SPLIT_MAX_ROWS rows. (Assumes COCO_ATTN_RANGE_KIB unset, as the tests run.)
+    /// 16-key block (short contexts split into single blocks); never past SPLIT_MAX_ROWS
+    /// rows. (Assumes COCO_ATTN_RANGE_KIB unset, as the tests run.)
     #[test]
-    fn decode_steps_split_past_one_range() {
-        assert_eq!(decode_split_keys(32, 64), Some(33)); // 16 KiB: 32 keys of 64
-        assert_eq!(decode_split_keys(14, 64), Some(33));
-        assert_eq!(decode_split_keys(32, 128), Some(17)); // 16 keys of 128
-        assert_eq!(decode_split_keys(4, 256), Some(17)); // 8 keys of 256, one 16-key block
+    fn decode_steps_split_past_one_block() {
+        assert_eq!(decode_split_keys(32, 64), Some(17));
+        assert_eq!(decode_split_keys(14, 64), Some(17));
+        assert_eq!(decode_split_keys(32, 128), Some(17));
+        assert_eq!(decode_split_keys(4, 256), Some(17));
         assert_eq!(decode_split_keys(SPLIT_MAX_ROWS + 1, 64), None);
+    }
+
+    /// Up to FINE_RANGE_MAX_KEYS keys a range is one block; past it, at least 16 KiB of K and
+    /// V (two blocks of head_dim 64, one of 128 or 256).
+    #[test]
+    fn ranges_are_single_blocks_up_to_the_fine_limit() {
+        let decode = |heads: u32, head_dim: u32, n: u32| {
+            plan(&AttentionShape {
+                t: 1,
+                heads,
+                kv_heads: 1,
+                head_dim,
+                pos0: n - 1,
+                window: 0,
+                scale: 1.0,
+                softcap: 0.0,
+            })
+        };
+        let p = decode(14, 64, FINE_RANGE_MAX_KEYS);
+        assert_eq!((p.splits, p.chunk), (8, 16));
+        let p = decode(14, 64, FINE_RANGE_MAX_KEYS + 1);
+        assert_eq!((p.splits, p.chunk), (5, 32));
+        let p = decode(32, 128, 600);
+        assert_eq!(p.chunk, 48); // ⌈600 / 16⌉ rounded to blocks, above the 16-key floor
+        let p = decode(32, 64, 300);
+        assert_eq!((p.splits, p.chunk), (10, 32)); // ⌈300 / 16⌉ = 19 → the 32-key floor
     }
 
     #[test]

@@ -444,9 +444,10 @@ pub struct KernelSettings {
     /// (`kernels::attention::coop_tile`: a device with cooperative matrices, unless
     /// `COCO_ATTN_COOP=0`).
     pub attention_coop: bool,
-    /// The least K and V bytes of a flash-decoding key range, in KiB
-    /// (`kernels::attention::min_range_bytes`: 16, or `COCO_ATTN_RANGE_KIB`).
-    pub attention_range_kib: u32,
+    /// The least K and V bytes of a flash-decoding key range, in KiB, where
+    /// `COCO_ATTN_RANGE_KIB` sets it (`kernels::attention::range_bytes_override`); `None`:
+    /// the planner's rule (one-block ranges up to 128 keys, 16 KiB beyond).
+    pub attention_range_kib: Option<u32>,
     /// The chunk matvec's (slots per workgroup)x(rows per task) ([`chunk_shape`]:
     /// `COCO_CHUNK`).
     pub chunk: String,
@@ -491,7 +492,8 @@ impl KernelSettings {
             attention_blocked: ctx.attention_blocked,
             attention_coop: ctx.coop_block.is_some()
                 && crate::kernels::attention::attention_coop_enabled(),
-            attention_range_kib: crate::kernels::attention::min_range_bytes() / 1024,
+            attention_range_kib: crate::kernels::attention::range_bytes_override()
+                .map(|bytes| bytes / 1024),
             chunk: {
                 let (slots, rows) = chunk_shape();
                 format!("{slots}x{rows}")
