@@ -333,6 +333,12 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
                     gpu_timed: true,
                 },
             ],
+            matrix_reads: vec![MatrixRead {
+                bytes: 9_437_184,
+                workgroups: 256,
+                gb_s: 900.0,
+                gpu_timed: true,
+            }],
             compute: ComputeProbe {
                 fma_tflops: 0.03,
                 coop_tflops: None,

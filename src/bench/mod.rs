@@ -30,7 +30,8 @@ use crate::util::Clock;
 
 mod probe;
 pub use probe::{
-    grid_sync_line, probe, probe_compute, probe_grid_syncs, ComputeProbe, GridSync, Probe,
+    grid_sync_line, matrix_read_line, probe, probe_compute, probe_grid_syncs, probe_matrix_reads,
+    ComputeProbe, GridSync, MatrixRead, Probe,
 };
 
 /// The most tokens the megakernel side of the A/B decodes (see [`run_with`]).
@@ -817,6 +818,7 @@ mod tests {
             dispatch_us: 4.0,
             round_trip_us: 0.0,
             grid_sync: vec![grid(16, 1.5, true), grid(128, 2.0, true)],
+            matrix_reads: Vec::new(),
             compute: ComputeProbe {
                 fma_tflops: 1.0,
                 coop_tflops: None,
@@ -839,6 +841,7 @@ mod tests {
             dispatch_us: 3.0,
             round_trip_us: 100.0,
             grid_sync: Vec::new(),
+            matrix_reads: Vec::new(),
             compute: ComputeProbe {
                 fma_tflops: 50.0,
                 coop_tflops: Some(400.0),

@@ -1,6 +1,7 @@
 //! The adapter figures behind `coco bench --probe`: read bandwidth, the cost of a dependent
 //! dispatch, the submit-and-readback round trip, the arithmetic ceilings the GEMMs are held
-//! against, and what a grid-wide barrier inside one dispatch costs instead of a dispatch.
+//! against, what a grid-wide barrier inside one dispatch costs instead of a dispatch, and
+//! what one dispatch reading a decode product's worth of bytes reaches.
 
 use serde::Serialize;
 
@@ -9,7 +10,7 @@ use crate::engine::EngineError;
 use crate::gpu::{Binding, GpuContext, StepRecorder, Timing};
 use crate::kernels::probe::{
     fma_flops, mma_flops, probe_empty, probe_fma, probe_grid_sync, probe_mma, probe_read,
-    GRID_SYNC_WORDS, MMA_DST_FLOATS, READ_THREADS,
+    probe_read_grid, GRID_SYNC_WORDS, MMA_DST_FLOATS, READ_THREADS,
 };
 use crate::util::Clock;
 
@@ -24,6 +25,8 @@ pub struct Probe {
     pub round_trip_us: f64,
     /// Dependent dispatches against grid-wide barriers, per grid size ([`probe_grid_syncs`]).
     pub grid_sync: Vec<GridSync>,
+    /// One dispatch's read bandwidth per size and grid ([`probe_matrix_reads`]).
+    pub matrix_reads: Vec<MatrixRead>,
     /// The compute ceilings ([`probe_compute`]).
     #[serde(flatten)]
     pub compute: ComputeProbe,
@@ -89,6 +92,7 @@ pub async fn probe(ctx: &GpuContext) -> Result<Probe, EngineError> {
         dispatch_us: dispatch_s * 1e6,
         round_trip_us: round_trip * 1e6,
         grid_sync: probe_grid_syncs(ctx).await?,
+        matrix_reads: probe_matrix_reads(ctx, &src, &dst).await?,
         compute: probe_compute(ctx).await?,
     })
 }
@@ -197,6 +201,101 @@ pub async fn probe_grid_syncs(ctx: &GpuContext) -> Result<Vec<GridSync>, EngineE
         });
     }
     Ok(out)
+}
+
+/// One (size, grid) of [`probe_matrix_reads`].
+#[derive(Clone, Debug, Serialize)]
+pub struct MatrixRead {
+    /// Bytes the dispatch reads.
+    pub bytes: u64,
+    /// Workgroups of 256 invocations.
+    pub workgroups: u32,
+    /// The bytes over the dispatch's time alone in its pass (median of [`MATRIX_READ_REPS`]),
+    /// as `--profile` times each kernel of a step.
+    pub gb_s: f64,
+    /// Timed by GPU timestamps; false: wall clock less a submit's round trip.
+    pub gpu_timed: bool,
+}
+
+/// The sizes [`probe_matrix_reads`] reads: the Llama-3.1-8B shape's Q4_0 products W_o
+/// (4,096 × 4,096), W_down (14,336 × 4,096) and gate + up (2 × 14,336 × 4,096), at 0.5625
+/// bytes a weight.
+pub const MATRIX_READ_BYTES: [u64; 3] = [9_437_184, 33_030_144, 66_060_288];
+/// Grids: the chunk matvec's 256 workgroups on the 8B's 4,096-row products (16 rows each),
+/// and the 1,024 of the bandwidth probe's grid.
+const MATRIX_READ_GRIDS: [u32; 2] = [256, 1024];
+const MATRIX_READ_REPS: usize = 5;
+
+/// What one dispatch reading a decode product's bytes can reach, timed as the profile times
+/// a kernel (alone in its pass: launch, ramp and tail included). The profile's GB/s of a
+/// matvec is held against this, not only against `read_gb_s` (20 back-to-back 1 GiB reads):
+/// the 8B's W_o + W_down read at 1.2–1.3 TB/s of an H100's 3.0 (BENCHMARKS.md session 37).
+/// Each dispatch reads the next bytes of the bandwidth probe's `src` (1 GiB where bindings
+/// allow), wrapping at its end: a region comes back only after the rest of the buffer, so
+/// it is not in L2 (50 MB on an H100; the first form reread one region, and its 33 MB read
+/// at 2.7–3.1 TB/s from L2 while 66 MB read at 1.8–2.3). Sizes beyond `src` are skipped.
+pub async fn probe_matrix_reads(
+    ctx: &GpuContext,
+    src: &wgpu::Buffer,
+    dst: &wgpu::Buffer,
+) -> Result<Vec<MatrixRead>, EngineError> {
+    let clock = PassClock::new(ctx, dst).await?;
+    let align = ctx.device.limits().min_storage_buffer_offset_alignment as u64;
+    let mut cursor = 0;
+    let mut out = Vec::new();
+    for bytes in MATRIX_READ_BYTES.into_iter().filter(|&b| b <= src.size()) {
+        for groups in MATRIX_READ_GRIDS {
+            let mut times = Vec::new();
+            for rep in 0..=MATRIX_READ_REPS {
+                if cursor + bytes > src.size() {
+                    cursor = 0;
+                }
+                let region = Binding {
+                    buffer: src.clone(),
+                    offset: cursor,
+                    size: Some(bytes),
+                };
+                cursor = (cursor + bytes).next_multiple_of(align.max(16));
+                let mut rec = StepRecorder::new(ctx);
+                let n_vec4 = (bytes / 16) as u32;
+                probe_read_grid(&mut rec, &region, &dst.into(), n_vec4, groups)?;
+                let seconds = clock.seconds(rec).await?;
+                if rep > 0 {
+                    times.push(seconds); // the first is a warm-up (the pipeline, first touch)
+                }
+            }
+            out.push(MatrixRead {
+                bytes,
+                workgroups: groups,
+                gb_s: bytes as f64 / median(&times).max(1e-9) / 1e9,
+                gpu_timed: clock.gpu,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// `probe`'s line: one dispatch's read bandwidth per size and grid.
+pub fn matrix_read_line(reads: &[MatrixRead]) -> String {
+    let clock = match reads.first() {
+        Some(r) if !r.gpu_timed => "wall clock",
+        _ => "GPU timestamps",
+    };
+    let parts: Vec<String> = reads
+        .iter()
+        .map(|r| {
+            format!(
+                "{:.1} MB x {} wg {:.0}",
+                r.bytes as f64 / 1e6,
+                r.workgroups,
+                r.gb_s
+            )
+        })
+        .collect();
+    format!(
+        "one dispatch alone in its pass, GB/s ({clock}): {}",
+        parts.join(", ")
+    )
 }
 
 /// Times a recorded pass: by its timestamps where the device has timestamp queries, else by

@@ -454,6 +454,7 @@ fn main() -> Result<()> {
                         p.compute
                     );
                     println!("{}", coco::bench::grid_sync_line(&p.grid_sync));
+                    println!("{}", coco::bench::matrix_read_line(&p.matrix_reads));
                 }
                 serde_json::to_value(&p)?
             };
@@ -719,6 +720,7 @@ fn bench(args: BenchArgs, verbose: bool) -> Result<()> {
         );
         println!("probe: {}", p.compute);
         println!("probe: {}", coco::bench::grid_sync_line(&p.grid_sync));
+        println!("probe: {}", coco::bench::matrix_read_line(&p.matrix_reads));
     }
     println!(
         "megakernel A/B: tg {} tok/s with, {} without (ratio {}); {}",

@@ -30,17 +30,29 @@ pub fn probe_read(
     dst: &Binding,
     n_vec4: u32,
 ) -> Result<(), KernelError> {
+    probe_read_grid(rec, src, dst, n_vec4, READ_THREADS / 256)
+}
+
+/// [`probe_read`] over the first `n_vec4` vec4s of `src` with `groups` workgroups of 256
+/// (at most `READ_THREADS / 256`): each invocation sums every `256 · groups`-th vec4.
+pub fn probe_read_grid(
+    rec: &mut StepRecorder,
+    src: &Binding,
+    dst: &Binding,
+    n_vec4: u32,
+    groups: u32,
+) -> Result<(), KernelError> {
     let label = "probe_read";
     let pipeline = rec
         .ctx()
         .pipeline(label, || preprocess("probe.wgsl", &["READ"]));
+    let groups = groups.clamp(1, READ_THREADS / 256);
     let params = Params {
         n_vec4,
-        threads: READ_THREADS,
+        threads: groups * 256,
         mul: 0.0,
         add: 0.0,
     };
-    let groups = READ_THREADS / 256;
     rec.dispatch(
         &pipeline,
         bytemuck::bytes_of(&params),

@@ -6,8 +6,8 @@
 use serde::{Deserialize, Serialize};
 
 pub use crate::bench::{
-    BenchRecord, ComputeProbe, GridSync, KernelTime, MegakernelAbRecord, MegakernelCheckRecord,
-    Probe, ProfileRecord, StepProfile,
+    BenchRecord, ComputeProbe, GridSync, KernelTime, MatrixRead, MegakernelAbRecord,
+    MegakernelCheckRecord, Probe, ProfileRecord, StepProfile,
 };
 use crate::capabilities::{Report as CapabilityReport, Status};
 use crate::engine::{summarize_types, Stats};
