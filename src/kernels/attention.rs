@@ -122,6 +122,7 @@ fn least_range_keys(n: u32, head_dim: u32) -> u32 {
         None => MIN_RANGE_BYTES / row_bytes,
     }
 }
+
 /// Most ranges per (token, head): `MAX_SPLITS` in the shader's `COMBINE` workgroup arrays.
 /// [`plan`] gives at most `TARGET_WORKGROUPS` ranges, which is not above this.
 const MAX_SPLITS: u32 = 1024;
