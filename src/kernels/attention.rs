@@ -255,21 +255,22 @@ pub fn plan(shape: &AttentionShape) -> AttentionPlan {
 /// default ([`FINE_RANGE_MAX_KEYS`]' one-block ranges), other counts with
 /// [`range_bytes_override`]; `None` if no count up to the bound splits. For the plan's text.
 pub fn decode_split_keys(heads: u32, head_dim: u32) -> Option<u32> {
-    let splits_at = |n: u32| {
-        plan(&AttentionShape {
-            t: 1,
-            heads,
-            kv_heads: 1,
-            head_dim,
-            pos0: n - 1,
-            window: 0,
-            scale: 1.0,
-            softcap: 0.0,
-        })
-        .splits
-            > 1
-    };
-    (1..=DECODE_SPLIT_SEARCH).find(|&n| splits_at(n))
+    (1..=DECODE_SPLIT_SEARCH).find(|&n| plan(&decode_shape(heads, head_dim, n)).splits > 1)
+}
+
+/// A one-token step of `heads` query heads of `head_dim` whose token sees `n` keys (`n` ≥ 1;
+/// no window): the shape the key-range rule is stated for.
+fn decode_shape(heads: u32, head_dim: u32, n: u32) -> AttentionShape {
+    AttentionShape {
+        t: 1,
+        heads,
+        kv_heads: 1,
+        head_dim,
+        pos0: n - 1,
+        window: 0,
+        scale: 1.0,
+        softcap: 0.0,
+    }
 }
 
 /// Key counts [`decode_split_keys`] tries.
@@ -850,18 +851,7 @@ mod tests {
     /// V (two blocks of head_dim 64, one of 128 or 256).
     #[test]
     fn ranges_are_single_blocks_up_to_the_fine_limit() {
-        let decode = |heads: u32, head_dim: u32, n: u32| {
-            plan(&AttentionShape {
-                t: 1,
-                heads,
-                kv_heads: 1,
-                head_dim,
-                pos0: n - 1,
-                window: 0,
-                scale: 1.0,
-                softcap: 0.0,
-            })
-        };
+        let decode = |heads, head_dim, n| plan(&decode_shape(heads, head_dim, n));
         let p = decode(14, 64, FINE_RANGE_MAX_KEYS);
         assert_eq!((p.splits, p.chunk), (8, 16));
         let p = decode(14, 64, FINE_RANGE_MAX_KEYS + 1);
