@@ -29,6 +29,7 @@
 //   kernel shape  MATVEC_WG | MATVEC_SG | MATVEC_CHUNK | TILED | GEMM_WIDE | TILED_COOP |
 //                 GEMM_COOP | COOP_STREAM (the last three with COOP_STAGING: per-token scales
 //                 at B_SCALES; COOP_STREAM always with X16)
+//                 | GEMM_MATRIX_I8 (the browser's int8 subgroup matrices; with LEVELS8)
 //   fusion        (none) | GLU + MULTI_W + SILU|GELU_TANH | QKV + MULTI_W [+ ROPE_KV [+ ROPE_NEOX]]
 //   NORM          binding norm_w[K]
 //   BIAS          binding bias[N] (of W, or of W_q); QKV_BIAS adds bias1, bias2 (W_k, W_v)
@@ -777,6 +778,10 @@ fn main(
 
 #ifdef TILED_COOP
 #include "matmul/gemm_tiled_coop.wgsl"
+#endif
+
+#ifdef GEMM_MATRIX_I8
+#include "matmul/gemm_matrix_i8.wgsl"
 #endif
 
 #ifdef COOP_STREAM

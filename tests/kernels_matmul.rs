@@ -16,10 +16,10 @@ use coco::gguf::GgmlType;
 use coco::gpu::{Binding, GpuTensor, StepRecorder};
 use coco::kernels::get_rows::get_rows;
 use coco::kernels::matmul::MatmulVariant::{
-    self, Coop128, CoopStream, MatvecChunk, MatvecChunkWide, MatvecRows, MatvecSubgroup,
-    MatvecWorkgroup, Tiled, TiledCoop,
+    self, Coop128, CoopStream, MatrixI8, MatvecChunk, MatvecChunkWide, MatvecRows,
+    MatvecSubgroup, MatvecWorkgroup, Tiled, TiledCoop,
 };
-use coco::kernels::matmul::{matmul_variant, MatmulArgs, WideTile};
+use coco::kernels::matmul::{has_levels8, matmul_variant, MatmulArgs, WideTile};
 use coco::reference::{matmul as reference, ops, quant};
 use common::{ctx, is_k_quant, ATOL_PER_ABS_SUM, COOP_ATOL_PER_ABS_SUM, RTOL};
 use rand::{Rng, SeedableRng};
@@ -430,6 +430,23 @@ fn matmul_type(ty: GgmlType) {
         println!(
             "{ty}: the f16 cooperative-matrix GEMM is off (not offered here, or COCO_COOPMAT=0); not run"
         );
+    }
+    if has_levels8(ty) {
+        // The browser's int8 subgroup-matrix GEMM with the matrix builtins emulated
+        // (dot4I8Packed): staging, levels, scales and stores; partial slot and token tiles,
+        // two of each, split weights, long K. Its x' is the int8 matvec's x'' ("_i8").
+        let matrix = MatrixI8 { emulated: true };
+        cases.extend([
+            Case::new(ty, 67, 17, Some(matrix)),
+            Case::new(ty, 131, 33, Some(matrix))
+                .bias()
+                .accumulate()
+                .scaled(),
+            Case::new(ty, 67, 70, Some(matrix)).accumulate(),
+            Case::new(ty, 67, 33, Some(matrix)).softcap(),
+            Case::new(ty, 67, 17, Some(matrix)).bias().split(12),
+            Case::new(ty, 67, 17, Some(matrix)).wide(),
+        ]);
     }
     let mut worst = 0f64;
     for (i, case) in cases.into_iter().enumerate() {

@@ -27,6 +27,7 @@
 //   fn dequant8(r: WRow, o: u32) -> array<vec4<f32>, 2>
 //     elements 8o .. 8o+7: the view of kernels whose consecutive invocations read
 //     consecutive words (the workgroup matvec, the megakernel, the tiled GEMM's staging).
+//   fn levels8(r: WRow, o: u32) -> Levels8  (with LEVELS8 only; see below)
 //   fn idot32(c: Raw32, x: XChunk) -> f32  (types with an int8 form; with INT8 only)
 //     Σ w·x' over a chunk from x' as int8 (XChunk, below): the chunk matvec's inner loop
 //     with 4 multiply-adds per dot4I8Packed instead of a convert and two FMAs per weight;
@@ -147,6 +148,24 @@ fn nibble_bytes(q: vec4<u32>) -> array<vec4<u32>, 2> {
 fn high_bytes(qh: u32, first: u32) -> vec4<u32> {
     let b = (vec4<u32>(qh) >> vec4<u32>(first, first + 8u, first + 16u, first + 24u)) & vec4<u32>(15u);
     return ((b | (b << vec4<u32>(7u)) | (b << vec4<u32>(14u)) | (b << vec4<u32>(21u))) & vec4<u32>(0x01010101u)) << vec4<u32>(4u);
+}
+#endif
+
+#ifdef LEVELS8
+// Elements 8o .. 8o + 7 of a row as int8 levels and their chunk's (d, m), w = d·q + m: what
+// the browser's subgroup-matrix GEMM (matmul/gemm_matrix_i8.wgsl) multiplies on the matrix
+// units before it applies d and m. Each type file with it provides
+//   fn levels8(r: WRow, o: u32) -> Levels8
+// (Q4_0 Q5_0 Q8_0 Q4_K: `has_levels8` in kernels/matmul/key.rs).
+struct Levels8 {
+    q: vec2<u32>,   // bytes: elements 8o .. 8o + 3, then 8o + 4 .. 8o + 7
+    dm: vec2<f32>,  // (d, m)
+}
+
+// Bits first..first+3 of `qh` as bit 4 of bytes 0..3 (Q5's fifth bits).
+fn fifth_bits(qh: u32, first: u32) -> u32 {
+    let b = (qh >> first) & 15u;
+    return ((b | (b << 7u) | (b << 14u) | (b << 21u)) & 0x01010101u) << 4u;
 }
 #endif
 

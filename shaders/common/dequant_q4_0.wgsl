@@ -38,3 +38,13 @@ fn idot32(c: Raw32, x: XChunk) -> f32 {
     return c.d * (idot_levels_split(n[0], n[1], x) - 8.0 * x.d.z);
 }
 #endif
+
+#ifdef LEVELS8
+// The nibbles as they are, w = d·q − 8d.
+fn levels8(r: WRow, o: u32) -> Levels8 {
+    let b = r.block + (o >> 2u);
+    let d = plane_f16(4u * r.blocks, b);
+    let u = wl(4u * b + (o & 3u));
+    return Levels8(vec2<u32>(u & 0x0F0F0F0Fu, (u >> 4u) & 0x0F0F0F0Fu), vec2<f32>(d, -8.0 * d));
+}
+#endif

@@ -52,3 +52,16 @@ fn idot32(c: Raw32, x: XChunk) -> f32 {
     return c.dm.x * idot_levels_bytes((c.q[0] >> s) & m, (c.q[1] >> s) & m, x) - c.dm.y * x.d.z;
 }
 #endif
+
+#ifdef LEVELS8
+// This sub-block's nibbles as they are, w = (d·sc)·q − dmin·m.
+fn levels8(r: WRow, o: u32) -> Levels8 {
+    let s = (r.block + (o >> 2u)) >> 3u;
+    let sb = (o >> 2u) & 7u;
+    let dm = q4_k_scale(s, sb);
+    let qs = 36u * s + 4u + 8u * (sb >> 1u) + 2u * (o & 3u);
+    let shift = 4u * (sb & 1u);
+    let m = 0x0F0F0F0Fu;
+    return Levels8(vec2<u32>((wl(qs) >> shift) & m, (wl(qs + 1u) >> shift) & m), vec2<f32>(dm.x, -dm.y));
+}
+#endif

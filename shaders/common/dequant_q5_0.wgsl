@@ -49,3 +49,17 @@ fn idot32(c: Raw32, x: XChunk) -> f32 {
     return c.d * (idot_levels_split(lo, hi, x) - 16.0 * x.d.z);
 }
 #endif
+
+#ifdef LEVELS8
+// Nibble | fifth bit · 16 as it is, w = d·q − 16d.
+fn levels8(r: WRow, o: u32) -> Levels8 {
+    let b = r.block + (o >> 2u);
+    let j = o & 3u;
+    let d = plane_f16(5u * r.blocks, b);
+    let u = wl(4u * b + j);
+    let qh = wl(4u * r.blocks + b);
+    let lo = (u & 0x0F0F0F0Fu) | fifth_bits(qh, 8u * j);
+    let hi = ((u >> 4u) & 0x0F0F0F0Fu) | fifth_bits(qh, 8u * j + 4u);
+    return Levels8(vec2<u32>(lo, hi), vec2<f32>(d, -16.0 * d));
+}
+#endif

@@ -32,3 +32,12 @@ fn idot32(c: Raw32, x: XChunk) -> f32 {
     return c.d * idot_levels_bytes(c.q[0], c.q[1], x);
 }
 #endif
+
+#ifdef LEVELS8
+// The int8 quants as they are, w = d·q.
+fn levels8(r: WRow, o: u32) -> Levels8 {
+    let b = r.block + (o >> 2u);
+    let i = 8u * b + 2u * (o & 3u);
+    return Levels8(vec2<u32>(wl(i), wl(i + 1u)), vec2<f32>(plane_f16(8u * r.blocks, b), 0.0));
+}
+#endif

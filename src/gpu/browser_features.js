@@ -7,7 +7,9 @@
 // How: GPUAdapter.prototype.requestDevice is wrapped once. A call whose descriptor label coco
 // registered with askForSubgroups() gets 'subgroups' added to its requiredFeatures when the
 // adapter offers it; every other caller (another library on the page) is passed through
-// untouched. What the browser granted is recorded under the label for granted() to read.
+// untouched. The same call asks for Chromium's experimental subgroup matrices where they
+// hold the int8 product coco's prefill GEMM uses. What the browser granted is recorded under
+// the label for granted() to read.
 // wgpu sets the descriptor's label from its own DeviceDescriptor, which is how the two meet.
 
 const wanted = new Set();
@@ -22,10 +24,25 @@ function wrapRequestDevice() {
     const label = descriptor?.label;
     if (!wanted.has(label)) return original.call(this, descriptor);
     const offered = this.features.has("subgroups");
+    const info = this.info ?? {};
+    const configs = [...(info.subgroupMatrixConfigs ?? [])];
     const features = [...(descriptor.requiredFeatures ?? [])];
     if (offered && !features.includes("subgroups")) features.push("subgroups");
-    const device = await original.call(this, { ...descriptor, requiredFeatures: features });
-    const info = this.info ?? {};
+    // Chromium's experimental subgroup matrices, where the adapter offers the int8 product
+    // coco's prefill GEMM multiplies (16 x 16 x 32, i8 -> i32; features.rs INT8_MATRIX).
+    const matrix = "chromium-experimental-subgroup-matrix";
+    const int8 = configs.some((c) => String(c.componentType) === "i8" && String(c.resultComponentType) === "i32"
+      && Number(c.M) === 16 && Number(c.N) === 16 && Number(c.K) === 32);
+    let device;
+    if (offered && int8 && this.features.has(matrix)) {
+      // An experimental feature: if asking for it fails the device opens without it.
+      try {
+        device = await original.call(this, { ...descriptor, requiredFeatures: [...features, matrix] });
+      } catch (e) {
+        console.warn(`coco: ${matrix} requested and refused (${e}); opening without it`);
+      }
+    }
+    device ??= await original.call(this, { ...descriptor, requiredFeatures: features });
     grants.set(label, {
       offered,
       granted: device.features.has("subgroups"),
@@ -36,11 +53,11 @@ function wrapRequestDevice() {
       packed_4x8: navigator.gpu?.wgslLanguageFeatures?.has("packed_4x8_integer_dot_product") ?? false,
       min_size: info.subgroupMinSize ?? 0,
       max_size: info.subgroupMaxSize ?? 0,
-      // Chromium's experimental subgroup matrices (tensor cores through WebGPU): recorded for
-      // the capability report only. coco doesn't ask for the feature, since no kernel of its
-      // own uses it yet.
-      matrix_offered: this.features.has("chromium-experimental-subgroup-matrix"),
-      matrix_configs: [...(info.subgroupMatrixConfigs ?? [])].map((c) => ({
+      // Chromium's experimental subgroup matrices (tensor cores through WebGPU): the offer,
+      // and whether coco's device got them (features.rs BrowserGrant::int8_matrix).
+      matrix_offered: this.features.has(matrix),
+      matrix_granted: device.features.has(matrix),
+      matrix_configs: configs.map((c) => ({
         component: String(c.componentType),
         result: String(c.resultComponentType),
         m: Number(c.M),

@@ -57,6 +57,12 @@ pub struct GpuContext {
     /// Whether the subgroup kernels run and why (in the browser coco requests the feature
     /// itself: `features.rs`).
     pub subgroups: SubgroupDecision,
+    /// Whether prefill multiplies on the browser's int8 subgroup matrices
+    /// (`MatmulVariant::MatrixI8`): granted with coco's configuration
+    /// (`BrowserGrant::int8_matrix`), the subgroup kernels in use, [`MATRIX_I8_WORKGROUP_BYTES`]
+    /// of workgroup memory, and the default GEMM choice. Never natively (wgpu's cooperative
+    /// matrices are `coop_block`'s).
+    pub subgroup_matrix_i8: bool,
     /// Who merges flash-decoding's key ranges (the caller's choice; one dispatch by default).
     pub attention_merge: AttentionMerge,
     /// Decode batches the GPU loop keeps submitted and unread, 1..=`MAX_BATCHES_IN_FLIGHT`
@@ -135,6 +141,11 @@ fn describe_cooperative_matrix(adapter: &wgpu::Adapter) -> String {
 /// 25). The double-buffered tiles with x' prestaged may need more
 /// (`MatmulKey::prestage_workgroup_bytes`).
 pub const COOP_GEMM_WORKGROUP_BYTES: u32 = 32 * 1024;
+
+/// Workgroup memory of the browser's int8 subgroup-matrix GEMM
+/// (`matmul/gemm_matrix_i8.wgsl`): three 3 KiB level tiles, 16 KiB of per-subgroup i32 sums,
+/// 3 KiB of scales and partial sums: 28 KiB.
+pub const MATRIX_I8_WORKGROUP_BYTES: u32 = 28 * 1024;
 
 /// The square cooperative-matrix block coco's prefill GEMM multiplies on `adapter`, if it
 /// runs there: by default where wgpu offers its experimental feature with f16 × f16 → f32
@@ -283,16 +294,12 @@ impl GpuContext {
             features.contains(wgpu::Features::SUBGROUP),
             (info.subgroup_min_size, info.subgroup_max_size),
         );
+        #[cfg(not(target_arch = "wasm32"))]
+        let subgroup_matrix_i8 = false;
         #[cfg(target_arch = "wasm32")]
-        let subgroups = {
+        let (subgroups, subgroup_matrix_i8) = {
             let grant = super::features::browser::granted(&label);
             super::features::set_packed_4x8_dot(grant.as_ref().is_some_and(|g| g.packed_4x8));
-            // wgpu's web backend knows no cooperative matrices; the browser's own offer is
-            // what the report can say.
-            if let Some(g) = &grant {
-                cooperative_matrix =
-                    g.describe_matrices(features.contains(wgpu::Features::SHADER_F16));
-            }
             let decision = SubgroupDecision::browser(
                 options,
                 grant.as_ref(),
@@ -304,7 +311,17 @@ impl GpuContext {
             if decision.used {
                 features |= wgpu::Features::SUBGROUP;
             }
-            decision
+            let matrix_i8 = decision.used
+                && options.gemm == GemmChoice::Auto
+                && limits.max_compute_workgroup_storage_size >= MATRIX_I8_WORKGROUP_BYTES
+                && grant.as_ref().is_some_and(|g| g.int8_matrix());
+            // wgpu's web backend knows no cooperative matrices; the browser's own offer is
+            // what the report can say.
+            if let Some(g) = &grant {
+                cooperative_matrix =
+                    g.describe_matrices(features.contains(wgpu::Features::SHADER_F16), matrix_i8);
+            }
+            (decision, matrix_i8)
         };
         let faults = Arc::new(Mutex::new(Faults::default()));
         let sink = faults.clone();
@@ -335,6 +352,7 @@ impl GpuContext {
             cooperative_matrix,
             coop_block,
             subgroups,
+            subgroup_matrix_i8,
             attention_merge: options.attention_merge,
             batches_in_flight: options
                 .batches_in_flight

@@ -294,6 +294,10 @@ pub struct BrowserGrant {
     /// `GPUAdapterInfo.subgroupMatrixConfigs`.
     #[serde(default)]
     pub matrix_configs: Vec<MatrixConfig>,
+    /// The device was granted `chromium-experimental-subgroup-matrix` (coco asks for it
+    /// where the adapter offers the int8 configuration its GEMM multiplies).
+    #[serde(default)]
+    pub matrix_granted: bool,
 }
 
 /// One of `GPUAdapterInfo.subgroupMatrixConfigs`: an M×N×K product of `component` operands
@@ -307,13 +311,28 @@ pub struct MatrixConfig {
     pub k: u32,
 }
 
+/// The subgroup-matrix product coco's browser GEMM multiplies (`gemm_matrix_i8.wgsl`): 16
+/// slots × 16 tokens × 32 of K, int8 operands, i32 sums, on subgroups of exactly 32 (its
+/// 256 invocations are 8 subgroups with fixed blocks).
+pub const INT8_MATRIX: (u32, u32, u32) = (16, 16, 32);
+
 impl BrowserGrant {
+    /// Whether the device holds what the int8 subgroup-matrix GEMM needs: the feature
+    /// granted with an [`INT8_MATRIX`] i8 → i32 configuration, and subgroups of exactly 32.
+    pub fn int8_matrix(&self) -> bool {
+        self.matrix_granted
+            && (self.min_size, self.max_size) == (32, 32)
+            && self.matrix_configs.iter().any(|c| {
+                (c.m, c.n, c.k) == INT8_MATRIX && c.component == "i8" && c.result == "i32"
+            })
+    }
+
     /// The adapter's subgroup-matrix offer in the words of the native report
-    /// (`describe_cooperative_matrix`), and that coco doesn't use it yet; where every
-    /// configuration takes f16 and the device has no `shader-f16` (`f16`), that none could
-    /// be declared here at all (WGSL's f16 needs `enable f16;`), as on Chromium's NVIDIA
-    /// adapters (issue 15).
-    pub fn describe_matrices(&self, f16: bool) -> String {
+    /// (`describe_cooperative_matrix`), and whether coco's prefill uses it (`used`: the
+    /// int8 GEMM runs); where every configuration takes f16 and the device has no
+    /// `shader-f16` (`f16`), that none could be declared here at all (WGSL's f16 needs
+    /// `enable f16;`).
+    pub fn describe_matrices(&self, f16: bool, used: bool) -> String {
         if !self.matrix_offered {
             return "chromium-experimental-subgroup-matrix not offered".into();
         }
@@ -327,8 +346,13 @@ impl BrowserGrant {
             if !f16 && !self.matrix_configs.is_empty() && self.matrix_configs.iter().all(needs_f16)
             {
                 "none usable here: every configuration takes f16 and this device has no shader-f16"
+            } else if used {
+                "used (experimental): the prefill GEMM multiplies int8 levels 16x16x32 where the \
+                 weight type has them (Q4_0, Q5_0, Q8_0, Q4_K), the portable tiles elsewhere"
+            } else if self.int8_matrix() {
+                "granted, not used: a link's gemm= or subgroups=0 asks for the portable tiles"
             } else {
-                "not used yet: coco's browser prefill runs the portable tiles"
+                "not used: coco's int8 GEMM needs 16x16x32 i8->i32 on subgroups of 32, granted"
             };
         format!(
             "chromium-experimental-subgroup-matrix offered | {} configuration(s){}{} | {why}",
@@ -411,15 +435,15 @@ mod tests {
         )
         .expect("grant");
         for f16 in [false, true] {
-            let text = grant.describe_matrices(f16);
+            let text = grant.describe_matrices(f16, false);
             assert!(
                 text.contains("offered | 2 configuration(s): 8x8x8 f16->f32, 8x8x32 i8->i32"),
                 "{text}"
             );
-            assert!(text.contains("not used yet"), "{text}");
+            assert!(text.contains("not used: coco's int8 GEMM needs"), "{text}");
         }
         assert_eq!(
-            full().describe_matrices(false),
+            full().describe_matrices(false, false),
             "chromium-experimental-subgroup-matrix not offered"
         );
         // Only f16 configurations, no shader-f16: none could be declared.
@@ -431,13 +455,45 @@ mod tests {
         )
         .expect("grant");
         assert!(
-            f16_only.describe_matrices(false).ends_with(
+            f16_only.describe_matrices(false, false).ends_with(
                 "none usable here: every configuration takes f16 and this device has no shader-f16"
             ),
             "{}",
-            f16_only.describe_matrices(false)
+            f16_only.describe_matrices(false, false)
         );
-        assert!(f16_only.describe_matrices(true).contains("not used yet"));
+        assert!(!f16_only.int8_matrix());
+    }
+
+    /// Chromium's NVIDIA offer (session 37): the int8 GEMM runs only with the feature
+    /// granted, the 16x16x32 i8 configuration and subgroups of exactly 32.
+    #[test]
+    fn the_int8_gemm_needs_its_configuration_granted() {
+        let nvidia = r#"{"offered":true,"granted":true,"subgroup_id":true,"min_size":32,
+            "max_size":32,"matrix_offered":true,"matrix_granted":true,"matrix_configs":[
+              {"component":"u8","result":"u32","m":16,"n":16,"k":32},
+              {"component":"i8","result":"i32","m":16,"n":16,"k":32},
+              {"component":"u8","result":"u32","m":16,"n":8,"k":32},
+              {"component":"i8","result":"i32","m":16,"n":8,"k":32}]}"#;
+        let grant: BrowserGrant = serde_json::from_str(nvidia).expect("grant");
+        assert!(grant.int8_matrix());
+        assert!(grant.describe_matrices(false, true).contains("used (experimental)"));
+        assert!(grant.describe_matrices(false, false).contains("granted, not used"));
+        let not_granted = BrowserGrant {
+            matrix_granted: false,
+            ..grant.clone()
+        };
+        assert!(!not_granted.int8_matrix());
+        let wide_subgroups = BrowserGrant {
+            min_size: 16,
+            max_size: 64,
+            ..grant.clone()
+        };
+        assert!(!wide_subgroups.int8_matrix());
+        let only_narrow = BrowserGrant {
+            matrix_configs: grant.matrix_configs[2..].to_vec(),
+            ..grant
+        };
+        assert!(!only_narrow.int8_matrix());
     }
 
     /// A grant from a page that predates the field (or a browser without the list) reads as

@@ -15,6 +15,7 @@ mod weights;
 pub use cache::Kernel;
 pub use context::{
     shader_checks_name, GpuContext, GpuError, ResourceCounts, COOP_GEMM_WORKGROUP_BYTES,
+    MATRIX_I8_WORKGROUP_BYTES,
 };
 pub use features::{
     packed_4x8_dot, AttentionMerge, BrowserGrant, DeviceOptions, GemmChoice, SubgroupChoice,

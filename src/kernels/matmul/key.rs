@@ -52,6 +52,23 @@ pub enum MatmulVariant {
     /// (`shaders/matmul/gemm_wide.wgsl`): what [`MatmulKey::sized`] picks over `Tiled` where
     /// the grid stays full.
     Wide(WideTile),
+    /// The browser's int8 subgroup matrices (Chromium's experimental
+    /// `chromium-experimental-subgroup-matrix`, `shaders/matmul/gemm_matrix_i8.wgsl`): 64 ×
+    /// 64 tiles whose 32-wide K chunks multiply as int8 levels, where the device was granted
+    /// them (`GpuContext::subgroup_matrix_i8`) and the weight type has levels
+    /// ([`has_levels8`]); [`MatmulKey::sized`] gives other types the portable tiles.
+    /// `emulated`: the same kernel with dot4I8Packed in place of the matrix builtins
+    /// (`MATRIX_EMULATED`), which the kernel tests run natively.
+    MatrixI8 { emulated: bool },
+}
+
+/// Whether weight type `ty` has int8 levels per 32-element chunk with one scale and offset
+/// (`levels8` in its dequant file), which [`MatmulVariant::MatrixI8`] multiplies.
+pub fn has_levels8(ty: GgmlType) -> bool {
+    matches!(
+        ty,
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::Q4_K
+    )
 }
 
 impl MatmulVariant {
@@ -67,13 +84,19 @@ impl MatmulVariant {
             Self::Coop128 => "GEMM_COOP",
             Self::CoopStream(_) => "COOP_STREAM",
             Self::Wide(_) => "GEMM_WIDE",
+            Self::MatrixI8 { .. } => "GEMM_MATRIX_I8",
         }
     }
 
     pub(crate) fn is_tiled(self) -> bool {
         matches!(
             self,
-            Self::Tiled | Self::TiledCoop | Self::Coop128 | Self::CoopStream(_) | Self::Wide(_)
+            Self::Tiled
+                | Self::TiledCoop
+                | Self::Coop128
+                | Self::CoopStream(_)
+                | Self::Wide(_)
+                | Self::MatrixI8 { .. }
         )
     }
 
@@ -119,6 +142,8 @@ impl MatmulVariant {
                 let (n, t) = w.tile();
                 format!("wide{n}x{t}")
             }
+            Self::MatrixI8 { emulated: false } => format!("matrix_i8_{TILE_N}x{TILE_T}"),
+            Self::MatrixI8 { emulated: true } => format!("matrix_i8_emulated_{TILE_N}x{TILE_T}"),
         }
     }
 
@@ -130,7 +155,7 @@ impl MatmulVariant {
     /// (slots, lanes per slot) of a workgroup; 256 invocations for the matvecs.
     fn grid(self) -> (u32, u32) {
         match self {
-            Self::Tiled | Self::TiledCoop => (TILE_N, 1),
+            Self::Tiled | Self::TiledCoop | Self::MatrixI8 { .. } => (TILE_N, 1),
             Self::Coop128 => (COOP_TILE, 1),
             Self::CoopStream(block) => (block, 1),
             Self::Wide(w) => (w.tile().0, 1),
@@ -332,6 +357,15 @@ impl MatmulKey {
             // the Llama-8B shape (105.7 against 37.7 ms per 512-token step; BENCHMARKS.md
             // "session 16"), the slowdown gemm_wide.wgsl warns of.
             MatmulVariant::Tiled if !matches!(self.fusion, Fusion::Qkv) => gemm.pick(slots, t),
+            // Types without int8 levels take the portable tiles the device would run without
+            // subgroup matrices.
+            MatmulVariant::MatrixI8 { .. } if !has_levels8(self.ty) => {
+                if matches!(self.fusion, Fusion::Qkv) {
+                    MatmulVariant::Tiled
+                } else {
+                    gemm.pick(slots, t)
+                }
+            }
             v => v,
         };
         let splits = match variant {
@@ -496,6 +530,18 @@ impl MatmulKey {
         let mut defines = vec![weight_define(self.ty)?, self.variant.define()];
         if self.variant.is_tiled() {
             defines.push("TILES");
+        }
+        if let MatmulVariant::MatrixI8 { emulated } = self.variant {
+            if !has_levels8(self.ty) {
+                return Err(KernelError::Shape {
+                    kernel: "matmul",
+                    why: format!("{}: {:?} has no int8 levels", self.label(), self.ty),
+                });
+            }
+            defines.push("LEVELS8");
+            if emulated {
+                defines.push("MATRIX_EMULATED");
+            }
         }
         if self.variant.is_coop() {
             defines.push("COOP_STAGING");
@@ -752,6 +798,13 @@ impl MatmulKey {
                 if cfg!(target_arch = "wasm32") =>
             {
                 "enable subgroups;\n"
+            }
+            // Tint's uniformity analysis proves workgroup uniformity only, and the matrix
+            // loads' offsets follow subgroup_id (uniform per subgroup, which is what the
+            // builtins need).
+            MatmulVariant::MatrixI8 { emulated: false } => {
+                "enable subgroups;\nenable chromium_experimental_subgroup_matrix;\n\
+                 diagnostic(off, chromium.subgroup_matrix_uniformity);\n"
             }
             _ => "",
         };

@@ -828,6 +828,13 @@ pub(super) fn launch(
                 .into(),
         );
     }
+    if key.variant == (MatmulVariant::MatrixI8 { emulated: false }) && !ctx.subgroup_matrix_i8 {
+        return err(
+            "the int8 subgroup-matrix GEMM needs Chromium's chromium-experimental-subgroup-matrix \
+             (16x16x32 i8 -> i32 on subgroups of 32), which this device lacks"
+                .into(),
+        );
+    }
     if matches!(key.variant, MatmulVariant::CoopStream(_))
         && !ctx.features.contains(wgpu::Features::SUBGROUP_BARRIER)
     {

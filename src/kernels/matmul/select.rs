@@ -719,6 +719,8 @@ impl DeviceKernels {
         };
         let tiled = if ctx.has_coop_gemm() {
             ctx.gemm.pick_coop()
+        } else if ctx.subgroup_matrix_i8 {
+            MatmulVariant::MatrixI8 { emulated: false }
         } else {
             MatmulVariant::Tiled
         };

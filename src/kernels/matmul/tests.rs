@@ -690,3 +690,63 @@ fn tile_splits_grow_short_grids_and_match_the_shader() {
     assert_eq!(coop(128, 2048 / 32), 1);
     assert_eq!(coop(32, 4096 / 32), 2);
 }
+
+/// The browser's int8 subgroup-matrix GEMM: its emulated form (dot4I8Packed for the matrix
+/// builtins) compiles for every type with levels and every tile fusion, within the
+/// workgroup memory the device check asks for with the matrix sums added; the browser's form
+/// opens with its enables and the uniformity diagnostic turned off; types without levels
+/// are refused by the defines and given the portable tiles by `sized`.
+#[test]
+fn the_int8_matrix_gemm_compiles_where_the_type_has_levels() {
+    for ty in GgmlType::SUPPORTED {
+        for fusion in [Fusion::None, Fusion::Glu(Activation::GeluTanh), Fusion::Qkv] {
+            for emulated in [true, false] {
+                let key = MatmulKey {
+                    ty,
+                    variant: MatmulVariant::MatrixI8 { emulated },
+                    bias: fusion != Fusion::Glu(Activation::GeluTanh),
+                    norm: true,
+                    fusion,
+                    stage_k: 0,
+                    splits: 1,
+                    levels: XLevels::Staged,
+                    x16: false,
+                    sg64: false,
+                    vec_stage: false,
+                    coop8: false,
+                };
+                if !has_levels8(ty) {
+                    assert!(key.defines().is_err(), "{}", key.label());
+                    let sized = key.sized(4096, 4096, 512, GemmChoice::Auto, false);
+                    assert!(
+                        matches!(sized.variant, MatmulVariant::Tiled | MatmulVariant::Wide(_)),
+                        "{ty:?}: {:?}",
+                        sized.variant
+                    );
+                    continue;
+                }
+                let src = key.source().unwrap();
+                if emulated {
+                    let bytes = compile_to_spirv(&key.label(), &src);
+                    // The browser's form adds its 16 KiB of per-subgroup i32 sums.
+                    assert!(
+                        bytes + 16 * 1024 <= crate::gpu::MATRIX_I8_WORKGROUP_BYTES,
+                        "{}: {bytes} bytes",
+                        key.label()
+                    );
+                } else {
+                    assert!(
+                        src.starts_with(
+                            "enable subgroups;\nenable chromium_experimental_subgroup_matrix;\n\
+                             diagnostic(off, chromium.subgroup_matrix_uniformity);\n"
+                        ),
+                        "{}",
+                        key.label()
+                    );
+                    assert!(src.contains("subgroupMatrixMultiplyAccumulate"));
+                    assert!(!src.contains("fn chunk_sum"));
+                }
+            }
+        }
+    }
+}
