@@ -19,11 +19,11 @@ use coco::gguf::GgmlType;
 use coco::gpu::{Binding, GpuTensor, StepRecorder};
 use coco::kernels::elementwise::Activation;
 use coco::kernels::matmul::MatmulVariant::{
-    self, Coop128, CoopStream, MatvecChunk, MatvecChunkWide, MatvecRows, MatvecSubgroup,
-    MatvecWorkgroup, Tiled, TiledCoop,
+    self, Coop128, CoopStream, MatrixI8, MatvecChunk, MatvecChunkWide, MatvecRows,
+    MatvecSubgroup, MatvecWorkgroup, Tiled, TiledCoop,
 };
 use coco::kernels::matmul::{
-    matmul_glu_variant, matmul_normed_variant, matmul_post_norm_add_variant, matmul_qkv_variant,
+    has_levels8, matmul_glu_variant, matmul_normed_variant, matmul_post_norm_add_variant, matmul_qkv_variant,
     MatmulArgs, PostNormAdd,
 };
 use coco::reference::ops;
@@ -171,7 +171,7 @@ fn wide(slots: u32, tokens: u32) -> MatmulVariant {
 
 /// Shapes every op is tried in: each matvec reduction, the tiled kernel for 1, 17 (a partial
 /// tile) and 70 tokens (two z slices), and the automatic choice for 64 tokens.
-fn variants_cases(base: impl Fn(Case) -> Case) -> Vec<Case> {
+fn variants_cases(ty: GgmlType, base: impl Fn(Case) -> Case) -> Vec<Case> {
     let mut cases = vec![
         base(case(1, Some(MatvecWorkgroup))),
         base(case(3, Some(MatvecWorkgroup))).long(),
@@ -234,6 +234,15 @@ fn variants_cases(base: impl Fn(Case) -> Case) -> Vec<Case> {
         println!(
             "the f16 cooperative-matrix GEMM is off (not offered here, or COCO_COOPMAT=0); not tested"
         );
+    }
+    if has_levels8(ty) {
+        // The browser's int8 subgroup-matrix GEMM, its matrix builtins emulated.
+        let matrix = MatrixI8 { emulated: true };
+        cases.extend([
+            base(case(17, Some(matrix))),
+            base(case(70, Some(matrix))).no_norm(),
+            base(case(33, Some(matrix))).long(),
+        ]);
     }
     cases
 }
@@ -319,7 +328,7 @@ fn run_normed(ty: GgmlType, c: Case, seed: u64) -> Err {
 }
 
 fn normed_type(ty: GgmlType) -> Err {
-    let mut cases = variants_cases(|c| c.bias());
+    let mut cases = variants_cases(ty, |c| c.bias());
     cases.extend([
         case(3, Some(MatvecWorkgroup)).accumulate(),
         case(1, Some(MatvecWorkgroup)).bias().accumulate().split(12),
@@ -410,7 +419,7 @@ fn run_glu(ty: GgmlType, c: Case, seed: u64) -> Err {
 }
 
 fn glu_type(ty: GgmlType) -> Err {
-    let mut cases = variants_cases(|c| c);
+    let mut cases = variants_cases(ty, |c| c);
     cases.extend([
         case(2, Some(MatvecWorkgroup)).gelu(),
         case(17, Some(Tiled)).gelu().no_norm(),
@@ -516,7 +525,7 @@ fn run_qkv(ty: GgmlType, c: Case, seed: u64) -> Err {
 }
 
 fn qkv_type(ty: GgmlType) -> Err {
-    let mut cases = variants_cases(|c| c);
+    let mut cases = variants_cases(ty, |c| c);
     cases.extend([
         case(1, Some(MatvecWorkgroup)).bias(),
         case(3, Some(MatvecWorkgroup)).no_norm().bias(),
