@@ -276,6 +276,10 @@ async def main():
     ap.add_argument("--tg", type=int, default=128)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--bench-prompt", choices=["short", "long"], default="short",
+                    help="the bench visit's greedy generation after the short prompt (the "
+                         "matvec prefills it) or the ~128-token one (the prefill GEMM does): "
+                         "its text, compared across variants, checks the GEMM a variant runs")
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--out", required=True)
     ap.add_argument("--wllama", help="URL of wllama.html: also run wllama on the same file")
@@ -290,6 +294,7 @@ async def main():
             common = {"model": a.model, "mode": "complete", "prompt": PROMPT, "max": str(a.tokens), **extra}
             visits = [
                 ("bench", {**common, "temp": "0", "top_k": "1", "rep": "1", "bench": "1",
+                           **({"prompt": LONG_PROMPT} if a.bench_prompt == "long" else {}),
                            "bench_pp": str(a.pp), "bench_tg": str(a.tg), "bench_reps": str(a.reps)}, True),
                 ("sampled", common, False),
             ]

@@ -318,9 +318,11 @@ pub const INT8_MATRIX: (u32, u32, u32) = (16, 16, 32);
 
 impl BrowserGrant {
     /// Whether the device holds what the int8 subgroup-matrix GEMM needs: the feature
-    /// granted with an [`INT8_MATRIX`] i8 → i32 configuration, and subgroups of exactly 32.
+    /// granted with an [`INT8_MATRIX`] i8 → i32 configuration, subgroups of exactly 32, and
+    /// WGSL's `pack4xI8` (it stages x' as the int8 matvec does).
     pub fn int8_matrix(&self) -> bool {
         self.matrix_granted
+            && self.packed_4x8
             && (self.min_size, self.max_size) == (32, 32)
             && self.matrix_configs.iter().any(|c| {
                 (c.m, c.n, c.k) == INT8_MATRIX && c.component == "i8" && c.result == "i32"
@@ -469,7 +471,7 @@ mod tests {
     #[test]
     fn the_int8_gemm_needs_its_configuration_granted() {
         let nvidia = r#"{"offered":true,"granted":true,"subgroup_id":true,"min_size":32,
-            "max_size":32,"matrix_offered":true,"matrix_granted":true,"matrix_configs":[
+            "max_size":32,"packed_4x8":true,"matrix_offered":true,"matrix_granted":true,"matrix_configs":[
               {"component":"u8","result":"u32","m":16,"n":16,"k":32},
               {"component":"i8","result":"i32","m":16,"n":16,"k":32},
               {"component":"u8","result":"u32","m":16,"n":8,"k":32},
