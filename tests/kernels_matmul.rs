@@ -16,8 +16,8 @@ use coco::gguf::GgmlType;
 use coco::gpu::{Binding, GpuTensor, StepRecorder};
 use coco::kernels::get_rows::get_rows;
 use coco::kernels::matmul::MatmulVariant::{
-    self, Coop128, CoopStream, MatrixI8, MatvecChunk, MatvecChunkWide, MatvecRows,
-    MatvecSubgroup, MatvecWorkgroup, Tiled, TiledCoop,
+    self, Coop128, CoopStream, MatrixI8, MatvecChunk, MatvecChunkWide, MatvecRows, MatvecSubgroup,
+    MatvecWorkgroup, Tiled, TiledCoop,
 };
 use coco::kernels::matmul::{has_levels8, matmul_variant, MatmulArgs, WideTile};
 use coco::reference::{matmul as reference, ops, quant};

@@ -19,12 +19,12 @@ use coco::gguf::GgmlType;
 use coco::gpu::{Binding, GpuTensor, StepRecorder};
 use coco::kernels::elementwise::Activation;
 use coco::kernels::matmul::MatmulVariant::{
-    self, Coop128, CoopStream, MatrixI8, MatvecChunk, MatvecChunkWide, MatvecRows,
-    MatvecSubgroup, MatvecWorkgroup, Tiled, TiledCoop,
+    self, Coop128, CoopStream, MatrixI8, MatvecChunk, MatvecChunkWide, MatvecRows, MatvecSubgroup,
+    MatvecWorkgroup, Tiled, TiledCoop,
 };
 use coco::kernels::matmul::{
-    has_levels8, matmul_glu_variant, matmul_normed_variant, matmul_post_norm_add_variant, matmul_qkv_variant,
-    MatmulArgs, PostNormAdd,
+    has_levels8, matmul_glu_variant, matmul_normed_variant, matmul_post_norm_add_variant,
+    matmul_qkv_variant, MatmulArgs, PostNormAdd,
 };
 use coco::reference::ops;
 use coco::reference::quant::{self, SeenX};

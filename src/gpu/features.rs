@@ -324,9 +324,10 @@ impl BrowserGrant {
         self.matrix_granted
             && self.packed_4x8
             && (self.min_size, self.max_size) == (32, 32)
-            && self.matrix_configs.iter().any(|c| {
-                (c.m, c.n, c.k) == INT8_MATRIX && c.component == "i8" && c.result == "i32"
-            })
+            && self
+                .matrix_configs
+                .iter()
+                .any(|c| (c.m, c.n, c.k) == INT8_MATRIX && c.component == "i8" && c.result == "i32")
     }
 
     /// The adapter's subgroup-matrix offer in the words of the native report
@@ -478,8 +479,12 @@ mod tests {
               {"component":"i8","result":"i32","m":16,"n":8,"k":32}]}"#;
         let grant: BrowserGrant = serde_json::from_str(nvidia).expect("grant");
         assert!(grant.int8_matrix());
-        assert!(grant.describe_matrices(false, true).contains("used (experimental)"));
-        assert!(grant.describe_matrices(false, false).contains("granted, not used"));
+        assert!(grant
+            .describe_matrices(false, true)
+            .contains("used (experimental)"));
+        assert!(grant
+            .describe_matrices(false, false)
+            .contains("granted, not used"));
         let not_granted = BrowserGrant {
             matrix_granted: false,
             ..grant.clone()
