@@ -7,12 +7,13 @@
 // How: GPUAdapter.prototype.requestDevice is wrapped once. A call whose descriptor label coco
 // registered with askForSubgroups() gets 'subgroups' added to its requiredFeatures when the
 // adapter offers it; every other caller (another library on the page) is passed through
-// untouched. The same call asks for Chromium's experimental subgroup matrices where they
-// hold the int8 product coco's prefill GEMM uses. What the browser granted is recorded under
+// untouched. With askForSubgroups(label, true) (a link's gemm=matrix) the same call asks for
+// Chromium's experimental subgroup matrices too, where they hold the int8 product coco's
+// prefill GEMM uses. What the browser granted is recorded under
 // the label for granted() to read.
 // wgpu sets the descriptor's label from its own DeviceDescriptor, which is how the two meet.
 
-const wanted = new Set();
+const wanted = new Map(); // label -> whether to ask for subgroup matrices too
 const grants = new Map();
 let wrapped = false;
 
@@ -34,7 +35,7 @@ function wrapRequestDevice() {
     const int8 = configs.some((c) => String(c.componentType) === "i8" && String(c.resultComponentType) === "i32"
       && Number(c.M) === 16 && Number(c.N) === 16 && Number(c.K) === 32);
     let device;
-    if (offered && int8 && this.features.has(matrix)) {
+    if (wanted.get(label) && offered && int8 && this.features.has(matrix)) {
       // An experimental feature: if asking for it fails the device opens without it.
       try {
         device = await original.call(this, { ...descriptor, requiredFeatures: [...features, matrix] });
@@ -69,10 +70,11 @@ function wrapRequestDevice() {
   };
 }
 
-/** Asks for `subgroups` on the next requestDevice whose descriptor is labelled `label`. */
-export function askForSubgroups(label) {
+/** Asks for `subgroups` on the next requestDevice whose descriptor is labelled `label`, and
+ * with `matrices` for `chromium-experimental-subgroup-matrix` too. */
+export function askForSubgroups(label, matrices) {
   wrapRequestDevice();
-  wanted.add(label);
+  wanted.set(label, Boolean(matrices));
 }
 
 /** What the browser granted the device labelled `label`, or undefined if it never asked. */

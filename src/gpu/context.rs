@@ -60,7 +60,8 @@ pub struct GpuContext {
     /// Whether prefill multiplies on the browser's int8 subgroup matrices
     /// (`MatmulVariant::MatrixI8`): granted with coco's configuration
     /// (`BrowserGrant::int8_matrix`), the subgroup kernels in use, [`MATRIX_I8_WORKGROUP_BYTES`]
-    /// of workgroup memory, and the default GEMM choice. Never natively (wgpu's cooperative
+    /// of workgroup memory, and asked for (`GemmChoice::Matrix`: opt-in until it has run on a
+    /// real GPU). Never natively (wgpu's cooperative
     /// matrices are `coop_block`'s).
     pub subgroup_matrix_i8: bool,
     /// Who merges flash-decoding's key ranges (the caller's choice; one dispatch by default).
@@ -260,7 +261,7 @@ impl GpuContext {
         );
         #[cfg(target_arch = "wasm32")]
         if options.wants_subgroups() {
-            super::features::browser::ask_for_subgroups(&label);
+            super::features::browser::ask_for_subgroups(&label, options.gemm == GemmChoice::Matrix);
         }
         #[cfg_attr(not(target_arch = "wasm32"), allow(unused_mut))]
         let mut cooperative_matrix = describe_cooperative_matrix(&adapter);
@@ -312,14 +313,17 @@ impl GpuContext {
                 features |= wgpu::Features::SUBGROUP;
             }
             let matrix_i8 = decision.used
-                && options.gemm == GemmChoice::Auto
+                && options.gemm == GemmChoice::Matrix
                 && limits.max_compute_workgroup_storage_size >= MATRIX_I8_WORKGROUP_BYTES
                 && grant.as_ref().is_some_and(|g| g.int8_matrix());
             // wgpu's web backend knows no cooperative matrices; the browser's own offer is
             // what the report can say.
             if let Some(g) = &grant {
-                cooperative_matrix =
-                    g.describe_matrices(features.contains(wgpu::Features::SHADER_F16), matrix_i8);
+                cooperative_matrix = g.describe_matrices(
+                    features.contains(wgpu::Features::SHADER_F16),
+                    options.gemm == GemmChoice::Matrix,
+                    matrix_i8,
+                );
             }
             (decision, matrix_i8)
         };

@@ -120,14 +120,20 @@ pub enum GemmChoice {
     Tiled,
     /// One wide tile everywhere (`COCO_GEMM=4x8`, `gemm=4x8`, …).
     Force(WideTile),
+    /// The browser's int8 subgroup-matrix GEMM where Chromium grants it (the page's
+    /// `gemm=matrix`; experimental and opt-in until it has run on a real GPU), `Auto`'s
+    /// portable choice elsewhere and for weight types without int8 levels. Natively the same
+    /// as `Auto`: wgpu's own cooperative matrices are `COCO_COOPMAT`'s.
+    Matrix,
 }
 
 impl GemmChoice {
-    /// "auto", "tiled", "4x8", "8x4" or "4x4"; `None` for anything else.
+    /// "auto", "tiled", "matrix", "4x8", "8x4" or "4x4"; `None` for anything else.
     pub fn parse(v: &str) -> Option<GemmChoice> {
         match v.trim() {
             "auto" => Some(GemmChoice::Auto),
             "tiled" => Some(GemmChoice::Tiled),
+            "matrix" => Some(GemmChoice::Matrix),
             v => WideTile::parse(v).map(GemmChoice::Force),
         }
     }
@@ -137,6 +143,7 @@ impl GemmChoice {
         match self {
             GemmChoice::Auto => "auto".into(),
             GemmChoice::Tiled => "tiled".into(),
+            GemmChoice::Matrix => "matrix".into(),
             GemmChoice::Force(w) => format!("{}x{}", w.slots, w.tokens),
         }
     }
@@ -144,7 +151,7 @@ impl GemmChoice {
     /// [`GemmChoice::parse`], or `Auto` with a warning naming what was expected.
     pub fn parse_or_warn(v: &str, source: &str) -> GemmChoice {
         GemmChoice::parse(v).unwrap_or_else(|| {
-            log::warn!("{source}={v:?} ignored: expected auto, tiled, 4x8, 8x4 or 4x4");
+            log::warn!("{source}={v:?} ignored: expected auto, tiled, matrix, 4x8, 8x4 or 4x4");
             GemmChoice::Auto
         })
     }
@@ -317,7 +324,8 @@ pub struct MatrixConfig {
 pub const INT8_MATRIX: (u32, u32, u32) = (16, 16, 32);
 
 impl BrowserGrant {
-    /// Whether the device holds what the int8 subgroup-matrix GEMM needs: the feature
+    /// Whether the device holds what the int8 subgroup-matrix GEMM needs (once asked for
+    /// with `gemm=matrix`): the feature
     /// granted with an [`INT8_MATRIX`] i8 → i32 configuration, subgroups of exactly 32, and
     /// WGSL's `pack4xI8` (it stages x' as the int8 matvec does).
     pub fn int8_matrix(&self) -> bool {
@@ -332,10 +340,10 @@ impl BrowserGrant {
 
     /// The adapter's subgroup-matrix offer in the words of the native report
     /// (`describe_cooperative_matrix`), and whether coco's prefill uses it (`used`: the
-    /// int8 GEMM runs); where every configuration takes f16 and the device has no
-    /// `shader-f16` (`f16`), that none could be declared here at all (WGSL's f16 needs
-    /// `enable f16;`).
-    pub fn describe_matrices(&self, f16: bool, used: bool) -> String {
+    /// int8 GEMM runs; `asked`: a link said `gemm=matrix`); where every configuration takes
+    /// f16 and the device has no `shader-f16` (`f16`), that none could be declared here at
+    /// all (WGSL's f16 needs `enable f16;`).
+    pub fn describe_matrices(&self, f16: bool, asked: bool, used: bool) -> String {
         if !self.matrix_offered {
             return "chromium-experimental-subgroup-matrix not offered".into();
         }
@@ -350,12 +358,17 @@ impl BrowserGrant {
             {
                 "none usable here: every configuration takes f16 and this device has no shader-f16"
             } else if used {
-                "used (experimental): the prefill GEMM multiplies int8 levels 16x16x32 where the \
-                 weight type has them (Q4_0, Q5_0, Q8_0, Q4_K), the portable tiles elsewhere"
+                "used (experimental, gemm=matrix): the prefill GEMM multiplies int8 levels \
+                 16x16x32 where the weight type has them (Q4_0, Q5_0, Q8_0, Q4_K), the portable \
+                 tiles elsewhere"
+            } else if !asked {
+                "not used by default: coco's int8 GEMM on them has not yet run on a real GPU \
+                 (gemm=matrix in a link tries it); prefill runs the portable tiles"
             } else if self.int8_matrix() {
-                "granted, not used: a link's gemm= or subgroups=0 asks for the portable tiles"
+                "granted, not used: the subgroup kernels are off or the workgroup memory is short"
             } else {
-                "not used: coco's int8 GEMM needs 16x16x32 i8->i32 on subgroups of 32, granted"
+                "asked for, not usable: coco's int8 GEMM needs 16x16x32 i8->i32 on subgroups of \
+                 32 and pack4xI8, granted; prefill runs the portable tiles"
             };
         format!(
             "chromium-experimental-subgroup-matrix offered | {} configuration(s){}{} | {why}",
@@ -390,14 +403,15 @@ pub(crate) mod browser {
     #[wasm_bindgen(module = "/src/gpu/browser_features.js")]
     extern "C" {
         #[wasm_bindgen(js_name = askForSubgroups)]
-        fn ask_for_subgroups_js(label: &str);
+        fn ask_for_subgroups_js(label: &str, matrices: bool);
         #[wasm_bindgen(js_name = granted)]
         fn granted_js(label: &str) -> JsValue;
     }
 
-    /// Registers `label` so the browser's requestDevice call with it asks for `subgroups`.
-    pub fn ask_for_subgroups(label: &str) {
-        ask_for_subgroups_js(label)
+    /// Registers `label` so the browser's requestDevice call with it asks for `subgroups`,
+    /// and with `matrices` (a link's `gemm=matrix`) for Chromium's subgroup matrices too.
+    pub fn ask_for_subgroups(label: &str, matrices: bool) {
+        ask_for_subgroups_js(label, matrices)
     }
 
     /// What the browser granted the device labelled `label` (None when it never asked).
@@ -438,15 +452,17 @@ mod tests {
         )
         .expect("grant");
         for f16 in [false, true] {
-            let text = grant.describe_matrices(f16, false);
+            let text = grant.describe_matrices(f16, false, false);
             assert!(
                 text.contains("offered | 2 configuration(s): 8x8x8 f16->f32, 8x8x32 i8->i32"),
                 "{text}"
             );
-            assert!(text.contains("not used: coco's int8 GEMM needs"), "{text}");
+            assert!(text.contains("not used by default"), "{text}");
+            let asked = grant.describe_matrices(f16, true, false);
+            assert!(asked.contains("asked for, not usable"), "{asked}");
         }
         assert_eq!(
-            full().describe_matrices(false, false),
+            full().describe_matrices(false, false, false),
             "chromium-experimental-subgroup-matrix not offered"
         );
         // Only f16 configurations, no shader-f16: none could be declared.
@@ -458,11 +474,11 @@ mod tests {
         )
         .expect("grant");
         assert!(
-            f16_only.describe_matrices(false, false).ends_with(
+            f16_only.describe_matrices(false, true, false).ends_with(
                 "none usable here: every configuration takes f16 and this device has no shader-f16"
             ),
             "{}",
-            f16_only.describe_matrices(false, false)
+            f16_only.describe_matrices(false, true, false)
         );
         assert!(!f16_only.int8_matrix());
     }
@@ -480,11 +496,14 @@ mod tests {
         let grant: BrowserGrant = serde_json::from_str(nvidia).expect("grant");
         assert!(grant.int8_matrix());
         assert!(grant
-            .describe_matrices(false, true)
-            .contains("used (experimental)"));
+            .describe_matrices(false, true, true)
+            .contains("used (experimental, gemm=matrix)"));
         assert!(grant
-            .describe_matrices(false, false)
+            .describe_matrices(false, true, false)
             .contains("granted, not used"));
+        assert!(grant
+            .describe_matrices(false, false, false)
+            .contains("not used by default"));
         let not_granted = BrowserGrant {
             matrix_granted: false,
             ..grant.clone()

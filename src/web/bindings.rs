@@ -229,7 +229,7 @@ impl Coco {
                     throw(PageError::new(
                         super::error::ErrorKind::InvalidRequest,
                         format!(
-                            "open options: gemm {:?} is not \"auto\", \"tiled\", \"4x8\", \"8x4\" or \"4x4\"",
+                            "open options: gemm {:?} is not \"auto\", \"tiled\", \"matrix\", \"4x8\", \"8x4\" or \"4x4\"",
                             v.chars().take(40).collect::<String>()
                         ),
                     ))

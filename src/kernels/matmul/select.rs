@@ -559,7 +559,7 @@ impl GemmChoice {
         match self {
             GemmChoice::Tiled => MatmulVariant::Tiled,
             GemmChoice::Force(w) => MatmulVariant::Wide(w),
-            GemmChoice::Auto => WideTile::ALL
+            GemmChoice::Auto | GemmChoice::Matrix => WideTile::ALL
                 .into_iter()
                 .find(|w| {
                     let (n, tt) = w.tile();
@@ -602,7 +602,8 @@ pub const MATVEC_MAX_T: u32 = 32;
 /// GEMM was asked for by name (`DeviceOptions::gemm`: the page's check of the tile kernels
 /// in the browser's compiler). The one rule [`MatmulKey::choose`](super::MatmulKey::choose) and `model::Plan` share.
 pub fn matvec_max_t(kernels: DeviceKernels) -> Option<u32> {
-    let tiles = kernels.matvec != MatmulVariant::MatvecRows || kernels.gemm != GemmChoice::Auto;
+    let tiles = kernels.matvec != MatmulVariant::MatvecRows
+        || !matches!(kernels.gemm, GemmChoice::Auto | GemmChoice::Matrix);
     let stream = kernels.tiled.is_coop() && coop_stream() && matvec_max_t_override().is_none();
     tiles.then(|| {
         if stream {

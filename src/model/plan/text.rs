@@ -198,7 +198,12 @@ impl Plan {
                             tiles.label()
                         )
                     }
-                    (_, GemmChoice::Auto) => format!(
+                    (MatmulVariant::MatrixI8 { .. }, _) => format!(
+                        "{} (the browser's int8 subgroup matrices, experimental: gemm=matrix) \
+                         where the weight type has int8 levels, else the portable tiles",
+                        MatmulVariant::MatrixI8 { emulated: false }.label()
+                    ),
+                    (_, GemmChoice::Auto | GemmChoice::Matrix) => format!(
                         "the first of {} that leaves >= {WIDE_MIN_GROUPS} workgroups, else {}",
                         WideTile::ALL
                             .map(|w| MatmulVariant::Wide(w).label())
