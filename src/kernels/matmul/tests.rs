@@ -701,19 +701,12 @@ fn the_int8_matrix_gemm_compiles_where_the_type_has_levels() {
     for ty in GgmlType::SUPPORTED {
         for fusion in [Fusion::None, Fusion::Glu(Activation::GeluTanh), Fusion::Qkv] {
             for emulated in [true, false] {
+                let bias = fusion != Fusion::Glu(Activation::GeluTanh);
+                let matrix = MatmulVariant::MatrixI8 { emulated };
                 let key = MatmulKey {
-                    ty,
-                    variant: MatmulVariant::MatrixI8 { emulated },
-                    bias: fusion != Fusion::Glu(Activation::GeluTanh),
-                    norm: true,
                     fusion,
-                    stage_k: 0,
-                    splits: 1,
-                    levels: XLevels::Staged,
-                    x16: false,
-                    sg64: false,
-                    vec_stage: false,
-                    coop8: false,
+                    norm: true,
+                    ..MatmulKey::choose(DeviceKernels::PORTABLE, ty, 512, bias, Some(matrix))
                 };
                 if !has_levels8(ty) {
                     assert!(key.defines().is_err(), "{}", key.label());
