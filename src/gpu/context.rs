@@ -61,8 +61,7 @@ pub struct GpuContext {
     /// (`MatmulVariant::MatrixI8`): granted with coco's configuration
     /// (`BrowserGrant::int8_matrix`), the subgroup kernels in use, [`MATRIX_I8_WORKGROUP_BYTES`]
     /// of workgroup memory, and asked for (`GemmChoice::Matrix`: opt-in until it has run on a
-    /// real GPU). Never natively (wgpu's cooperative
-    /// matrices are `coop_block`'s).
+    /// real GPU). Never natively (wgpu's cooperative matrices are `coop_block`'s).
     pub subgroup_matrix_i8: bool,
     /// Who merges flash-decoding's key ranges (the caller's choice; one dispatch by default).
     pub attention_merge: AttentionMerge,
