@@ -20,6 +20,8 @@
 //      can't take a subgroup matrix apart.
 // Invocation 32s + l keeps token 16(s / 2) + l % 16 of slots 16(s % 2) + l / 16 + 2i and the
 // same 32 on (i < 8): with GLU a row's gate and up, so it combines them itself.
+// With SPLIT_K (a short step's small grid, matmul/tile_split.wgsl) p.splits workgroups share a
+// tile, each over its own range of chunks, and the last to arrive adds the ranges' sums.
 // MATRIX_EMULATED (the kernel tests, natively) computes the same integer sums with
 // dot4I8Packed instead of the matrix builtins: everything but those is checked on lavapipe.
 
@@ -118,10 +120,11 @@ fn main(
         return;
     }
     let t0 = wid.z * TILE_T;
-    let chunks = p.k / 32u;
+    let rg = row_group(g);
+    let range = k_range(g);
     let sr = li / 4u; // the slot and the token this thread stages
     let q = li % 4u;  // … their elements 8q .. 8q + 7 of each chunk
-    let staged = locate(g * TILE_N + sr, TILE_N);
+    let staged = locate(rg * TILE_N + sr, TILE_N);
     let staged_live = live(staged);
     let t_stage = t0 + sr;
     // The sums this thread keeps: those of the blocks subgroup li / 32 multiplies (whichever
@@ -137,11 +140,14 @@ fn main(
     var ss = 0.0;
     // Chunk c + 1's loads are issued before chunk c's products, as in TILED.
     var w_next = Levels8(vec2<u32>(0u), vec2<f32>(0.0));
-    if (staged_live) {
-        w_next = levels_w8(staged, q);
+    var x_next: array<vec4<f32>, 2>;
+    if (range.x < range.y) {
+        if (staged_live) {
+            w_next = levels_w8(staged, 4u * range.x + q);
+        }
+        x_next = stage_x(t_stage, range.x, q, &ss);
     }
-    var x_next = stage_x(t_stage, 0u, q, &ss);
-    for (var c = 0u; c < chunks; c++) {
+    for (var c = range.x; c < range.y; c++) {
         let at = sr * KW + 2u * q;
         wq[at] = bitcast<i32>(w_next.q.x);
         wq[at + 1u] = bitcast<i32>(w_next.q.y);
@@ -166,7 +172,7 @@ fn main(
             xdb[sr] = d.y;
         }
         workgroupBarrier();
-        if (c + 1u < chunks) {
+        if (c + 1u < range.y) {
             if (staged_live) {
                 w_next = levels_w8(staged, 4u * (c + 1u) + q);
             }
@@ -192,6 +198,11 @@ fn main(
         }
         workgroupBarrier();
     }
+#ifdef SPLIT_K
+    if (!split_merge(li, split_tile(wid.z, rg), g % p.splits, select(0u, 0xffffu, t0 + tok < p.t), &acc, &ss)) {
+        return;
+    }
+#endif
 #ifdef NORM
     xmax[li] = ss; // thread li staged token li / 4 (see token_scale)
     workgroupBarrier();
@@ -203,13 +214,13 @@ fn main(
     let scale = token_scale(tok);
     for (var i = 0u; i < 8u; i++) {
         let s = slot0 + lane / 16u + 2u * i;
-        let lo = locate(g * TILE_N + s, TILE_N);
+        let lo = locate(rg * TILE_N + s, TILE_N);
 #ifdef GLU
         if (live(lo)) {
             store_glu(t, lo.y, acc[i] * scale, acc[8u + i] * scale);
         }
 #else
-        let hi = locate(g * TILE_N + s + 32u, TILE_N);
+        let hi = locate(rg * TILE_N + s + 32u, TILE_N);
         if (live(lo)) {
             store(lo.x, t, lo.y, acc[i] * scale);
         }

@@ -373,11 +373,13 @@ impl MatmulKey {
                 let rows = variant.slots_per_group();
                 chunk_splits(slots.div_ceil(rows as u64), rows, k / 32, t)
             }
-            MatmulVariant::Tiled | MatmulVariant::TiledCoop => tile_splits(
-                slots.div_ceil(TILE_N as u64),
-                (t as u64).div_ceil(TILE_T as u64),
-                k / 32,
-            ),
+            MatmulVariant::Tiled | MatmulVariant::TiledCoop | MatmulVariant::MatrixI8 { .. } => {
+                tile_splits(
+                    slots.div_ceil(TILE_N as u64),
+                    (t as u64).div_ceil(TILE_T as u64),
+                    k / 32,
+                )
+            }
             MatmulVariant::Coop128 => coop128_splits(
                 slots.div_ceil(COOP_TILE as u64),
                 (t as u64).div_ceil(COOP_TILE as u64),
@@ -661,6 +663,7 @@ impl MatmulKey {
                         | MatmulVariant::MatvecChunkWide(_)
                         | MatmulVariant::Tiled
                         | MatmulVariant::TiledCoop
+                        | MatmulVariant::MatrixI8 { .. }
                 )
             {
                 return Err(KernelError::Shape {

@@ -700,12 +700,13 @@ fn tile_splits_grow_short_grids_and_match_the_shader() {
 fn the_int8_matrix_gemm_compiles_where_the_type_has_levels() {
     for ty in GgmlType::SUPPORTED {
         for fusion in [Fusion::None, Fusion::Glu(Activation::GeluTanh), Fusion::Qkv] {
-            for emulated in [true, false] {
+            for (emulated, splits) in [(true, 1), (true, 3), (false, 1), (false, 3)] {
                 let bias = fusion != Fusion::Glu(Activation::GeluTanh);
                 let matrix = MatmulVariant::MatrixI8 { emulated };
                 let key = MatmulKey {
                     fusion,
                     norm: true,
+                    splits,
                     ..MatmulKey::choose(DeviceKernels::PORTABLE, ty, 512, bias, Some(matrix))
                 };
                 if !has_levels8(ty) {
