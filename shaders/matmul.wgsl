@@ -49,6 +49,9 @@
 //                 x's place, B_X) instead of staging it from x
 //   X16           (TILED_COOP, GEMM_COOP, no NORM) reads x' as the f16 rows the pass before
 //                 staged (binding x16 in x's place; matmul/coop_staging.wgsl)
+//   ABLATE_MMA ABLATE_W ABLATE_X  (TILED, GEMM_WIDE, TILED_COOP, GEMM_COOP with X16) the
+//                 diagnostic COCO_ABLATE leaves the multiply, W's loads or x''s loads out of
+//                 the K loop, for timing only: the outputs are wrong (select.rs ablations)
 // Constants prepended by kernels/matmul.rs (one source of truth for the host's grid math and
 // binding order): MV_ROWS, MV_LANES, MV_UNROLL, MV_RPS, MV_STAGE_VEC4 (matvec), TILE_N,
 // TILE_T (tiled), POST_COUNTERS (POST_NORM), and the binding numbers B_W1, B_W2, B_X, B_Y,

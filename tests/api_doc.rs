@@ -288,6 +288,7 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
             f16_operands: false,
             shader_checks: "off",
             subgroups: false,
+            ablate: vec![],
         },
         pipeline: "fused",
         prompt_tokens: 8,

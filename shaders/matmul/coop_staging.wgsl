@@ -72,6 +72,10 @@ fn stage_w16(at: u32, v: array<vec4<f32>, 2>) {
 #ifdef X16
 // Elements 8q .. 8q + 7 of 32-wide chunk c of token t's staged row.
 fn x8(t: u32, c: u32, q: u32) -> array<vec4<f16>, 2> {
+#ifdef ABLATE_X
+    // The diagnostic COCO_ABLATE=x (select.rs ablations): no loads.
+    return array<vec4<f16>, 2>(vec4<f16>(0.125h), vec4<f16>(0.375h));
+#endif
     let i = (t * p.k + 32u * c + 8u * q) / 4u;
     return array<vec4<f16>, 2>(x16[i], x16[i + 1u]);
 }

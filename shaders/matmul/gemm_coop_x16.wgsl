@@ -125,6 +125,7 @@ fn main(
         }
         let wb = (c & 1u) * W_TILE;
         let xb = (c & 1u) * X_TILE;
+#ifndef ABLATE_MMA
         for (var kk = 0u; kk < KC; kk += CB) {
             let a0 = coopLoadT<CoopA>(&wt16[(wb + r0 * KS + kk) / SV], KS / SV);
             let a1 = coopLoadT<CoopA>(&wt16[(wb + (r0 + HALF_N) * KS + kk) / SV], KS / SV);
@@ -141,6 +142,7 @@ fn main(
             c12 = coopMultiplyAdd(a1, b2, c12);
             c13 = coopMultiplyAdd(a1, b3, c13);
         }
+#endif
         // The other buffer was last read in chunk c - 1, before the barrier that ended it.
         if (more) {
             stage_chunk(c + 1u, at, w_next, x_next);

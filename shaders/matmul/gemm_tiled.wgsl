@@ -67,6 +67,7 @@ fn main(
             }
             x_next = stage_x(t_stage, c + 1u, q, &ss);
         }
+#ifndef ABLATE_MMA
         for (var j = 0u; j < 8u; j++) {
             let a0 = wt[j * TILE_N + tx];
             let a1 = wt[j * TILE_N + tx + 16u];
@@ -83,6 +84,7 @@ fn main(
             acc2 = mac4x(at, xt[j * TILE_T + ty + 32u], acc2);
             acc3 = mac4x(at, xt[j * TILE_T + ty + 48u], acc3);
         }
+#endif
         workgroupBarrier();
     }
 #ifdef SPLIT_K

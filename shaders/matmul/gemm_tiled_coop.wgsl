@@ -108,6 +108,7 @@ fn main(
         }
         let wb = (c & 1u) * TILE_N * 32u;
         let xb = (c & 1u) * TILE_T * 32u;
+#ifndef ABLATE_MMA
         for (var kk = 0u; kk < 32u; kk += CB) {
             let a = coopLoadT<CoopA>(&wt16[(wb + r0 * 32u + kk) / SV], 32u / SV);
             let b0 = coopLoad<CoopB>(&xt16[(xb + n0 * 32u + kk) / SV], 32u / SV);
@@ -115,6 +116,7 @@ fn main(
             c0 = coopMultiplyAdd(a, b0, c0);
             c1 = coopMultiplyAdd(a, b1, c1);
         }
+#endif
         // The other buffer was last read in chunk c - 1, before the barrier that ended it.
         if (more) {
             stage_chunk(c + 1u, sr * 32u + 8u * q, w_next, x_next);
@@ -144,6 +146,7 @@ fn main(
             }
             x_next = stage_x(t_stage, c + 1u, q, &ss);
         }
+#ifndef ABLATE_MMA
         for (var kk = 0u; kk < 32u; kk += CB) {
             let a = coopLoadT<CoopA>(&wt16[(r0 * 32u + kk) / SV], 32u / SV);
             let b0 = coopLoad<CoopB>(&xt16[(n0 * 32u + kk) / SV], 32u / SV);
@@ -151,6 +154,7 @@ fn main(
             c0 = coopMultiplyAdd(a, b0, c0);
             c1 = coopMultiplyAdd(a, b1, c1);
         }
+#endif
         workgroupBarrier();
     }
 #endif

@@ -89,6 +89,7 @@ fn main(
             xt[(2u * q + 1u) * TILE_T + sr] = xv[1];
         }
         workgroupBarrier();
+#ifndef ABLATE_MMA
         for (var kv = 0u; kv < KV; kv++) {
             // The thread's slots, transposed in groups of 4: at[4s + e] holds element e of
             // slots 4s .. 4s + 3, so each token's vec4 of x' feeds 16 FMAs per group.
@@ -114,6 +115,7 @@ fn main(
                 }
             }
         }
+#endif
         workgroupBarrier();
     }
 #ifdef NORM

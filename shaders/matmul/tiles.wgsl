@@ -8,6 +8,10 @@
 
 // Elements 8o .. 8o + 7 of row mr.y of weight mr.x (wsel as in dot_w).
 fn dequant_w8(mr: vec2<u32>, o: u32) -> array<vec4<f32>, 2> {
+#ifdef ABLATE_W
+    // The diagnostic COCO_ABLATE=w (select.rs ablations): no loads, no decoding.
+    return array<vec4<f32>, 2>(vec4<f32>(0.25), vec4<f32>(0.5));
+#endif
     let wr = row_of(mr.x, mr.y);
 #ifdef QKV
     if (mr.x == 2u) {
@@ -51,6 +55,10 @@ fn round_f16(v: vec4<f32>) -> vec4<f32> {
 // Elements 8q .. 8q + 7 of 32-wide chunk c of x'[t] (zeros past the step's tokens); with NORM
 // their squares are added to ss before the norm weight scales them.
 fn stage_x(t: u32, c: u32, q: u32, ss: ptr<function, f32>) -> array<vec4<f32>, 2> {
+#ifdef ABLATE_X
+    // The diagnostic COCO_ABLATE=x (select.rs ablations): no loads.
+    return array<vec4<f32>, 2>(vec4<f32>(0.125), vec4<f32>(0.375));
+#endif
     var xa = vec4<f32>(0.0);
     var xb = vec4<f32>(0.0);
     if (t < p.t) {

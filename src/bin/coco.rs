@@ -246,6 +246,13 @@ fn open_gpu(verbose: bool) -> Result<Arc<GpuContext>> {
             k.subgroups,
             ctx.subgroups.why
         );
+        if !k.ablate.is_empty() {
+            eprintln!(
+                "COCO_ABLATE={}: the prefill tiles leave these parts out; their outputs are \
+                 wrong (a timing diagnostic)",
+                k.ablate.join(",")
+            );
+        }
     }
     Ok(ctx)
 }

@@ -520,11 +520,36 @@ impl MatmulKey {
         } else {
             ""
         };
+        let ablated: String = self
+            .ablated()
+            .iter()
+            .map(|a| format!("_{}", a.label()))
+            .collect();
+        let ablated = if ablated.is_empty() {
+            ablated
+        } else {
+            format!("_ablate{ablated}")
+        };
         format!(
-            "matmul_{}_{}{fusion}{norm}{bias}{staged}{int8}{levels}{x16}{vec}{block}{splits}{f16}",
+            "matmul_{}_{}{fusion}{norm}{bias}{staged}{int8}{levels}{x16}{vec}{block}{splits}{f16}{ablated}",
             self.ty.name().to_lowercase(),
             self.variant.label()
         )
+    }
+
+    /// The parts of the K loop the diagnostic `COCO_ABLATE` leaves out of this kernel
+    /// ([`ablations`]): only the prefill tile kernels that have the switches.
+    pub fn ablated(&self) -> &'static [Ablation] {
+        let has_switches = match self.variant {
+            MatmulVariant::Tiled | MatmulVariant::TiledCoop | MatmulVariant::Wide(_) => true,
+            MatmulVariant::Coop128 => self.x16 && !self.sg64,
+            _ => false,
+        };
+        if has_switches {
+            ablations()
+        } else {
+            &[]
+        }
     }
 
     /// The defines that select this variant in `matmul.wgsl` (errors on an unsupported type).
@@ -698,6 +723,7 @@ impl MatmulKey {
         if self.f16_operands() {
             defines.push("F16_OPERANDS");
         }
+        defines.extend(self.ablated().iter().map(|a| a.define()));
         Ok(defines)
     }
 
@@ -782,7 +808,11 @@ impl MatmulKey {
     /// The preprocessed WGSL, with the grid constants and binding numbers the host also uses
     /// prepended (one source of truth; `GpuContext::pipeline` takes no override constants).
     pub(super) fn source(&self) -> Result<String, KernelError> {
-        let defines = self.defines()?;
+        self.source_for(self.defines()?)
+    }
+
+    /// [`MatmulKey::source`] with `defines` in place of the key's own.
+    pub(super) fn source_for(&self, defines: Vec<&'static str>) -> Result<String, KernelError> {
         let l = self.layout();
         let (mv_rows, mv_lanes) = match self.variant {
             v if v.is_tiled() => (MV_ROWS, MV_LANES),

@@ -189,6 +189,65 @@ fn workgroups_from_env(cell: &'static std::sync::OnceLock<Option<u64>>, name: &s
     })
 }
 
+/// A part of the prefill tile kernels' K loop that the diagnostic switch `COCO_ABLATE` leaves
+/// out ([`ablations`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ablation {
+    /// The multiply: the matrix loads and products of the tensor-core tiles, the
+    /// workgroup-memory reads and FMAs of the portable ones.
+    Multiply,
+    /// W's loads and dequantization (each thread stages constants instead).
+    Weights,
+    /// x''s loads (and with the norm fold, its Σx² and scaling).
+    Activations,
+}
+
+impl Ablation {
+    pub fn define(self) -> &'static str {
+        match self {
+            Ablation::Multiply => "ABLATE_MMA",
+            Ablation::Weights => "ABLATE_W",
+            Ablation::Activations => "ABLATE_X",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Ablation::Multiply => "mma",
+            Ablation::Weights => "w",
+            Ablation::Activations => "x",
+        }
+    }
+}
+
+/// `COCO_ABLATE=mma,w,x` (any subset), read once per process: a diagnostic for the per-kernel
+/// profile, never a setting. The prefill tile kernels (`coop128x128` with x' prestaged,
+/// `coop64x64`, `tiled64x64`, the wide portable tiles) leave those parts out of their K loop,
+/// so `coco bench --profile` shows what the rest costs: which of loading, staging and
+/// multiplying bounds them (BENCHMARKS.md "session 39"). **Their outputs are wrong**; the
+/// labels end in `_ablate_…`, and the bench's JSON and `coco bench`'s header say so.
+/// Unknown names are ignored with a warning.
+pub fn ablations() -> &'static [Ablation] {
+    static SET: std::sync::OnceLock<Vec<Ablation>> = std::sync::OnceLock::new();
+    SET.get_or_init(|| {
+        let Ok(v) = std::env::var("COCO_ABLATE") else {
+            return Vec::new();
+        };
+        let mut set = Vec::new();
+        for name in v.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            match [Ablation::Multiply, Ablation::Weights, Ablation::Activations]
+                .into_iter()
+                .find(|a| a.label() == name)
+            {
+                Some(a) if !set.contains(&a) => set.push(a),
+                Some(_) => {}
+                None => log::warn!("COCO_ABLATE: {name:?} ignored (expected mma, w or x)"),
+            }
+        }
+        set
+    })
+}
+
 /// Whether the scale pass before each tensor-core product stages x' once as f16 rows (`X16`,
 /// shaders/matmul/token_scale.wgsl), the tiles copy it as it lies, and the 128-token tiles are
 /// double-buffered and split K (shaders/matmul/gemm_coop_x16.wgsl); read once per process. On
@@ -470,6 +529,9 @@ pub struct KernelSettings {
     /// Whether the subgroup kernels run (`GpuContext::subgroups`: `COCO_SUBGROUPS`, a link's
     /// `subgroups`).
     pub subgroups: bool,
+    /// The diagnostic `COCO_ABLATE` ([`ablations`]): the parts the prefill tiles leave out,
+    /// whose outputs are then wrong; empty in every real run.
+    pub ablate: Vec<&'static str>,
 }
 
 impl KernelSettings {
@@ -505,6 +567,7 @@ impl KernelSettings {
             f16_operands: f16_operands(),
             shader_checks: crate::gpu::shader_checks_name(),
             subgroups: ctx.subgroups.used,
+            ablate: ablations().iter().map(|a| a.label()).collect(),
         }
     }
 }

@@ -744,3 +744,45 @@ fn the_int8_matrix_gemm_compiles_where_the_type_has_levels() {
         }
     }
 }
+
+/// The diagnostic `COCO_ABLATE` ([`ablations`]): every kernel with the switches compiles with
+/// each part left out and with all three.
+#[test]
+fn ablated_prefill_tiles_compile() {
+    let all = [Ablation::Multiply, Ablation::Weights, Ablation::Activations];
+    let variants = [
+        (MatmulVariant::Tiled, false),
+        (MatmulVariant::Wide(WideTile::new(4, 8)), false),
+        (MatmulVariant::TiledCoop, true),
+        (MatmulVariant::Coop128, true),
+    ];
+    for (variant, x16) in variants {
+        for fusion in [Fusion::None, Fusion::Glu(Activation::Silu)] {
+            let key = MatmulKey {
+                ty: GgmlType::Q4_0,
+                variant,
+                bias: false,
+                norm: !x16,
+                fusion,
+                stage_k: 0,
+                splits: 1,
+                levels: XLevels::Staged,
+                x16,
+                sg64: false,
+                vec_stage: x16,
+                coop8: false,
+            };
+            let parts: Vec<Vec<Ablation>> = all
+                .iter()
+                .map(|&a| vec![a])
+                .chain(std::iter::once(all.to_vec()))
+                .collect();
+            for set in parts {
+                let mut defines = key.defines().unwrap();
+                defines.extend(set.iter().map(|a| a.define()));
+                let src = key.source_for(defines).unwrap();
+                compile_to_spirv(&format!("{} {set:?}", key.label()), &src);
+            }
+        }
+    }
+}
