@@ -99,22 +99,6 @@ fn main(
         let x0 = array<array<vec4<f16>, 2>, 2>(x8(t_lo, range.x, q), x8(t_hi, range.x, q));
         stage_chunk(range.x, at, w_next, x0);
     }
-#ifdef PREFETCH2
-    // Two chunks ahead (COCO_COOP_PREFETCH=2, select.rs coop_prefetch2): chunk c + 1 waits in
-    // registers (w_next, x_held) while chunk c + 2's loads are in flight, so they have chunk
-    // c's and c + 1's matrix work to arrive in instead of chunk c's alone.
-    var x_held = array<array<vec4<f16>, 2>, 2>();
-    if (range.x + 1u < range.y) {
-        let o = 4u * (range.x + 1u) + q;
-        if (lo_live) {
-            w_next[0] = dequant_w8(w_lo, o);
-        }
-        if (hi_live) {
-            w_next[1] = dequant_w8(w_hi, o);
-        }
-        x_held = array<array<vec4<f16>, 2>, 2>(x8(t_lo, range.x + 1u, q), x8(t_hi, range.x + 1u, q));
-    }
-#endif
     workgroupBarrier();
     // Accumulators c<h><j>: slots r0 + 64h .. + CB - 1, tokens n0 + CB j .. + CB - 1.
     var c00 = coopLoad<CoopC>(&ct[scratch], CB);
@@ -127,21 +111,6 @@ fn main(
     var c13 = c00;
     for (var c = range.x; c < range.y; c++) {
         let more = c + 1u < range.y;
-#ifdef PREFETCH2
-        // Chunk c + 2's loads, issued before chunk c's matrix work; chunk c + 1's are held.
-        let x_next = x_held;
-        var w_far = array<array<vec4<f32>, 2>, 2>(zero8, zero8);
-        if (c + 2u < range.y) {
-            let o = 4u * (c + 2u) + q;
-            if (lo_live) {
-                w_far[0] = dequant_w8(w_lo, o);
-            }
-            if (hi_live) {
-                w_far[1] = dequant_w8(w_hi, o);
-            }
-            x_held = array<array<vec4<f16>, 2>, 2>(x8(t_lo, c + 2u, q), x8(t_hi, c + 2u, q));
-        }
-#else
         // Chunk c + 1's loads, issued before chunk c's matrix work.
         var x_next = array<array<vec4<f16>, 2>, 2>();
         if (more) {
@@ -154,7 +123,6 @@ fn main(
             }
             x_next = array<array<vec4<f16>, 2>, 2>(x8(t_lo, c + 1u, q), x8(t_hi, c + 1u, q));
         }
-#endif
         let wb = (c & 1u) * W_TILE;
         let xb = (c & 1u) * X_TILE;
 #ifndef ABLATE_MMA
@@ -180,9 +148,6 @@ fn main(
             stage_chunk(c + 1u, at, w_next, x_next);
         }
         workgroupBarrier();
-#ifdef PREFETCH2
-        w_next = w_far;
-#endif
     }
     // Four rounds, one per token block: the subgroup parks block h = 0 then 1 (slots r0 + 64h
     // ..), and lane l takes slot r0 + l % CB (and its partner 64 on) of tokens

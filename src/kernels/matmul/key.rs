@@ -515,7 +515,6 @@ impl MatmulKey {
             _ => "",
         };
         let vec = if self.vec_stage { "_v4" } else { "" };
-        let prefetch = if self.prefetch2() { "_p2" } else { "" };
         let block = if self.coop8 && self.variant.is_coop() {
             "_b8"
         } else {
@@ -532,16 +531,10 @@ impl MatmulKey {
             format!("_ablate{ablated}")
         };
         format!(
-            "matmul_{}_{}{fusion}{norm}{bias}{staged}{int8}{levels}{x16}{vec}{prefetch}{block}{splits}{f16}{ablated}",
+            "matmul_{}_{}{fusion}{norm}{bias}{staged}{int8}{levels}{x16}{vec}{block}{splits}{f16}{ablated}",
             self.ty.name().to_lowercase(),
             self.variant.label()
         )
-    }
-
-    /// Whether this is the 128-token tensor-core tile loading two chunks ahead
-    /// ([`coop_prefetch2`]).
-    fn prefetch2(&self) -> bool {
-        self.variant == MatmulVariant::Coop128 && self.x16 && !self.sg64 && coop_prefetch2()
     }
 
     /// The parts of the K loop the diagnostic `COCO_ABLATE` leaves out of this kernel
@@ -729,9 +722,6 @@ impl MatmulKey {
         }
         if self.f16_operands() {
             defines.push("F16_OPERANDS");
-        }
-        if self.prefetch2() {
-            defines.push("PREFETCH2");
         }
         defines.extend(self.ablated().iter().map(|a| a.define()));
         Ok(defines)

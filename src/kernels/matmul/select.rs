@@ -261,15 +261,6 @@ pub fn coop_prestage() -> bool {
     *ON.get_or_init(|| switch_on_unless_zero("COCO_COOP_PRESTAGE"))
 }
 
-/// Whether the 128-token tensor-core tiles with x' prestaged load two chunks ahead
-/// (`PREFETCH2` in gemm_coop_x16.wgsl: chunk c + 2's loads in flight during chunk c's and
-/// c + 1's matrix work, 24 more registers per thread) rather than one; read once per process.
-/// Off by default; `COCO_COOP_PREFETCH=2` is the A/B (BENCHMARKS.md "session 39").
-pub fn coop_prefetch2() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("COCO_COOP_PREFETCH").is_ok_and(|v| v == "2"))
-}
-
 /// Whether the tensor-core tiles hold their staged chunks as `vec4<f16>` and store each
 /// thread's 8 staged values with two 8-byte stores (and two packed conversions) instead of
 /// eight 2-byte stores, their matrix loads counting strides in vec4s (`VEC_STAGE`; llama.cpp's
@@ -541,9 +532,6 @@ pub struct KernelSettings {
     /// The diagnostic `COCO_ABLATE` ([`ablations`]): the parts the prefill tiles leave out,
     /// whose outputs are then wrong; empty in every real run.
     pub ablate: Vec<&'static str>,
-    /// Chunks the 128-token tensor-core tiles load ahead: 1, or 2 with
-    /// `COCO_COOP_PREFETCH=2` ([`coop_prefetch2`]).
-    pub coop_prefetch: u32,
 }
 
 impl KernelSettings {
@@ -580,7 +568,6 @@ impl KernelSettings {
             shader_checks: crate::gpu::shader_checks_name(),
             subgroups: ctx.subgroups.used,
             ablate: ablations().iter().map(|a| a.label()).collect(),
-            coop_prefetch: if coop_prefetch2() { 2 } else { 1 },
         }
     }
 }

@@ -746,7 +746,7 @@ fn the_int8_matrix_gemm_compiles_where_the_type_has_levels() {
 }
 
 /// The diagnostic `COCO_ABLATE` ([`ablations`]): every kernel with the switches compiles with
-/// each part left out and with all three; so does `COCO_COOP_PREFETCH=2`'s 128-token tile.
+/// each part left out and with all three.
 #[test]
 fn ablated_prefill_tiles_compile() {
     let all = [Ablation::Multiply, Ablation::Weights, Ablation::Activations];
@@ -777,15 +777,6 @@ fn ablated_prefill_tiles_compile() {
                 .map(|&a| vec![a])
                 .chain(std::iter::once(all.to_vec()))
                 .collect();
-            if variant == MatmulVariant::Coop128 {
-                // COCO_COOP_PREFETCH=2's form (coop_prefetch2).
-                let mut defines = key.defines().unwrap();
-                defines.push("PREFETCH2");
-                compile_to_spirv(
-                    &format!("{} prefetch 2", key.label()),
-                    &key.source_for(defines).unwrap(),
-                );
-            }
             for set in parts {
                 let mut defines = key.defines().unwrap();
                 defines.extend(set.iter().map(|a| a.define()));
