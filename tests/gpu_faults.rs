@@ -21,6 +21,41 @@ fn load(ctx: &Arc<GpuContext>, name: &str) -> Arc<Model> {
     Arc::new(load_path(ctx, &fixture(name), 512).unwrap_or_else(|e| panic!("{name}: {e}")))
 }
 
+/// Kernels whose labels differ but whose WGSL is the same (the tiles' split counts: `_k2`,
+/// `_k4`, … read the count at run time) share one compiled pipeline; each keeps its label for
+/// the profiles.
+#[test]
+fn labels_with_one_source_share_a_pipeline() {
+    let ctx = gpu();
+    let source = |n: u32| {
+        format!(
+            "@group(0) @binding(1) var<storage, read_write> y: array<u32>;\n\
+             @compute @workgroup_size(64) fn main(@builtin(global_invocation_id) i: vec3<u32>) \
+             {{ y[i.x] = {n}u; }}"
+        )
+    };
+    let before = ctx.pipeline_count();
+    let k2 = ctx.pipeline("share_test_k2", || source(1));
+    let k4 = ctx.pipeline("share_test_k4", || source(1));
+    assert_eq!(
+        ctx.pipeline_count(),
+        before + 1,
+        "one compile for one source"
+    );
+    assert_eq!(
+        (k2.label.as_str(), k4.label.as_str()),
+        ("share_test_k2", "share_test_k4")
+    );
+    assert_eq!(k2.pipeline, k4.pipeline);
+    let other = ctx.pipeline("share_test_other", || source(2));
+    assert_eq!(
+        ctx.pipeline_count(),
+        before + 2,
+        "another source is compiled"
+    );
+    assert_ne!(other.pipeline, k2.pipeline);
+}
+
 #[test]
 fn failed_allocation_is_a_typed_error() {
     let ctx = gpu();

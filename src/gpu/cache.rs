@@ -29,12 +29,32 @@ pub struct Kernel {
 }
 
 /// Compiled kernels, by label and by typed variant key (both lead to one [`Kernel`] per
-/// label).
+/// label), and the compiled pipelines by their WGSL: labels whose sources are the same text
+/// share one pipeline. The tiles split K by a runtime parameter whose count changes with the
+/// step's token tiles (`tile_splits`: the Llama-1B shape's W_o on the 64 × 64 tiles 8 ways for
+/// one or two token tiles, 6 for three, 4 for four); each count has its own label (`_k4`,
+/// which profiles show) but the same source, so each was another compile of one kernel (in a
+/// browser, at the first prompt of that length).
 #[derive(Default)]
 pub(crate) struct KernelCache {
     by_label: HashMap<String, Arc<Kernel>>,
     /// (the key's type, its FxHash) → the keys with that hash, each with its kernel.
     by_key: FxHashMap<(TypeId, u64), Vec<KeyedKernel>>,
+    by_source: HashMap<SourceId, (wgpu::ComputePipeline, wgpu::BindGroupLayout)>,
+}
+
+/// A WGSL source by two independent 64-bit hashes and its length (kept instead of the text,
+/// ~50 KB a kernel, which the page's wasm heap would hold for every variant).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct SourceId(u64, u64, usize);
+
+impl SourceId {
+    pub fn of(source: &str) -> SourceId {
+        // SipHash with fixed keys, and FxHash.
+        let mut sip = std::collections::hash_map::DefaultHasher::new();
+        source.hash(&mut sip);
+        SourceId(sip.finish(), fx_hash(&source), source.len())
+    }
 }
 
 /// A variant key (of any type: the cache holds several kernels' keys) and its kernel.
@@ -68,8 +88,22 @@ impl KernelCache {
             .push((Box::new(key), kernel));
     }
 
+    /// The pipeline compiled from `source`, if one was.
+    pub fn by_source(
+        &self,
+        source: SourceId,
+    ) -> Option<(wgpu::ComputePipeline, wgpu::BindGroupLayout)> {
+        self.by_source.get(&source).cloned()
+    }
+
+    pub fn insert_source(&mut self, source: SourceId, kernel: &Kernel) {
+        self.by_source
+            .insert(source, (kernel.pipeline.clone(), kernel.layout.clone()));
+    }
+
+    /// Pipelines compiled (distinct sources).
     pub fn len(&self) -> usize {
-        self.by_label.len()
+        self.by_source.len()
     }
 }
 

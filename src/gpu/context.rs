@@ -476,13 +476,27 @@ impl GpuContext {
     }
 
     /// The kernel named `label`, compiled from `source()` on first use. The label names the
-    /// variant (STYLE.md: `matmul_q4_k_tiled`), so it is the cache key.
+    /// variant (STYLE.md: `matmul_q4_k_tiled`), so it is the cache key; a label whose source
+    /// another label already compiled shares that pipeline (`KernelCache`).
     pub fn pipeline(&self, label: &str, source: impl FnOnce() -> String) -> Arc<Kernel> {
         let mut cache = self.kernels.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(kernel) = cache.by_label(label) {
             return kernel;
         }
-        let kernel = Arc::new(self.compile(label, source()));
+        let source = source();
+        let id = super::cache::SourceId::of(&source);
+        let kernel = Arc::new(match cache.by_source(id) {
+            Some((pipeline, layout)) => Kernel {
+                pipeline,
+                label: label.to_string(),
+                layout,
+            },
+            None => {
+                let kernel = self.compile(label, source);
+                cache.insert_source(id, &kernel);
+                kernel
+            }
+        });
         cache.insert_label(kernel.clone());
         kernel
     }
