@@ -97,6 +97,7 @@ pub struct GpuContext {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ResourceCounts {
     pub buffers_created: u64,
+    /// Compiled pipelines (labels with the same WGSL share one).
     pub pipelines: usize,
     pub bind_groups: usize,
     pub readback_buffers: usize,
