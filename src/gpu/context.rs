@@ -219,6 +219,38 @@ fn shader_checks() -> wgpu::ShaderRuntimeChecks {
     checks
 }
 
+/// Whether wgpu zeroes each workgroup's memory before its kernel starts (its default, and
+/// WebGPU's rule). `COCO_WG_ZERO=0` turns it off natively: an A/B diagnostic of what the
+/// zeroing costs per dispatch, not a setting, until every kernel is shown to write each
+/// workgroup word before reading it.
+fn zero_workgroup_memory() -> bool {
+    cfg!(target_arch = "wasm32") || std::env::var("COCO_WG_ZERO").map_or(true, |v| v != "0")
+}
+
+/// With `COCO_DUMP_WGSL=<dir>`, every kernel's WGSL as compiled goes to `<dir>/<label>.wgsl`,
+/// for `examples/pipeline_stats.rs` (the driver's registers, spills and shared memory per
+/// kernel). A diagnostic: a file that can't be written is reported once per kernel and skipped.
+#[cfg(not(target_arch = "wasm32"))]
+fn dump_source(label: &str, source: &str) {
+    let Some(dir) = std::env::var_os("COCO_DUMP_WGSL") else {
+        return;
+    };
+    let name: String = label
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let path = std::path::Path::new(&dir).join(format!("{name}.wgsl"));
+    if let Err(e) = std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&path, source)) {
+        log::warn!("COCO_DUMP_WGSL: {}: {e}", path.display());
+    }
+}
+
 /// The shaders' runtime checks as `COCO_SHADER_CHECKS` names them: `all`, `loops` (the
 /// integer-division checks without loop bounding) or `off` (the default); `browser` in the
 /// page, where the browser's WGSL compiler decides.
@@ -531,6 +563,8 @@ impl GpuContext {
     }
 
     fn compile(&self, label: &str, source: String) -> Kernel {
+        #[cfg(not(target_arch = "wasm32"))]
+        dump_source(label, &source);
         let desc = wgpu::ShaderModuleDescriptor {
             label: Some(label),
             source: wgpu::ShaderSource::Wgsl(source.into()),
@@ -551,7 +585,10 @@ impl GpuContext {
                 layout: None,
                 module: &module,
                 entry_point: Some("main"),
-                compilation_options: Default::default(),
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    zero_initialize_workgroup_memory: zero_workgroup_memory(),
+                    ..Default::default()
+                },
                 cache: None,
             });
         Kernel {
