@@ -110,9 +110,12 @@ fn main() -> Result<()> {
     Ok(())
 }
 
+/// A kernel's bindings in group 0: (binding, whether a storage buffer).
+type Bindings = Vec<(u32, bool)>;
+
 /// The SPIR-V of a kernel's WGSL with wgpu's options for coco's kernels, and its bindings in
 /// group 0 (binding, whether a storage buffer).
-fn spirv(source: &str, zero_init: bool) -> Result<(Vec<u32>, Vec<(u32, bool)>)> {
+fn spirv(source: &str, zero_init: bool) -> Result<(Vec<u32>, Bindings)> {
     use naga::back::spv;
     let module = naga::front::wgsl::parse_str(source).map_err(|e| anyhow::anyhow!("{e}"))?;
     let info = naga::valid::Validator::new(
@@ -272,11 +275,10 @@ unsafe fn print_ir(
     let mut reps: Vec<vk::PipelineExecutableInternalRepresentationKHR> = sized
         .iter()
         .zip(buffers.iter_mut())
-        .map(|(r, buf)| {
-            let mut rep = vk::PipelineExecutableInternalRepresentationKHR::default();
-            rep.data_size = r.data_size;
-            rep.p_data = buf.as_mut_ptr().cast();
-            rep
+        .map(|(r, buf)| vk::PipelineExecutableInternalRepresentationKHR {
+            data_size: r.data_size,
+            p_data: buf.as_mut_ptr().cast(),
+            ..Default::default()
         })
         .collect();
     let mut count = reps.len() as u32;
