@@ -5,14 +5,17 @@
 #
 #   MODELS="llama-1b:q4_0" PROMPTS="32 64 512" bash scripts/kernel_stats_h200.sh
 #
-# Each model runs `coco bench -p P -n 4` per prompt length with COCO_DUMP_WGSL, natively and
-# with COCO_COOPMAT=0 (the portable kernels); $OUT/stats.txt has one line per kernel.
+# Each model runs `coco bench -p P -n 4` per prompt length and setting with COCO_DUMP_WGSL
+# (SETTINGS; by default natively and with COCO_COOPMAT=0, the portable kernels);
+# $OUT/stats.txt has one line per kernel.
 set -uo pipefail
 B=.bench
 M=/tmp/models
 OUT=${OUT:-/tmp/out}
 MODELS=${MODELS:-"llama-1b:q4_0"}
 PROMPTS=${PROMPTS:-"32 64 512"}
+# The settings each prompt runs under: "default" or VAR=value[+VAR=value…].
+SETTINGS=${SETTINGS:-"default COCO_COOPMAT=0"}
 mkdir -p "$M" "$OUT"
 for f in .gl/*.deb; do dpkg -x "$f" /; done
 ldconfig
@@ -26,8 +29,11 @@ for spec in $MODELS; do
   m="$M/${spec%%:*}-${spec##*:}.gguf"
   [ -s "$m" ] || "$B/shape_model" "${spec%%:*}" "${spec##*:}" "$m" > /dev/null
   for p in $PROMPTS; do
-    COCO_DUMP_WGSL=$W "$B/coco" bench -m "$m" -p "$p" -n 4 --reps 1 > /dev/null 2>> "$OUT/err.txt"
-    COCO_DUMP_WGSL=$W COCO_COOPMAT=0 "$B/coco" bench -m "$m" -p "$p" -n 4 --reps 1 > /dev/null 2>> "$OUT/err.txt"
+    for setting in $SETTINGS; do
+      vars=()
+      [ "$setting" != default ] && IFS=+ read -ra vars <<< "$setting"
+      env "${vars[@]}" COCO_DUMP_WGSL=$W "$B/coco" bench -m "$m" -p "$p" -n 4 --reps 1 > /dev/null 2>> "$OUT/err.txt"
+    done
   done
 done
 echo "$(ls "$W" | wc -l) kernels" | tee -a "$OUT/gpu.txt"

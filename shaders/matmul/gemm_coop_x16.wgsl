@@ -41,11 +41,11 @@ fn record_word(tile: u32, split: u32, sg: u32, j: u32, e: u32, lane: u32) -> u32
 #endif
 
 // Chunk c's elements of this thread's two W rows and two tokens, into buffer c % 2.
-fn stage_chunk(c: u32, at: u32, w8: array<array<vec4<f32>, 2>, 2>, x8s: array<array<vec4<f16>, 2>, 2>) {
+fn stage_chunk(c: u32, at: u32, w8: array<W8, 2>, x8s: array<array<vec4<f16>, 2>, 2>) {
     let wb = (c & 1u) * W_TILE + at;
     let xb = (c & 1u) * X_TILE + at;
-    stage_w16(wb, w8[0]);
-    stage_w16(wb + HALF_N * KS, w8[1]);
+    stage_w8(wb, w8[0]);
+    stage_w8(wb + HALF_N * KS, w8[1]);
     stage_x8(xb, x8s[0]);
     stage_x8(xb + HALF_N * KS, x8s[1]);
 }
@@ -87,17 +87,11 @@ fn main(
     for (var i = 0u; i < 8u; i++) {
         ct[scratch + SGS * i + lane] = 0.0;
     }
-    let zero8 = array<vec4<f32>, 2>(vec4<f32>(0.0), vec4<f32>(0.0));
-    var w_next = array<array<vec4<f32>, 2>, 2>(zero8, zero8);
     if (range.x < range.y) {
-        if (lo_live) {
-            w_next[0] = dequant_w8(w_lo, 4u * range.x + q);
-        }
-        if (hi_live) {
-            w_next[1] = dequant_w8(w_hi, 4u * range.x + q);
-        }
+        let o = 4u * range.x + q;
+        let w0 = array<W8, 2>(load_w8(w_lo, lo_live, o), load_w8(w_hi, hi_live, o));
         let x0 = array<array<vec4<f16>, 2>, 2>(x8(t_lo, range.x, q), x8(t_hi, range.x, q));
-        stage_chunk(range.x, at, w_next, x0);
+        stage_chunk(range.x, at, w0, x0);
     }
     workgroupBarrier();
     // Accumulators c<h><j>: slots r0 + 64h .. + CB - 1, tokens n0 + CB j .. + CB - 1.
@@ -111,21 +105,40 @@ fn main(
     var c13 = c00;
     for (var c = range.x; c < range.y; c++) {
         let more = c + 1u < range.y;
-        // Chunk c + 1's loads, issued before chunk c's matrix work.
+        let o = 4u * (c + 1u) + q;
+#ifndef TRY_LATE_LOADS
+        // Chunk c + 1's loads, issued before chunk c's matrix work. (The trial TRY_LATE_LOADS
+        // issues them after it instead: no registers held across the products, the latency
+        // left to the other workgroups on the SM.)
+        var w_next = array<W8, 2>();
         var x_next = array<array<vec4<f16>, 2>, 2>();
         if (more) {
-            let o = 4u * (c + 1u) + q;
-            if (lo_live) {
-                w_next[0] = dequant_w8(w_lo, o);
-            }
-            if (hi_live) {
-                w_next[1] = dequant_w8(w_hi, o);
-            }
+            w_next = array<W8, 2>(load_w8(w_lo, lo_live, o), load_w8(w_hi, hi_live, o));
             x_next = array<array<vec4<f16>, 2>, 2>(x8(t_lo, c + 1u, q), x8(t_hi, c + 1u, q));
         }
+#endif
         let wb = (c & 1u) * W_TILE;
         let xb = (c & 1u) * X_TILE;
 #ifndef ABLATE_MMA
+#ifdef TRY_SERIAL_B
+        // The trial TRY_SERIAL_B: one B matrix live at a time (4 fewer fragments' registers).
+        for (var kk = 0u; kk < KC; kk += CB) {
+            let a0 = coopLoadT<CoopA>(&wt16[(wb + r0 * KS + kk) / SV], KS / SV);
+            let a1 = coopLoadT<CoopA>(&wt16[(wb + (r0 + HALF_N) * KS + kk) / SV], KS / SV);
+            let b0 = coopLoad<CoopB>(&xt16[(xb + n0 * KS + kk) / SV], KS / SV);
+            c00 = coopMultiplyAdd(a0, b0, c00);
+            c10 = coopMultiplyAdd(a1, b0, c10);
+            let b1 = coopLoad<CoopB>(&xt16[(xb + (n0 + CB) * KS + kk) / SV], KS / SV);
+            c01 = coopMultiplyAdd(a0, b1, c01);
+            c11 = coopMultiplyAdd(a1, b1, c11);
+            let b2 = coopLoad<CoopB>(&xt16[(xb + (n0 + 2u * CB) * KS + kk) / SV], KS / SV);
+            c02 = coopMultiplyAdd(a0, b2, c02);
+            c12 = coopMultiplyAdd(a1, b2, c12);
+            let b3 = coopLoad<CoopB>(&xt16[(xb + (n0 + 3u * CB) * KS + kk) / SV], KS / SV);
+            c03 = coopMultiplyAdd(a0, b3, c03);
+            c13 = coopMultiplyAdd(a1, b3, c13);
+        }
+#else
         for (var kk = 0u; kk < KC; kk += CB) {
             let a0 = coopLoadT<CoopA>(&wt16[(wb + r0 * KS + kk) / SV], KS / SV);
             let a1 = coopLoadT<CoopA>(&wt16[(wb + (r0 + HALF_N) * KS + kk) / SV], KS / SV);
@@ -143,8 +156,13 @@ fn main(
             c13 = coopMultiplyAdd(a1, b3, c13);
         }
 #endif
+#endif
         // The other buffer was last read in chunk c - 1, before the barrier that ended it.
         if (more) {
+#ifdef TRY_LATE_LOADS
+            let w_next = array<W8, 2>(load_w8(w_lo, lo_live, o), load_w8(w_hi, hi_live, o));
+            let x_next = array<array<vec4<f16>, 2>, 2>(x8(t_lo, c + 1u, q), x8(t_hi, c + 1u, q));
+#endif
             stage_chunk(c + 1u, at, w_next, x_next);
         }
         workgroupBarrier();

@@ -13,8 +13,8 @@ var<workgroup> wt16: array<StagedHalf, (2u * TILE_N * 32u) / SV>; // [buffer][TI
 var<workgroup> xt16: array<StagedHalf, (2u * TILE_T * 32u) / SV>; // [buffer][TILE_T][32]: x' chunks by token (B, column-major)
 
 // This thread's 8 elements of its W row and of its token in chunk c, into buffer c % 2.
-fn stage_chunk(c: u32, at: u32, w8: array<vec4<f32>, 2>, x8s: array<vec4<f16>, 2>) {
-    stage_w16((c & 1u) * TILE_N * 32u + at, w8);
+fn stage_chunk(c: u32, at: u32, w8: W8, x8s: array<vec4<f16>, 2>) {
+    stage_w8((c & 1u) * TILE_N * 32u + at, w8);
     stage_x8((c & 1u) * TILE_T * 32u + at, x8s);
 }
 #else
@@ -87,25 +87,24 @@ fn main(
 #ifdef X16
     // Double-buffered, as gemm_coop_x16.wgsl: chunk c + 1's loads are issued before chunk c's
     // matrix work and stored into the other buffer after it, one barrier per chunk.
-    var w_next: array<vec4<f32>, 2>;
     if (range.x < range.y) {
-        if (staged_live) {
-            w_next = dequant_w8(staged, 4u * range.x + q);
-        }
-        stage_chunk(range.x, sr * 32u + 8u * q, w_next, x8(t_stage, range.x, q));
+        let w0 = load_w8(staged, staged_live, 4u * range.x + q);
+        stage_chunk(range.x, sr * 32u + 8u * q, w0, x8(t_stage, range.x, q));
     }
     workgroupBarrier();
     var c0 = coopLoad<CoopC>(&ct[n0 * TILE_N + r0], TILE_N);
     var c1 = coopLoad<CoopC>(&ct[(n0 + CB) * TILE_N + r0], TILE_N);
     for (var c = range.x; c < range.y; c++) {
         let more = c + 1u < range.y;
+#ifndef TRY_LATE_LOADS
+        // (The trial TRY_LATE_LOADS issues these after the matrix work: gemm_coop_x16.wgsl.)
+        var w_next = W8();
         var x_next: array<vec4<f16>, 2>;
         if (more) {
-            if (staged_live) {
-                w_next = dequant_w8(staged, 4u * (c + 1u) + q);
-            }
+            w_next = load_w8(staged, staged_live, 4u * (c + 1u) + q);
             x_next = x8(t_stage, c + 1u, q);
         }
+#endif
         let wb = (c & 1u) * TILE_N * 32u;
         let xb = (c & 1u) * TILE_T * 32u;
 #ifndef ABLATE_MMA
@@ -119,6 +118,10 @@ fn main(
 #endif
         // The other buffer was last read in chunk c - 1, before the barrier that ended it.
         if (more) {
+#ifdef TRY_LATE_LOADS
+            let w_next = load_w8(staged, staged_live, 4u * (c + 1u) + q);
+            let x_next = x8(t_stage, c + 1u, q);
+#endif
             stage_chunk(c + 1u, sr * 32u + 8u * q, w_next, x_next);
         }
         workgroupBarrier();

@@ -248,6 +248,62 @@ pub fn ablations() -> &'static [Ablation] {
     })
 }
 
+/// A variant of the tensor-core tiles' K loop (`coop128x128` and `coop64x64` with x'
+/// prestaged) that the A/B switch `COCO_TILE_TRY` turns on ([`tile_trials`]). Unlike an
+/// [`Ablation`] the outputs stay right: each trial moves registers, not work. On the H100
+/// the 128-token tiles hold 158–163 registers a thread, so one workgroup of 256 fits an SM
+/// (`examples/pipeline_stats.rs`; BENCHMARKS.md "session 40").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TileTrial {
+    /// The next chunk's loads issued after the matrix work instead of before it: nothing
+    /// held across the products; the other workgroups on the SM hide the latency.
+    LateLoads,
+    /// The prefetched weights held as f16 (8 registers for two rows' 16 values, not 16).
+    NextF16,
+    /// In the 128-token tiles, one B matrix loaded at a time between the products.
+    SerialB,
+}
+
+impl TileTrial {
+    pub fn define(self) -> &'static str {
+        match self {
+            TileTrial::LateLoads => "TRY_LATE_LOADS",
+            TileTrial::NextF16 => "TRY_NEXT_F16",
+            TileTrial::SerialB => "TRY_SERIAL_B",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            TileTrial::LateLoads => "late",
+            TileTrial::NextF16 => "f16next",
+            TileTrial::SerialB => "serial",
+        }
+    }
+}
+
+/// `COCO_TILE_TRY=late,f16next,serial` (any subset), read once per process: the A/B switch
+/// of [`TileTrial`]s in the tensor-core tiles with x' prestaged. Their labels end in
+/// `_try_…`. Unknown names are ignored with a warning.
+pub fn tile_trials() -> &'static [TileTrial] {
+    static SET: std::sync::OnceLock<Vec<TileTrial>> = std::sync::OnceLock::new();
+    SET.get_or_init(|| {
+        let Ok(v) = std::env::var("COCO_TILE_TRY") else {
+            return Vec::new();
+        };
+        let all = [TileTrial::LateLoads, TileTrial::NextF16, TileTrial::SerialB];
+        let mut set = Vec::new();
+        for name in v.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            match all.into_iter().find(|t| t.label() == name) {
+                Some(t) if !set.contains(&t) => set.push(t),
+                Some(_) => {}
+                None => log::warn!("COCO_TILE_TRY: {name:?} ignored (expected late, f16next or serial)"),
+            }
+        }
+        set
+    })
+}
+
 /// Whether the scale pass before each tensor-core product stages x' once as f16 rows (`X16`,
 /// shaders/matmul/token_scale.wgsl), the tiles copy it as it lies, and the 128-token tiles are
 /// double-buffered and split K (shaders/matmul/gemm_coop_x16.wgsl); read once per process. On
@@ -532,6 +588,9 @@ pub struct KernelSettings {
     /// The diagnostic `COCO_ABLATE` ([`ablations`]): the parts the prefill tiles leave out,
     /// whose outputs are then wrong; empty in every real run.
     pub ablate: Vec<&'static str>,
+    /// The A/B switch `COCO_TILE_TRY` ([`tile_trials`]): variants of the tensor-core tiles'
+    /// K loop; empty by default.
+    pub tile_try: Vec<&'static str>,
 }
 
 impl KernelSettings {
@@ -568,6 +627,7 @@ impl KernelSettings {
             shader_checks: crate::gpu::shader_checks_name(),
             subgroups: ctx.subgroups.used,
             ablate: ablations().iter().map(|a| a.label()).collect(),
+            tile_try: tile_trials().iter().map(|t| t.label()).collect(),
         }
     }
 }

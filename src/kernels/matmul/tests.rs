@@ -786,3 +786,43 @@ fn ablated_prefill_tiles_compile() {
         }
     }
 }
+
+/// Every `COCO_TILE_TRY` trial, alone and all together, compiles to SPIR-V in both
+/// tensor-core tile kernels that have them (with and without split K, vec4 staging, GLU).
+#[test]
+fn tile_trials_compile() {
+    let all = [TileTrial::LateLoads, TileTrial::NextF16, TileTrial::SerialB];
+    let sets: Vec<Vec<TileTrial>> = all
+        .iter()
+        .map(|&t| vec![t])
+        .chain(std::iter::once(all.to_vec()))
+        .collect();
+    for variant in [MatmulVariant::TiledCoop, MatmulVariant::Coop128] {
+        for (fusion, splits, vec_stage) in [
+            (Fusion::None, 1, true),
+            (Fusion::Glu(Activation::Silu), 3, true),
+            (Fusion::None, 1, false),
+        ] {
+            let key = MatmulKey {
+                ty: GgmlType::Q4_K,
+                variant,
+                bias: false,
+                norm: false,
+                fusion,
+                stage_k: 0,
+                splits,
+                levels: XLevels::Staged,
+                x16: true,
+                sg64: false,
+                vec_stage,
+                coop8: false,
+            };
+            for set in &sets {
+                let mut defines = key.defines().unwrap();
+                defines.extend(set.iter().map(|t| t.define()));
+                let src = key.source_for(defines).unwrap();
+                compile_to_spirv(&format!("{} {set:?}", key.label()), &src);
+            }
+        }
+    }
+}
