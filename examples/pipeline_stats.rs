@@ -56,11 +56,10 @@ fn main() -> Result<()> {
     });
     let adapter = pollster::block_on(instance.request_adapter(&Default::default()))
         .context("no Vulkan adapter")?;
-    println!(
-        "adapter: {} ({:?})",
-        adapter.get_info().name,
-        adapter.get_info().driver_info
-    );
+    let info = adapter.get_info();
+    println!("adapter: {} ({:?})", info.name, info.driver_info);
+    // Residency is estimated with Hopper's limits, so only there (the H100 and H200).
+    let sm90 = info.vendor == 0x10de && (info.name.contains("H100") || info.name.contains("H200"));
     // SAFETY: the adapter is a Vulkan one (the instance has no other backend).
     let hal_adapter = unsafe { adapter.as_hal::<hal::api::Vulkan>() }.context("not Vulkan")?;
     let name = ash::khr::pipeline_executable_properties::NAME;
@@ -97,10 +96,10 @@ fn main() -> Result<()> {
 
     for (label, source) in &sources {
         match spirv(source, zero_init) {
-            Ok((words, layout)) => {
+            Ok(built) => {
                 // SAFETY: the device is live; every object made here is destroyed in `report`.
                 let stats = stats_fns.as_ref();
-                if let Err(e) = unsafe { report(device, stats, label, &words, &layout, show_ir) } {
+                if let Err(e) = unsafe { report(device, stats, label, &built, sm90, show_ir) } {
                     println!("{label}: the driver refused it: {e}");
                 }
             }
@@ -110,12 +109,16 @@ fn main() -> Result<()> {
     Ok(())
 }
 
-/// A kernel's bindings in group 0: (binding, whether a storage buffer).
-type Bindings = Vec<(u32, bool)>;
+/// A kernel as built: its SPIR-V, its bindings in group 0 (binding, whether a storage
+/// buffer) and its workgroup's invocations.
+struct Built {
+    words: Vec<u32>,
+    bindings: Vec<(u32, bool)>,
+    threads: u32,
+}
 
-/// The SPIR-V of a kernel's WGSL with wgpu's options for coco's kernels, and its bindings in
-/// group 0 (binding, whether a storage buffer).
-fn spirv(source: &str, zero_init: bool) -> Result<(Vec<u32>, Bindings)> {
+/// The SPIR-V of a kernel's WGSL with wgpu's options for coco's kernels.
+fn spirv(source: &str, zero_init: bool) -> Result<Built> {
     use naga::back::spv;
     let module = naga::front::wgsl::parse_str(source).map_err(|e| anyhow::anyhow!("{e}"))?;
     let info = naga::valid::Validator::new(
@@ -157,7 +160,16 @@ fn spirv(source: &str, zero_init: bool) -> Result<(Vec<u32>, Bindings)> {
         entry_point: "main".into(),
     };
     let words = spv::write_vec(&module, &info, &options, Some(&pipeline))?;
-    Ok((words, bindings))
+    let threads = module
+        .entry_points
+        .iter()
+        .find(|e| e.name == "main")
+        .map_or(1, |e| e.workgroup_size.iter().product());
+    Ok(Built {
+        words,
+        bindings,
+        threads,
+    })
 }
 
 /// Builds the pipeline with statistics captured and prints them on one line per executable.
@@ -165,11 +177,13 @@ unsafe fn report(
     device: &ash::Device,
     stats_fns: Option<&ash::khr::pipeline_executable_properties::Device>,
     label: &str,
-    words: &[u32],
-    bindings: &[(u32, bool)],
+    built: &Built,
+    sm90: bool,
     show_ir: bool,
 ) -> Result<()> {
-    let layout_bindings: Vec<_> = bindings
+    let words = &built.words;
+    let layout_bindings: Vec<_> = built
+        .bindings
         .iter()
         .map(|&(binding, storage)| {
             vk::DescriptorSetLayoutBinding::default()
@@ -216,7 +230,7 @@ unsafe fn report(
         Ok(pipelines) => {
             let pipeline = pipelines[0];
             let printed = match stats_fns {
-                Some(f) => print_stats(f, label, pipeline, show_ir),
+                Some(f) => print_stats(f, label, pipeline, built.threads, sm90, show_ir),
                 None => {
                     println!("{label}: built ({} SPIR-V words)", words.len());
                     Ok(())
@@ -237,6 +251,8 @@ unsafe fn print_stats(
     stats_fns: &ash::khr::pipeline_executable_properties::Device,
     label: &str,
     pipeline: vk::Pipeline,
+    threads: u32,
+    sm90: bool,
     show_ir: bool,
 ) -> Result<()> {
     let executables = stats_fns
@@ -246,8 +262,16 @@ unsafe fn print_stats(
             .pipeline(pipeline)
             .executable_index(index);
         let mut line = format!("{label}:");
+        let (mut registers, mut shared) = (None, None);
         for s in stats_fns.get_pipeline_executable_statistics(&exec)? {
             let name = text(s.name_as_c_str());
+            if s.format == vk::PipelineExecutableStatisticFormatKHR::UINT64 {
+                match name.as_str() {
+                    "Register Count" => registers = Some(s.value.u64),
+                    "Shared Memory Size" => shared = Some(s.value.u64),
+                    _ => {}
+                }
+            }
             let value = match s.format {
                 vk::PipelineExecutableStatisticFormatKHR::BOOL32 => format!("{}", s.value.b32 != 0),
                 vk::PipelineExecutableStatisticFormatKHR::INT64 => format!("{}", s.value.i64),
@@ -256,6 +280,9 @@ unsafe fn print_stats(
                 _ => "?".into(),
             };
             line.push_str(&format!(" {name}={value};"));
+        }
+        if let (true, Some(registers), Some(shared)) = (sm90, registers, shared) {
+            line.push_str(&format!(" {}", residency_sm90(registers, shared, threads)));
         }
         println!("{line}");
         if show_ir {
@@ -306,7 +333,48 @@ unsafe fn print_ir(
     Ok(())
 }
 
+/// Workgroups of `threads` invocations one SM holds at once by sm_90's limits (H100, H200:
+/// 65,536 registers allocated per warp in steps of 256, 228 KiB of shared memory of which 1
+/// KiB is reserved per workgroup, 2,048 threads, 32 workgroups), and which limit binds.
+fn residency_sm90(registers: u64, shared: u64, threads: u32) -> String {
+    let warps = u64::from(threads.div_ceil(32)).max(1);
+    let per_warp = (registers * 32).div_ceil(256) * 256;
+    let by_registers = 65_536 / (per_warp * warps).max(1);
+    let by_shared = (228 * 1024) / (shared + 1024);
+    let by_threads = 2_048 / (warps * 32);
+    let limits = [
+        (by_registers, "registers"),
+        (by_shared, "shared memory"),
+        (by_threads, "threads"),
+        (32, "workgroups"),
+    ];
+    let (n, bound) = limits.into_iter().min_by_key(|l| l.0).unwrap();
+    format!("resident per SM (sm_90 limits)={n} of {threads} threads, bound by {bound};")
+}
+
 fn text(s: Result<&CStr, std::ffi::FromBytesUntilNulError>) -> String {
     s.map(|c| c.to_string_lossy().into_owned())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::residency_sm90;
+
+    /// The H100's statistics of session 40 (BENCHMARKS.md): the 128-token tensor-core tiles'
+    /// 158 registers leave room for one workgroup of 256, the 64 × 64 tiles' 82 for two, the
+    /// decode matvec's 64 for four; at 128 KiB of shared memory nothing else binds.
+    #[test]
+    fn residency_follows_the_tightest_limit() {
+        let wg = |r, s, t| residency_sm90(r, s, t);
+        assert!(wg(158, 49_152, 256).starts_with("resident per SM (sm_90 limits)=1 "));
+        assert!(wg(158, 49_152, 256).contains("registers"));
+        assert!(wg(128, 49_152, 256).contains("=2 "));
+        assert!(wg(82, 32_768, 256).contains("=2 "));
+        assert!(wg(80, 32_768, 256).contains("=3 "));
+        assert!(wg(64, 6_400, 256).contains("=4 "));
+        assert!(wg(16, 131_072, 256).contains("=1 ") && wg(16, 131_072, 256).contains("shared"));
+        assert!(wg(16, 0, 32).contains("=32 ") && wg(16, 0, 32).contains("workgroups"));
+        assert!(wg(16, 0, 1024).contains("=2 ") && wg(16, 0, 1024).contains("threads"));
+    }
 }
