@@ -1,7 +1,10 @@
-//! What the Vulkan driver made of each kernel: its compile statistics (on NVIDIA registers per
-//! thread, shared and local memory; local memory is spilled registers), through
-//! `VK_KHR_pipeline_executable_properties`. Timings say how long a kernel takes; these say
-//! whether registers cap its resident warps or spill, which no timing separates.
+//! What the Vulkan driver made of each kernel: its compile statistics, through
+//! `VK_KHR_pipeline_executable_properties`. NVIDIA's 580 driver reports registers per thread,
+//! shared memory, stack size (where spilled registers would show) and binary size (÷ 16 ≈
+//! instructions); its "Local Memory Size" reads 2^36 for every kernel, so it says nothing. On
+//! an H100 or H200 each line ends with the workgroups one SM holds and the limit that binds.
+//! Timings say how long a kernel takes; these say whether registers cap its resident warps,
+//! which no timing separates.
 //!
 //!   COCO_DUMP_WGSL=/tmp/wgsl coco bench -m M.gguf -p 512 -n 4    # the kernels a run compiles
 //!   cargo run --release --example pipeline_stats -- /tmp/wgsl [filter] [--no-zero-init] [--ir]
@@ -11,10 +14,11 @@
 //! division checks, workgroup memory zeroed natively: `--no-zero-init` leaves that out), then
 //! into a compute pipeline of a device opened through wgpu-hal with the extension added. Only
 //! labels containing `filter` are compiled. `--ir` also prints the driver's internal
-//! representations where it offers any (text only).
+//! representations where it offers any (text only; NVIDIA's 580 offers none).
 //!
-//! A diagnostic, native Vulkan only; a driver without the extension is reported and nothing
-//! else happens.
+//! A diagnostic, native Vulkan only. A driver without the extension (lavapipe 22) is reported,
+//! and each kernel is still built into a pipeline, which checks the SPIR-V and the layout.
+//! `scripts/kernel_stats_h200.sh` runs both steps on the device machine.
 
 use anyhow::{bail, Context, Result};
 use ash::vk;

@@ -228,7 +228,7 @@ fn zero_workgroup_memory() -> bool {
 }
 
 /// With `COCO_DUMP_WGSL=<dir>`, every kernel's WGSL as compiled goes to `<dir>/<label>.wgsl`,
-/// for `examples/pipeline_stats.rs` (the driver's registers, spills and shared memory per
+/// for `examples/pipeline_stats.rs` (the driver's registers, stack and shared memory per
 /// kernel). A diagnostic: a file that can't be written is reported once per kernel and skipped.
 #[cfg(not(target_arch = "wasm32"))]
 fn dump_source(label: &str, source: &str) {

@@ -230,22 +230,32 @@ impl Ablation {
 pub fn ablations() -> &'static [Ablation] {
     static SET: std::sync::OnceLock<Vec<Ablation>> = std::sync::OnceLock::new();
     SET.get_or_init(|| {
-        let Ok(v) = std::env::var("COCO_ABLATE") else {
-            return Vec::new();
-        };
-        let mut set = Vec::new();
-        for name in v.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-            match [Ablation::Multiply, Ablation::Weights, Ablation::Activations]
-                .into_iter()
-                .find(|a| a.label() == name)
-            {
-                Some(a) if !set.contains(&a) => set.push(a),
-                Some(_) => {}
-                None => log::warn!("COCO_ABLATE: {name:?} ignored (expected mma, w or x)"),
+        let all = [Ablation::Multiply, Ablation::Weights, Ablation::Activations];
+        names_in_env("COCO_ABLATE", &all, |a| a.label())
+    })
+}
+
+/// The members of `all` that the comma-separated list in environment variable `var` names
+/// (by `label`), each once, in the list's order; unknown names are ignored with a warning.
+fn names_in_env<T: Copy + PartialEq>(var: &str, all: &[T], label: fn(T) -> &'static str) -> Vec<T> {
+    let Ok(v) = std::env::var(var) else {
+        return Vec::new();
+    };
+    let mut set = Vec::new();
+    for name in v.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        match all.iter().copied().find(|&t| label(t) == name) {
+            Some(t) if !set.contains(&t) => set.push(t),
+            Some(_) => {}
+            None => {
+                let known: Vec<_> = all.iter().map(|&t| label(t)).collect();
+                log::warn!(
+                    "{var}: {name:?} ignored (expected one of {})",
+                    known.join(", ")
+                );
             }
         }
-        set
-    })
+    }
+    set
 }
 
 /// A variant of the tensor-core tiles' K loop (`coop128x128` and `coop64x64` with x'
@@ -288,19 +298,8 @@ impl TileTrial {
 pub fn tile_trials() -> &'static [TileTrial] {
     static SET: std::sync::OnceLock<Vec<TileTrial>> = std::sync::OnceLock::new();
     SET.get_or_init(|| {
-        let Ok(v) = std::env::var("COCO_TILE_TRY") else {
-            return Vec::new();
-        };
         let all = [TileTrial::LateLoads, TileTrial::NextF16, TileTrial::SerialB];
-        let mut set = Vec::new();
-        for name in v.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-            match all.into_iter().find(|t| t.label() == name) {
-                Some(t) if !set.contains(&t) => set.push(t),
-                Some(_) => {}
-                None => log::warn!("COCO_TILE_TRY: {name:?} ignored (expected late, f16next or serial)"),
-            }
-        }
-        set
+        names_in_env("COCO_TILE_TRY", &all, |t| t.label())
     })
 }
 
