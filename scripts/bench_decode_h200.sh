@@ -26,12 +26,7 @@ OUT=${OUT:-/tmp/out}
 BINS=${BINS:-coco}
 MODELS=${MODELS:-"llama-1b:q4_0 llama-1b:q8_0 gemma-270m:q5_0 qwen-0.5b:q8_0 llama-8b:q4_0"}
 mkdir -p "$M" "$OUT"
-for f in .gl/*.deb; do dpkg -x "$f" /; done
-ldconfig
-export XDG_RUNTIME_DIR=$(mktemp -d) WGPU_BACKEND=vulkan
-# Headless, the image's GLX ICD gives no vkCreateInstance; its EGL build of the driver does.
-printf '{"file_format_version":"1.0.1","ICD":{"library_path":"libEGL_nvidia.so.0","api_version":"1.4.312"}}\n' > /tmp/nvidia_egl_icd.json
-export VK_DRIVER_FILES=/tmp/nvidia_egl_icd.json VK_ICD_FILENAMES=/tmp/nvidia_egl_icd.json
+source scripts/lib/device_vulkan.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 # A file an earlier run on this machine wrote is kept (shape_model is deterministic).
 for spec in $MODELS; do

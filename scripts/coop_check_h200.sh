@@ -17,10 +17,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 ABS=${ABS:?set ABS to the settings under test, e.g. ABS=COCO_COOP_PRESTAGE=1}
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-export XDG_RUNTIME_DIR=$(mktemp -d) WGPU_BACKEND=vulkan
-printf '{"file_format_version":"1.0.1","ICD":{"library_path":"libEGL_nvidia.so.0","api_version":"1.4.312"}}\n' > /tmp/nvidia_egl_icd.json
-export VK_DRIVER_FILES=/tmp/nvidia_egl_icd.json VK_ICD_FILENAMES=/tmp/nvidia_egl_icd.json
+source scripts/lib/device_vulkan.sh
 M=/tmp/models; mkdir -p $M
 [ -s $M/llama-1b-q4_0.gguf ] || .bench/shape_model llama-1b q4_0 $M/llama-1b-q4_0.gguf > /dev/null &
 if [ -z "${SKIP_TESTS:-}" ]; then

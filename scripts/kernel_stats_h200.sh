@@ -17,11 +17,7 @@ PROMPTS=${PROMPTS:-"32 64 512"}
 # The settings each prompt runs under: "default" or VAR=value[+VAR=value…].
 SETTINGS=${SETTINGS:-"default COCO_COOPMAT=0"}
 mkdir -p "$M" "$OUT"
-for f in .gl/*.deb; do dpkg -x "$f" /; done
-ldconfig
-export XDG_RUNTIME_DIR=$(mktemp -d) WGPU_BACKEND=vulkan
-printf '{"file_format_version":"1.0.1","ICD":{"library_path":"libEGL_nvidia.so.0","api_version":"1.4.312"}}\n' > /tmp/nvidia_egl_icd.json
-export VK_DRIVER_FILES=/tmp/nvidia_egl_icd.json VK_ICD_FILENAMES=/tmp/nvidia_egl_icd.json
+source scripts/lib/device_vulkan.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 W=/tmp/wgsl
 rm -rf "$W"
