@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The driver's compile statistics for every kernel a run compiles (registers per thread,
-# shared and local memory: examples/pipeline_stats.rs), on the device machine. Carry
+# The driver's compile statistics for every kernel a run compiles (registers per thread, shared
+# memory, stack, and the workgroups an SM holds: examples/pipeline_stats.rs), on the device
+# machine. Carry
 # [".bench", ".gl"]; .bench/ holds coco, shape_model and pipeline_stats (release builds).
 #
 #   MODELS="llama-1b:q4_0" PROMPTS="32 64 512" bash scripts/kernel_stats_h200.sh
