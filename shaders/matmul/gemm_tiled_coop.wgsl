@@ -91,9 +91,61 @@ fn main(
         let w0 = load_w8(staged, staged_live, 4u * range.x + q);
         stage_chunk(range.x, sr * 32u + 8u * q, w0, x8(t_stage, range.x, q));
     }
+#ifdef TRY_PAIRS
+    if (range.x + 1u < range.y) {
+        let w1 = load_w8(staged, staged_live, 4u * (range.x + 1u) + q);
+        stage_chunk(range.x + 1u, sr * 32u + 8u * q, w1, x8(t_stage, range.x + 1u, q));
+    }
+#endif
     workgroupBarrier();
     var c0 = coopLoad<CoopC>(&ct[n0 * TILE_N + r0], TILE_N);
     var c1 = coopLoad<CoopC>(&ct[(n0 + CB) * TILE_N + r0], TILE_N);
+#ifdef TRY_PAIRS
+    // The trial TRY_PAIRS: both buffers multiplied per step (chunks c and c + 1), while chunks
+    // c + 2 and c + 3 load: twice the bytes in flight per exposed load latency, and two
+    // barriers per 64 of K (as one per 32 otherwise).
+    for (var c = range.x; c < range.y; c += 2u) {
+        var w_next = array<W8, 2>();
+        var x_next: array<array<vec4<f16>, 2>, 2>;
+#ifndef TRY_LATE_LOADS
+        for (var h = 0u; h < 2u; h++) {
+            if (c + 2u + h < range.y) {
+                w_next[h] = load_w8(staged, staged_live, 4u * (c + 2u + h) + q);
+                x_next[h] = x8(t_stage, c + 2u + h, q);
+            }
+        }
+#endif
+        // (A loop bound, not an if: naga's uniformity rule for matrix operations.)
+        for (var h = 0u; h < min(2u, range.y - c); h++) {
+            let wb = ((c + h) & 1u) * TILE_N * 32u;
+            let xb = ((c + h) & 1u) * TILE_T * 32u;
+#ifndef ABLATE_MMA
+            for (var kk = 0u; kk < 32u; kk += CB) {
+                let a = coopLoadT<CoopA>(&wt16[(wb + r0 * 32u + kk) / SV], 32u / SV);
+                let b0 = coopLoad<CoopB>(&xt16[(xb + n0 * 32u + kk) / SV], 32u / SV);
+                let b1 = coopLoad<CoopB>(&xt16[(xb + (n0 + CB) * 32u + kk) / SV], 32u / SV);
+                c0 = coopMultiplyAdd(a, b0, c0);
+                c1 = coopMultiplyAdd(a, b1, c1);
+            }
+#endif
+        }
+#ifdef TRY_LATE_LOADS
+        for (var h = 0u; h < 2u; h++) {
+            if (c + 2u + h < range.y) {
+                w_next[h] = load_w8(staged, staged_live, 4u * (c + 2u + h) + q);
+                x_next[h] = x8(t_stage, c + 2u + h, q);
+            }
+        }
+#endif
+        workgroupBarrier(); // chunks c + 2 and c + 3 go where c and c + 1 were
+        for (var h = 0u; h < 2u; h++) {
+            if (c + 2u + h < range.y) {
+                stage_chunk(c + 2u + h, sr * 32u + 8u * q, w_next[h], x_next[h]);
+            }
+        }
+        workgroupBarrier();
+    }
+#else
     for (var c = range.x; c < range.y; c++) {
         let more = c + 1u < range.y;
 #ifndef TRY_LATE_LOADS
@@ -126,6 +178,7 @@ fn main(
         }
         workgroupBarrier();
     }
+#endif
 #else
     workgroupBarrier();
     var c0 = coopLoad<CoopC>(&ct[n0 * TILE_N + r0], TILE_N);

@@ -272,6 +272,9 @@ pub enum TileTrial {
     NextF16,
     /// In the 128-token tiles, one B matrix loaded at a time between the products.
     SerialB,
+    /// Both staged buffers multiplied per step while the next two chunks load: twice the
+    /// bytes in flight per exposed load latency, two barriers per 64 of K.
+    Pairs,
 }
 
 impl TileTrial {
@@ -280,6 +283,7 @@ impl TileTrial {
             TileTrial::LateLoads => "TRY_LATE_LOADS",
             TileTrial::NextF16 => "TRY_NEXT_F16",
             TileTrial::SerialB => "TRY_SERIAL_B",
+            TileTrial::Pairs => "TRY_PAIRS",
         }
     }
 
@@ -288,17 +292,23 @@ impl TileTrial {
             TileTrial::LateLoads => "late",
             TileTrial::NextF16 => "f16next",
             TileTrial::SerialB => "serial",
+            TileTrial::Pairs => "pairs",
         }
     }
 }
 
-/// `COCO_TILE_TRY=late,f16next,serial` (any subset), read once per process: the A/B switch
+/// `COCO_TILE_TRY=late,f16next,serial,pairs` (any subset), read once per process: the A/B switch
 /// of [`TileTrial`]s in the tensor-core tiles with x' prestaged. Their labels end in
 /// `_try_…`. Unknown names are ignored with a warning.
 pub fn tile_trials() -> &'static [TileTrial] {
     static SET: std::sync::OnceLock<Vec<TileTrial>> = std::sync::OnceLock::new();
     SET.get_or_init(|| {
-        let all = [TileTrial::LateLoads, TileTrial::NextF16, TileTrial::SerialB];
+        let all = [
+            TileTrial::LateLoads,
+            TileTrial::NextF16,
+            TileTrial::SerialB,
+            TileTrial::Pairs,
+        ];
         names_in_env("COCO_TILE_TRY", &all, |t| t.label())
     })
 }

@@ -791,11 +791,20 @@ fn ablated_prefill_tiles_compile() {
 /// tensor-core tile kernels that have them (with and without split K, vec4 staging, GLU).
 #[test]
 fn tile_trials_compile() {
-    let all = [TileTrial::LateLoads, TileTrial::NextF16, TileTrial::SerialB];
+    let all = [
+        TileTrial::LateLoads,
+        TileTrial::NextF16,
+        TileTrial::SerialB,
+        TileTrial::Pairs,
+    ];
     let sets: Vec<Vec<TileTrial>> = all
         .iter()
         .map(|&t| vec![t])
-        .chain(std::iter::once(all.to_vec()))
+        .chain([
+            vec![TileTrial::Pairs, TileTrial::LateLoads],
+            vec![TileTrial::Pairs, TileTrial::NextF16],
+            all.to_vec(),
+        ])
         .collect();
     for variant in [MatmulVariant::TiledCoop, MatmulVariant::Coop128] {
         for (fusion, splits, vec_stage) in [
