@@ -289,7 +289,6 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
             shader_checks: "off",
             subgroups: false,
             ablate: vec![],
-            tile_try: vec![],
         },
         pipeline: "fused",
         prompt_tokens: 8,

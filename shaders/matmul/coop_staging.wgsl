@@ -70,46 +70,6 @@ fn stage_w16(at: u32, v: array<vec4<f32>, 2>) {
 }
 
 #ifdef X16
-// A thread's 8 dequantized weights of one row as the x16 tiles hold them between their load
-// and their store: f32, or with the trial TRY_NEXT_F16 (select.rs TileTrial) already rounded
-// to f16, which halves the registers the prefetched chunk holds (the same f16 values land in
-// the tile either way).
-#ifdef TRY_NEXT_F16
-alias W8 = array<vec4<f16>, 2>;
-#else
-alias W8 = array<vec4<f32>, 2>;
-#endif
-
-// Elements 8o .. 8o + 7 of W row mr (zeros where the row is not live), as W8.
-fn load_w8(mr: vec2<u32>, is_live: bool, o: u32) -> W8 {
-    if (!is_live) {
-        return W8();
-    }
-#ifdef TRY_NEXT_F16
-    let v = dequant_w8(mr, o);
-    return W8(vec4<f16>(v[0]), vec4<f16>(v[1]));
-#else
-    return dequant_w8(mr, o);
-#endif
-}
-
-// Writes a W8 at element `at` (a multiple of 8) of wt16.
-fn stage_w8(at: u32, v: W8) {
-#ifdef TRY_NEXT_F16
-#ifdef VEC_STAGE
-    wt16[at / 4u] = v[0];
-    wt16[at / 4u + 1u] = v[1];
-#else
-    for (var e = 0u; e < 4u; e++) {
-        wt16[at + e] = v[0][e];
-        wt16[at + 4u + e] = v[1][e];
-    }
-#endif
-#else
-    stage_w16(at, v);
-#endif
-}
-
 // Elements 8q .. 8q + 7 of 32-wide chunk c of token t's staged row.
 fn x8(t: u32, c: u32, q: u32) -> array<vec4<f16>, 2> {
 #ifdef ABLATE_X

@@ -29,7 +29,7 @@ var<workgroup> wt16: array<StagedHalf, (2u * W_TILE) / SV>; // [buffer][slot][k]
 var<workgroup> xt16: array<StagedHalf, (2u * X_TILE) / SV>; // [buffer][token][k]: x' chunks (B, column-major)
 var<workgroup> ct: array<f32, (128u / SGS) * CB * CB>; // [subgroup][CB × CB]: a parked block (C)
 
-// W8: a thread's 8 staged weights (matmul/coop_staging.wgsl; f32 here, no trials apply).
+alias W8 = array<vec4<f32>, 2>;
 alias X8 = array<vec4<f16>, 2>;
 
 // Chunk c's elements of this thread's 4 W rows and 4 tokens (32 apart), into buffer c % 2.

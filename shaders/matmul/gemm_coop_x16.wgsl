@@ -41,25 +41,14 @@ fn record_word(tile: u32, split: u32, sg: u32, j: u32, e: u32, lane: u32) -> u32
 #endif
 
 // Chunk c's elements of this thread's two W rows and two tokens, into buffer c % 2.
-fn stage_chunk(c: u32, at: u32, w8: array<W8, 2>, x8s: array<array<vec4<f16>, 2>, 2>) {
+fn stage_chunk(c: u32, at: u32, w8: array<array<vec4<f32>, 2>, 2>, x8s: array<array<vec4<f16>, 2>, 2>) {
     let wb = (c & 1u) * W_TILE + at;
     let xb = (c & 1u) * X_TILE + at;
-    stage_w8(wb, w8[0]);
-    stage_w8(wb + HALF_N * KS, w8[1]);
+    stage_w16(wb, w8[0]);
+    stage_w16(wb + HALF_N * KS, w8[1]);
     stage_x8(xb, x8s[0]);
     stage_x8(xb + HALF_N * KS, x8s[1]);
 }
-
-#ifdef TRY_PAIRS
-// Chunk c's 8 elements of this thread's two W rows (slots sr and sr + 64), and of its two tokens.
-fn next_w(w_lo: vec2<u32>, w_hi: vec2<u32>, lo_live: bool, hi_live: bool, c: u32, q: u32) -> array<W8, 2> {
-    return array<W8, 2>(load_w8(w_lo, lo_live, 4u * c + q), load_w8(w_hi, hi_live, 4u * c + q));
-}
-
-fn next_x(t_lo: u32, t_hi: u32, c: u32, q: u32) -> array<array<vec4<f16>, 2>, 2> {
-    return array<array<vec4<f16>, 2>, 2>(x8(t_lo, c, q), x8(t_hi, c, q));
-}
-#endif
 
 @compute @workgroup_size(256)
 fn main(
@@ -98,17 +87,18 @@ fn main(
     for (var i = 0u; i < 8u; i++) {
         ct[scratch + SGS * i + lane] = 0.0;
     }
+    let zero8 = array<vec4<f32>, 2>(vec4<f32>(0.0), vec4<f32>(0.0));
+    var w_next = array<array<vec4<f32>, 2>, 2>(zero8, zero8);
     if (range.x < range.y) {
-        let o = 4u * range.x + q;
-        let w0 = array<W8, 2>(load_w8(w_lo, lo_live, o), load_w8(w_hi, hi_live, o));
+        if (lo_live) {
+            w_next[0] = dequant_w8(w_lo, 4u * range.x + q);
+        }
+        if (hi_live) {
+            w_next[1] = dequant_w8(w_hi, 4u * range.x + q);
+        }
         let x0 = array<array<vec4<f16>, 2>, 2>(x8(t_lo, range.x, q), x8(t_hi, range.x, q));
-        stage_chunk(range.x, at, w0, x0);
+        stage_chunk(range.x, at, w_next, x0);
     }
-#ifdef TRY_PAIRS
-    if (range.x + 1u < range.y) {
-        stage_chunk(range.x + 1u, at, next_w(w_lo, w_hi, lo_live, hi_live, range.x + 1u, q), next_x(t_lo, t_hi, range.x + 1u, q));
-    }
-#endif
     workgroupBarrier();
     // Accumulators c<h><j>: slots r0 + 64h .. + CB - 1, tokens n0 + CB j .. + CB - 1.
     var c00 = coopLoad<CoopC>(&ct[scratch], CB);
@@ -119,96 +109,23 @@ fn main(
     var c11 = c00;
     var c12 = c00;
     var c13 = c00;
-#ifdef TRY_PAIRS
-    // The trial TRY_PAIRS (as in gemm_tiled_coop.wgsl): both buffers multiplied per step
-    // (chunks c and c + 1) while chunks c + 2 and c + 3 load, two barriers per 64 of K.
-    for (var c = range.x; c < range.y; c += 2u) {
-        var w_next: array<array<W8, 2>, 2>;
-        var x_next: array<array<array<vec4<f16>, 2>, 2>, 2>;
-#ifndef TRY_LATE_LOADS
-        for (var h = 0u; h < 2u; h++) {
-            if (c + 2u + h < range.y) {
-                w_next[h] = next_w(w_lo, w_hi, lo_live, hi_live, c + 2u + h, q);
-                x_next[h] = next_x(t_lo, t_hi, c + 2u + h, q);
-            }
-        }
-#endif
-        // (A loop bound, not an if: naga's uniformity rule for matrix operations.)
-        for (var h = 0u; h < min(2u, range.y - c); h++) {
-            let wb = ((c + h) & 1u) * W_TILE;
-            let xb = ((c + h) & 1u) * X_TILE;
-#ifndef ABLATE_MMA
-            for (var kk = 0u; kk < KC; kk += CB) {
-                let a0 = coopLoadT<CoopA>(&wt16[(wb + r0 * KS + kk) / SV], KS / SV);
-                let a1 = coopLoadT<CoopA>(&wt16[(wb + (r0 + HALF_N) * KS + kk) / SV], KS / SV);
-                let b0 = coopLoad<CoopB>(&xt16[(xb + n0 * KS + kk) / SV], KS / SV);
-                c00 = coopMultiplyAdd(a0, b0, c00);
-                c10 = coopMultiplyAdd(a1, b0, c10);
-                let b1 = coopLoad<CoopB>(&xt16[(xb + (n0 + CB) * KS + kk) / SV], KS / SV);
-                c01 = coopMultiplyAdd(a0, b1, c01);
-                c11 = coopMultiplyAdd(a1, b1, c11);
-                let b2 = coopLoad<CoopB>(&xt16[(xb + (n0 + 2u * CB) * KS + kk) / SV], KS / SV);
-                c02 = coopMultiplyAdd(a0, b2, c02);
-                c12 = coopMultiplyAdd(a1, b2, c12);
-                let b3 = coopLoad<CoopB>(&xt16[(xb + (n0 + 3u * CB) * KS + kk) / SV], KS / SV);
-                c03 = coopMultiplyAdd(a0, b3, c03);
-                c13 = coopMultiplyAdd(a1, b3, c13);
-            }
-#endif
-        }
-#ifdef TRY_LATE_LOADS
-        for (var h = 0u; h < 2u; h++) {
-            if (c + 2u + h < range.y) {
-                w_next[h] = next_w(w_lo, w_hi, lo_live, hi_live, c + 2u + h, q);
-                x_next[h] = next_x(t_lo, t_hi, c + 2u + h, q);
-            }
-        }
-#endif
-        workgroupBarrier(); // chunks c + 2 and c + 3 go where c and c + 1 were
-        for (var h = 0u; h < 2u; h++) {
-            if (c + 2u + h < range.y) {
-                stage_chunk(c + 2u + h, at, w_next[h], x_next[h]);
-            }
-        }
-        workgroupBarrier();
-    }
-#else
     for (var c = range.x; c < range.y; c++) {
         let more = c + 1u < range.y;
-        let o = 4u * (c + 1u) + q;
-#ifndef TRY_LATE_LOADS
-        // Chunk c + 1's loads, issued before chunk c's matrix work. (The trial TRY_LATE_LOADS
-        // issues them after it instead: no registers held across the products, the latency
-        // left to the other workgroups on the SM.)
-        var w_next = array<W8, 2>();
+        // Chunk c + 1's loads, issued before chunk c's matrix work.
         var x_next = array<array<vec4<f16>, 2>, 2>();
         if (more) {
-            w_next = array<W8, 2>(load_w8(w_lo, lo_live, o), load_w8(w_hi, hi_live, o));
+            let o = 4u * (c + 1u) + q;
+            if (lo_live) {
+                w_next[0] = dequant_w8(w_lo, o);
+            }
+            if (hi_live) {
+                w_next[1] = dequant_w8(w_hi, o);
+            }
             x_next = array<array<vec4<f16>, 2>, 2>(x8(t_lo, c + 1u, q), x8(t_hi, c + 1u, q));
         }
-#endif
         let wb = (c & 1u) * W_TILE;
         let xb = (c & 1u) * X_TILE;
 #ifndef ABLATE_MMA
-#ifdef TRY_SERIAL_B
-        // The trial TRY_SERIAL_B: one B matrix live at a time (4 fewer fragments' registers).
-        for (var kk = 0u; kk < KC; kk += CB) {
-            let a0 = coopLoadT<CoopA>(&wt16[(wb + r0 * KS + kk) / SV], KS / SV);
-            let a1 = coopLoadT<CoopA>(&wt16[(wb + (r0 + HALF_N) * KS + kk) / SV], KS / SV);
-            let b0 = coopLoad<CoopB>(&xt16[(xb + n0 * KS + kk) / SV], KS / SV);
-            c00 = coopMultiplyAdd(a0, b0, c00);
-            c10 = coopMultiplyAdd(a1, b0, c10);
-            let b1 = coopLoad<CoopB>(&xt16[(xb + (n0 + CB) * KS + kk) / SV], KS / SV);
-            c01 = coopMultiplyAdd(a0, b1, c01);
-            c11 = coopMultiplyAdd(a1, b1, c11);
-            let b2 = coopLoad<CoopB>(&xt16[(xb + (n0 + 2u * CB) * KS + kk) / SV], KS / SV);
-            c02 = coopMultiplyAdd(a0, b2, c02);
-            c12 = coopMultiplyAdd(a1, b2, c12);
-            let b3 = coopLoad<CoopB>(&xt16[(xb + (n0 + 3u * CB) * KS + kk) / SV], KS / SV);
-            c03 = coopMultiplyAdd(a0, b3, c03);
-            c13 = coopMultiplyAdd(a1, b3, c13);
-        }
-#else
         for (var kk = 0u; kk < KC; kk += CB) {
             let a0 = coopLoadT<CoopA>(&wt16[(wb + r0 * KS + kk) / SV], KS / SV);
             let a1 = coopLoadT<CoopA>(&wt16[(wb + (r0 + HALF_N) * KS + kk) / SV], KS / SV);
@@ -225,19 +142,13 @@ fn main(
             c12 = coopMultiplyAdd(a1, b2, c12);
             c13 = coopMultiplyAdd(a1, b3, c13);
         }
-#endif
 #endif
         // The other buffer was last read in chunk c - 1, before the barrier that ended it.
         if (more) {
-#ifdef TRY_LATE_LOADS
-            let w_next = array<W8, 2>(load_w8(w_lo, lo_live, o), load_w8(w_hi, hi_live, o));
-            let x_next = array<array<vec4<f16>, 2>, 2>(x8(t_lo, c + 1u, q), x8(t_hi, c + 1u, q));
-#endif
             stage_chunk(c + 1u, at, w_next, x_next);
         }
         workgroupBarrier();
     }
-#endif
     // Four rounds, one per token block: the subgroup parks block h = 0 then 1 (slots r0 + 64h
     // ..), and lane l takes slot r0 + l % CB (and its partner 64 on) of tokens
     // l / CB + (SGS / CB) i.

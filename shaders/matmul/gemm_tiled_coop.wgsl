@@ -13,8 +13,8 @@ var<workgroup> wt16: array<StagedHalf, (2u * TILE_N * 32u) / SV>; // [buffer][TI
 var<workgroup> xt16: array<StagedHalf, (2u * TILE_T * 32u) / SV>; // [buffer][TILE_T][32]: x' chunks by token (B, column-major)
 
 // This thread's 8 elements of its W row and of its token in chunk c, into buffer c % 2.
-fn stage_chunk(c: u32, at: u32, w8: W8, x8s: array<vec4<f16>, 2>) {
-    stage_w8((c & 1u) * TILE_N * 32u + at, w8);
+fn stage_chunk(c: u32, at: u32, w8: array<vec4<f32>, 2>, x8s: array<vec4<f16>, 2>) {
+    stage_w16((c & 1u) * TILE_N * 32u + at, w8);
     stage_x8((c & 1u) * TILE_T * 32u + at, x8s);
 }
 #else
@@ -87,76 +87,25 @@ fn main(
 #ifdef X16
     // Double-buffered, as gemm_coop_x16.wgsl: chunk c + 1's loads are issued before chunk c's
     // matrix work and stored into the other buffer after it, one barrier per chunk.
+    var w_next: array<vec4<f32>, 2>;
     if (range.x < range.y) {
-        let w0 = load_w8(staged, staged_live, 4u * range.x + q);
-        stage_chunk(range.x, sr * 32u + 8u * q, w0, x8(t_stage, range.x, q));
+        if (staged_live) {
+            w_next = dequant_w8(staged, 4u * range.x + q);
+        }
+        stage_chunk(range.x, sr * 32u + 8u * q, w_next, x8(t_stage, range.x, q));
     }
-#ifdef TRY_PAIRS
-    if (range.x + 1u < range.y) {
-        let w1 = load_w8(staged, staged_live, 4u * (range.x + 1u) + q);
-        stage_chunk(range.x + 1u, sr * 32u + 8u * q, w1, x8(t_stage, range.x + 1u, q));
-    }
-#endif
     workgroupBarrier();
     var c0 = coopLoad<CoopC>(&ct[n0 * TILE_N + r0], TILE_N);
     var c1 = coopLoad<CoopC>(&ct[(n0 + CB) * TILE_N + r0], TILE_N);
-#ifdef TRY_PAIRS
-    // The trial TRY_PAIRS: both buffers multiplied per step (chunks c and c + 1), while chunks
-    // c + 2 and c + 3 load: twice the bytes in flight per exposed load latency, and two
-    // barriers per 64 of K (as one per 32 otherwise).
-    for (var c = range.x; c < range.y; c += 2u) {
-        var w_next = array<W8, 2>();
-        var x_next: array<array<vec4<f16>, 2>, 2>;
-#ifndef TRY_LATE_LOADS
-        for (var h = 0u; h < 2u; h++) {
-            if (c + 2u + h < range.y) {
-                w_next[h] = load_w8(staged, staged_live, 4u * (c + 2u + h) + q);
-                x_next[h] = x8(t_stage, c + 2u + h, q);
-            }
-        }
-#endif
-        // (A loop bound, not an if: naga's uniformity rule for matrix operations.)
-        for (var h = 0u; h < min(2u, range.y - c); h++) {
-            let wb = ((c + h) & 1u) * TILE_N * 32u;
-            let xb = ((c + h) & 1u) * TILE_T * 32u;
-#ifndef ABLATE_MMA
-            for (var kk = 0u; kk < 32u; kk += CB) {
-                let a = coopLoadT<CoopA>(&wt16[(wb + r0 * 32u + kk) / SV], 32u / SV);
-                let b0 = coopLoad<CoopB>(&xt16[(xb + n0 * 32u + kk) / SV], 32u / SV);
-                let b1 = coopLoad<CoopB>(&xt16[(xb + (n0 + CB) * 32u + kk) / SV], 32u / SV);
-                c0 = coopMultiplyAdd(a, b0, c0);
-                c1 = coopMultiplyAdd(a, b1, c1);
-            }
-#endif
-        }
-#ifdef TRY_LATE_LOADS
-        for (var h = 0u; h < 2u; h++) {
-            if (c + 2u + h < range.y) {
-                w_next[h] = load_w8(staged, staged_live, 4u * (c + 2u + h) + q);
-                x_next[h] = x8(t_stage, c + 2u + h, q);
-            }
-        }
-#endif
-        workgroupBarrier(); // chunks c + 2 and c + 3 go where c and c + 1 were
-        for (var h = 0u; h < 2u; h++) {
-            if (c + 2u + h < range.y) {
-                stage_chunk(c + 2u + h, sr * 32u + 8u * q, w_next[h], x_next[h]);
-            }
-        }
-        workgroupBarrier();
-    }
-#else
     for (var c = range.x; c < range.y; c++) {
         let more = c + 1u < range.y;
-#ifndef TRY_LATE_LOADS
-        // (The trial TRY_LATE_LOADS issues these after the matrix work: gemm_coop_x16.wgsl.)
-        var w_next = W8();
         var x_next: array<vec4<f16>, 2>;
         if (more) {
-            w_next = load_w8(staged, staged_live, 4u * (c + 1u) + q);
+            if (staged_live) {
+                w_next = dequant_w8(staged, 4u * (c + 1u) + q);
+            }
             x_next = x8(t_stage, c + 1u, q);
         }
-#endif
         let wb = (c & 1u) * TILE_N * 32u;
         let xb = (c & 1u) * TILE_T * 32u;
 #ifndef ABLATE_MMA
@@ -170,15 +119,10 @@ fn main(
 #endif
         // The other buffer was last read in chunk c - 1, before the barrier that ended it.
         if (more) {
-#ifdef TRY_LATE_LOADS
-            let w_next = load_w8(staged, staged_live, 4u * (c + 1u) + q);
-            let x_next = x8(t_stage, c + 1u, q);
-#endif
             stage_chunk(c + 1u, sr * 32u + 8u * q, w_next, x_next);
         }
         workgroupBarrier();
     }
-#endif
 #else
     workgroupBarrier();
     var c0 = coopLoad<CoopC>(&ct[n0 * TILE_N + r0], TILE_N);

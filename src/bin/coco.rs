@@ -253,12 +253,6 @@ fn open_gpu(verbose: bool) -> Result<Arc<GpuContext>> {
                 k.ablate.join(",")
             );
         }
-        if !k.tile_try.is_empty() {
-            eprintln!(
-                "COCO_TILE_TRY={}: the tensor-core tiles' K loop runs these variants (an A/B                  switch)",
-                k.tile_try.join(",")
-            );
-        }
     }
     Ok(ctx)
 }

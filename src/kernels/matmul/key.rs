@@ -530,13 +530,8 @@ impl MatmulKey {
         } else {
             format!("_ablate{ablated}")
         };
-        let tried: String = self
-            .trials()
-            .iter()
-            .map(|t| format!("_try_{}", t.label()))
-            .collect();
         format!(
-            "matmul_{}_{}{fusion}{norm}{bias}{staged}{int8}{levels}{x16}{vec}{block}{splits}{f16}{ablated}{tried}",
+            "matmul_{}_{}{fusion}{norm}{bias}{staged}{int8}{levels}{x16}{vec}{block}{splits}{f16}{ablated}",
             self.ty.name().to_lowercase(),
             self.variant.label()
         )
@@ -552,21 +547,6 @@ impl MatmulKey {
         };
         if has_switches {
             ablations()
-        } else {
-            &[]
-        }
-    }
-
-    /// The [`TileTrial`]s of `COCO_TILE_TRY` this kernel runs: only the tensor-core tiles
-    /// with x' prestaged, which have them.
-    pub fn trials(&self) -> &'static [TileTrial] {
-        let has_trials = match self.variant {
-            MatmulVariant::TiledCoop => self.x16,
-            MatmulVariant::Coop128 => self.x16 && !self.sg64,
-            _ => false,
-        };
-        if has_trials {
-            tile_trials()
         } else {
             &[]
         }
@@ -744,7 +724,6 @@ impl MatmulKey {
             defines.push("F16_OPERANDS");
         }
         defines.extend(self.ablated().iter().map(|a| a.define()));
-        defines.extend(self.trials().iter().map(|t| t.define()));
         Ok(defines)
     }
 

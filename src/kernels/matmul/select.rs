@@ -258,61 +258,6 @@ fn names_in_env<T: Copy + PartialEq>(var: &str, all: &[T], label: fn(T) -> &'sta
     set
 }
 
-/// A variant of the tensor-core tiles' K loop (`coop128x128` and `coop64x64` with x'
-/// prestaged) that the A/B switch `COCO_TILE_TRY` turns on ([`tile_trials`]). Unlike an
-/// [`Ablation`] the outputs stay right: each trial moves registers, not work. On the H100
-/// the 128-token tiles hold 158–163 registers a thread, so one workgroup of 256 fits an SM
-/// (`examples/pipeline_stats.rs`; BENCHMARKS.md "session 40").
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TileTrial {
-    /// The next chunk's loads issued after the matrix work instead of before it: nothing
-    /// held across the products; the other workgroups on the SM hide the latency.
-    LateLoads,
-    /// The prefetched weights held as f16 (8 registers for two rows' 16 values, not 16).
-    NextF16,
-    /// In the 128-token tiles, one B matrix loaded at a time between the products.
-    SerialB,
-    /// Both staged buffers multiplied per step while the next two chunks load: twice the
-    /// bytes in flight per exposed load latency, two barriers per 64 of K.
-    Pairs,
-}
-
-impl TileTrial {
-    pub fn define(self) -> &'static str {
-        match self {
-            TileTrial::LateLoads => "TRY_LATE_LOADS",
-            TileTrial::NextF16 => "TRY_NEXT_F16",
-            TileTrial::SerialB => "TRY_SERIAL_B",
-            TileTrial::Pairs => "TRY_PAIRS",
-        }
-    }
-
-    pub fn label(self) -> &'static str {
-        match self {
-            TileTrial::LateLoads => "late",
-            TileTrial::NextF16 => "f16next",
-            TileTrial::SerialB => "serial",
-            TileTrial::Pairs => "pairs",
-        }
-    }
-}
-
-/// `COCO_TILE_TRY=late,f16next,serial,pairs` (any subset), read once per process: the A/B switch
-/// of [`TileTrial`]s in the tensor-core tiles with x' prestaged. Their labels end in
-/// `_try_…`. Unknown names are ignored with a warning.
-pub fn tile_trials() -> &'static [TileTrial] {
-    static SET: std::sync::OnceLock<Vec<TileTrial>> = std::sync::OnceLock::new();
-    SET.get_or_init(|| {
-        let all = [
-            TileTrial::LateLoads,
-            TileTrial::NextF16,
-            TileTrial::SerialB,
-            TileTrial::Pairs,
-        ];
-        names_in_env("COCO_TILE_TRY", &all, |t| t.label())
-    })
-}
-
 /// Whether the scale pass before each tensor-core product stages x' once as f16 rows (`X16`,
 /// shaders/matmul/token_scale.wgsl), the tiles copy it as it lies, and the 128-token tiles are
 /// double-buffered and split K (shaders/matmul/gemm_coop_x16.wgsl); read once per process. On
@@ -597,9 +542,6 @@ pub struct KernelSettings {
     /// The diagnostic `COCO_ABLATE` ([`ablations`]): the parts the prefill tiles leave out,
     /// whose outputs are then wrong; empty in every real run.
     pub ablate: Vec<&'static str>,
-    /// The A/B switch `COCO_TILE_TRY` ([`tile_trials`]): variants of the tensor-core tiles'
-    /// K loop; empty by default.
-    pub tile_try: Vec<&'static str>,
 }
 
 impl KernelSettings {
@@ -636,7 +578,6 @@ impl KernelSettings {
             shader_checks: crate::gpu::shader_checks_name(),
             subgroups: ctx.subgroups.used,
             ablate: ablations().iter().map(|a| a.label()).collect(),
-            tile_try: tile_trials().iter().map(|t| t.label()).collect(),
         }
     }
 }
