@@ -16,8 +16,8 @@ use coco::gguf::GgmlType;
 use coco::gpu::{Binding, GpuTensor, StepRecorder};
 use coco::kernels::get_rows::get_rows;
 use coco::kernels::matmul::MatmulVariant::{
-    self, Coop128, CoopStream, MatrixI8, MatvecChunk, MatvecChunkWide, MatvecRows, MatvecSubgroup,
-    MatvecWorkgroup, Tiled, TiledCoop,
+    self, Coop128, CoopStream, Dot4I8, MatrixI8, MatvecChunk, MatvecChunkWide, MatvecRows,
+    MatvecSubgroup, MatvecWorkgroup, Tiled, TiledCoop,
 };
 use coco::kernels::matmul::{has_levels8, matmul_variant, MatmulArgs, WideTile};
 use coco::reference::{matmul as reference, ops, quant};
@@ -446,6 +446,18 @@ fn matmul_type(ty: GgmlType) {
             Case::new(ty, 67, 33, Some(matrix)).softcap(),
             Case::new(ty, 67, 17, Some(matrix)).bias().split(12),
             Case::new(ty, 67, 17, Some(matrix)).wide(),
+        ]);
+        // The same levels on dot4I8Packed, 4 × 4 sums per thread (gemm=dot4).
+        cases.extend([
+            Case::new(ty, 67, 17, Some(Dot4I8)),
+            Case::new(ty, 131, 33, Some(Dot4I8))
+                .bias()
+                .accumulate()
+                .scaled(),
+            Case::new(ty, 67, 70, Some(Dot4I8)).accumulate(),
+            Case::new(ty, 67, 33, Some(Dot4I8)).softcap(),
+            Case::new(ty, 67, 17, Some(Dot4I8)).bias().split(12),
+            Case::new(ty, 131, 70, Some(Dot4I8)).wide(),
         ]);
     }
     let mut worst = 0f64;

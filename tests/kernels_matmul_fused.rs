@@ -19,8 +19,8 @@ use coco::gguf::GgmlType;
 use coco::gpu::{Binding, GpuTensor, StepRecorder};
 use coco::kernels::elementwise::Activation;
 use coco::kernels::matmul::MatmulVariant::{
-    self, Coop128, CoopStream, MatrixI8, MatvecChunk, MatvecChunkWide, MatvecRows, MatvecSubgroup,
-    MatvecWorkgroup, Tiled, TiledCoop,
+    self, Coop128, CoopStream, Dot4I8, MatrixI8, MatvecChunk, MatvecChunkWide, MatvecRows,
+    MatvecSubgroup, MatvecWorkgroup, Tiled, TiledCoop,
 };
 use coco::kernels::matmul::{
     has_levels8, matmul_glu_variant, matmul_normed_variant, matmul_post_norm_add_variant,
@@ -242,6 +242,10 @@ fn variants_cases(ty: GgmlType, base: impl Fn(Case) -> Case) -> Vec<Case> {
             base(case(17, Some(matrix))),
             base(case(70, Some(matrix))).no_norm(),
             base(case(33, Some(matrix))).long(),
+            // The same levels on dot4I8Packed (gemm=dot4).
+            base(case(17, Some(Dot4I8))),
+            base(case(70, Some(Dot4I8))).no_norm(),
+            base(case(33, Some(Dot4I8))).long(),
         ]);
     }
     cases

@@ -24,15 +24,36 @@
 // tile, each over its own range of chunks, and the last to arrive adds the ranges' sums.
 // MATRIX_EMULATED (the kernel tests, natively) computes the same integer sums with
 // dot4I8Packed instead of the matrix builtins: everything but those is checked on lavapipe.
+//
+// DOT4_TILES (`MatmulVariant::Dot4I8`: no subgroup matrices, only dot4I8Packed, which WGSL
+// has where the browser lists `packed_4x8_integer_dot_product`) stages the same levels and
+// multiplies them on the lanes, register-blocked: thread li keeps slots li % 16 + 16i and
+// tokens li / 16 + 16j (i, j < 4; with GLU slot s's partner s + 32 is i + 2), and per
+// 4-word step of a chunk reads 4 W and 4 + 4 x' vec4s of workgroup memory for 128 dot
+// products of 4 (the portable f32 tiles read 12 vec4s per 128 FMAs, the bound session 39
+// measured).
 
 #include "common/levels.wgsl"
 
 const KS: u32 = 48u;      // bytes per staged row: 32 levels, padded so rows start in other banks
 const KW: u32 = KS / 4u;  // the same in words
 
+#ifdef DOT4_TILES
+// The same rows as vec4s of words (KW = 3 vec4s: 8 quarter-warp lanes reading 8 rows'
+// vec4 j touch 8 different bank quads).
+var<workgroup> wq: array<vec4<u32>, TILE_N * KW / 4u>;
+var<workgroup> xa: array<vec4<u32>, TILE_T * KW / 4u>;
+var<workgroup> xb: array<vec4<u32>, TILE_T * KW / 4u>;
+
+// Σ of the four packed products of `w` and `x` (16 levels each).
+fn dot16(w: vec4<u32>, x: vec4<u32>) -> i32 {
+    return (dot4I8Packed(w.x, x.x) + dot4I8Packed(w.y, x.y)) + (dot4I8Packed(w.z, x.z) + dot4I8Packed(w.w, x.w));
+}
+#else
 var<workgroup> wq: array<i32, TILE_N * KW>;   // [slot][k]: the chunk's weight levels, 4 per word
 var<workgroup> xa: array<i32, TILE_T * KW>;   // [token][k]: x' levels a
 var<workgroup> xb: array<i32, TILE_T * KW>;   // [token][k]: x' levels b
+#endif
 var<workgroup> wdm: array<vec2<f32>, TILE_N>; // (d, m) of each slot's chunk
 var<workgroup> xdb: array<f32, TILE_T>;       // d_b of each token's chunk
 // Per staging thread: max|x'| of its 8 values (after the K loop its Σx², with NORM), and
@@ -40,6 +61,8 @@ var<workgroup> xdb: array<f32, TILE_T>;       // d_b of each token's chunk
 var<workgroup> xmax: array<f32, 256>;
 var<workgroup> xsum: array<f32, 256>;
 
+#ifdef DOT4_TILES
+#else
 #ifdef MATRIX_EMULATED
 // The same integer sums from dot4I8Packed, for the kernel tests on adapters without
 // subgroup matrices (lavapipe): R = 254·Σq·a + Σq·b of slot `slot` and token `tok`.
@@ -73,6 +96,7 @@ fn multiply_chunk(sg: u32) {
     subgroupMatrixStore(&ct, sg * 512u, r_lo, false, 16u);
     subgroupMatrixStore(&ct, sg * 512u + 256u, r_hi, false, 16u);
 }
+#endif
 #endif
 
 // rsqrt(mean(x²) + eps) of tile token `tok` from its 4 staging threads' Σ x² (xmax after the
@@ -111,7 +135,7 @@ fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) li: u32,
-#ifndef MATRIX_EMULATED
+#ifdef GEMM_MATRIX_SUBGROUPS
     @builtin(subgroup_id) sg: u32,
 #endif
 ) {
@@ -129,11 +153,17 @@ fn main(
     let t_stage = t0 + sr;
     // The sums this thread keeps: those of the blocks subgroup li / 32 multiplies (whichever
     // subgroup the hardware made it part of: every ct block is read after a barrier).
+#ifdef DOT4_TILES
+    let ts = li % 16u;
+    let tt = li / 16u;
+    var acc: array<f32, 16>; // [4j + i]: slot ts + 16i, token tt + 16j
+#else
     let block = li / 32u;
     let lane = li % 32u;
     let slot0 = 16u * (block % 2u); // slot blocks slot0 .. + 15 and 32 on
     let tok = 16u * (block / 2u) + lane % 16u;
     var acc: array<f32, 16>; // [8h + i]: slot slot0 + 32h + lane / 16 + 2i, token tok
+#endif
     for (var i = 0u; i < 16u; i++) {
         acc[i] = 0.0;
     }
@@ -149,8 +179,14 @@ fn main(
     }
     for (var c = range.x; c < range.y; c++) {
         let at = sr * KW + 2u * q;
+#ifdef DOT4_TILES
+        // Words at and at + 1 (at even: one vec4).
+        wq[at / 4u][at % 4u] = w_next.q.x;
+        wq[at / 4u][at % 4u + 1u] = w_next.q.y;
+#else
         wq[at] = bitcast<i32>(w_next.q.x);
         wq[at + 1u] = bitcast<i32>(w_next.q.y);
+#endif
         if (q == 0u) {
             wdm[sr] = w_next.dm;
         }
@@ -162,10 +198,17 @@ fn main(
         let scale = chunk_scale(max(max(xmax[b4], xmax[b4 + 1u]), max(xmax[b4 + 2u], xmax[b4 + 3u])));
         let lo = level_word(xv[0], scale);
         let hi = level_word(xv[1], scale);
+#ifdef DOT4_TILES
+        xa[at / 4u][at % 4u] = lo.a;
+        xa[at / 4u][at % 4u + 1u] = hi.a;
+        xb[at / 4u][at % 4u] = lo.b;
+        xb[at / 4u][at % 4u + 1u] = hi.b;
+#else
         xa[at] = bitcast<i32>(lo.a);
         xa[at + 1u] = bitcast<i32>(hi.a);
         xb[at] = bitcast<i32>(lo.b);
         xb[at + 1u] = bitcast<i32>(hi.b);
+#endif
         let d = chunk_d(scale.x, lo.sum_a + hi.sum_a, lo.sum_b + hi.sum_b);
         xsum[li] = d.z;
         if (q == 0u) {
@@ -178,7 +221,36 @@ fn main(
             }
             x_next = stage_x(t_stage, c + 1u, q, &ss);
         }
-#ifndef MATRIX_EMULATED
+#ifdef DOT4_TILES
+        // R = 254·Σq·a + Σq·b per (slot, token), two 4-word steps.
+        var sa: array<i32, 16>;
+        var sb: array<i32, 16>;
+        for (var v = 0u; v < 2u; v++) {
+            var wv: array<vec4<u32>, 4>;
+            for (var i = 0u; i < 4u; i++) {
+                wv[i] = wq[(ts + 16u * i) * (KW / 4u) + v];
+            }
+            for (var j = 0u; j < 4u; j++) {
+                let av = xa[(tt + 16u * j) * (KW / 4u) + v];
+                let bv = xb[(tt + 16u * j) * (KW / 4u) + v];
+                for (var i = 0u; i < 4u; i++) {
+                    sa[4u * j + i] += dot16(wv[i], av);
+                    sb[4u * j + i] += dot16(wv[i], bv);
+                }
+            }
+        }
+        for (var j = 0u; j < 4u; j++) {
+            let tj = tt + 16u * j;
+            let db = xdb[tj];
+            let sx = (xsum[4u * tj] + xsum[4u * tj + 1u]) + (xsum[4u * tj + 2u] + xsum[4u * tj + 3u]);
+            for (var i = 0u; i < 4u; i++) {
+                let dm = wdm[ts + 16u * i];
+                let r = f32(254 * sa[4u * j + i] + sb[4u * j + i]);
+                acc[4u * j + i] = fma(r, dm.x * db, fma(dm.y, sx, acc[4u * j + i]));
+            }
+        }
+#else
+#ifdef GEMM_MATRIX_SUBGROUPS
         multiply_chunk(sg);
         workgroupBarrier();
 #endif
@@ -196,10 +268,21 @@ fn main(
                 acc[8u * h + i] = fma(r, dm.x * db, fma(dm.y, sx, acc[8u * h + i]));
             }
         }
+#endif
         workgroupBarrier();
     }
 #ifdef SPLIT_K
-    if (!split_merge(li, split_tile(wid.z, rg), g % p.splits, select(0u, 0xffffu, t0 + tok < p.t), &acc, &ss)) {
+#ifdef DOT4_TILES
+    var live_sums = 0u; // the sums of tokens within the step
+    for (var j = 0u; j < 4u; j++) {
+        if (t0 + tt + 16u * j < p.t) {
+            live_sums |= 0xfu << (4u * j);
+        }
+    }
+#else
+    let live_sums = select(0u, 0xffffu, t0 + tok < p.t);
+#endif
+    if (!split_merge(li, split_tile(wid.z, rg), g % p.splits, live_sums, &acc, &ss)) {
         return;
     }
 #endif
@@ -207,6 +290,30 @@ fn main(
     xmax[li] = ss; // thread li staged token li / 4 (see token_scale)
     workgroupBarrier();
 #endif
+#ifdef DOT4_TILES
+    for (var j = 0u; j < 4u; j++) {
+        let t = t0 + tt + 16u * j;
+        if (t >= p.t) {
+            break;
+        }
+        let scale = token_scale(tt + 16u * j);
+#ifdef GLU
+        for (var i = 0u; i < 2u; i++) {
+            let mr = locate(rg * TILE_N + ts + 16u * i, TILE_N);
+            if (live(mr)) {
+                store_glu(t, mr.y, acc[4u * j + i] * scale, acc[4u * j + i + 2u] * scale);
+            }
+        }
+#else
+        for (var i = 0u; i < 4u; i++) {
+            let mr = locate(rg * TILE_N + ts + 16u * i, TILE_N);
+            if (live(mr)) {
+                store(mr.x, t, mr.y, acc[4u * j + i] * scale);
+            }
+        }
+#endif
+    }
+#else
     let t = t0 + tok;
     if (t >= p.t) {
         return;
@@ -229,4 +336,5 @@ fn main(
         }
 #endif
     }
+#endif
 }

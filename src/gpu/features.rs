@@ -125,15 +125,21 @@ pub enum GemmChoice {
     /// portable choice elsewhere and for weight types without int8 levels. Natively the same
     /// as `Auto`: wgpu's own cooperative matrices are `COCO_COOPMAT`'s.
     Matrix,
+    /// The int8 tiles on dot4I8Packed alone (`MatmulVariant::Dot4I8`; the page's `gemm=dot4`,
+    /// `COCO_GEMM=dot4`) where WGSL has `packed_4x8_integer_dot_product` and the weight type
+    /// has int8 levels, `Auto`'s portable choice elsewhere. Natively only without the
+    /// tensor-core tiles (`COCO_COOPMAT=0`). Opt-in until timed against the f32 tiles.
+    Dot4,
 }
 
 impl GemmChoice {
-    /// "auto", "tiled", "matrix", "4x8", "8x4" or "4x4"; `None` for anything else.
+    /// "auto", "tiled", "matrix", "dot4", "4x8", "8x4" or "4x4"; `None` for anything else.
     pub fn parse(v: &str) -> Option<GemmChoice> {
         match v.trim() {
             "auto" => Some(GemmChoice::Auto),
             "tiled" => Some(GemmChoice::Tiled),
             "matrix" => Some(GemmChoice::Matrix),
+            "dot4" => Some(GemmChoice::Dot4),
             v => WideTile::parse(v).map(GemmChoice::Force),
         }
     }
@@ -144,6 +150,7 @@ impl GemmChoice {
             GemmChoice::Auto => "auto".into(),
             GemmChoice::Tiled => "tiled".into(),
             GemmChoice::Matrix => "matrix".into(),
+            GemmChoice::Dot4 => "dot4".into(),
             GemmChoice::Force(w) => format!("{}x{}", w.slots, w.tokens),
         }
     }
@@ -151,7 +158,9 @@ impl GemmChoice {
     /// [`GemmChoice::parse`], or `Auto` with a warning naming what was expected.
     pub fn parse_or_warn(v: &str, source: &str) -> GemmChoice {
         GemmChoice::parse(v).unwrap_or_else(|| {
-            log::warn!("{source}={v:?} ignored: expected auto, tiled, matrix, 4x8, 8x4 or 4x4");
+            log::warn!(
+                "{source}={v:?} ignored: expected auto, tiled, matrix, dot4, 4x8, 8x4 or 4x4"
+            );
             GemmChoice::Auto
         })
     }

@@ -60,6 +60,11 @@ pub enum MatmulVariant {
     /// `emulated`: the same kernel with dot4I8Packed in place of the matrix builtins
     /// (`MATRIX_EMULATED`), which the kernel tests run natively.
     MatrixI8 { emulated: bool },
+    /// The same staging on dot4I8Packed alone (`DOT4_TILES` in gemm_matrix_i8.wgsl; WGSL's
+    /// `packed_4x8_integer_dot_product`, [`crate::gpu::packed_4x8_dot`]), each thread 4 × 4
+    /// (slot, token) sums: the portable GEMM for weight types with levels where `gemm=dot4`
+    /// (`COCO_GEMM=dot4`) asks for it.
+    Dot4I8,
 }
 
 /// Whether weight type `ty` has int8 levels per 32-element chunk with one scale and offset
@@ -84,7 +89,7 @@ impl MatmulVariant {
             Self::Coop128 => "GEMM_COOP",
             Self::CoopStream(_) => "COOP_STREAM",
             Self::Wide(_) => "GEMM_WIDE",
-            Self::MatrixI8 { .. } => "GEMM_MATRIX_I8",
+            Self::MatrixI8 { .. } | Self::Dot4I8 => "GEMM_MATRIX_I8",
         }
     }
 
@@ -97,6 +102,7 @@ impl MatmulVariant {
                 | Self::CoopStream(_)
                 | Self::Wide(_)
                 | Self::MatrixI8 { .. }
+                | Self::Dot4I8
         )
     }
 
@@ -144,6 +150,7 @@ impl MatmulVariant {
             }
             Self::MatrixI8 { emulated: false } => format!("matrix_i8_{TILE_N}x{TILE_T}"),
             Self::MatrixI8 { emulated: true } => format!("matrix_i8_emulated_{TILE_N}x{TILE_T}"),
+            Self::Dot4I8 => format!("dot4_i8_{TILE_N}x{TILE_T}"),
         }
     }
 
@@ -155,7 +162,7 @@ impl MatmulVariant {
     /// (slots, lanes per slot) of a workgroup; 256 invocations for the matvecs.
     fn grid(self) -> (u32, u32) {
         match self {
-            Self::Tiled | Self::TiledCoop | Self::MatrixI8 { .. } => (TILE_N, 1),
+            Self::Tiled | Self::TiledCoop | Self::MatrixI8 { .. } | Self::Dot4I8 => (TILE_N, 1),
             Self::Coop128 => (COOP_TILE, 1),
             Self::CoopStream(block) => (block, 1),
             Self::Wide(w) => (w.tile().0, 1),
@@ -359,7 +366,7 @@ impl MatmulKey {
             MatmulVariant::Tiled if !matches!(self.fusion, Fusion::Qkv) => gemm.pick(slots, t),
             // Types without int8 levels take the portable tiles the device would run without
             // subgroup matrices.
-            MatmulVariant::MatrixI8 { .. } if !has_levels8(self.ty) => {
+            MatmulVariant::MatrixI8 { .. } | MatmulVariant::Dot4I8 if !has_levels8(self.ty) => {
                 if matches!(self.fusion, Fusion::Qkv) {
                     MatmulVariant::Tiled
                 } else {
@@ -373,13 +380,14 @@ impl MatmulKey {
                 let rows = variant.slots_per_group();
                 chunk_splits(slots.div_ceil(rows as u64), rows, k / 32, t)
             }
-            MatmulVariant::Tiled | MatmulVariant::TiledCoop | MatmulVariant::MatrixI8 { .. } => {
-                tile_splits(
-                    slots.div_ceil(TILE_N as u64),
-                    (t as u64).div_ceil(TILE_T as u64),
-                    k / 32,
-                )
-            }
+            MatmulVariant::Tiled
+            | MatmulVariant::TiledCoop
+            | MatmulVariant::MatrixI8 { .. }
+            | MatmulVariant::Dot4I8 => tile_splits(
+                slots.div_ceil(TILE_N as u64),
+                (t as u64).div_ceil(TILE_T as u64),
+                k / 32,
+            ),
             MatmulVariant::Coop128 => coop128_splits(
                 slots.div_ceil(COOP_TILE as u64),
                 (t as u64).div_ceil(COOP_TILE as u64),
@@ -558,7 +566,10 @@ impl MatmulKey {
         if self.variant.is_tiled() {
             defines.push("TILES");
         }
-        if let MatmulVariant::MatrixI8 { emulated } = self.variant {
+        if matches!(
+            self.variant,
+            MatmulVariant::MatrixI8 { .. } | MatmulVariant::Dot4I8
+        ) {
             if !has_levels8(self.ty) {
                 return Err(KernelError::Shape {
                     kernel: "matmul",
@@ -566,9 +577,11 @@ impl MatmulKey {
                 });
             }
             defines.push("LEVELS8");
-            if emulated {
-                defines.push("MATRIX_EMULATED");
-            }
+            defines.push(match self.variant {
+                MatmulVariant::MatrixI8 { emulated: true } => "MATRIX_EMULATED",
+                MatmulVariant::MatrixI8 { emulated: false } => "GEMM_MATRIX_SUBGROUPS",
+                _ => "DOT4_TILES",
+            });
         }
         if self.variant.is_coop() {
             defines.push("COOP_STAGING");
@@ -689,6 +702,7 @@ impl MatmulKey {
                         | MatmulVariant::Tiled
                         | MatmulVariant::TiledCoop
                         | MatmulVariant::MatrixI8 { .. }
+                        | MatmulVariant::Dot4I8
                 )
             {
                 return Err(KernelError::Shape {

@@ -835,6 +835,13 @@ pub(super) fn launch(
                 .into(),
         );
     }
+    if key.variant == MatmulVariant::Dot4I8 && !crate::gpu::packed_4x8_dot() {
+        return err(
+            "the int8 dot-product tiles need WGSL's packed_4x8_integer_dot_product, which this \
+             browser's WGSL lacks"
+                .into(),
+        );
+    }
     if matches!(key.variant, MatmulVariant::CoopStream(_))
         && !ctx.features.contains(wgpu::Features::SUBGROUP_BARRIER)
     {

@@ -632,7 +632,7 @@ impl GemmChoice {
         match self {
             GemmChoice::Tiled => MatmulVariant::Tiled,
             GemmChoice::Force(w) => MatmulVariant::Wide(w),
-            GemmChoice::Auto | GemmChoice::Matrix => WideTile::ALL
+            GemmChoice::Auto | GemmChoice::Matrix | GemmChoice::Dot4 => WideTile::ALL
                 .into_iter()
                 .find(|w| {
                     let (n, tt) = w.tile();
@@ -795,6 +795,8 @@ impl DeviceKernels {
             ctx.gemm.pick_coop()
         } else if ctx.subgroup_matrix_i8 {
             MatmulVariant::MatrixI8 { emulated: false }
+        } else if ctx.gemm == GemmChoice::Dot4 && crate::gpu::packed_4x8_dot() {
+            MatmulVariant::Dot4I8
         } else {
             MatmulVariant::Tiled
         };

@@ -692,7 +692,7 @@ fn tile_splits_grow_short_grids_and_match_the_shader() {
 }
 
 /// The browser's int8 subgroup-matrix GEMM: its emulated form (dot4I8Packed for the matrix
-/// builtins) compiles for every type with levels and every tile fusion, within the
+/// builtins) and the dot-product tiles (`Dot4I8`) compile for every type with levels and every tile fusion, within the
 /// workgroup memory the device check asks for with the matrix sums added; the browser's form
 /// opens with its enables and the uniformity diagnostic turned off; types without levels
 /// are refused by the defines and given the portable tiles by `sized`.
@@ -700,9 +700,17 @@ fn tile_splits_grow_short_grids_and_match_the_shader() {
 fn the_int8_matrix_gemm_compiles_where_the_type_has_levels() {
     for ty in GgmlType::SUPPORTED {
         for fusion in [Fusion::None, Fusion::Glu(Activation::GeluTanh), Fusion::Qkv] {
-            for (emulated, splits) in [(true, 1), (true, 3), (false, 1), (false, 3)] {
+            let forms = [
+                (MatmulVariant::MatrixI8 { emulated: true }, 1),
+                (MatmulVariant::MatrixI8 { emulated: true }, 3),
+                (MatmulVariant::MatrixI8 { emulated: false }, 1),
+                (MatmulVariant::MatrixI8 { emulated: false }, 3),
+                (MatmulVariant::Dot4I8, 1),
+                (MatmulVariant::Dot4I8, 3),
+            ];
+            for (matrix, splits) in forms {
+                let emulated = matrix != MatmulVariant::MatrixI8 { emulated: false };
                 let bias = fusion != Fusion::Glu(Activation::GeluTanh);
-                let matrix = MatmulVariant::MatrixI8 { emulated };
                 let key = MatmulKey {
                     fusion,
                     norm: true,

@@ -203,7 +203,12 @@ impl Plan {
                          where the weight type has int8 levels, else the portable tiles",
                         MatmulVariant::MatrixI8 { emulated: false }.label()
                     ),
-                    (_, GemmChoice::Auto | GemmChoice::Matrix) => format!(
+                    (MatmulVariant::Dot4I8, _) => format!(
+                        "{} (int8 levels on dot4I8Packed: gemm=dot4) where the weight type has \
+                         int8 levels, else the portable tiles",
+                        MatmulVariant::Dot4I8.label()
+                    ),
+                    (_, GemmChoice::Auto | GemmChoice::Matrix | GemmChoice::Dot4) => format!(
                         "the first of {} that leaves >= {WIDE_MIN_GROUPS} workgroups, else {}",
                         WideTile::ALL
                             .map(|w| MatmulVariant::Wide(w).label())
