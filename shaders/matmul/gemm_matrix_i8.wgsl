@@ -180,9 +180,14 @@ fn main(
     for (var c = range.x; c < range.y; c++) {
         let at = sr * KW + 2u * q;
 #ifdef DOT4_TILES
-        // Words at and at + 1 (at even: one vec4).
-        wq[at / 4u][at % 4u] = w_next.q.x;
-        wq[at / 4u][at % 4u + 1u] = w_next.q.y;
+        // Words at and at + 1: half of one vec4 (at is even).
+        if (at % 4u == 0u) {
+            wq[at / 4u].x = w_next.q.x;
+            wq[at / 4u].y = w_next.q.y;
+        } else {
+            wq[at / 4u].z = w_next.q.x;
+            wq[at / 4u].w = w_next.q.y;
+        }
 #else
         wq[at] = bitcast<i32>(w_next.q.x);
         wq[at + 1u] = bitcast<i32>(w_next.q.y);
@@ -199,10 +204,17 @@ fn main(
         let lo = level_word(xv[0], scale);
         let hi = level_word(xv[1], scale);
 #ifdef DOT4_TILES
-        xa[at / 4u][at % 4u] = lo.a;
-        xa[at / 4u][at % 4u + 1u] = hi.a;
-        xb[at / 4u][at % 4u] = lo.b;
-        xb[at / 4u][at % 4u + 1u] = hi.b;
+        if (at % 4u == 0u) {
+            xa[at / 4u].x = lo.a;
+            xa[at / 4u].y = hi.a;
+            xb[at / 4u].x = lo.b;
+            xb[at / 4u].y = hi.b;
+        } else {
+            xa[at / 4u].z = lo.a;
+            xa[at / 4u].w = hi.a;
+            xb[at / 4u].z = lo.b;
+            xb[at / 4u].w = hi.b;
+        }
 #else
         xa[at] = bitcast<i32>(lo.a);
         xa[at + 1u] = bitcast<i32>(hi.a);
@@ -222,9 +234,11 @@ fn main(
             x_next = stage_x(t_stage, c + 1u, q, &ss);
         }
 #ifdef DOT4_TILES
-        // R = 254·Σq·a + Σq·b per (slot, token), two 4-word steps.
-        var sa: array<i32, 16>;
-        var sb: array<i32, 16>;
+        // R = 254·Σq·a + Σq·b per (slot, token), two 4-word steps. (Zeroed explicitly: in
+        // Chromium 156 on SwiftShader a `var` declared without a value inside a loop keeps
+        // the previous iteration's contents instead of starting at zero.)
+        var sa = array<i32, 16>();
+        var sb = array<i32, 16>();
         for (var v = 0u; v < 2u; v++) {
             var wv: array<vec4<u32>, 4>;
             for (var i = 0u; i < 4u; i++) {

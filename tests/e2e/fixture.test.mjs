@@ -111,7 +111,13 @@ describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
       }
     }));
 
-  for (const [gemm, tiles] of [['4x8', 'wide64x128'], ['tiled', 'tiled64x64']]) {
+  const linkGemms = [
+    ['4x8', /wide64x128 \(asked for by name\)/],
+    ['tiled', /tiled64x64 \(asked for by name\)/],
+    // The int8-level tiles on dot4I8Packed (the fixture is Q4_0, which has levels).
+    ['dot4', /dot4_i8_64x64 \(int8 levels on dot4I8Packed/],
+  ];
+  for (const [gemm, planned] of linkGemms) {
     it(`gemm=${gemm} link: the prefill tile kernels through the browser's own compiler, the same greedy tokens`, { timeout: 5 * 60_000 }, (t) =>
       guard(t, shared.session, async () => {
         // A prompt past the matvec's 32 tokens, so its prefill step runs the tiles: with 4x8
@@ -127,7 +133,7 @@ describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
           await openPage(page, shared.server, `?gemm=${gemm}`);
           await loadModel(page, FIXTURE_URL);
           const plan = await text(page, '#model-plan');
-          assert.match(plan, new RegExp(`${tiles} \\(asked for by name\\)`), `the plan names the GEMM the link asked for: ${plan.slice(0, 400)}`);
+          assert.match(plan, planned, `the plan names the GEMM the link asked for: ${plan.slice(0, 400)}`);
           const run = await generate(page, { prompt, fields: { ...GREEDY, 'max-tokens': SHORT } });
           const at = firstDifference(run.ids, want.ids);
           assert.equal(at, -1, `the tiles in the page and native differ at token ${at}: page ${JSON.stringify(run.ids)} native ${JSON.stringify(want.ids)}`);
