@@ -29,7 +29,9 @@
 //   kernel shape  MATVEC_WG | MATVEC_SG | MATVEC_CHUNK | TILED | GEMM_WIDE | TILED_COOP |
 //                 GEMM_COOP | COOP_STREAM (the last three with COOP_STAGING: per-token scales
 //                 at B_SCALES; COOP_STREAM always with X16)
-//                 | GEMM_MATRIX_I8 (the browser's int8 subgroup matrices; with LEVELS8)
+//                 | GEMM_MATRIX_I8 (int8 levels, with LEVELS8, and one of GEMM_MATRIX_SUBGROUPS
+//                 (the browser's subgroup matrices), MATRIX_EMULATED (the same on
+//                 dot4I8Packed, for the tests) or DOT4_TILES (register-blocked dot4I8Packed))
 //   fusion        (none) | GLU + MULTI_W + SILU|GELU_TANH | QKV + MULTI_W [+ ROPE_KV [+ ROPE_NEOX]]
 //   NORM          binding norm_w[K]
 //   BIAS          binding bias[N] (of W, or of W_q); QKV_BIAS adds bias1, bias2 (W_k, W_v)

@@ -128,7 +128,8 @@ pub enum GemmChoice {
     /// The int8 tiles on dot4I8Packed alone (`MatmulVariant::Dot4I8`; the page's `gemm=dot4`,
     /// `COCO_GEMM=dot4`) where WGSL has `packed_4x8_integer_dot_product` and the weight type
     /// has int8 levels, `Auto`'s portable choice elsewhere. Natively only without the
-    /// tensor-core tiles (`COCO_COOPMAT=0`). Opt-in until timed against the f32 tiles.
+    /// tensor-core tiles (`COCO_COOPMAT=0`). Opt-in: on an H100 it ties with the f32 tiles
+    /// (BENCHMARKS.md "session 41").
     Dot4,
 }
 
