@@ -433,32 +433,23 @@ fn matmul_type(ty: GgmlType) {
     }
     if has_levels8(ty) {
         // The browser's int8 subgroup-matrix GEMM with the matrix builtins emulated
-        // (dot4I8Packed): staging, levels, scales and stores; partial slot and token tiles,
-        // two of each, split weights, long K. Its x' is the int8 matvec's x'' ("_i8").
-        let matrix = MatrixI8 { emulated: true };
-        cases.extend([
-            Case::new(ty, 67, 17, Some(matrix)),
-            Case::new(ty, 131, 33, Some(matrix))
-                .bias()
-                .accumulate()
-                .scaled(),
-            Case::new(ty, 67, 70, Some(matrix)).accumulate(),
-            Case::new(ty, 67, 33, Some(matrix)).softcap(),
-            Case::new(ty, 67, 17, Some(matrix)).bias().split(12),
-            Case::new(ty, 67, 17, Some(matrix)).wide(),
-        ]);
-        // The same levels on dot4I8Packed, 4 × 4 sums per thread (gemm=dot4).
-        cases.extend([
-            Case::new(ty, 67, 17, Some(Dot4I8)),
-            Case::new(ty, 131, 33, Some(Dot4I8))
-                .bias()
-                .accumulate()
-                .scaled(),
-            Case::new(ty, 67, 70, Some(Dot4I8)).accumulate(),
-            Case::new(ty, 67, 33, Some(Dot4I8)).softcap(),
-            Case::new(ty, 67, 17, Some(Dot4I8)).bias().split(12),
-            Case::new(ty, 131, 70, Some(Dot4I8)).wide(),
-        ]);
+        // (dot4I8Packed), and the same levels on dot4I8Packed with 4 × 4 sums per thread
+        // (gemm=dot4): staging, levels, scales and stores; partial slot and token tiles, two
+        // of each, split weights, long K (split too). Their x' is the int8 matvec's x'' ("_i8").
+        for int8 in [MatrixI8 { emulated: true }, Dot4I8] {
+            cases.extend([
+                Case::new(ty, 67, 17, Some(int8)),
+                Case::new(ty, 131, 33, Some(int8))
+                    .bias()
+                    .accumulate()
+                    .scaled(),
+                Case::new(ty, 67, 70, Some(int8)).accumulate(),
+                Case::new(ty, 67, 33, Some(int8)).softcap(),
+                Case::new(ty, 67, 17, Some(int8)).bias().split(12),
+                Case::new(ty, 67, 17, Some(int8)).wide(),
+                Case::new(ty, 131, 70, Some(int8)).wide(),
+            ]);
+        }
     }
     let mut worst = 0f64;
     for (i, case) in cases.into_iter().enumerate() {

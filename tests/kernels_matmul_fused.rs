@@ -236,17 +236,15 @@ fn variants_cases(ty: GgmlType, base: impl Fn(Case) -> Case) -> Vec<Case> {
         );
     }
     if has_levels8(ty) {
-        // The browser's int8 subgroup-matrix GEMM, its matrix builtins emulated.
-        let matrix = MatrixI8 { emulated: true };
-        cases.extend([
-            base(case(17, Some(matrix))),
-            base(case(70, Some(matrix))).no_norm(),
-            base(case(33, Some(matrix))).long(),
-            // The same levels on dot4I8Packed (gemm=dot4).
-            base(case(17, Some(Dot4I8))),
-            base(case(70, Some(Dot4I8))).no_norm(),
-            base(case(33, Some(Dot4I8))).long(),
-        ]);
+        // The browser's int8 subgroup-matrix GEMM, its matrix builtins emulated, and the same
+        // levels on dot4I8Packed (gemm=dot4).
+        for int8 in [MatrixI8 { emulated: true }, Dot4I8] {
+            cases.extend([
+                base(case(17, Some(int8))),
+                base(case(70, Some(int8))).no_norm(),
+                base(case(33, Some(int8))).long(),
+            ]);
+        }
     }
     cases
 }
