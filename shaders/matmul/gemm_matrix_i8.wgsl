@@ -61,8 +61,7 @@ var<workgroup> xdb: array<f32, TILE_T>;       // d_b of each token's chunk
 var<workgroup> xmax: array<f32, 256>;
 var<workgroup> xsum: array<f32, 256>;
 
-#ifdef DOT4_TILES
-#else
+#ifndef DOT4_TILES
 #ifdef MATRIX_EMULATED
 // The same integer sums from dot4I8Packed, for the kernel tests on adapters without
 // subgroup matrices (lavapipe): R = 254·Σq·a + Σq·b of slot `slot` and token `tok`.
@@ -151,13 +150,14 @@ fn main(
     let staged = locate(rg * TILE_N + sr, TILE_N);
     let staged_live = live(staged);
     let t_stage = t0 + sr;
-    // The sums this thread keeps: those of the blocks subgroup li / 32 multiplies (whichever
-    // subgroup the hardware made it part of: every ct block is read after a barrier).
 #ifdef DOT4_TILES
+    // The sums this thread keeps: 4 slots × 4 tokens.
     let ts = li % 16u;
     let tt = li / 16u;
     var acc: array<f32, 16>; // [4j + i]: slot ts + 16i, token tt + 16j
 #else
+    // The sums this thread keeps: those of the blocks subgroup li / 32 multiplies (whichever
+    // subgroup the hardware made it part of: every ct block is read after a barrier).
     let block = li / 32u;
     let lane = li % 32u;
     let slot0 = 16u * (block % 2u); // slot blocks slot0 .. + 15 and 32 on
