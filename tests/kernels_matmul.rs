@@ -207,7 +207,7 @@ fn run_matmul(case: Case, seed: u64) -> f64 {
     // The int8 chunk matvec multiplies W by x' as it stages it (two int8 levels per chunk):
     // its oracle is the product with that x'', give or take a level where the staging's
     // roundings sit at a tie (reference::quant::x_seen).
-    let seen = quant::x_seen(&x, None, t, k, 0.0, labels[0].contains("_i8"));
+    let seen = quant::x_seen(&x, None, t, k, 0.0, common::x_levels(&labels[0]));
     let mut want = reference::matmul(&w, &seen.values, n, k, t);
     let abs = reference::matmul_abs(&w, &seen.values, n, k, t);
     let slack = reference::matmul_abs(&w, &seen.slack, n, k, t);
@@ -433,9 +433,9 @@ fn matmul_type(ty: GgmlType) {
     }
     if has_levels8(ty) {
         // The browser's int8 subgroup-matrix GEMM with the matrix builtins emulated
-        // (dot4I8Packed), and the same levels on dot4I8Packed with 4 × 4 sums per thread
-        // (gemm=dot4): staging, levels, scales and stores; partial slot and token tiles, two
-        // of each, split weights, long K (split too). Their x' is the int8 matvec's x'' ("_i8").
+        // (dot4I8Packed), and the dot-product tiles with 4 × 4 sums per thread and x' as one
+        // level (gemm=dot4): staging, levels, scales and stores; partial slot and token tiles,
+        // two of each, split weights, long K (split too). Their x'' is `common::x_levels`'.
         for int8 in [MatrixI8 { emulated: true }, Dot4I8] {
             cases.extend([
                 Case::new(ty, 67, 17, Some(int8)),

@@ -77,9 +77,9 @@ fn compare(what: &str, got: &[f32], want: &[f64], tol: &[f64], n: usize) -> Err 
 }
 
 /// x' as the kernel `label` sees it: the reference RMSNorm of x, or x itself; for the int8
-/// chunk matvec (`_i8`), staged as its int8 levels with their slack (`quant::x_seen`).
+/// forms, staged as their int8 levels with their slack (`quant::x_seen`, `common::x_levels`).
 fn normed(x: &[f32], norm_w: Option<&[f32]>, t: usize, k: usize, label: &str) -> SeenX {
-    quant::x_seen(x, norm_w, t, k, EPS, label.contains("_i8"))
+    quant::x_seen(x, norm_w, t, k, EPS, common::x_levels(label))
 }
 
 #[derive(Clone, Copy, Debug)]

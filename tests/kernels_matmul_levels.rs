@@ -24,7 +24,7 @@ use coco::kernels::matmul::MatmulVariant::{MatvecChunk, MatvecChunkWide};
 use coco::kernels::matmul::{
     has_int8_dot, levels_scratch, matmul_glu_variant, matmul_variant, MatmulArgs,
 };
-use coco::reference::quant;
+use coco::reference::quant::{self, XLevels};
 use common::{ctx, random_f32, reference_product, weight, Worst};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -101,7 +101,7 @@ fn run(ty: GgmlType, t: usize, glu_part_rows: Option<usize>, seed: u64) -> Worst
     assert_eq!(stored, h.len(), "every GLU output stored ({labels:?})");
 
     // The levels of the h the GPU stored: the kernels quantize those very values.
-    let seen = quant::x_seen(&h, None, t, FFN, 0.0, true);
+    let seen = quant::x_seen(&h, None, t, FFN, 0.0, XLevels::Int8Pair);
     let down = labels.last().cloned().unwrap_or_default();
     let (want, tol) = reference_product(&down_w, &seen, DOWN_ROWS, FFN, t, &down);
     let what = format!("{ty} T={t} GLU parts {} ({down})", wg.parts.len());
@@ -238,7 +238,7 @@ fn run_attention(ty: GgmlType, t: u32, heads: u32, head_dim: u32, seed: u64) -> 
         .read_f32(&yb, 0, t as u64 * DOWN_ROWS as u64)
         .expect("readback y");
 
-    let seen = quant::x_seen(&out, None, t as usize, k, 0.0, true);
+    let seen = quant::x_seen(&out, None, t as usize, k, 0.0, XLevels::Int8Pair);
     let down = labels.last().cloned().unwrap_or_default();
     assert!(down.contains("_lvin"), "W_o reads the levels: {down}");
     let (want, tol) = reference_product(&wo_w, &seen, DOWN_ROWS, k, t as usize, &down);

@@ -232,7 +232,7 @@ fn run(ty: GgmlType, c: Case, seed: u64) -> f64 {
         c.t,
         k,
         EPS,
-        label.contains("_i8"),
+        common::x_levels(&label),
     );
     let bias = |i: usize| c.bias.then_some(&biases[i][..]);
     let qk_normed = |p: (Vec<f64>, Vec<f64>), i: usize| {

@@ -4,7 +4,7 @@
 // before W_o) for a matvec that reads them with LEVELS_IN.
 //
 // A chunk's two int8 levels: x'' = d_a·a + d_b·b, a = round(x'/d_a), b the rounded remainder
-// in steps of d_b = d_a / 254, d_a = max |x'| / 127 (reference::quant::int8_levels).
+// in steps of d_b = d_a / 254, d_a = max |x'| / 127 (reference::quant::int8_stage).
 struct LevelWord {
     a: u32, // four elements' a, packed
     b: u32, // their b
@@ -31,6 +31,14 @@ fn level_word(v: vec4<f32>, scale: vec2<f32>) -> LevelWord {
         (ia.x + ia.y) + (ia.z + ia.w),
         (ib.x + ib.y) + (ib.z + ib.w),
     );
+}
+
+// Four elements as one level each, a = round(x'/d_a) (b and its sum zero): x'' = d_a·a, an
+// element off by at most max|x'| / 254, llama.cpp's q8_1 activations. The form the dot-product
+// GEMM multiplies (matmul/gemm_matrix_i8.wgsl's DOT4_TILES).
+fn level_word_one(v: vec4<f32>, scale: vec2<f32>) -> LevelWord {
+    let ia = vec4<i32>(round(v * scale.y));
+    return LevelWord(pack4xI8(ia), 0u, (ia.x + ia.y) + (ia.z + ia.w), 0);
 }
 
 // (d_a, d_b, Σx'', 0): Σ of the levels, not of x', so the offsets multiply the same x'' as the

@@ -26,12 +26,15 @@
 // dot4I8Packed instead of the matrix builtins: everything but those is checked on lavapipe.
 //
 // DOT4_TILES (`MatmulVariant::Dot4I8`: no subgroup matrices, only dot4I8Packed, which WGSL
-// has where the browser lists `packed_4x8_integer_dot_product`) stages the same levels and
-// multiplies them on the lanes, register-blocked: thread li keeps slots li % 16 + 16i and
-// tokens li / 16 + 16j (i, j < 4; with GLU slot s's partner s + 32 is i + 2), and per
-// 4-word step of a chunk reads 4 W and 4 + 4 x' vec4s of workgroup memory for 128 dot
-// products of 4 (the portable f32 tiles read 12 vec4s per 128 FMAs, the bound session 39
-// measured).
+// has where the browser lists `packed_4x8_integer_dot_product`) stages the same weight levels
+// but x' as one int8 level per element (common/levels.wgsl's level_word_one: x'' = d_a·a, off
+// by at most max|x'| / 254, llama.cpp's q8_1 activations; two levels took two dot products
+// per 4 multiply-adds, which tied the f32 tiles, BENCHMARKS.md "session 41"), and multiplies
+// them on the lanes, register-blocked: thread li keeps slots li % 16 + 16i and tokens
+// li / 16 + 16j (i, j < 4; with GLU slot s's partner s + 32 is i + 2), and per 4-word step of
+// a chunk reads 4 W and 4 x' vec4s of workgroup memory for 64 dot products of 4 (the portable
+// f32 tiles read 12 vec4s per 128 FMAs, the bound session 39 measured). Σ w·x'' =
+// d·d_a·Σq·a + m·Σx''.
 
 #include "common/levels.wgsl"
 
@@ -42,8 +45,7 @@ const KW: u32 = KS / 4u;  // the same in words
 // The same rows as vec4s of words (KW = 3 vec4s: 8 quarter-warp lanes reading 8 rows'
 // vec4 j touch 8 different bank quads).
 var<workgroup> wq: array<vec4<u32>, TILE_N * KW / 4u>;
-var<workgroup> xa: array<vec4<u32>, TILE_T * KW / 4u>;
-var<workgroup> xb: array<vec4<u32>, TILE_T * KW / 4u>;
+var<workgroup> xa: array<vec4<u32>, TILE_T * KW / 4u>; // x' levels a
 
 // Σ of the four packed products of `w` and `x` (16 levels each).
 fn dot16(w: vec4<u32>, x: vec4<u32>) -> i32 {
@@ -55,7 +57,8 @@ var<workgroup> xa: array<i32, TILE_T * KW>;   // [token][k]: x' levels a
 var<workgroup> xb: array<i32, TILE_T * KW>;   // [token][k]: x' levels b
 #endif
 var<workgroup> wdm: array<vec2<f32>, TILE_N>; // (d, m) of each slot's chunk
-var<workgroup> xdb: array<f32, TILE_T>;       // d_b of each token's chunk
+// The scale of each token's chunk's last level: d_b (two levels), d_a (DOT4_TILES' one).
+var<workgroup> xd: array<f32, TILE_T>;
 // Per staging thread: max|x'| of its 8 values (after the K loop its Σx², with NORM), and
 // their Σx'' (the levels' sum: the offsets m multiply the same x'' the quants do).
 var<workgroup> xmax: array<f32, 256>;
@@ -201,31 +204,33 @@ fn main(
         workgroupBarrier();
         let b4 = 4u * sr;
         let scale = chunk_scale(max(max(xmax[b4], xmax[b4 + 1u]), max(xmax[b4 + 2u], xmax[b4 + 3u])));
-        let lo = level_word(xv[0], scale);
-        let hi = level_word(xv[1], scale);
 #ifdef DOT4_TILES
+        let lo = level_word_one(xv[0], scale);
+        let hi = level_word_one(xv[1], scale);
         if (at % 4u == 0u) {
             xa[at / 4u].x = lo.a;
             xa[at / 4u].y = hi.a;
-            xb[at / 4u].x = lo.b;
-            xb[at / 4u].y = hi.b;
         } else {
             xa[at / 4u].z = lo.a;
             xa[at / 4u].w = hi.a;
-            xb[at / 4u].z = lo.b;
-            xb[at / 4u].w = hi.b;
+        }
+        let d = chunk_d(scale.x, lo.sum_a + hi.sum_a, 0);
+        if (q == 0u) {
+            xd[sr] = d.x;
         }
 #else
+        let lo = level_word(xv[0], scale);
+        let hi = level_word(xv[1], scale);
         xa[at] = bitcast<i32>(lo.a);
         xa[at + 1u] = bitcast<i32>(hi.a);
         xb[at] = bitcast<i32>(lo.b);
         xb[at + 1u] = bitcast<i32>(hi.b);
-#endif
         let d = chunk_d(scale.x, lo.sum_a + hi.sum_a, lo.sum_b + hi.sum_b);
-        xsum[li] = d.z;
         if (q == 0u) {
-            xdb[sr] = d.y;
+            xd[sr] = d.y;
         }
+#endif
+        xsum[li] = d.z;
         workgroupBarrier();
         if (c + 1u < range.y) {
             if (staged_live) {
@@ -234,11 +239,10 @@ fn main(
             x_next = stage_x(t_stage, c + 1u, q, &ss);
         }
 #ifdef DOT4_TILES
-        // R = 254·Σq·a + Σq·b per (slot, token), two 4-word steps. (Zeroed explicitly: in
-        // Chromium 156 on SwiftShader a `var` declared without a value inside a loop keeps
-        // the previous iteration's contents instead of starting at zero.)
+        // Σq·a per (slot, token), two 4-word steps. (Zeroed explicitly: in Chromium 156 on
+        // SwiftShader a `var` declared without a value inside a loop keeps the previous
+        // iteration's contents instead of starting at zero.)
         var sa = array<i32, 16>();
-        var sb = array<i32, 16>();
         for (var v = 0u; v < 2u; v++) {
             var wv: array<vec4<u32>, 4>;
             for (var i = 0u; i < 4u; i++) {
@@ -246,21 +250,18 @@ fn main(
             }
             for (var j = 0u; j < 4u; j++) {
                 let av = xa[(tt + 16u * j) * (KW / 4u) + v];
-                let bv = xb[(tt + 16u * j) * (KW / 4u) + v];
                 for (var i = 0u; i < 4u; i++) {
                     sa[4u * j + i] += dot16(wv[i], av);
-                    sb[4u * j + i] += dot16(wv[i], bv);
                 }
             }
         }
         for (var j = 0u; j < 4u; j++) {
             let tj = tt + 16u * j;
-            let db = xdb[tj];
+            let da = xd[tj];
             let sx = (xsum[4u * tj] + xsum[4u * tj + 1u]) + (xsum[4u * tj + 2u] + xsum[4u * tj + 3u]);
             for (var i = 0u; i < 4u; i++) {
                 let dm = wdm[ts + 16u * i];
-                let r = f32(254 * sa[4u * j + i] + sb[4u * j + i]);
-                acc[4u * j + i] = fma(r, dm.x * db, fma(dm.y, sx, acc[4u * j + i]));
+                acc[4u * j + i] = fma(f32(sa[4u * j + i]), dm.x * da, fma(dm.y, sx, acc[4u * j + i]));
             }
         }
 #else
@@ -268,7 +269,7 @@ fn main(
         multiply_chunk(sg);
         workgroupBarrier();
 #endif
-        let db = xdb[tok];
+        let db = xd[tok];
         let sx = (xsum[4u * tok] + xsum[4u * tok + 1u]) + (xsum[4u * tok + 2u] + xsum[4u * tok + 3u]);
         for (var h = 0u; h < 2u; h++) {
             for (var i = 0u; i < 8u; i++) {

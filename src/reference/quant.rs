@@ -655,30 +655,33 @@ fn quant_q6_k(x: &[f32], b: &mut [u8]) {
     }
 }
 
-/// x' as the int8 chunk matvec stages it (`INT8` in shaders/matmul/matvec_chunk.wgsl): per
-/// 32-element chunk, two int8 levels a and b with x'' = d_a·a + d_b·b, d_a = max|x'| / 127,
-/// d_b = d_a / 254, a = round(x'/d_a), b = round((x' − d_a·a)/d_b). Returns x'' (same length;
-/// `x.len()` a multiple of 32), in f32 arithmetic as the shader does it, so that the kernel's
-/// product is W·x'' up to f32 summation: the oracle its tests compare with. Each element is
-/// within max|x'| / 64,516 of x'.
-pub fn int8_levels(x: &[f32]) -> Vec<f32> {
-    int8_stage(x).0
+/// How a product stages x' before it multiplies: the x'' its tests' oracle multiplies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum XLevels {
+    /// x' itself (f32; the f16 operands' rounding is in those tests' tolerance instead).
+    Exact,
+    /// The int8 chunk matvec (`INT8` in shaders/matmul/matvec_chunk.wgsl) and the subgroup-
+    /// matrix GEMM: per 32-element chunk two int8 levels a and b with x'' = d_a·a + d_b·b,
+    /// d_a = max|x'| / 127, d_b = d_a / 254, a = round(x'/d_a), b = round((x' − d_a·a)/d_b).
+    /// Each element is within max|x'| / 64,516 of x'.
+    Int8Pair,
+    /// The dot-product GEMM (`DOT4_TILES`): one level, x'' = d_a·a, each element within
+    /// max|x'| / 254 of x' (llama.cpp's q8_1 activations).
+    Int8,
 }
 
-/// How far a GPU's x'' may stray from [`int8_levels`]' for each element: d_b where one of
-/// the element's roundings sits within a rounding error of a tie, else 0. WGSL lets a GPU
-/// divide to 2.5 ulp (127/max, max/127), so its d_a and 1/d_a may differ from ours in the
-/// last bits; b = round((x' − d_a·a)/d_b) then moves by up to 127·2^-22 ≈ 0.01 of a level
-/// (d_a·a's error over d_b), and a by far less. Near a tie that flips a level, and x''
-/// moves by d_b (a flip of a is absorbed by b, which then lands within d_b/2 of x' again).
-/// Tests add Σ|w|·slack to a product's tolerance, so a flip is allowed only where it can
-/// happen (a few percent of the elements), not everywhere.
-pub fn int8_slack(x: &[f32]) -> Vec<f32> {
-    int8_stage(x).1
-}
-
-/// [`int8_levels`] and [`int8_slack`] in one pass.
-fn int8_stage(x: &[f32]) -> (Vec<f32>, Vec<f32>) {
+/// x'' of `x` (`x.len()` a multiple of 32) as `levels` stages it, in f32 arithmetic as the
+/// shaders do it, so that the kernel's product is W·x'' up to f32 summation; and each
+/// element's slack: how far a GPU's x'' may stray from ours. That is one step of the last
+/// level (d_b, or d_a with one level) where one of the element's roundings sits within a
+/// rounding error of a tie, else 0. WGSL lets a GPU divide to 2.5 ulp (127/max, max/127), so
+/// its d_a and 1/d_a may differ from ours in the last bits; b = round((x' − d_a·a)/d_b) then
+/// moves by up to 127·2^-22 ≈ 0.01 of a level (d_a·a's error over d_b), and a by far less.
+/// Near a tie that flips a level, and x'' moves by one step (with two levels a flip of a is
+/// absorbed by b, which then lands within d_b/2 of x' again). Tests add Σ|w|·slack to a
+/// product's tolerance, so a flip is allowed only where it can happen (a few percent of the
+/// elements), not everywhere.
+pub fn int8_stage(x: &[f32], levels: XLevels) -> (Vec<f32>, Vec<f32>) {
     /// Distance from a tie (in levels) within which a rounding may go either way: b's, a
     /// little over the 0.01 level its inputs' division error can move it; a's, far less.
     const B_NEAR_TIE: f32 = 0.02;
@@ -699,6 +702,15 @@ fn int8_stage(x: &[f32]) -> (Vec<f32>, Vec<f32>) {
         for &v in chunk {
             let a_levels = v * inv_a;
             let a = a_levels.round_ties_even();
+            if levels == XLevels::Int8 {
+                out.push(da * a);
+                slack.push(if near_tie(a_levels, A_NEAR_TIE) {
+                    da
+                } else {
+                    0.0
+                });
+                continue;
+            }
             let rest = a.mul_add(-da, v);
             let b_levels = rest * inv_b;
             let b = b_levels.round_ties_even().clamp(-127.0, 127.0);
@@ -711,15 +723,15 @@ fn int8_stage(x: &[f32]) -> (Vec<f32>, Vec<f32>) {
 }
 
 /// x' as a matvec sees it: its values and each one's slack (how far a GPU's may stray from
-/// them beyond f32 summation, [`int8_slack`]; zeros but for the int8 chunk matvec).
+/// them beyond f32 summation, [`int8_stage`]; zeros for [`XLevels::Exact`]).
 pub struct SeenX {
     pub values: Vec<f32>,
     pub slack: Vec<f32>,
 }
 
-/// x' as a matvec reading `[rows, n]` x sees it: RMSNorm'd with `norm_w` (when given,
-/// `ops::rms_norm`'s arithmetic) and, for the int8 chunk matvec (`int8`), staged as
-/// [`int8_levels`] of x ⊙ norm_w, the norm's scalar applied after the product as the kernel
+/// x' as a product reading `[rows, n]` x sees it: RMSNorm'd with `norm_w` (when given,
+/// `ops::rms_norm`'s arithmetic) and, for the int8 forms (`levels`), staged as
+/// [`int8_stage`] of x ⊙ norm_w, the norm's scalar applied after the product as the kernel
 /// does. The oracle of every test of the fused products.
 pub fn x_seen(
     x: &[f32],
@@ -727,20 +739,20 @@ pub fn x_seen(
     rows: usize,
     n: usize,
     eps: f32,
-    int8: bool,
+    levels: XLevels,
 ) -> SeenX {
     let exact = |values: Vec<f32>| SeenX {
         slack: vec![0.0; values.len()],
         values,
     };
     let Some(nw) = norm_w else {
-        if !int8 {
+        if levels == XLevels::Exact {
             return exact(x.to_vec());
         }
-        let (values, slack) = int8_stage(x);
+        let (values, slack) = int8_stage(x, levels);
         return SeenX { values, slack };
     };
-    if !int8 {
+    if levels == XLevels::Exact {
         return exact(super::ops::rms_norm(x, nw, rows, n, eps));
     }
     let mut seen = SeenX {
@@ -751,9 +763,9 @@ pub fn x_seen(
         let mean_sq = row.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / n as f64;
         let inv = 1.0 / (mean_sq + eps as f64).sqrt();
         let scaled: Vec<f32> = row.iter().zip(nw).map(|(&v, &w)| v * w).collect();
-        let (levels, slack) = int8_stage(&scaled);
+        let (staged, slack) = int8_stage(&scaled, levels);
         let unnorm = |v: f32| (v as f64 * inv) as f32;
-        seen.values.extend(levels.into_iter().map(unnorm));
+        seen.values.extend(staged.into_iter().map(unnorm));
         seen.slack.extend(slack.into_iter().map(unnorm));
     }
     seen

@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use coco::gguf::GgmlType;
 use coco::gpu::{GpuContext, GpuTensor, StepRecorder};
 use coco::reference::matmul as reference;
-use coco::reference::quant::{self, SeenX};
+use coco::reference::quant::{self, SeenX, XLevels};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -128,10 +128,23 @@ pub fn has_f16_operands(label: &str) -> bool {
     label.contains("_coop") || label.ends_with("_f16ops")
 }
 
+/// How the kernel `label` stages x' (`quant::XLevels`): the dot-product GEMM (`dot4_q8`) as
+/// one int8 level per element, the int8 chunk matvec and the subgroup-matrix GEMM (`_i8`) as
+/// two, every other product as it is.
+pub fn x_levels(label: &str) -> XLevels {
+    if label.contains("dot4_q8") {
+        XLevels::Int8
+    } else if label.contains("_i8") {
+        XLevels::Int8Pair
+    } else {
+        XLevels::Exact
+    }
+}
+
 /// The reference product x'·wᵀ `[t, n]` in f64-accurate f32 and its tolerance per element
 /// for the kernel `label` (the f16 cooperative-matrix GEMM gets [`COOP_ATOL_PER_ABS_SUM`]),
 /// widened by Σ|w|·slack where x' as the kernel stages it may round either way
-/// (`quant::int8_slack`).
+/// (`quant::int8_stage`).
 pub fn reference_product(
     w: &[f32],
     x: &SeenX,

@@ -114,8 +114,8 @@ describe('fixture model in the page', { timeout: 20 * 60_000 }, () => {
   const linkGemms = [
     ['4x8', /wide64x128 \(asked for by name\)/],
     ['tiled', /tiled64x64 \(asked for by name\)/],
-    // The int8-level tiles on dot4I8Packed (the fixture is Q4_0, which has levels).
-    ['dot4', /dot4_i8_64x64 \(int8 levels on dot4I8Packed/],
+    // The dot-product tiles (x' as one int8 level) (the fixture is Q4_0, which has levels).
+    ['dot4', /dot4_q8_64x64 \(weight levels by x' as one int8 level on dot4I8Packed/],
   ];
   for (const [gemm, planned] of linkGemms) {
     it(`gemm=${gemm} link: the prefill tile kernels through the browser's own compiler, the same greedy tokens`, { timeout: 5 * 60_000 }, (t) =>

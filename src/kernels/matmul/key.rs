@@ -60,7 +60,8 @@ pub enum MatmulVariant {
     /// `emulated`: the same kernel with dot4I8Packed in place of the matrix builtins
     /// (`MATRIX_EMULATED`), which the kernel tests run natively.
     MatrixI8 { emulated: bool },
-    /// The same staging on dot4I8Packed alone (`DOT4_TILES` in gemm_matrix_i8.wgsl; WGSL's
+    /// The weights' levels by x' as one int8 level per element on dot4I8Packed alone
+    /// (`DOT4_TILES` in gemm_matrix_i8.wgsl, llama.cpp's q8_1 activations; WGSL's
     /// `packed_4x8_integer_dot_product`, [`crate::gpu::packed_4x8_dot`]), each thread 4 × 4
     /// (slot, token) sums: the portable GEMM for weight types with levels where `gemm=dot4`
     /// (`COCO_GEMM=dot4`) asks for it.
@@ -150,7 +151,7 @@ impl MatmulVariant {
             }
             Self::MatrixI8 { emulated: false } => format!("matrix_i8_{TILE_N}x{TILE_T}"),
             Self::MatrixI8 { emulated: true } => format!("matrix_i8_emulated_{TILE_N}x{TILE_T}"),
-            Self::Dot4I8 => format!("dot4_i8_{TILE_N}x{TILE_T}"),
+            Self::Dot4I8 => format!("dot4_q8_{TILE_N}x{TILE_T}"),
         }
     }
 

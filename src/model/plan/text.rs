@@ -204,7 +204,7 @@ impl Plan {
                         MatmulVariant::MatrixI8 { emulated: false }.label()
                     ),
                     (MatmulVariant::Dot4I8, _) => format!(
-                        "{} (int8 levels on dot4I8Packed: gemm=dot4) where the weight type has \
+                        "{} (weight levels by x' as one int8 level on dot4I8Packed: gemm=dot4) where the weight type has \
                          int8 levels, else the portable tiles",
                         MatmulVariant::Dot4I8.label()
                     ),
