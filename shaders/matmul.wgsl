@@ -51,7 +51,7 @@
 //                 x's place, B_X) instead of staging it from x
 //   X16           (TILED_COOP, GEMM_COOP, no NORM) reads x' as the f16 rows the pass before
 //                 staged (binding x16 in x's place; matmul/coop_staging.wgsl)
-//   ABLATE_MMA ABLATE_W ABLATE_X  (TILED, GEMM_WIDE, TILED_COOP, GEMM_COOP with X16) the
+//   ABLATE_MMA ABLATE_W ABLATE_X  (TILED, GEMM_WIDE, TILED_COOP, GEMM_COOP with X16, DOT4_TILES) the
 //                 diagnostic COCO_ABLATE leaves the multiply, W's loads or x''s loads out of
 //                 the K loop, for timing only: the outputs are wrong (select.rs ablations)
 // Constants prepended by kernels/matmul.rs (one source of truth for the host's grid math and

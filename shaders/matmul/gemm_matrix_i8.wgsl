@@ -115,6 +115,10 @@ fn token_scale(tok: u32) -> f32 {
 
 // Elements 8o .. 8o + 7 of row mr.y of weight mr.x as levels (wsel as in dot_w).
 fn levels_w8(mr: vec2<u32>, o: u32) -> Levels8 {
+#ifdef ABLATE_W
+    // The diagnostic COCO_ABLATE=w (select.rs ablations): no loads, no decoding.
+    return Levels8(vec2<u32>(0x01fe03fdu, 0x02fd01ffu), vec2<f32>(0.25, 0.0));
+#endif
     let wr = row_of(mr.x, mr.y);
 #ifdef QKV
     if (mr.x == 2u) {
@@ -243,6 +247,7 @@ fn main(
         // SwiftShader a `var` declared without a value inside a loop keeps the previous
         // iteration's contents instead of starting at zero.)
         var sa = array<i32, 16>();
+#ifndef ABLATE_MMA
         for (var v = 0u; v < 2u; v++) {
             var wv: array<vec4<u32>, 4>;
             for (var i = 0u; i < 4u; i++) {
@@ -255,6 +260,7 @@ fn main(
                 }
             }
         }
+#endif
         for (var j = 0u; j < 4u; j++) {
             let tj = tt + 16u * j;
             let da = xd[tj];

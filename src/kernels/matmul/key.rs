@@ -550,7 +550,10 @@ impl MatmulKey {
     /// ([`ablations`]): only the prefill tile kernels that have the switches.
     pub fn ablated(&self) -> &'static [Ablation] {
         let has_switches = match self.variant {
-            MatmulVariant::Tiled | MatmulVariant::TiledCoop | MatmulVariant::Wide(_) => true,
+            MatmulVariant::Tiled
+            | MatmulVariant::TiledCoop
+            | MatmulVariant::Wide(_)
+            | MatmulVariant::Dot4I8 => true,
             MatmulVariant::Coop128 => self.x16 && !self.sg64,
             _ => false,
         };
