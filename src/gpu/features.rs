@@ -128,8 +128,9 @@ pub enum GemmChoice {
     /// The int8 tiles on dot4I8Packed alone (`MatmulVariant::Dot4I8`; the page's `gemm=dot4`,
     /// `COCO_GEMM=dot4`) where WGSL has `packed_4x8_integer_dot_product` and the weight type
     /// has int8 levels, `Auto`'s portable choice elsewhere. Natively only without the
-    /// tensor-core tiles (`COCO_COOPMAT=0`). Opt-in: on an H100 it ties with the f32 tiles
-    /// (BENCHMARKS.md "session 41").
+    /// tensor-core tiles (`COCO_COOPMAT=0`). Opt-in: x' is rounded to one int8 level per
+    /// element (llama.cpp's q8_1), 1.35× the f32 tiles' speed on an H100 but the HF goldens
+    /// don't hold (BENCHMARKS.md "session 42").
     Dot4,
 }
 
