@@ -839,6 +839,35 @@ mod tests {
         }
     }
 
+    /// Each element of x'' is within its form's documented bound of x' (two levels: max|x'| /
+    /// 64,516 of its chunk; one: max|x'| / 254), and the slack is at most one last-level step.
+    #[test]
+    fn int8_staging_stays_within_its_bound() {
+        let x = values(4096, 7);
+        for (levels, per_max) in [(XLevels::Int8Pair, 64_516.0), (XLevels::Int8, 254.0)] {
+            let (staged, slack) = int8_stage(&x, levels);
+            for ((chunk, got), slack) in x.chunks(32).zip(staged.chunks(32)).zip(slack.chunks(32)) {
+                let max = chunk.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let step = if levels == XLevels::Int8 {
+                    max / 127.0
+                } else {
+                    max / 127.0 / 254.0
+                };
+                for ((&v, &g), &s) in chunk.iter().zip(got).zip(slack) {
+                    // (a little over the bound for f32's own rounding of the levels' products)
+                    assert!(
+                        (v - g).abs() <= max / per_max * 1.001 + 1e-7,
+                        "{levels:?}: {v} -> {g}"
+                    );
+                    assert!(
+                        s == 0.0 || (s - step).abs() <= step * 1e-6,
+                        "{levels:?}: slack {s}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn zero_blocks_stay_zero() {
         for ty in GgmlType::SUPPORTED {
