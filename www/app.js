@@ -356,11 +356,25 @@ function loadEvents(url) {
 }
 
 /** After load_url's "ok": the kernels compiled, the numbers and the report shown. */
+/**
+ * Why the browser did not keep the copy, in words. A spent quota is a QuotaExceededError, but
+ * Chromium's Cache.put reports a full disk as a bare "network error": where the storage
+ * estimate shows the file can't fit, that is called full too, with the numbers.
+ */
+function keptRefusal({ reason, quotaExceeded, bytes, storage }) {
+  const free = storage ? Math.max(0, storage.quota - storage.usage) : null;
+  const estimate = free === null ? "" : `the browser estimates ${formatBytes(free)} of its ${formatBytes(storage.quota)} free`;
+  const tooBig = free !== null && bytes > free;
+  if (!quotaExceeded && !tooBig) return estimate ? `${reason}; ${estimate}` : reason;
+  // (The estimate only where it agrees: a quota set through DevTools leaves it at the disk's.)
+  return `the browser's storage for this site is full: the file needs ${formatBytes(bytes)}${tooBig ? `, ${estimate}` : ""}; it said "${reason}"`;
+}
+
 async function finishLoad(url, engine, { done, cached, kept }) {
   let keptNote = "";
   if (cached) keptNote = " from this browser's storage";
   else if (kept.stored) keptNote = "; kept in this browser for next time";
-  else keptNote = `; not kept (${kept.reason})`;
+  else keptNote = `; not kept (${keptRefusal(kept)})`;
 
   // The browser compiles a kernel when it first runs: do that now, not in the first
   // generation (it made a fresh page's first generation decode at half speed).

@@ -27,7 +27,8 @@ const PROGRESS_MS = 100;
  *
  * → {status: "not_yet", result} when the header says this GPU can't run it (nothing more was
  * downloaded), else {status: "ok", done (load_finish's Loaded), received, cached, kept}, where
- * kept is {stored: true} or {stored: false, reason}. Throws a LoadError (or the engine's
+ * kept is {stored: true} or {stored: false, reason, quotaExceeded, bytes, storage} (storage:
+ * the origin's {usage, quota} after the refusal, or null). Throws a LoadError (or the engine's
  * PageError) after undoing what it began: the engine's partial load, the stream, the cache
  * copy.
  */
@@ -120,7 +121,12 @@ async function verifyAndKeep(url, expectedSha256, load, done, received) {
   }
   const writer = load.writer;
   load.writer = null;
-  if (!(await writer.commit())) return { stored: false, reason: errorText(writer.failed) };
+  if (!(await writer.commit())) {
+    return {
+      stored: false, reason: errorText(writer.failed), quotaExceeded: writer.failed?.name === "QuotaExceededError",
+      bytes: received, storage: await storageEstimate(),
+    };
+  }
   await writeCacheMeta(url, {
     bytes: received, sha256: done.sha256, etag: plan.validators?.etag || null,
     last_modified: plan.validators?.lastModified || null, date: new Date().toISOString(),
@@ -140,6 +146,16 @@ async function undo(coco, url, load) {
   load.plan?.reader?.cancel?.().catch(() => {});
   if (load.writer) await load.writer.abort().catch(() => {});
   else if (!load.plan?.cached) await deleteCached(url).catch(() => {});
+}
+
+/** This origin's {usage, quota} in bytes as the browser estimates them, or null. */
+async function storageEstimate() {
+  try {
+    const { usage, quota } = await navigator.storage.estimate();
+    return Number.isFinite(quota) ? { usage: usage ?? 0, quota } : null;
+  } catch {
+    return null;
+  }
 }
 
 function errorText(err) {

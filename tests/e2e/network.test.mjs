@@ -1,4 +1,5 @@
-// Broken downloads (dropped, stalled, refused, mis-sized). The test server injects each fault on a path of its
+// Broken downloads (dropped, stalled, refused, mis-sized) and a storage too small for the
+// copy. The test server injects each fault on a path of its
 // own (/fault/<kind>/<param>/…, see scripts/serve.mjs); the page must end in a clear error
 // that names the cause, keep nothing partial in the Cache API, and resume where Range works.
 import { describe, it } from 'node:test';
@@ -111,5 +112,32 @@ describe('network faults while loading a model', { timeout: 20 * 60_000 }, () =>
       const run = await generate(page, { prompt: 'Once upon a time', fields: { ...GREEDY, 'max-tokens': '4' } });
       assert.deepEqual(run.ids, (await native).ids, 'the resumed bytes are right: greedy output equals native');
       record('fault: resumed download', { resumed_from: resumed.range, requests: seen.length });
+    }));
+
+  // Chromium's Cache.put rejects a body past the origin's quota with a QuotaExceededError (a
+  // full disk with a bare "network error", which the page tells from the storage estimate);
+  // the page must say the storage is full, with the numbers, and still run the model.
+  it('a file larger than the storage quota loads and runs, is not kept, and the status says the storage is full', { timeout: 4 * 60_000 }, (t) =>
+    onPage(t, async (page) => {
+      const native = nativeRun(FIXTURE, 'Once upon a time', 4);
+      const cdp = await page.context().newCDPSession(page);
+      const origin = new URL(shared.server.url).origin;
+      // A real quota, set through the DevTools protocol: 2 MB for this origin.
+      await cdp.send('Storage.overrideQuotaForOrigin', { origin, quotaSize: 2_000_000 });
+      try {
+        await openPage(page, shared.server);
+        // (a query of its own: not a copy an earlier case kept)
+        const url = `${FILE}?quota=2MB`;
+        await loadModel(page, url);
+        const status = await text(page, '#status-text');
+        assert.match(status, /not kept \(the browser's storage for this site is full: the file needs 10\.6 MB(, the browser estimates .* free)?; it said "/,
+          `the status says the storage is full, with the numbers ("${status}")`);
+        await assertNotCached(page, url);
+        const run = await generate(page, { prompt: 'Once upon a time', fields: { ...GREEDY, 'max-tokens': '4' } });
+        assert.deepEqual(run.ids, (await native).ids, 'the model that could not be kept runs: greedy output equals native');
+        record('storage full', { status });
+      } finally {
+        await cdp.send('Storage.overrideQuotaForOrigin', { origin });
+      }
     }));
 });
