@@ -276,6 +276,7 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
             coop_prestage: false,
             coop_subgroup_tile64: false,
             coop_vec_stage: false,
+            coop_half_w: false,
             coop_stream: false,
             attention_blocked: false,
             attention_coop: false,

@@ -169,6 +169,34 @@ fn fifth_bits(qh: u32, first: u32) -> u32 {
 }
 #endif
 
+#ifdef HALF_W
+// The tensor-core tiles' weights, exactly as dequant8 gives them, without an integer → float
+// conversion (with LEVELS8), for the types whose w = d·(q − c) has d an f16 of the file and c
+// a small integer: Q4_0 Q5_0 Q8_0 (`has_half8` in kernels/matmul/key.rs). Each type file
+// provides
+//   fn half8(r: WRow, o: u32) -> array<vec4<f16>, 2>
+// elements 8o .. 8o + 7 rounded to f16 as the f32 path stages them, bit for bit: q − c, and
+// its product with d (≤ 19 significant bits), are exact in f32 either way, and the one
+// rounding is the same conversion to f16. Why: dequant8 converts every level with an
+// integer → f32 instruction, which NVIDIA's SMs issue at a fraction of the FMA rate (CUDA's
+// throughput table: 16 a clock against 128); here a level is an OR and a subtraction.
+// (Decoding straight to f16 would drop the conversion to f16 too, but naga's bitcast can't
+// reinterpret a u32 as vec2<f16>.)
+
+// b − offset for the four bytes b of `u` (unsigned, in byte order): a byte placed in the low
+// mantissa bits of 2^23 (0x4B000000) is the f32 2^23 + b, so b − offset is one exact
+// subtraction of 2^23 + offset.
+fn f32_bytes(u: u32, offset: f32) -> vec4<f32> {
+    let b = (vec4<u32>(u) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xFFu);
+    return bitcast<vec4<f32>>(b | vec4<u32>(0x4B000000u)) - vec4<f32>(8388608.0 + offset);
+}
+
+// (b − offset)·d of the 8 bytes of `q` (elements 8o .. 8o + 3, then 8o + 4 .. 8o + 7), in f16.
+fn half_levels(q: vec2<u32>, offset: f32, d: f32) -> array<vec4<f16>, 2> {
+    return array<vec4<f16>, 2>(vec4<f16>(f32_bytes(q.x, offset) * d), vec4<f16>(f32_bytes(q.y, offset) * d));
+}
+#endif
+
 #ifdef F32
 #include "common/dequant_f32.wgsl"
 #endif

@@ -48,3 +48,11 @@ fn levels8(r: WRow, o: u32) -> Levels8 {
     return Levels8(vec2<u32>(u & 0x0F0F0F0Fu, (u >> 4u) & 0x0F0F0F0Fu), vec2<f32>(d, -8.0 * d));
 }
 #endif
+
+#ifdef HALF_W
+// The nibbles, w = d·(q − 8).
+fn half8(r: WRow, o: u32) -> array<vec4<f16>, 2> {
+    let l = levels8(r, o);
+    return half_levels(l.q, 8.0, l.dm.x);
+}
+#endif

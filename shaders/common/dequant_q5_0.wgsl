@@ -63,3 +63,11 @@ fn levels8(r: WRow, o: u32) -> Levels8 {
     return Levels8(vec2<u32>(lo, hi), vec2<f32>(d, -16.0 * d));
 }
 #endif
+
+#ifdef HALF_W
+// Nibble | fifth bit · 16, w = d·(q − 16).
+fn half8(r: WRow, o: u32) -> array<vec4<f16>, 2> {
+    let l = levels8(r, o);
+    return half_levels(l.q, 16.0, l.dm.x);
+}
+#endif

@@ -41,3 +41,11 @@ fn levels8(r: WRow, o: u32) -> Levels8 {
     return Levels8(vec2<u32>(wl(i), wl(i + 1u)), vec2<f32>(plane_f16(8u * r.blocks, b), 0.0));
 }
 #endif
+
+#ifdef HALF_W
+// The int8 quants, w = d·q: each byte xor 0x80 is q + 128 as an unsigned byte.
+fn half8(r: WRow, o: u32) -> array<vec4<f16>, 2> {
+    let l = levels8(r, o);
+    return half_levels(l.q ^ vec2<u32>(0x80808080u), 128.0, l.dm.x);
+}
+#endif

@@ -56,15 +56,45 @@ fn scaled8(v: array<vec4<f32>, 2>, s: f32) -> array<vec4<f32>, 2> {
     return array<vec4<f32>, 2>(v[0] * s, v[1] * s);
 }
 
-// Writes 8 staged f32 (two vec4) as f16 at element `at` (a multiple of 8) of wt16.
-fn stage_w16(at: u32, v: array<vec4<f32>, 2>) {
+// Elements 8o .. 8o + 7 of row mr.y of weight mr.x as the tiles stage them, in f16:
+// dequant_w8's f32 values rounded, with HALF_W decoded without integer conversions
+// (common/dequant.wgsl half8: the same bits; the A/B baseline is COCO_COOP_HALF_W=0). The
+// weight selection is dequant_w8's, each branch with its own constant wsel as there.
+fn dequant_w8h(mr: vec2<u32>, o: u32) -> array<vec4<f16>, 2> {
+#ifdef HALF_W
+#ifdef ABLATE_W
+    return array<vec4<f16>, 2>(vec4<f16>(0.25h), vec4<f16>(0.5h));
+#endif
+    let wr = row_of(mr.x, mr.y);
+#ifdef QKV
+    if (mr.x == 2u) {
+        wsel = 2u;
+        return half8(wr, o);
+    }
+#endif
+#ifdef MULTI_W
+    if (mr.x == 1u) {
+        wsel = 1u;
+        return half8(wr, o);
+    }
+    wsel = 0u;
+#endif
+    return half8(wr, o);
+#else
+    let v = dequant_w8(mr, o);
+    return array<vec4<f16>, 2>(vec4<f16>(v[0]), vec4<f16>(v[1]));
+#endif
+}
+
+// Writes 8 staged values (two vec4) at element `at` (a multiple of 8) of wt16.
+fn stage_w16(at: u32, v: array<vec4<f16>, 2>) {
 #ifdef VEC_STAGE
-    wt16[at / 4u] = vec4<f16>(v[0]);
-    wt16[at / 4u + 1u] = vec4<f16>(v[1]);
+    wt16[at / 4u] = v[0];
+    wt16[at / 4u + 1u] = v[1];
 #else
     for (var e = 0u; e < 4u; e++) {
-        wt16[at + e] = f16(v[0][e]);
-        wt16[at + 4u + e] = f16(v[1][e]);
+        wt16[at + e] = v[0][e];
+        wt16[at + 4u + e] = v[1][e];
     }
 #endif
 }

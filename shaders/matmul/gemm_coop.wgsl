@@ -98,15 +98,15 @@ fn main(
     var c13 = c00;
     var ss_lo = 0.0;
     var ss_hi = 0.0;
-    let zero8 = array<vec4<f32>, 2>(vec4<f32>(0.0), vec4<f32>(0.0));
+    let zero8 = array<vec4<f16>, 2>(vec4<f16>(0.0h), vec4<f16>(0.0h));
     // Chunk c + 1 is loaded while chunk c is multiplied, as in TILED.
     var w_lo_next = zero8;
     var w_hi_next = zero8;
     if (lo_live) {
-        w_lo_next = dequant_w8(w_lo, q);
+        w_lo_next = dequant_w8h(w_lo, q);
     }
     if (hi_live) {
-        w_hi_next = dequant_w8(w_hi, q);
+        w_hi_next = dequant_w8h(w_hi, q);
     }
     var x_lo_next = stage_x(t_lo, 0u, q, &ss_lo);
     var x_hi_next = stage_x(t_hi, 0u, q, &ss_hi);
@@ -119,10 +119,10 @@ fn main(
         if (c + 1u < chunks) {
             let o = 4u * (c + 1u) + q;
             if (lo_live) {
-                w_lo_next = dequant_w8(w_lo, o);
+                w_lo_next = dequant_w8h(w_lo, o);
             }
             if (hi_live) {
-                w_hi_next = dequant_w8(w_hi, o);
+                w_hi_next = dequant_w8h(w_hi, o);
             }
             x_lo_next = stage_x(t_lo, c + 1u, q, &ss_lo);
             x_hi_next = stage_x(t_hi, c + 1u, q, &ss_hi);

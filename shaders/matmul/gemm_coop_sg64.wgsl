@@ -29,7 +29,7 @@ var<workgroup> wt16: array<StagedHalf, (2u * W_TILE) / SV>; // [buffer][slot][k]
 var<workgroup> xt16: array<StagedHalf, (2u * X_TILE) / SV>; // [buffer][token][k]: x' chunks (B, column-major)
 var<workgroup> ct: array<f32, (128u / SGS) * CB * CB>; // [subgroup][CB × CB]: a parked block (C)
 
-alias W8 = array<vec4<f32>, 2>;
+alias W8 = array<vec4<f16>, 2>;
 alias X8 = array<vec4<f16>, 2>;
 
 // Chunk c's elements of this thread's 4 W rows and 4 tokens (32 apart), into buffer c % 2.
@@ -77,11 +77,11 @@ fn main(
     for (var i = 0u; i < 8u; i++) {
         ct[scratch + SGS * i + lane] = 0.0;
     }
-    let zero8 = W8(vec4<f32>(0.0), vec4<f32>(0.0));
+    let zero8 = W8(vec4<f16>(0.0h), vec4<f16>(0.0h));
     var w_next = array<W8, 4>(zero8, zero8, zero8, zero8);
     for (var i = 0u; i < 4u; i++) {
         if (live(rows[i])) {
-            w_next[i] = dequant_w8(rows[i], q);
+            w_next[i] = dequant_w8h(rows[i], q);
         }
     }
     stage_chunk(0u, at, w_next, x_chunk(t0 + sr, 0u, q));
@@ -112,7 +112,7 @@ fn main(
             let o = 4u * (c + 1u) + q;
             for (var i = 0u; i < 4u; i++) {
                 if (live(rows[i])) {
-                    w_next[i] = dequant_w8(rows[i], o);
+                    w_next[i] = dequant_w8h(rows[i], o);
                 }
             }
             x_next = x_chunk(t0 + sr, c + 1u, q);

@@ -54,7 +54,7 @@ fn main(
     // l · GROUPS .. + GROUPS - 1 (group u: slot u / 4, elements 8(u % 4) ..).
     let groups = 4u * CB / SGS;
     let xs = p.k / 4u; // an x16 row, in vec4s
-    let zero8 = array<vec4<f32>, 2>(vec4<f32>(0.0), vec4<f32>(0.0));
+    let zero8 = array<vec4<f16>, 2>(vec4<f16>(0.0h), vec4<f16>(0.0h));
     // The matrix work stays in uniform control flow (naga requires it of cooperative-matrix
     // operations): a subgroup past the last chunk multiplies zeros by the last chunk's x'.
     for (var j = 0u; j < per; j++) {
@@ -66,7 +66,7 @@ fn main(
             let mr = locate(g * TILE_N + slot, TILE_N);
             var w8 = zero8;
             if (mine && live(mr)) {
-                w8 = dequant_w8(mr, 4u * c + u % 4u);
+                w8 = dequant_w8h(mr, 4u * c + u % 4u);
             }
             stage_w16(slice + slot * AS + 8u * (u % 4u), w8);
         }

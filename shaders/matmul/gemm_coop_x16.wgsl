@@ -41,7 +41,7 @@ fn record_word(tile: u32, split: u32, sg: u32, j: u32, e: u32, lane: u32) -> u32
 #endif
 
 // Chunk c's elements of this thread's two W rows and two tokens, into buffer c % 2.
-fn stage_chunk(c: u32, at: u32, w8: array<array<vec4<f32>, 2>, 2>, x8s: array<array<vec4<f16>, 2>, 2>) {
+fn stage_chunk(c: u32, at: u32, w8: array<array<vec4<f16>, 2>, 2>, x8s: array<array<vec4<f16>, 2>, 2>) {
     let wb = (c & 1u) * W_TILE + at;
     let xb = (c & 1u) * X_TILE + at;
     stage_w16(wb, w8[0]);
@@ -87,14 +87,14 @@ fn main(
     for (var i = 0u; i < 8u; i++) {
         ct[scratch + SGS * i + lane] = 0.0;
     }
-    let zero8 = array<vec4<f32>, 2>(vec4<f32>(0.0), vec4<f32>(0.0));
-    var w_next = array<array<vec4<f32>, 2>, 2>(zero8, zero8);
+    let zero8 = array<vec4<f16>, 2>(vec4<f16>(0.0h), vec4<f16>(0.0h));
+    var w_next = array<array<vec4<f16>, 2>, 2>(zero8, zero8);
     if (range.x < range.y) {
         if (lo_live) {
-            w_next[0] = dequant_w8(w_lo, 4u * range.x + q);
+            w_next[0] = dequant_w8h(w_lo, 4u * range.x + q);
         }
         if (hi_live) {
-            w_next[1] = dequant_w8(w_hi, 4u * range.x + q);
+            w_next[1] = dequant_w8h(w_hi, 4u * range.x + q);
         }
         let x0 = array<array<vec4<f16>, 2>, 2>(x8(t_lo, range.x, q), x8(t_hi, range.x, q));
         stage_chunk(range.x, at, w_next, x0);
@@ -116,10 +116,10 @@ fn main(
         if (more) {
             let o = 4u * (c + 1u) + q;
             if (lo_live) {
-                w_next[0] = dequant_w8(w_lo, o);
+                w_next[0] = dequant_w8h(w_lo, o);
             }
             if (hi_live) {
-                w_next[1] = dequant_w8(w_hi, o);
+                w_next[1] = dequant_w8h(w_hi, o);
             }
             x_next = array<array<vec4<f16>, 2>, 2>(x8(t_lo, c + 1u, q), x8(t_hi, c + 1u, q));
         }

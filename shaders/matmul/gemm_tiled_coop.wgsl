@@ -13,7 +13,7 @@ var<workgroup> wt16: array<StagedHalf, (2u * TILE_N * 32u) / SV>; // [buffer][TI
 var<workgroup> xt16: array<StagedHalf, (2u * TILE_T * 32u) / SV>; // [buffer][TILE_T][32]: x' chunks by token (B, column-major)
 
 // This thread's 8 elements of its W row and of its token in chunk c, into buffer c % 2.
-fn stage_chunk(c: u32, at: u32, w8: array<vec4<f32>, 2>, x8s: array<vec4<f16>, 2>) {
+fn stage_chunk(c: u32, at: u32, w8: array<vec4<f16>, 2>, x8s: array<vec4<f16>, 2>) {
     stage_w16((c & 1u) * TILE_N * 32u + at, w8);
     stage_x8((c & 1u) * TILE_T * 32u + at, x8s);
 }
@@ -87,10 +87,10 @@ fn main(
 #ifdef X16
     // Double-buffered, as gemm_coop_x16.wgsl: chunk c + 1's loads are issued before chunk c's
     // matrix work and stored into the other buffer after it, one barrier per chunk.
-    var w_next: array<vec4<f32>, 2>;
+    var w_next: array<vec4<f16>, 2>;
     if (range.x < range.y) {
         if (staged_live) {
-            w_next = dequant_w8(staged, 4u * range.x + q);
+            w_next = dequant_w8h(staged, 4u * range.x + q);
         }
         stage_chunk(range.x, sr * 32u + 8u * q, w_next, x8(t_stage, range.x, q));
     }
@@ -102,7 +102,7 @@ fn main(
         var x_next: array<vec4<f16>, 2>;
         if (more) {
             if (staged_live) {
-                w_next = dequant_w8(staged, 4u * (c + 1u) + q);
+                w_next = dequant_w8h(staged, 4u * (c + 1u) + q);
             }
             x_next = x8(t_stage, c + 1u, q);
         }
@@ -128,11 +128,11 @@ fn main(
     var c0 = coopLoad<CoopC>(&ct[n0 * TILE_N + r0], TILE_N);
     var c1 = coopLoad<CoopC>(&ct[(n0 + CB) * TILE_N + r0], TILE_N);
     // Chunk c + 1 is loaded while chunk c is multiplied, as in TILED.
-    var w_next: array<vec4<f32>, 2>;
+    var w_next: array<vec4<f16>, 2>;
     var x_next: array<vec4<f32>, 2>;
     if (range.x < range.y) {
         if (staged_live) {
-            w_next = dequant_w8(staged, 4u * range.x + q);
+            w_next = dequant_w8h(staged, 4u * range.x + q);
         }
         x_next = stage_x(t_stage, range.x, q, &ss);
     }
@@ -142,7 +142,7 @@ fn main(
         workgroupBarrier();
         if (c + 1u < range.y) {
             if (staged_live) {
-                w_next = dequant_w8(staged, 4u * (c + 1u) + q);
+                w_next = dequant_w8h(staged, 4u * (c + 1u) + q);
             }
             x_next = stage_x(t_stage, c + 1u, q, &ss);
         }

@@ -77,6 +77,14 @@ pub fn has_levels8(ty: GgmlType) -> bool {
     )
 }
 
+/// Whether `ty`'s tensor-core staging decodes its levels without integer → float conversions
+/// (`HALF_W`, common/dequant.wgsl `half8`): the types whose w = d·(q − c) has d an f16 of the
+/// file and c a small integer, so the exponent trick's f32 values are dequant8's exactly
+/// (Q4_K's d and m are f32 products).
+pub fn has_half8(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0)
+}
+
 impl MatmulVariant {
     fn define(self) -> &'static str {
         match self {
@@ -524,6 +532,11 @@ impl MatmulKey {
             _ => "",
         };
         let vec = if self.vec_stage { "_v4" } else { "" };
+        let vec = if self.half_w() {
+            format!("{vec}_h16")
+        } else {
+            vec.to_string()
+        };
         let block = if self.coop8 && self.variant.is_coop() {
             "_b8"
         } else {
@@ -544,6 +557,12 @@ impl MatmulKey {
             self.ty.name().to_lowercase(),
             self.variant.label()
         )
+    }
+
+    /// Whether this tensor-core kernel decodes its weights without integer conversions
+    /// ([`has_half8`], unless `COCO_COOP_HALF_W=0`: [`coop_half_w`]).
+    pub fn half_w(&self) -> bool {
+        self.variant.is_coop() && has_half8(self.ty) && coop_half_w()
     }
 
     /// The parts of the K loop the diagnostic `COCO_ABLATE` leaves out of this kernel
@@ -591,6 +610,9 @@ impl MatmulKey {
             defines.push("COOP_STAGING");
             if self.coop8 {
                 defines.push("COOP8");
+            }
+            if self.half_w() {
+                defines.extend(["LEVELS8", "HALF_W"]);
             }
             if let MatmulVariant::CoopStream(block) = self.variant {
                 // Its tile is the device's block; it reads x' only as the f16 rows.

@@ -282,6 +282,15 @@ pub fn coop_vec_stage() -> bool {
     *ON.get_or_init(|| switch_on_unless_zero("COCO_COOP_VEC_STAGE"))
 }
 
+/// Whether the tensor-core tiles decode Q4_0, Q5_0 and Q8_0 levels to f32 by the exponent
+/// trick ([`super::key::has_half8`], `HALF_W`) instead of an integer → float conversion per
+/// weight, read once per process; the staged values are the same bit for bit. On by default;
+/// `COCO_COOP_HALF_W=0` is the A/B baseline.
+pub fn coop_half_w() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| switch_on_unless_zero("COCO_COOP_HALF_W"))
+}
+
 /// A default-on switch: off only where the variable `name` is `0`.
 fn switch_on_unless_zero(name: &str) -> bool {
     std::env::var(name).map_or(true, |v| v != "0")
@@ -504,6 +513,9 @@ pub struct KernelSettings {
     pub coop_subgroup_tile64: bool,
     /// Whether the tensor-core tiles stage with vec4 stores ([`coop_vec_stage`]).
     pub coop_vec_stage: bool,
+    /// Whether the tensor-core tiles decode Q4_0 / Q5_0 / Q8_0 without integer conversions
+    /// ([`coop_half_w`]).
+    pub coop_half_w: bool,
     /// Whether steps of 5–32 tokens run the short-step tensor-core tiles ([`coop_stream`]).
     pub coop_stream: bool,
     /// Whether the single-pass attention computes 2 × 2 score blocks and takes larger tiles
@@ -560,6 +572,7 @@ impl KernelSettings {
             coop_prestage: coop_prestage(),
             coop_subgroup_tile64: coop_prestage() && coop_subgroup_tile64(),
             coop_vec_stage: coop_vec_stage(),
+            coop_half_w: coop_half_w(),
             coop_stream: coop_stream(),
             attention_blocked: ctx.attention_blocked,
             attention_coop: ctx.coop_block.is_some()

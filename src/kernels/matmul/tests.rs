@@ -282,7 +282,9 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
         false,
         None,
     );
-    assert_eq!(key.label(), "matmul_q4_0_coop64x64");
+    // (`_h16`: Q4_0's levels decoded without integer conversions, unless switched off.)
+    let h16 = if coop_half_w() { "_h16" } else { "" };
+    assert_eq!(key.label(), format!("matmul_q4_0_coop64x64{h16}"));
     // A device with the tensor-core GEMM runs the 128 × 128 tiles; `tiled` keeps the 64 × 64
     // ones (the A/B baseline).
     assert_eq!(GemmChoice::Auto.pick_coop(), MatmulVariant::Coop128);
