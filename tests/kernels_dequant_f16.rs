@@ -61,7 +61,10 @@ fn decode_on_gpu(ty: GgmlType, bytes: &[u8]) -> (Vec<u16>, Vec<u16>) {
     let wt = GpuTensor::from_bytes(ctx, "w", ty, K as u64, ROWS as u64, bytes, u64::MAX);
     assert_eq!(wt.parts.len(), 1);
     let define = format!("{ty:?}");
-    let body = preprocess("common/dequant.wgsl", &[define.as_str(), "LEVELS8", "HALF_W"]);
+    let body = preprocess(
+        "common/dequant.wgsl",
+        &[define.as_str(), "LEVELS8", "HALF_W"],
+    );
     let source = format!(
         "enable f16;\n{body}\n\
          @group(0) @binding(0) var<storage, read> w: array<vec4<u32>>;\n\
@@ -148,7 +151,11 @@ fn f16_decode_is_the_reference_rounded_to_f16() {
         println!("no shader-f16 on this adapter: the f16 decode is not run");
         return;
     }
-    for (seed, ty) in [(1u64, GgmlType::Q4_0), (2, GgmlType::Q5_0), (3, GgmlType::Q8_0)] {
+    for (seed, ty) in [
+        (1u64, GgmlType::Q4_0),
+        (2, GgmlType::Q5_0),
+        (3, GgmlType::Q8_0),
+    ] {
         assert!(coco::kernels::matmul::has_half8(ty));
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let blocks = ROWS * K / 32;
