@@ -14,17 +14,11 @@
 // Workgroup memory is the device limit's 48 KiB at most: 2 × 10 KiB of W, 2 × 10 KiB of x',
 // and one CB × CB f32 block per subgroup for the accumulators' zeros and the epilogue, which
 // parks one block at a time (gemm_coop.wgsl parks two, in 16 KiB).
-//
-// TILE_T is 128 tokens, or 64 with COCO_COOP_TOKENS=64 (the A/B trial of session 43: each
-// subgroup then owns 2 × 2 blocks instead of 2 × 4, each thread stages one token instead of
-// two, and the kernel's registers may let two workgroups share an SM; it never splits K).
 
 const KC: u32 = 32u;       // K elements per staged chunk
 const KS: u32 = KC + 8u;   // row stride of the staged tiles: 80 bytes, so the 8 rows a
                            // matrix load reads at once start in different banks
 const HALF_N: u32 = TILE_N / 2u;
-const SG_ROWS: u32 = NSG / (HALF_N / CB); // subgroups along the tokens
-const TB: u32 = TILE_T / (CB * SG_ROWS);  // token blocks per subgroup: 4, or 2 at 64 tokens
 const W_TILE: u32 = TILE_N * KS; // f16 per buffer of W
 const X_TILE: u32 = TILE_T * KS; // f16 per buffer of x'
 
@@ -42,21 +36,18 @@ const COOP_RECORD: u32 = TILE_N * TILE_T;
 // The record word of lane `lane`'s value e (< 8: the gate / low block, else the partner 64
 // slots on) of token round j, subgroup sg, in split `split`'s record of tile `tile`.
 fn record_word(tile: u32, split: u32, sg: u32, j: u32, e: u32, lane: u32) -> u32 {
-    return SPLIT_COUNTERS + (tile * p.splits + split) * COOP_RECORD + ((sg * TB + j) * 16u + e) * SGS + lane;
+    return SPLIT_COUNTERS + (tile * p.splits + split) * COOP_RECORD + ((sg * 4u + j) * 16u + e) * SGS + lane;
 }
 #endif
 
-// Chunk c's elements of this thread's two W rows and two tokens (one at 64 tokens), into
-// buffer c % 2.
+// Chunk c's elements of this thread's two W rows and two tokens, into buffer c % 2.
 fn stage_chunk(c: u32, at: u32, w8: array<array<vec4<f16>, 2>, 2>, x8s: array<array<vec4<f16>, 2>, 2>) {
     let wb = (c & 1u) * W_TILE + at;
     let xb = (c & 1u) * X_TILE + at;
     stage_w16(wb, w8[0]);
     stage_w16(wb + HALF_N * KS, w8[1]);
     stage_x8(xb, x8s[0]);
-    if (TILE_T > HALF_N) {
-        stage_x8(xb + HALF_N * KS, x8s[1]);
-    }
+    stage_x8(xb + HALF_N * KS, x8s[1]);
 }
 
 @compute @workgroup_size(256)
@@ -76,7 +67,7 @@ fn main(
     let rg = row_group(g);
     let range = k_range(g);
     // Each thread stages 8 elements of two W rows (slots sr and sr + 64: with GLU a row's
-    // gate and up) and of two tokens (sr and sr + 64; sr alone at 64 tokens) per chunk.
+    // gate and up) and of two tokens (sr and sr + 64) per chunk.
     let sr = li / 4u;
     let q = li % 4u;
     let at = sr * KS + 8u * q;
@@ -87,7 +78,7 @@ fn main(
     let t_lo = t0 + sr;
     let t_hi = t0 + sr + HALF_N;
     let r0 = CB * (sg % (HALF_N / CB));
-    let n0 = TB * CB * (sg / (HALF_N / CB));
+    let n0 = 4u * CB * (sg / (HALF_N / CB));
     let scratch = sg * CB * CB;
 #ifdef SPLIT_K
     let tile = split_tile(wid.z, rg);
@@ -105,10 +96,7 @@ fn main(
         if (hi_live) {
             w_next[1] = dequant_w8h(w_hi, 4u * range.x + q);
         }
-        var x0 = array<array<vec4<f16>, 2>, 2>(x8(t_lo, range.x, q), zero8);
-        if (TILE_T > HALF_N) {
-            x0[1] = x8(t_hi, range.x, q);
-        }
+        let x0 = array<array<vec4<f16>, 2>, 2>(x8(t_lo, range.x, q), x8(t_hi, range.x, q));
         stage_chunk(range.x, at, w_next, x0);
     }
     workgroupBarrier();
@@ -133,10 +121,7 @@ fn main(
             if (hi_live) {
                 w_next[1] = dequant_w8h(w_hi, o);
             }
-            x_next[0] = x8(t_lo, c + 1u, q);
-            if (TILE_T > HALF_N) {
-                x_next[1] = x8(t_hi, c + 1u, q);
-            }
+            x_next = array<array<vec4<f16>, 2>, 2>(x8(t_lo, c + 1u, q), x8(t_hi, c + 1u, q));
         }
         let wb = (c & 1u) * W_TILE;
         let xb = (c & 1u) * X_TILE;
@@ -146,18 +131,16 @@ fn main(
             let a1 = coopLoadT<CoopA>(&wt16[(wb + (r0 + HALF_N) * KS + kk) / SV], KS / SV);
             let b0 = coopLoad<CoopB>(&xt16[(xb + n0 * KS + kk) / SV], KS / SV);
             let b1 = coopLoad<CoopB>(&xt16[(xb + (n0 + CB) * KS + kk) / SV], KS / SV);
+            let b2 = coopLoad<CoopB>(&xt16[(xb + (n0 + 2u * CB) * KS + kk) / SV], KS / SV);
+            let b3 = coopLoad<CoopB>(&xt16[(xb + (n0 + 3u * CB) * KS + kk) / SV], KS / SV);
             c00 = coopMultiplyAdd(a0, b0, c00);
             c01 = coopMultiplyAdd(a0, b1, c01);
+            c02 = coopMultiplyAdd(a0, b2, c02);
+            c03 = coopMultiplyAdd(a0, b3, c03);
             c10 = coopMultiplyAdd(a1, b0, c10);
             c11 = coopMultiplyAdd(a1, b1, c11);
-            if (TB == 4u) {
-                let b2 = coopLoad<CoopB>(&xt16[(xb + (n0 + 2u * CB) * KS + kk) / SV], KS / SV);
-                let b3 = coopLoad<CoopB>(&xt16[(xb + (n0 + 3u * CB) * KS + kk) / SV], KS / SV);
-                c02 = coopMultiplyAdd(a0, b2, c02);
-                c03 = coopMultiplyAdd(a0, b3, c03);
-                c12 = coopMultiplyAdd(a1, b2, c12);
-                c13 = coopMultiplyAdd(a1, b3, c13);
-            }
+            c12 = coopMultiplyAdd(a1, b2, c12);
+            c13 = coopMultiplyAdd(a1, b3, c13);
         }
 #endif
         // The other buffer was last read in chunk c - 1, before the barrier that ended it.
@@ -166,10 +149,10 @@ fn main(
         }
         workgroupBarrier();
     }
-    // TB rounds, one per token block: the subgroup parks block h = 0 then 1 (slots r0 + 64h
+    // Four rounds, one per token block: the subgroup parks block h = 0 then 1 (slots r0 + 64h
     // ..), and lane l takes slot r0 + l % CB (and its partner 64 on) of tokens
     // l / CB + (SGS / CB) i.
-    for (var j = 0u; j < TB; j++) {
+    for (var j = 0u; j < 4u; j++) {
         switch j {
             case 0u: {
                 coopStore(c00, &ct[scratch], CB);
@@ -230,7 +213,7 @@ fn main(
     if (li == 0u) {
         atomicStore(&split_sums[tile], 0u);
     }
-    for (var j = 0u; j < TB; j++) {
+    for (var j = 0u; j < 4u; j++) {
         var v_lo: array<f32, 8>;
         var v_hi: array<f32, 8>;
         for (var i = 0u; i < 8u; i++) {

@@ -528,7 +528,6 @@ impl MatmulKey {
         };
         let x16 = match (self.x16, self.sg64) {
             (true, true) => "_x16_sg64",
-            (true, false) if self.tokens64() => "_x16_t64",
             (true, false) => "_x16",
             _ => "",
         };
@@ -558,21 +557,6 @@ impl MatmulKey {
             self.ty.name().to_lowercase(),
             self.variant.label()
         )
-    }
-
-    /// Tokens per workgroup of a tile kernel (the z extent of its grid): the variant's, or 64
-    /// for the prestaged 128-slot tensor-core tiles with [`coop_tokens64`].
-    pub(super) fn tile_tokens(&self) -> u32 {
-        if self.tokens64() {
-            64
-        } else {
-            self.variant.tile_tokens()
-        }
-    }
-
-    /// The 128-slot tensor-core tiles on 64 tokens ([`coop_tokens64`]; gemm_coop_x16.wgsl).
-    fn tokens64(&self) -> bool {
-        self.variant == MatmulVariant::Coop128 && self.x16 && !self.sg64 && coop_tokens64()
     }
 
     /// Whether this tensor-core kernel decodes its weights without integer conversions
@@ -911,7 +895,7 @@ impl MatmulKey {
         // The tile kernels' tile; the wide GEMM's register tile and K chunk.
         let (tile_n, tile_t, wide) = match self.variant {
             MatmulVariant::Wide(w) => (w.tile().0, w.tile().1, w),
-            MatmulVariant::Coop128 => (COOP_TILE, self.tile_tokens(), WideTile::new(4, 4)),
+            MatmulVariant::Coop128 => (COOP_TILE, COOP_TILE, WideTile::new(4, 4)),
             MatmulVariant::CoopStream(block) => (block, 2 * block, WideTile::new(4, 4)),
             _ => (TILE_N, TILE_T, WideTile::new(4, 4)),
         };

@@ -882,7 +882,7 @@ pub(super) fn launch(
     let max = ctx.limits.max_compute_workgroups_per_dimension;
     let t = params.t;
     let t_groups = match key.variant {
-        v if v.is_tiled() => t.div_ceil(key.tile_tokens()),
+        v if v.is_tiled() => t.div_ceil(v.tile_tokens()),
         _ => t, // one token per z slice
     };
     if t_groups > max {

@@ -158,11 +158,7 @@ pub const COOP128_SPLIT_RECORD: u64 = 128 * 128;
 /// row groups, `t_tiles` token tiles and `chunks` 32-element chunks of K ([`COOP128_SPLIT_TARGET`]'s
 /// rule, where the tile split scratch holds it); else 1.
 pub fn coop128_splits(groups: u64, t_tiles: u64, chunks: u64) -> u32 {
-    if !coop_prestage()
-        || coop_subgroup_tile64()
-        || coop_tokens64()
-        || tile_split_target_override() == Some(0)
-    {
+    if !coop_prestage() || coop_subgroup_tile64() || tile_split_target_override() == Some(0) {
         return 1;
     }
     grid_splits(
@@ -327,17 +323,6 @@ pub const COOP_STREAM_MAX_T: u32 = 32;
 pub fn coop_subgroup_tile64() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("COCO_COOP_SUBGROUP_TILE").is_ok_and(|v| v == "64"))
-}
-
-/// The A/B switch `COCO_COOP_TOKENS=64`, read once per process: the prestaged 128-slot
-/// tensor-core tiles ([`coop_prestage`], not [`coop_subgroup_tile64`]) take 64 tokens per
-/// workgroup instead of 128, each subgroup 2 × 2 blocks instead of 2 × 4 and each thread one
-/// token's staging instead of two: half the work per thread, with registers that may let two
-/// workgroups share an SM (the 128-token tiles hold one: BENCHMARKS.md "session 40"). They
-/// don't split K.
-pub fn coop_tokens64() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("COCO_COOP_TOKENS").is_ok_and(|v| v == "64"))
 }
 
 /// The A/B switch `COCO_FFN_LEVELS=0`, read once per process: W_down's x' is then staged by

@@ -43,7 +43,7 @@ pub(super) fn record_token_scales(
     inputs.extend(norm_w.cloned());
     inputs.push(scales.clone());
     // Every token of the tiles gets a row (zeros past the step's).
-    let tokens = params.t.div_ceil(key.tile_tokens()) * key.tile_tokens();
+    let tokens = params.t.div_ceil(key.variant.tile_tokens()) * key.variant.tile_tokens();
     let x16 = if key.x16 {
         let bytes = 2 * tokens as u64 * params.k as u64;
         if bytes > ctx.max_binding_bytes() {
