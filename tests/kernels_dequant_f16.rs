@@ -76,7 +76,7 @@ fn decode_on_gpu(ty: GgmlType, bytes: &[u8]) -> (Vec<u16>, Vec<u16>) {
              if (id.x >= {ROWS}u * groups) {{ return; }}\n\
              let r = w_row(id.x / groups, {K}u, {ROWS}u);\n\
              let o = id.x % groups;\n\
-             let h = half8(r, o);\n\
+             let h = half8(levels8(r, o));\n\
              half_out[2u * id.x] = vec4<f32>(h[0]);\n\
              half_out[2u * id.x + 1u] = vec4<f32>(h[1]);\n\
              let v = dequant8(r, o);\n\

@@ -174,8 +174,8 @@ fn fifth_bits(qh: u32, first: u32) -> u32 {
 // conversion (with LEVELS8), for the types whose w = d·(q − c) has d an f16 of the file and c
 // a small integer: Q4_0 Q5_0 Q8_0 (`has_half8` in kernels/matmul/key.rs). Each type file
 // provides
-//   fn half8(r: WRow, o: u32) -> array<vec4<f16>, 2>
-// elements 8o .. 8o + 7 rounded to f16 as the f32 path stages them, bit for bit: q − c, and
+//   fn half8(l: Levels8) -> array<vec4<f16>, 2>
+// the levels8 view's elements rounded to f16 as the f32 path stages them, bit for bit: q − c, and
 // its product with d (≤ 19 significant bits), are exact in f32 either way, and the one
 // rounding is the same conversion to f16. Why: dequant8 converts every level with an
 // integer → f32 instruction, which NVIDIA's SMs issue at a fraction of the FMA rate (CUDA's

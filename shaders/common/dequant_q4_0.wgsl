@@ -51,8 +51,7 @@ fn levels8(r: WRow, o: u32) -> Levels8 {
 
 #ifdef HALF_W
 // The nibbles, w = d·(q − 8).
-fn half8(r: WRow, o: u32) -> array<vec4<f16>, 2> {
-    let l = levels8(r, o);
+fn half8(l: Levels8) -> array<vec4<f16>, 2> {
     return half_levels(l.q, 8.0, l.dm.x);
 }
 #endif

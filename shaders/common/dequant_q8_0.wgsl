@@ -44,8 +44,7 @@ fn levels8(r: WRow, o: u32) -> Levels8 {
 
 #ifdef HALF_W
 // The int8 quants, w = d·q: each byte xor 0x80 is q + 128 as an unsigned byte.
-fn half8(r: WRow, o: u32) -> array<vec4<f16>, 2> {
-    let l = levels8(r, o);
+fn half8(l: Levels8) -> array<vec4<f16>, 2> {
     return half_levels(l.q ^ vec2<u32>(0x80808080u), 128.0, l.dm.x);
 }
 #endif

@@ -58,28 +58,11 @@ fn scaled8(v: array<vec4<f32>, 2>, s: f32) -> array<vec4<f32>, 2> {
 
 // Elements 8o .. 8o + 7 of row mr.y of weight mr.x as the tiles stage them, in f16:
 // dequant_w8's f32 values rounded, with HALF_W decoded without integer conversions
-// (common/dequant.wgsl half8: the same bits; the A/B baseline is COCO_COOP_HALF_W=0). The
-// weight selection is dequant_w8's, each branch with its own constant wsel as there.
+// (common/dequant.wgsl half8 of tiles.wgsl levels_w8: the same bits; the A/B baseline is
+// COCO_COOP_HALF_W=0).
 fn dequant_w8h(mr: vec2<u32>, o: u32) -> array<vec4<f16>, 2> {
 #ifdef HALF_W
-#ifdef ABLATE_W
-    return array<vec4<f16>, 2>(vec4<f16>(0.25h), vec4<f16>(0.5h));
-#endif
-    let wr = row_of(mr.x, mr.y);
-#ifdef QKV
-    if (mr.x == 2u) {
-        wsel = 2u;
-        return half8(wr, o);
-    }
-#endif
-#ifdef MULTI_W
-    if (mr.x == 1u) {
-        wsel = 1u;
-        return half8(wr, o);
-    }
-    wsel = 0u;
-#endif
-    return half8(wr, o);
+    return half8(levels_w8(mr, o));
 #else
     let v = dequant_w8(mr, o);
     return array<vec4<f16>, 2>(vec4<f16>(v[0]), vec4<f16>(v[1]));

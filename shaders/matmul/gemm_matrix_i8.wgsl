@@ -113,29 +113,6 @@ fn token_scale(tok: u32) -> f32 {
 #endif
 }
 
-// Elements 8o .. 8o + 7 of row mr.y of weight mr.x as levels (wsel as in dot_w).
-fn levels_w8(mr: vec2<u32>, o: u32) -> Levels8 {
-#ifdef ABLATE_W
-    // The diagnostic COCO_ABLATE=w (select.rs ablations): no loads, no decoding.
-    return Levels8(vec2<u32>(0x01fe03fdu, 0x02fd01ffu), vec2<f32>(0.25, 0.0));
-#endif
-    let wr = row_of(mr.x, mr.y);
-#ifdef QKV
-    if (mr.x == 2u) {
-        wsel = 2u;
-        return levels8(wr, o);
-    }
-#endif
-#ifdef MULTI_W
-    if (mr.x == 1u) {
-        wsel = 1u;
-        return levels8(wr, o);
-    }
-    wsel = 0u;
-#endif
-    return levels8(wr, o);
-}
-
 @compute @workgroup_size(256)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,

@@ -29,6 +29,32 @@ fn dequant_w8(mr: vec2<u32>, o: u32) -> array<vec4<f32>, 2> {
     return as_f16_operands(dequant8(wr, o));
 }
 
+#ifdef LEVELS8
+// Elements 8o .. 8o + 7 of row mr.y of weight mr.x as levels (wsel as in dot_w): the int8
+// tiles' view, and with HALF_W the tensor-core tiles' (coop_staging.wgsl dequant_w8h).
+fn levels_w8(mr: vec2<u32>, o: u32) -> Levels8 {
+#ifdef ABLATE_W
+    // The diagnostic COCO_ABLATE=w (select.rs ablations): no loads, no decoding.
+    return Levels8(vec2<u32>(0x01fe03fdu, 0x02fd01ffu), vec2<f32>(0.25, 0.0));
+#endif
+    let wr = row_of(mr.x, mr.y);
+#ifdef QKV
+    if (mr.x == 2u) {
+        wsel = 2u;
+        return levels8(wr, o);
+    }
+#endif
+#ifdef MULTI_W
+    if (mr.x == 1u) {
+        wsel = 1u;
+        return levels8(wr, o);
+    }
+    wsel = 0u;
+#endif
+    return levels8(wr, o);
+}
+#endif
+
 // With F16_OPERANDS (select.rs f16_operands: the tensor-core GEMM's numerics on the portable
 // tiles) each staged element rounded to the nearest f16 value, ties to even; otherwise as is.
 fn as_f16_operands(v: array<vec4<f32>, 2>) -> array<vec4<f32>, 2> {
