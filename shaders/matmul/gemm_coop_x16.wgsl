@@ -99,20 +99,6 @@ fn main(
         let x0 = array<array<vec4<f16>, 2>, 2>(x8(t_lo, range.x, q), x8(t_hi, range.x, q));
         stage_chunk(range.x, at, w_next, x0);
     }
-#ifdef W_AHEAD2
-    // The A/B trial COCO_COOP_W_AHEAD=2 (with HALF_W): chunk c + 2's weights loaded as levels
-    // during chunk c, decoded during chunk c + 1, so their loads have a whole chunk more.
-    let no_levels = Levels8(vec2<u32>(0u), vec2<f32>(0.0));
-    var w_raw = array<Levels8, 2>(no_levels, no_levels);
-    if (range.x + 1u < range.y) {
-        if (lo_live) {
-            w_raw[0] = levels_w8(w_lo, 4u * (range.x + 1u) + q);
-        }
-        if (hi_live) {
-            w_raw[1] = levels_w8(w_hi, 4u * (range.x + 1u) + q);
-        }
-    }
-#endif
     workgroupBarrier();
     // Accumulators c<h><j>: slots r0 + 64h .. + CB - 1, tokens n0 + CB j .. + CB - 1.
     var c00 = coopLoad<CoopC>(&ct[scratch], CB);
@@ -128,23 +114,6 @@ fn main(
         // Chunk c + 1's loads, issued before chunk c's matrix work.
         var x_next = array<array<vec4<f16>, 2>, 2>();
         if (more) {
-#ifdef W_AHEAD2
-            if (lo_live) {
-                w_next[0] = half8(w_raw[0]);
-            }
-            if (hi_live) {
-                w_next[1] = half8(w_raw[1]);
-            }
-            if (c + 2u < range.y) {
-                let o2 = 4u * (c + 2u) + q;
-                if (lo_live) {
-                    w_raw[0] = levels_w8(w_lo, o2);
-                }
-                if (hi_live) {
-                    w_raw[1] = levels_w8(w_hi, o2);
-                }
-            }
-#else
             let o = 4u * (c + 1u) + q;
             if (lo_live) {
                 w_next[0] = dequant_w8h(w_lo, o);
@@ -152,7 +121,6 @@ fn main(
             if (hi_live) {
                 w_next[1] = dequant_w8h(w_hi, o);
             }
-#endif
             x_next = array<array<vec4<f16>, 2>, 2>(x8(t_lo, c + 1u, q), x8(t_hi, c + 1u, q));
         }
         let wb = (c & 1u) * W_TILE;

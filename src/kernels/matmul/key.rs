@@ -532,9 +532,7 @@ impl MatmulKey {
             _ => "",
         };
         let vec = if self.vec_stage { "_v4" } else { "" };
-        let vec = if self.w_ahead2() {
-            format!("{vec}_h16_wa2")
-        } else if self.half_w() {
+        let vec = if self.half_w() {
             format!("{vec}_h16")
         } else {
             vec.to_string()
@@ -565,15 +563,6 @@ impl MatmulKey {
     /// ([`has_half8`], unless `COCO_COOP_HALF_W=0`: [`coop_half_w`]).
     pub fn half_w(&self) -> bool {
         self.variant.is_coop() && has_half8(self.ty) && coop_half_w()
-    }
-
-    /// The prestaged 128-token tiles with [`coop_w_ahead2`].
-    fn w_ahead2(&self) -> bool {
-        self.half_w()
-            && self.variant == MatmulVariant::Coop128
-            && self.x16
-            && !self.sg64
-            && coop_w_ahead2()
     }
 
     /// The parts of the K loop the diagnostic `COCO_ABLATE` leaves out of this kernel
@@ -624,9 +613,6 @@ impl MatmulKey {
             }
             if self.half_w() {
                 defines.extend(["LEVELS8", "HALF_W"]);
-                if self.w_ahead2() {
-                    defines.push("W_AHEAD2");
-                }
             }
             if let MatmulVariant::CoopStream(block) = self.variant {
                 // Its tile is the device's block; it reads x' only as the f16 rows.

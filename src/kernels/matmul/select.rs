@@ -291,14 +291,6 @@ pub fn coop_half_w() -> bool {
     *ON.get_or_init(|| switch_on_unless_zero("COCO_COOP_HALF_W"))
 }
 
-/// The A/B trial `COCO_COOP_W_AHEAD=2`, read once per process: the prestaged 128-token
-/// tensor-core tiles with [`coop_half_w`] load each chunk's weights two chunks ahead, as
-/// levels, and decode them one chunk ahead (`W_AHEAD2`). Session 43's trial.
-pub fn coop_w_ahead2() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("COCO_COOP_W_AHEAD").is_ok_and(|v| v == "2"))
-}
-
 /// A default-on switch: off only where the variable `name` is `0`.
 fn switch_on_unless_zero(name: &str) -> bool {
     std::env::var(name).map_or(true, |v| v != "0")
