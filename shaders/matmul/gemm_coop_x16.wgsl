@@ -58,11 +58,21 @@ fn main(
     @builtin(subgroup_id) sg: u32,
     @builtin(subgroup_invocation_id) lane: u32,
 ) {
+#ifdef TOKENS_FIRST
+    // The A/B trial COCO_COOP_ORDER=tokens: the token tiles of one row group are consecutive
+    // workgroups in dispatch order (x fastest), so they run together and read their W rows
+    // once from memory, where the grid's z puts a whole pass over W between them.
+    let lin = (wid.z * nwg.y + wid.y) * nwg.x + wid.x;
+    let tz = lin % nwg.z;
+    let g = lin / nwg.z;
+#else
+    let tz = wid.z;
     let g = wid.x + wid.y * nwg.x;
+#endif
     if (g >= p.groups) {
         return;
     }
-    let t0 = wid.z * TILE_T;
+    let t0 = tz * TILE_T;
     // Without SPLIT_K the row group is g and the range all of K (matmul/tiles.wgsl).
     let rg = row_group(g);
     let range = k_range(g);
@@ -81,7 +91,7 @@ fn main(
     let n0 = 4u * CB * (sg / (HALF_N / CB));
     let scratch = sg * CB * CB;
 #ifdef SPLIT_K
-    let tile = split_tile(wid.z, rg);
+    let tile = split_tile(tz, rg);
     let split = g % p.splits;
 #endif
     for (var i = 0u; i < 8u; i++) {

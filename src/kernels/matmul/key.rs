@@ -532,10 +532,11 @@ impl MatmulKey {
             _ => "",
         };
         let vec = if self.vec_stage { "_v4" } else { "" };
-        let vec = if self.half_w() {
-            format!("{vec}_h16")
-        } else {
-            vec.to_string()
+        let vec = match (self.half_w(), self.tokens_first()) {
+            (true, true) => format!("{vec}_h16_tf"),
+            (true, false) => format!("{vec}_h16"),
+            (false, true) => format!("{vec}_tf"),
+            (false, false) => vec.to_string(),
         };
         let block = if self.coop8 && self.variant.is_coop() {
             "_b8"
@@ -563,6 +564,11 @@ impl MatmulKey {
     /// ([`has_half8`], unless `COCO_COOP_HALF_W=0`: [`coop_half_w`]).
     pub fn half_w(&self) -> bool {
         self.variant.is_coop() && has_half8(self.ty) && coop_half_w()
+    }
+
+    /// The prestaged 128-token tiles with [`coop_tokens_first`].
+    fn tokens_first(&self) -> bool {
+        self.variant == MatmulVariant::Coop128 && self.x16 && !self.sg64 && coop_tokens_first()
     }
 
     /// The parts of the K loop the diagnostic `COCO_ABLATE` leaves out of this kernel
@@ -613,6 +619,9 @@ impl MatmulKey {
             }
             if self.half_w() {
                 defines.extend(["LEVELS8", "HALF_W"]);
+            }
+            if self.tokens_first() {
+                defines.push("TOKENS_FIRST");
             }
             if let MatmulVariant::CoopStream(block) = self.variant {
                 // Its tile is the device's block; it reads x' only as the f16 rows.

@@ -291,6 +291,14 @@ pub fn coop_half_w() -> bool {
     *ON.get_or_init(|| switch_on_unless_zero("COCO_COOP_HALF_W"))
 }
 
+/// The A/B trial `COCO_COOP_ORDER=tokens`, read once per process: the prestaged 128-token
+/// tensor-core tiles take their (row group, token tile) from the workgroup's place in dispatch
+/// order with the token tiles fastest (`TOKENS_FIRST`). Session 43's trial.
+pub fn coop_tokens_first() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("COCO_COOP_ORDER").is_ok_and(|v| v == "tokens"))
+}
+
 /// A default-on switch: off only where the variable `name` is `0`.
 fn switch_on_unless_zero(name: &str) -> bool {
     std::env::var(name).map_or(true, |v| v != "0")
