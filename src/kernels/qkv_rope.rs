@@ -125,6 +125,7 @@ pub fn qkv_rope_fits(
         sg64: false,
         vec_stage: false,
         coop8: false,
+        tokens_first: false,
     };
     qkv_key_fits(ctx, &key, [wq, wk, wv.unwrap_or(wk)])
 }

@@ -267,6 +267,10 @@ pub struct MatmulKey {
     /// The tensor-core tiles' staged chunks held as vec4<f16> (`VEC_STAGE`): set by the launch
     /// unless `COCO_COOP_VEC_STAGE=0` ([`coop_vec_stage`]).
     pub vec_stage: bool,
+    /// The 128-token tensor-core tiles take their token tiles fastest in dispatch order
+    /// (`TOKENS_FIRST`, with `x16` and not `sg64`): set by [`MatmulKey::sized`] where the
+    /// product's weights pass [`COOP_TOKENS_FIRST_MIN_BYTES`] ([`coop_tokens_first`]).
+    pub tokens_first: bool,
     /// The device's tensor-core tiles multiply 8 × 8 × 8 blocks on subgroups of 8 (`COOP8`:
     /// lavapipe) instead of 16 × 16 × 16 on subgroups of 32 (its `coop_block`, from
     /// [`DeviceKernels`]); only the tensor-core variants read it.
@@ -320,6 +324,7 @@ impl MatmulKey {
             sg64: false,
             vec_stage: false,
             coop8: kernels.coop_block == 8,
+            tokens_first: false,
         }
     }
 
@@ -404,9 +409,11 @@ impl MatmulKey {
             ),
             _ => 1,
         };
+        let weight_bytes = self.ty.bytes_for(k).map_or(0, |row| row * slots);
         MatmulKey {
             variant,
             splits,
+            tokens_first: variant == MatmulVariant::Coop128 && coop_tokens_first(weight_bytes),
             ..self
         }
     }
@@ -566,9 +573,9 @@ impl MatmulKey {
         self.variant.is_coop() && has_half8(self.ty) && coop_half_w()
     }
 
-    /// The prestaged 128-token tiles with [`coop_tokens_first`].
+    /// The prestaged 128-token tiles with their token tiles fastest ([`MatmulKey::tokens_first`]).
     fn tokens_first(&self) -> bool {
-        self.variant == MatmulVariant::Coop128 && self.x16 && !self.sg64 && coop_tokens_first()
+        self.tokens_first && self.variant == MatmulVariant::Coop128 && self.x16 && !self.sg64
     }
 
     /// The parts of the K loop the diagnostic `COCO_ABLATE` leaves out of this kernel

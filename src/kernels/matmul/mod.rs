@@ -545,6 +545,7 @@ pub fn qkv_fuses(
         sg64: false,
         vec_stage: false,
         coop8: false,
+        tokens_first: false,
     };
     qkv_key_fits(ctx, &key, [wq, wk, wv])
 }

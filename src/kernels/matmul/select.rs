@@ -291,12 +291,31 @@ pub fn coop_half_w() -> bool {
     *ON.get_or_init(|| switch_on_unless_zero("COCO_COOP_HALF_W"))
 }
 
-/// The A/B trial `COCO_COOP_ORDER=tokens`, read once per process: the prestaged 128-token
-/// tensor-core tiles take their (row group, token tile) from the workgroup's place in dispatch
-/// order with the token tiles fastest (`TOKENS_FIRST`). Session 43's trial.
-pub fn coop_tokens_first() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("COCO_COOP_ORDER").is_ok_and(|v| v == "tokens"))
+/// Weights from which a 128-token tensor-core product runs its token tiles fastest in
+/// dispatch order ([`coop_tokens_first`]): past the 50 MB L2 of an H100 or H200 with room to
+/// spare. Measured on the H100 (BENCHMARKS.md "session 43"): the Llama-8B shape's gate/up
+/// (66 MB of Q4_0 per layer) 36.7 → 33.2 ms per 512-token step; the Llama-1B's (19 MB) 4%
+/// slower that way, its W_o / W_down within 1%.
+pub const COOP_TOKENS_FIRST_MIN_BYTES: u64 = 32 << 20;
+
+/// Whether a 128-token tensor-core product with `weight_bytes` of weights takes its token
+/// tiles fastest in dispatch order, so the tiles of one row group run together and read their
+/// W rows from memory once (`TOKENS_FIRST`, shaders/matmul/gemm_coop_x16.wgsl). By the grid's
+/// z, each token tile is a pass over all of W, which comes from memory again wherever W
+/// outgrows the L2. By default past [`COOP_TOKENS_FIRST_MIN_BYTES`]; `COCO_COOP_ORDER=tokens`
+/// (every product) and `=rows` (none) are the A/B switches, read once per process.
+pub fn coop_tokens_first(weight_bytes: u64) -> bool {
+    static ORDER: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    let forced = *ORDER.get_or_init(|| match std::env::var("COCO_COOP_ORDER").as_deref() {
+        Ok("tokens") => Some(true),
+        Ok("rows") => Some(false),
+        Ok(v) => {
+            log::warn!("COCO_COOP_ORDER={v:?} ignored: expected tokens or rows");
+            None
+        }
+        Err(_) => None,
+    });
+    forced.unwrap_or(weight_bytes >= COOP_TOKENS_FIRST_MIN_BYTES)
 }
 
 /// A default-on switch: off only where the variable `name` is `0`.

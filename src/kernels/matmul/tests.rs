@@ -89,6 +89,7 @@ fn levels_variants_compile_to_spirv() {
         sg64: false,
         vec_stage: false,
         coop8: false,
+        tokens_first: false,
     };
     for ty in GgmlType::SUPPORTED
         .into_iter()
@@ -212,6 +213,7 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
                     sg64,
                     vec_stage,
                     coop8,
+                    tokens_first: splits == 3,
                 };
                 let source = key.source().unwrap();
                 assert!(source.contains("coopMultiplyAdd"), "{}", key.label());
@@ -306,6 +308,7 @@ fn layouts_number_bindings_in_host_order() {
         sg64: false,
         vec_stage: false,
         coop8: false,
+        tokens_first: false,
     };
     // w, x, y, [norm_w], [bias]
     let l = key(Fusion::None, false, true).layout();
@@ -413,6 +416,7 @@ fn qkv_rope_compiles_for_the_matvecs_and_is_refused_for_tiles() {
                 sg64: false,
                 vec_stage: false,
                 coop8: false,
+                tokens_first: false,
             };
             if variant.is_tiled() {
                 assert!(key.defines().is_err(), "{}", key.label());
@@ -449,6 +453,7 @@ fn every_variant_preprocesses() {
                     sg64: false,
                     vec_stage: false,
                     coop8: false,
+                    tokens_first: false,
                 };
                 let src = key.source().unwrap();
                 assert!(
@@ -635,6 +640,7 @@ fn tile_splits_grow_short_grids_and_match_the_shader() {
         sg64: false,
         vec_stage: false,
         coop8: false,
+        tokens_first: false,
     };
     assert!(key.label().ends_with("_k4"), "{}", key.label());
     let source = key.source().unwrap();
@@ -781,6 +787,7 @@ fn ablated_prefill_tiles_compile() {
                 sg64: false,
                 vec_stage: x16,
                 coop8: false,
+                tokens_first: false,
             };
             let parts: Vec<Vec<Ablation>> = all
                 .iter()
