@@ -179,9 +179,10 @@ fn fifth_bits(qh: u32, first: u32) -> u32 {
 // its product with d (≤ 19 significant bits), are exact in f32 either way, and the one
 // rounding is the same conversion to f16. Why: dequant8 converts every level with an
 // integer → f32 instruction, which NVIDIA's SMs issue at a fraction of the FMA rate (CUDA's
-// throughput table: 16 a clock against 128); here a level is an OR and a subtraction.
-// (Decoding straight to f16 would drop the conversion to f16 too, but naga's bitcast can't
-// reinterpret a u32 as vec2<f16>.)
+// throughput table: 16 a clock against 128); here a level is an OR and a subtraction. On the
+// H100 that gave 1–2% on the Llama shapes' prefill (BENCHMARKS.md "session 43"): the
+// conversions were not what the weights' staging costs. (Decoding straight to f16 would drop
+// the conversion to f16 too, but naga's bitcast can't reinterpret a u32 as vec2<f16>.)
 
 // b − offset for the four bytes b of `u` (unsigned, in byte order): a byte placed in the low
 // mantissa bits of 2^23 (0x4B000000) is the f32 2^23 + b, so b − offset is one exact

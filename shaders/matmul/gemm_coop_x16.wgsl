@@ -59,9 +59,9 @@ fn main(
     @builtin(subgroup_invocation_id) lane: u32,
 ) {
 #ifdef TOKENS_FIRST
-    // The A/B trial COCO_COOP_ORDER=tokens: the token tiles of one row group are consecutive
-    // workgroups in dispatch order (x fastest), so they run together and read their W rows
-    // once from memory, where the grid's z puts a whole pass over W between them.
+    // Where W outgrows the L2 (select.rs coop_tokens_first): the token tiles of one row group
+    // are consecutive workgroups in dispatch order (x fastest), so they run together and read
+    // their W rows from memory once, where the grid's z puts a whole pass over W between them.
     let lin = (wid.z * nwg.y + wid.y) * nwg.x + wid.x;
     let tz = lin % nwg.z;
     let g = lin / nwg.z;
