@@ -539,12 +539,9 @@ impl MatmulKey {
             _ => "",
         };
         let vec = if self.vec_stage { "_v4" } else { "" };
-        let vec = match (self.half_w(), self.tokens_first()) {
-            (true, true) => format!("{vec}_h16_tf"),
-            (true, false) => format!("{vec}_h16"),
-            (false, true) => format!("{vec}_tf"),
-            (false, false) => vec.to_string(),
-        };
+        let half = if self.half_w() { "_h16" } else { "" };
+        let order = if self.tokens_first() { "_tf" } else { "" };
+        let vec = format!("{vec}{half}{order}");
         let block = if self.coop8 && self.variant.is_coop() {
             "_b8"
         } else {
