@@ -30,14 +30,25 @@ var<workgroup> ct: array<f32, NSG * CB * CB>; // [subgroup][CB × CB]: a parked 
 // Split K (where the grid is small; select.rs coop128_splits): the
 // p.splits workgroups of a (token tile, row group) each multiply their own range of chunks
 // (matmul/tile_split.wgsl's tile_chunks) and record their 128 × 128 sums in the split
-// scratch, after its arrival counters: COOP_RECORD words per (tile, split).
+// scratch, after its arrival counters: COOP_RECORD words per (tile, split). The dispatch
+// after adds them (SPLIT_PASS, matmul/split_merge.wgsl), or with COCO_COOP_SPLIT_MERGE=last
+// the tile's last workgroup to arrive does.
 const COOP_RECORD: u32 = TILE_N * TILE_T;
 
+#ifdef SPLIT_PASS
+// With SPLIT_PASS (select.rs coop_split_pass) the records are plain f32 and the dispatch after
+// merges them (matmul/split_merge.wgsl): the first word of split `split`'s record of tile
+// `tile`, which holds the sum of slot s and tile token n at n · TILE_N + s.
+fn record_base(tile: u32, split: u32) -> u32 {
+    return SPLIT_COUNTERS + (tile * p.splits + split) * COOP_RECORD;
+}
+#else
 // The record word of lane `lane`'s value e (< 8: the gate / low block, else the partner 64
 // slots on) of token round j, subgroup sg, in split `split`'s record of tile `tile`.
 fn record_word(tile: u32, split: u32, sg: u32, j: u32, e: u32, lane: u32) -> u32 {
     return SPLIT_COUNTERS + (tile * p.splits + split) * COOP_RECORD + ((sg * 4u + j) * 16u + e) * SGS + lane;
 }
+#endif
 #endif
 
 // Chunk c's elements of this thread's two W rows and two tokens, into buffer c % 2.
@@ -50,6 +61,9 @@ fn stage_chunk(c: u32, at: u32, w8: array<array<vec4<f16>, 2>, 2>, x8s: array<ar
     stage_x8(xb + HALF_N * KS, x8s[1]);
 }
 
+#ifdef MERGE_PASS
+#include "matmul/split_merge.wgsl"
+#else
 @compute @workgroup_size(256)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -159,6 +173,19 @@ fn main(
         }
         workgroupBarrier();
     }
+#ifdef SPLIT_PASS
+    // The accumulators as they lie, block c<h><j> at slots r0 + 64h .., tokens n0 + CB j ..:
+    // no parking, no barriers.
+    let rec = record_base(tile, split);
+    coopStore(c00, &split_records[rec + n0 * TILE_N + r0], TILE_N);
+    coopStore(c01, &split_records[rec + (n0 + CB) * TILE_N + r0], TILE_N);
+    coopStore(c02, &split_records[rec + (n0 + 2u * CB) * TILE_N + r0], TILE_N);
+    coopStore(c03, &split_records[rec + (n0 + 3u * CB) * TILE_N + r0], TILE_N);
+    coopStore(c10, &split_records[rec + n0 * TILE_N + r0 + HALF_N], TILE_N);
+    coopStore(c11, &split_records[rec + (n0 + CB) * TILE_N + r0 + HALF_N], TILE_N);
+    coopStore(c12, &split_records[rec + (n0 + 2u * CB) * TILE_N + r0 + HALF_N], TILE_N);
+    coopStore(c13, &split_records[rec + (n0 + 3u * CB) * TILE_N + r0 + HALF_N], TILE_N);
+#else
     // Four rounds, one per token block: the subgroup parks block h = 0 then 1 (slots r0 + 64h
     // ..), and lane l takes slot r0 + l % CB (and its partner 64 on) of tokens
     // l / CB + (SGS / CB) i.
@@ -239,4 +266,6 @@ fn main(
         finish_blocks(rg, t0 + n0 + CB * j, r0, lane, v_lo, v_hi);
     }
 #endif
+#endif
 }
+#endif

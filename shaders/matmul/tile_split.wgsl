@@ -18,11 +18,18 @@
 //   256 i + li, then thread li's Σx² at 4096 + li.
 // The host (kernels/matmul/select.rs tile_splits) keeps both within bounds.
 
-@group(0) @binding(B_SPLIT) var<storage, read_write> split_sums: array<atomic<u32>>;
 const SPLIT_COUNTERS: u32 = 4096u;
+#ifdef SPLIT_PASS
+// With SPLIT_PASS (the 128-token tensor-core tiles; matmul/gemm_coop_x16.wgsl) no workgroup
+// merges: each stores its range's sums as plain f32 records after the counters' words, and
+// the dispatch after the product (MERGE_PASS) adds them. The counters are not used.
+@group(0) @binding(B_SPLIT) var<storage, read_write> split_records: array<f32>;
+#else
+@group(0) @binding(B_SPLIT) var<storage, read_write> split_sums: array<atomic<u32>>;
 const TILE_RECORD: u32 = 17u * 256u;
 #ifndef X16
 var<workgroup> split_arrived: u32;
+#endif
 #endif
 
 // Chunks [x, y) of K that split `split` multiplies (empty past the end of K).
@@ -33,6 +40,7 @@ fn tile_chunks(split: u32) -> vec2<u32> {
     return vec2<u32>(c0, min(c0 + per, chunks));
 }
 
+#ifndef SPLIT_PASS
 // Records thread li's sums `v` (those whose bit is set in `live`: the others belong to tokens
 // past the step's) and Σx² `ss` for tile `tile` (token tile · row groups + row group), range
 // `split`. Returns false unless this workgroup is the tile's last to arrive; then `v` and `ss`
@@ -93,3 +101,4 @@ fn split_merge(
     *ss = total_ss;
     return true;
 }
+#endif

@@ -562,7 +562,54 @@ impl GpuContext {
         Ok(kernel)
     }
 
+    /// The kernel of `key` (cached as [`GpuContext::keyed_pipeline`]'s) in the binding layout
+    /// its source declares, not the subset its `main` reads: a dispatch that follows another
+    /// kernel built from the same declarations binds the same buffers in the same order (the
+    /// split-K merge of the tensor-core tiles after their product).
+    pub fn keyed_pipeline_declared<K, E>(
+        &self,
+        key: &K,
+        make: impl FnOnce() -> Result<(String, String), E>,
+    ) -> Result<Arc<Kernel>, E>
+    where
+        K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
+    {
+        if let Some(kernel) = self
+            .kernels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .by_key(key)
+        {
+            return Ok(kernel);
+        }
+        let (label, source) = make()?;
+        let entries = super::shader::declared_bindings(&source);
+        let layout = self
+            .device
+            .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                label: Some(&label),
+                entries: &entries,
+            });
+        let kernel = Arc::new(self.compile_in(&label, source, Some(layout)));
+        self.kernels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert_key(key.clone(), kernel.clone());
+        Ok(kernel)
+    }
+
     fn compile(&self, label: &str, source: String) -> Kernel {
+        self.compile_in(label, source, None)
+    }
+
+    /// Compiles `source`'s `main` in the binding layout `layout`, or the one its `main`'s
+    /// bindings imply.
+    fn compile_in(
+        &self,
+        label: &str,
+        source: String,
+        layout: Option<wgpu::BindGroupLayout>,
+    ) -> Kernel {
         #[cfg(not(target_arch = "wasm32"))]
         dump_source(label, &source);
         let desc = wgpu::ShaderModuleDescriptor {
@@ -578,11 +625,19 @@ impl GpuContext {
         };
         #[cfg(target_arch = "wasm32")]
         let module = self.device.create_shader_module(desc);
+        let pipeline_layout = layout.as_ref().map(|layout| {
+            self.device
+                .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                    label: Some(label),
+                    bind_group_layouts: &[Some(layout)],
+                    immediate_size: 0,
+                })
+        });
         let pipeline = self
             .device
             .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                 label: Some(label),
-                layout: None,
+                layout: pipeline_layout.as_ref(),
                 module: &module,
                 entry_point: Some("main"),
                 compilation_options: wgpu::PipelineCompilationOptions {
@@ -592,7 +647,7 @@ impl GpuContext {
                 cache: None,
             });
         Kernel {
-            layout: pipeline.get_bind_group_layout(0),
+            layout: layout.unwrap_or_else(|| pipeline.get_bind_group_layout(0)),
             pipeline,
             label: label.to_string(),
         }

@@ -23,6 +23,6 @@ pub use features::{
 };
 pub use recorder::{Binding, SpanTime, StepRecorder, Timing, Work};
 #[cfg(test)]
-pub(crate) use shader::compile_to_spirv;
-pub use shader::{preprocess, preprocess_with, shader_source};
+pub(crate) use shader::{compile_to_spirv, used_bindings};
+pub use shader::{declared_bindings, preprocess, preprocess_with, shader_source};
 pub use weights::{GpuTensor, TensorPart};

@@ -70,6 +70,57 @@ fn expand(name: &str, defines: &[&str], out: &mut String, included: &mut Vec<Str
     assert!(active.is_empty(), "{name}: unterminated #ifdef");
 }
 
+/// The binding layout entries of group 0 that the preprocessed `source` declares, whether or
+/// not its `main` reads them: `var<uniform>` at a binding is a uniform buffer, `var<storage,
+/// read>` a read-only storage buffer, `var<storage, read_write>` a writable one, each visible
+/// to compute. A binding is a number, a module `const NAME: u32 = Nu;`, or such a name plus a
+/// number (`B_Y + 1u`), as coco's kernels write them. Panics on any other form: the sources are
+/// compiled in, so that is a bug in coco, caught by the unit test of this function.
+pub fn declared_bindings(source: &str) -> Vec<wgpu::BindGroupLayoutEntry> {
+    let constant = |name: &str| -> u32 {
+        let prefix = format!("const {name}: u32 = ");
+        source
+            .lines()
+            .find_map(|line| line.trim().strip_prefix(prefix.as_str()))
+            .and_then(|rest| rest.strip_suffix("u;"))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("binding constant {name} is not a `const {name}: u32 = Nu;`"))
+    };
+    let term = |t: &str| -> u32 {
+        let t = t.trim();
+        t.trim_end_matches('u')
+            .parse()
+            .unwrap_or_else(|_| constant(t))
+    };
+    let mut entries: Vec<wgpu::BindGroupLayoutEntry> = source
+        .lines()
+        .filter_map(|line| {
+            let rest = line.trim().strip_prefix("@group(0) @binding(")?;
+            let (binding, rest) = rest.split_once(')')?;
+            let binding = binding.split('+').map(term).sum();
+            let space = rest.trim().strip_prefix("var<")?.split_once('>')?.0;
+            let ty = match space.replace(' ', "").as_str() {
+                "uniform" => wgpu::BufferBindingType::Uniform,
+                "storage,read" => wgpu::BufferBindingType::Storage { read_only: true },
+                "storage,read_write" => wgpu::BufferBindingType::Storage { read_only: false },
+                other => panic!("binding {binding}: address space {other:?}"),
+            };
+            Some(wgpu::BindGroupLayoutEntry {
+                binding,
+                visibility: wgpu::ShaderStages::COMPUTE,
+                ty: wgpu::BindingType::Buffer {
+                    ty,
+                    has_dynamic_offset: false,
+                    min_binding_size: None,
+                },
+                count: None,
+            })
+        })
+        .collect();
+    entries.sort_by_key(|e| e.binding);
+    entries
+}
+
 #[cfg(test)]
 /// Parses and validates `source` with every naga capability and writes SPIR-V, as wgpu
 /// does on Vulkan: catches shader errors in variants lavapipe can't run. Returns the
@@ -97,8 +148,74 @@ pub(crate) fn compile_to_spirv(label: &str, source: &str) -> u32 {
 }
 
 #[cfg(test)]
+/// The layout entries of the bindings `source`'s entry point reads or writes, from naga's
+/// analysis: what wgpu's automatic layout holds (an oracle for [`declared_bindings`]).
+pub(crate) fn used_bindings(source: &str) -> Vec<wgpu::BindGroupLayoutEntry> {
+    let module = naga::front::wgsl::parse_str(source).expect("parse");
+    let info = naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::all(),
+    )
+    .validate(&module)
+    .expect("validate");
+    let entry = info.get_entry_point(0);
+    let mut entries: Vec<wgpu::BindGroupLayoutEntry> = module
+        .global_variables
+        .iter()
+        .filter(|&(h, _)| !entry[h].is_empty())
+        .filter_map(|(_, v)| {
+            let ty = match v.space {
+                naga::AddressSpace::Uniform => wgpu::BufferBindingType::Uniform,
+                naga::AddressSpace::Storage { access } => wgpu::BufferBindingType::Storage {
+                    read_only: !access.contains(naga::StorageAccess::STORE),
+                },
+                _ => return None,
+            };
+            Some(wgpu::BindGroupLayoutEntry {
+                binding: v.binding.as_ref()?.binding,
+                visibility: wgpu::ShaderStages::COMPUTE,
+                ty: wgpu::BindingType::Buffer {
+                    ty,
+                    has_dynamic_offset: false,
+                    min_binding_size: None,
+                },
+                count: None,
+            })
+        })
+        .collect();
+    entries.sort_by_key(|e| e.binding);
+    entries
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The declared bindings, parsed from the text, are what naga finds the entry point
+    /// binding, for a kernel with literal binding numbers and one with named and summed ones.
+    #[test]
+    fn declared_bindings_match_the_compiler() {
+        for defines in [&["FINISH"][..], &["HISTOGRAM", "PENALIZE"]] {
+            let source = preprocess("sample.wgsl", defines);
+            assert_eq!(
+                declared_bindings(&source),
+                used_bindings(&source),
+                "{defines:?}"
+            );
+        }
+        let consts = "const B_Y: u32 = 3u;\n";
+        let source = format!(
+            "{consts}@group(0) @binding(0) var<uniform> p: vec4<u32>;\n\
+             @group(0) @binding(1) var<storage, read> a: array<f32>;\n\
+             @group(0) @binding(B_Y + 1u) var<storage, read_write> c: array<f32>;\n\
+             @group(0) @binding(B_Y) var<storage, read_write> b: array<f32>;\n\
+             @compute @workgroup_size(1)\nfn main() {{ b[0] = a[0] + f32(p.x); c[0] = 1.0; }}\n"
+        );
+        let declared = declared_bindings(&source);
+        assert_eq!(declared, used_bindings(&source));
+        let numbers: Vec<u32> = declared.iter().map(|e| e.binding).collect();
+        assert_eq!(numbers, [0, 1, 3, 4]);
+    }
 
     /// What the header promises: nested blocks, `#ifndef`, `#else`, and includes expanded once.
     #[test]

@@ -70,11 +70,12 @@ pub fn weight(
 }
 
 /// The labels of `rec`'s product dispatches: without the per-token scale pass that records
-/// before each tensor-core GEMM (`matmul_token_scale`, `…_norm`).
+/// before each tensor-core GEMM (`matmul_token_scale`, `…_norm`), nor the merge after a
+/// 128-token tensor-core GEMM that split K (`…_merge`).
 pub fn product_labels(rec: &StepRecorder) -> Vec<String> {
     rec.labels()
         .into_iter()
-        .filter(|l| !l.starts_with("matmul_token_scale"))
+        .filter(|l| !l.starts_with("matmul_token_scale") && !l.ends_with("_merge"))
         .collect()
 }
 

@@ -522,7 +522,9 @@ impl MatmulKey {
             String::new()
         };
         let int8 = if self.int8() { "_i8" } else { "" };
-        let splits = if self.splits > 1 {
+        let splits = if self.split_pass() {
+            format!("_k{}p", self.splits)
+        } else if self.splits > 1 {
             format!("_k{}", self.splits)
         } else {
             String::new()
@@ -568,6 +570,16 @@ impl MatmulKey {
     /// ([`has_half8`], unless `COCO_COOP_HALF_W=0`: [`coop_half_w`]).
     pub fn half_w(&self) -> bool {
         self.variant.is_coop() && has_half8(self.ty) && coop_half_w()
+    }
+
+    /// The prestaged 128-token tiles splitting K, merged by the dispatch after
+    /// ([`coop_split_pass`]; `SPLIT_PASS`).
+    pub fn split_pass(&self) -> bool {
+        self.splits > 1
+            && self.variant == MatmulVariant::Coop128
+            && self.x16
+            && !self.sg64
+            && coop_split_pass()
     }
 
     /// The prestaged 128-token tiles with their token tiles fastest ([`MatmulKey::tokens_first`]).
@@ -750,6 +762,9 @@ impl MatmulKey {
                 });
             }
             defines.push("SPLIT_K");
+            if self.split_pass() {
+                defines.push("SPLIT_PASS");
+            }
         }
         match self.levels {
             XLevels::Staged => {}

@@ -707,7 +707,17 @@ pub fn planned_labels(
         .variant
         .is_coop()
         .then(|| token_scale::scale_pass(&key).0.to_string());
-    scale.into_iter().chain([key.label()]).collect()
+    let merge = key.split_pass().then(|| split_merge_label(&key));
+    scale
+        .into_iter()
+        .chain([key.label()])
+        .chain(merge)
+        .collect()
+}
+
+/// The label of the split-K merge after `key`'s product ([`MatmulKey::split_pass`]).
+fn split_merge_label(key: &MatmulKey) -> String {
+    format!("{}_merge", key.label())
 }
 
 /// The unfused (optionally normed) product, one dispatch per part of `w`; `args` is the
@@ -901,8 +911,13 @@ pub(super) fn launch(
     let key = &key.staged(params.k, ctx.limits.max_compute_workgroup_storage_size);
     // Cached by the key: the label and the source (whose defines may refuse the variant) are
     // only built on a miss (this runs for every dispatch of every step).
-    let pipeline =
-        ctx.keyed_pipeline(key, || Ok::<_, KernelError>((key.label(), key.source()?)))?;
+    let make = || Ok::<_, KernelError>((key.label(), key.source()?));
+    // With SPLIT_PASS the product leaves y and the scales to its merge, which is bound alike.
+    let pipeline = if key.split_pass() {
+        ctx.keyed_pipeline_declared(key, make)?
+    } else {
+        ctx.keyed_pipeline(key, make)?
+    };
     let label = &pipeline.label;
     params.groups = slots.div_ceil(key.variant.slots_per_group()) * key.splits;
     params.splits = key.splits;
@@ -925,10 +940,13 @@ pub(super) fn launch(
     };
     if key.splits > 1 {
         let scratch = if key.variant.is_tiled() {
-            ctx.shared_scratch(
-                "tile split-K scratch",
-                4 * (SPLIT_COUNTERS + TILE_SPLIT_WORDS),
-            )
+            // One size per device, whichever tiles ask first.
+            let words = if ctx.has_coop_gemm() {
+                COOP128_SPLIT_WORDS
+            } else {
+                TILE_SPLIT_WORDS
+            };
+            ctx.shared_scratch("tile split-K scratch", 4 * (SPLIT_COUNTERS + words))
         } else {
             ctx.shared_scratch(
                 "matvec split-K scratch",
@@ -945,6 +963,55 @@ pub(super) fn launch(
         bytemuck::bytes_of(&params),
         &bindings,
         [gx, gy, t_groups],
+        Some(work),
+    )?;
+    if key.split_pass() {
+        record_split_merge(rec, key, &params, &bindings, t_groups)?;
+    }
+    Ok(())
+}
+
+/// The dispatch after a 128-token tensor-core product that split K with `SPLIT_PASS`: adds
+/// each output's records (shaders/matmul/split_merge.wgsl, `MERGE_PASS`), bound as the
+/// product was.
+fn record_split_merge(
+    rec: &mut StepRecorder,
+    key: &MatmulKey,
+    params: &Params,
+    bindings: &[Binding],
+    t_groups: u32,
+) -> Result<(), KernelError> {
+    /// The merge of `0`'s splits (its own cache key: another source of the same layout).
+    #[derive(Clone, Hash, PartialEq, Eq)]
+    struct SplitMerge(MatmulKey);
+    // A thread per slot (with GLU a gate and up pair) and 4 tokens: 256 threads take 8
+    // tokens of the tile's 128 slots, or with GLU 16 tokens of its 64 pairs
+    // (split_merge.wgsl MERGE_TOKENS).
+    let merge_tokens = if matches!(key.fusion, Fusion::Glu(_)) {
+        16
+    } else {
+        8
+    };
+    let ctx = rec.ctx();
+    let merge = ctx.keyed_pipeline_declared(&SplitMerge(*key), || {
+        let mut defines = key.defines()?;
+        defines.push("MERGE_PASS");
+        Ok::<_, KernelError>((split_merge_label(key), key.source_for(defines)?))
+    })?;
+    let tiles = (params.groups / params.splits) * t_groups;
+    let workgroups = tiles * (COOP_TILE / merge_tokens);
+    let [gx, gy] = fold(workgroups, ctx.limits.max_compute_workgroups_per_dimension);
+    // Each record read once, each output written once.
+    let records = tiles as u64 * params.splits as u64 * COOP128_SPLIT_RECORD;
+    let work = Work {
+        bytes: 4 * records + 4 * tiles as u64 * COOP128_SPLIT_RECORD,
+        flops: records,
+    };
+    rec.dispatch_counted(
+        &merge,
+        bytemuck::bytes_of(params),
+        bindings,
+        [gx, gy, 1],
         Some(work),
     )?;
     Ok(())

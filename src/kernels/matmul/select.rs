@@ -114,6 +114,9 @@ pub const TILE_SPLIT_MIN_CHUNKS: u64 = 8;
 /// The tile split scratch's words after its [`SPLIT_COUNTERS`]: TILE_SPLIT_RECORD per (token
 /// tile, row group, range); a split that would need more runs unsplit (16 MiB in all).
 pub const TILE_SPLIT_WORDS: u64 = 1 << 22;
+/// The same scratch on a device with the 128-token tensor-core tiles, whose records are 64 KiB
+/// a (tile, range): 32 MiB, so the Llama-8B shape's Q/K/V at 512 tokens (192 tiles) can split.
+pub const COOP128_SPLIT_WORDS: u64 = 1 << 23;
 pub const TILE_SPLIT_RECORD: u64 = 17 * 256;
 
 /// Workgroups per (token tile, row group) of a 64 × 64 tile kernel over `groups` row groups,
@@ -122,19 +125,34 @@ pub const TILE_SPLIT_RECORD: u64 = 17 * 256;
 /// it; else 1.
 pub fn tile_splits(groups: u64, t_tiles: u64, chunks: u64) -> u32 {
     let target = tile_split_target_override().unwrap_or(TILE_SPLIT_TARGET);
-    grid_splits(groups * t_tiles, chunks, target, TILE_SPLIT_RECORD)
+    grid_splits(
+        groups * t_tiles,
+        chunks,
+        target,
+        TILE_SPLIT_RECORD,
+        TILE_SPLIT_WORDS,
+    )
 }
 
 /// Ways to split each of `tiles` tiles' `chunks` chunks of K so the grid reaches about
-/// `target` workgroups, no range under [`TILE_SPLIT_MIN_CHUNKS`], where the tile split scratch
-/// holds the counters and `record_words` per (tile, range); else 1.
-pub(super) fn grid_splits(tiles: u64, chunks: u64, target: u64, record_words: u64) -> u32 {
+/// `target` workgroups, no range under [`TILE_SPLIT_MIN_CHUNKS`], and no more than `words` of
+/// the tile split scratch hold records of `record_words` per (tile, range) for (with a counter
+/// per tile); else 1.
+pub(super) fn grid_splits(
+    tiles: u64,
+    chunks: u64,
+    target: u64,
+    record_words: u64,
+    words: u64,
+) -> u32 {
+    let tiles = tiles.max(1);
+    let room = words / (tiles * record_words.max(1));
     let s = target
-        .div_ceil(tiles.max(1))
+        .div_ceil(tiles)
         .min(chunks / TILE_SPLIT_MIN_CHUNKS)
+        .min(room)
         .max(1);
-    let fits = tiles <= SPLIT_COUNTERS && tiles * s * record_words <= TILE_SPLIT_WORDS;
-    if s > 1 && fits {
+    if tiles <= SPLIT_COUNTERS {
         s as u32
     } else {
         1
@@ -149,7 +167,8 @@ pub(super) fn grid_splits(tiles: u64, chunks: u64, target: u64, record_words: u6
 /// at half the gate/up's TFLOP/s (BENCHMARKS.md "session 30"); split 4 ways (with vec4
 /// staging) 5.9 ms, and at 128 tokens (16 tiles) 9.6 → 3.0 ms ("session 33"). Where the device
 /// can't hold the prestaged tiles, [`MatmulKey::staged`] takes the split back.
-/// `COCO_TILE_SPLIT_TARGET=0` turns it off with the 64 × 64 tiles' split.
+/// `COCO_TILE_SPLIT_TARGET=<workgroups>` sets its target with the 64 × 64 tiles' (0: neither
+/// splits).
 pub const COOP128_SPLIT_TARGET: u64 = 256;
 /// Words of one (tile, range) record: the tile's 128 × 128 sums (the shader's COOP_RECORD).
 pub const COOP128_SPLIT_RECORD: u64 = 128 * 128;
@@ -164,8 +183,9 @@ pub fn coop128_splits(groups: u64, t_tiles: u64, chunks: u64) -> u32 {
     grid_splits(
         groups * t_tiles,
         chunks,
-        COOP128_SPLIT_TARGET,
+        tile_split_target_override().unwrap_or(COOP128_SPLIT_TARGET),
         COOP128_SPLIT_RECORD,
+        COOP128_SPLIT_WORDS,
     )
 }
 
@@ -317,6 +337,24 @@ pub fn coop_tokens_first(weight_bytes: u64) -> bool {
         Err(_) => None,
     });
     forced.unwrap_or(weight_bytes >= COOP_TOKENS_FIRST_MIN_BYTES)
+}
+
+/// Whether the 128-token tensor-core tiles' split K is merged by a second dispatch
+/// (`SPLIT_PASS`, shaders/matmul/split_merge.wgsl): each workgroup stores its range's sums as
+/// they lie in its accumulators, and a dispatch over every tile's outputs adds them. Otherwise
+/// (`COCO_COOP_SPLIT_MERGE=last`, the A/B baseline) the tile's last workgroup to arrive merges,
+/// through atomic loads, alone. Read once per process; the sums are added in the same order
+/// either way.
+pub fn coop_split_pass() -> bool {
+    static PASS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PASS.get_or_init(|| match std::env::var("COCO_COOP_SPLIT_MERGE").as_deref() {
+        Ok("last") => false,
+        Ok("pass") | Err(_) => true,
+        Ok(v) => {
+            log::warn!("COCO_COOP_SPLIT_MERGE={v:?} ignored: expected pass or last");
+            true
+        }
+    })
 }
 
 /// A default-on switch: off only where the variable `name` is `0`.

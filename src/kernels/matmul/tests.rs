@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::gguf::GgmlType;
-use crate::gpu::compile_to_spirv;
+use crate::gpu::{compile_to_spirv, used_bindings};
 use crate::kernels::elementwise::Activation;
 use crate::kernels::rope::RopeLayout;
 
@@ -242,6 +242,30 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
                     key.label()
                 );
                 let bytes = compile_to_spirv(&key.label(), &source);
+                if key.split_pass() {
+                    // Its merge: the same declared bindings (the host binds both in that
+                    // layout), each read by one of the two, and no workgroup memory.
+                    let mut defines = key.defines().unwrap();
+                    defines.push("MERGE_PASS");
+                    let merge = key.source_for(defines).unwrap();
+                    assert_eq!(
+                        compile_to_spirv(&format!("{}_merge", key.label()), &merge),
+                        0
+                    );
+                    let declared = crate::gpu::declared_bindings(&source);
+                    assert_eq!(crate::gpu::declared_bindings(&merge), declared);
+                    assert_eq!(
+                        declared.len() as u32,
+                        key.layout().count + 1,
+                        "{}",
+                        key.label()
+                    );
+                    let mut used = used_bindings(&source);
+                    used.extend(used_bindings(&merge));
+                    used.sort_by_key(|e| e.binding);
+                    used.dedup();
+                    assert_eq!(used, declared, "{}", key.label());
+                }
                 // What the device check and the prestage check ask of a device, and the 48
                 // KiB the H200's browser and Vulkan driver give.
                 let needs = key
@@ -691,12 +715,24 @@ fn tile_splits_grow_short_grids_and_match_the_shader() {
             chunks,
             COOP128_SPLIT_TARGET,
             COOP128_SPLIT_RECORD,
+            COOP128_SPLIT_WORDS,
         )
     };
     assert_eq!(coop(16, 8192 / 32), 4);
     assert_eq!(coop(16, 2048 / 32), 4);
     assert_eq!(coop(128, 2048 / 32), 1);
     assert_eq!(coop(32, 4096 / 32), 2);
+    // The 8B's Q/K/V at 512 tokens (192 tiles): 2 ways, in the larger scratch of a device with
+    // these tiles.
+    assert_eq!(coop(48, 4096 / 32), 2);
+    // Where the target's ranges would pass the scratch, as many as fit: 48 tiles of 16 Ki-word
+    // records in 4 Mi words hold 5 ranges (the target asks 22), of 64 Ki-word records 1.
+    let fit = |target, record| {
+        super::select::grid_splits(48, 8192 / 32, target, record, TILE_SPLIT_WORDS)
+    };
+    assert_eq!(fit(1024, 1 << 14), 5);
+    assert_eq!(fit(240, 1 << 14), 5);
+    assert_eq!(fit(1024, 1 << 16), 1);
 }
 
 /// The browser's int8 subgroup-matrix GEMM: its emulated form (dot4I8Packed for the matrix
