@@ -184,6 +184,19 @@ fn fifth_bits(qh: u32, first: u32) -> u32 {
 // conversions were not what the weights' staging costs. (Decoding straight to f16 would drop
 // the conversion to f16 too, but naga's bitcast can't reinterpret a u32 as vec2<f16>.)
 
+#ifdef RAW_W
+// The warp-specialized tensor-core tiles' producers (matmul/gemm_coop_ws.wgsl) load a chunk's
+// words two chunks ahead and decode them a chunk later, so nothing waits on the loads until
+// then. Each HALF_W type file provides
+//   fn raw8(r: WRow, o: u32) -> vec4<u32>       the words levels8 reads, as loaded (no ALU)
+//   fn levels_raw(raw: vec4<u32>) -> Levels8    levels8 of them
+// The f16 scale `half` (0: low, 1: high) of the scale plane's word `u`.
+fn raw_scale(u: u32, half: u32) -> f32 {
+    let h = unpack2x16float(u);
+    return select(h.x, h.y, half != 0u);
+}
+#endif
+
 // b − offset for the four bytes b of `u` (unsigned, in byte order): a byte placed in the low
 // mantissa bits of 2^23 (0x4B000000) is the f32 2^23 + b, so b − offset is one exact
 // subtraction of 2^23 + offset.

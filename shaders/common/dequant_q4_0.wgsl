@@ -55,3 +55,16 @@ fn half8(l: Levels8) -> array<vec4<f16>, 2> {
     return half_levels(l.q, 8.0, l.dm.x);
 }
 #endif
+
+#ifdef RAW_W
+// levels8's words as loaded: the quant word, the scale plane's word and which of its halves.
+fn raw8(r: WRow, o: u32) -> vec4<u32> {
+    let b = r.block + (o >> 2u);
+    return vec4<u32>(wl(4u * b + (o & 3u)), wl(4u * r.blocks + (b >> 1u)), b & 1u, 0u);
+}
+
+fn levels_raw(raw: vec4<u32>) -> Levels8 {
+    let d = raw_scale(raw.y, raw.z);
+    return Levels8(vec2<u32>(raw.x & 0x0F0F0F0Fu, (raw.x >> 4u) & 0x0F0F0F0Fu), vec2<f32>(d, -8.0 * d));
+}
+#endif

@@ -70,3 +70,21 @@ fn half8(l: Levels8) -> array<vec4<f16>, 2> {
     return half_levels(l.q, 16.0, l.dm.x);
 }
 #endif
+
+#ifdef RAW_W
+// levels8's words as loaded: the quant word, the fifth bits' word, the scale plane's word, and
+// which of its halves (bit 0) and which word of the block (bits 1-2).
+fn raw8(r: WRow, o: u32) -> vec4<u32> {
+    let b = r.block + (o >> 2u);
+    let j = o & 3u;
+    return vec4<u32>(wl(4u * b + j), wl(4u * r.blocks + b), wl(5u * r.blocks + (b >> 1u)), (b & 1u) | (j << 1u));
+}
+
+fn levels_raw(raw: vec4<u32>) -> Levels8 {
+    let d = raw_scale(raw.z, raw.w & 1u);
+    let j = raw.w >> 1u;
+    let lo = (raw.x & 0x0F0F0F0Fu) | fifth_bits(raw.y, 8u * j);
+    let hi = ((raw.x >> 4u) & 0x0F0F0F0Fu) | fifth_bits(raw.y, 8u * j + 4u);
+    return Levels8(vec2<u32>(lo, hi), vec2<f32>(d, -16.0 * d));
+}
+#endif

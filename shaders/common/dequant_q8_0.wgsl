@@ -48,3 +48,16 @@ fn half8(l: Levels8) -> array<vec4<f16>, 2> {
     return half_levels(l.q ^ vec2<u32>(0x80808080u), 128.0, l.dm.x);
 }
 #endif
+
+#ifdef RAW_W
+// levels8's words as loaded: two quant words, the scale plane's word and which of its halves.
+fn raw8(r: WRow, o: u32) -> vec4<u32> {
+    let b = r.block + (o >> 2u);
+    let i = 8u * b + 2u * (o & 3u);
+    return vec4<u32>(wl(i), wl(i + 1u), wl(8u * r.blocks + (b >> 1u)), b & 1u);
+}
+
+fn levels_raw(raw: vec4<u32>) -> Levels8 {
+    return Levels8(raw.xy, vec2<f32>(raw_scale(raw.z, raw.w), 0.0));
+}
+#endif

@@ -55,6 +55,32 @@ fn levels_w8(mr: vec2<u32>, o: u32) -> Levels8 {
 }
 #endif
 
+#ifdef RAW_W
+// levels_w8's words as loaded (common/dequant.wgsl raw8; wsel as in dot_w): the warp-specialized
+// tensor-core tiles decode them a chunk later.
+fn raw_w8(mr: vec2<u32>, o: u32) -> vec4<u32> {
+#ifdef ABLATE_W
+    // The diagnostic COCO_ABLATE=w: no loads (levels_w8's constants, scale 1).
+    return vec4<u32>(0x01fe03fdu, 0x02fd01ffu, 0x3c003c00u, 0u);
+#endif
+    let wr = row_of(mr.x, mr.y);
+#ifdef QKV
+    if (mr.x == 2u) {
+        wsel = 2u;
+        return raw8(wr, o);
+    }
+#endif
+#ifdef MULTI_W
+    if (mr.x == 1u) {
+        wsel = 1u;
+        return raw8(wr, o);
+    }
+    wsel = 0u;
+#endif
+    return raw8(wr, o);
+}
+#endif
+
 // With F16_OPERANDS (select.rs f16_operands: the tensor-core GEMM's numerics on the portable
 // tiles) each staged element rounded to the nearest f16 value, ties to even; otherwise as is.
 fn as_f16_operands(v: array<vec4<f32>, 2>) -> array<vec4<f32>, 2> {

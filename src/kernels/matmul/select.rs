@@ -357,6 +357,32 @@ pub fn coop_split_pass() -> bool {
     })
 }
 
+/// The A/B switch `COCO_COOP_WS=1`, read once per process: the 128-token tensor-core tiles
+/// with x' prestaged run warp-specialized (shaders/matmul/gemm_coop_ws.wgsl: 256 threads
+/// multiply while 128 more stage the next chunk), where split K, if any, is merged by its own
+/// dispatch ([`coop_split_pass`]).
+pub fn coop_ws() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("COCO_COOP_WS").is_ok_and(|v| v == "1"))
+}
+
+/// The A/B switch `COCO_COOP_RAW_W=1`, read once per process: the 128-token tensor-core
+/// tiles with x' prestaged hold the next chunk's Q4_0 / Q5_0 / Q8_0 words as loaded while
+/// they multiply, and decode them when they stage them (`RAW_W`), where they otherwise decode
+/// as they load, before the products, and so wait for the loads there.
+pub fn coop_raw_w() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("COCO_COOP_RAW_W").is_ok_and(|v| v == "1"))
+}
+
+/// The A/B switch `COCO_COOP_PAIRS=1`, read once per process: the 128-token tensor-core tiles
+/// with x' prestaged take two chunks per pair of barriers (`CHUNK_PAIRS`): the next pair's
+/// loads are in flight during two chunks' products instead of one.
+pub fn coop_pairs() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("COCO_COOP_PAIRS").is_ok_and(|v| v == "1"))
+}
+
 /// A default-on switch: off only where the variable `name` is `0`.
 fn switch_on_unless_zero(name: &str) -> bool {
     std::env::var(name).map_or(true, |v| v != "0")
