@@ -774,11 +774,7 @@ fn main(
 #ifdef SG64
 #include "matmul/gemm_coop_sg64.wgsl"
 #else
-#ifdef WARP_SPEC
-#include "matmul/gemm_coop_ws.wgsl"
-#else
 #include "matmul/gemm_coop_x16.wgsl"
-#endif
 #endif
 #else
 #include "matmul/gemm_coop.wgsl"

@@ -3,7 +3,8 @@
 //! reference: every element must be the reference's f32 weight (`reference::quant::dequantize`,
 //! checked against gguf-py) rounded to f16, to nearest (or toward zero, where the adapter's
 //! conversion does: lavapipe's may), and bit for bit what the f32 path stages on the same
-//! adapter (`vec4<f16>(dequant8(…))`, written by the same shader). Blocks cover every quant
+//! adapter (`vec4<f16>(dequant8(…))`, written by the same shader), and the same again from the
+//! words the tiles hold as loaded (`RAW_W`: `raw8`, decoded by `levels_raw`). Blocks cover every quant
 //! value and scales whose products are ordinary, below f16's normals, past its range, zero
 //! and negative.
 //!
@@ -55,21 +56,23 @@ fn toward_zero(v: f32) -> f16 {
     }
 }
 
-/// The GPU's half8 and f16(dequant8) of every 8-element group of the weight, as f16 bits.
-fn decode_on_gpu(ty: GgmlType, bytes: &[u8]) -> (Vec<u16>, Vec<u16>) {
+/// The GPU's half8, f16(dequant8), and half8 of the words held as loaded (`RAW_W`: raw8, then
+/// levels_raw) of every 8-element group of the weight, as f16 bits.
+fn decode_on_gpu(ty: GgmlType, bytes: &[u8]) -> (Vec<u16>, Vec<u16>, Vec<u16>) {
     let ctx = ctx();
     let wt = GpuTensor::from_bytes(ctx, "w", ty, K as u64, ROWS as u64, bytes, u64::MAX);
     assert_eq!(wt.parts.len(), 1);
     let define = format!("{ty:?}");
     let body = preprocess(
         "common/dequant.wgsl",
-        &[define.as_str(), "LEVELS8", "HALF_W"],
+        &[define.as_str(), "LEVELS8", "HALF_W", "RAW_W"],
     );
     let source = format!(
         "enable f16;\n{body}\n\
          @group(0) @binding(0) var<storage, read> w: array<vec4<u32>>;\n\
          @group(0) @binding(1) var<storage, read_write> half_out: array<vec4<f32>>;\n\
          @group(0) @binding(2) var<storage, read_write> f32_out: array<vec4<f32>>;\n\
+         @group(0) @binding(3) var<storage, read_write> raw_out: array<vec4<f32>>;\n\
          @compute @workgroup_size(64)\n\
          fn main(@builtin(global_invocation_id) id: vec3<u32>) {{\n\
              let groups = {K}u / 8u;\n\
@@ -82,6 +85,9 @@ fn decode_on_gpu(ty: GgmlType, bytes: &[u8]) -> (Vec<u16>, Vec<u16>) {
              let v = dequant8(r, o);\n\
              f32_out[2u * id.x] = vec4<f32>(vec4<f16>(v[0]));\n\
              f32_out[2u * id.x + 1u] = vec4<f32>(vec4<f16>(v[1]));\n\
+             let held = half8(levels_raw(raw8(r, o)));\n\
+             raw_out[2u * id.x] = vec4<f32>(held[0]);\n\
+             raw_out[2u * id.x + 1u] = vec4<f32>(held[1]);\n\
          }}\n"
     );
     let device = &ctx.device;
@@ -106,7 +112,7 @@ fn decode_on_gpu(ty: GgmlType, bytes: &[u8]) -> (Vec<u16>, Vec<u16>) {
             usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
         })
     };
-    let (half_out, f32_out) = (out("half8"), out("dequant8"));
+    let (half_out, f32_out, raw_out) = (out("half8"), out("dequant8"), out("raw8"));
     let bind = device.create_bind_group(&wgpu::BindGroupDescriptor {
         label: Some("half8 check"),
         layout: &pipeline.get_bind_group_layout(0),
@@ -122,6 +128,10 @@ fn decode_on_gpu(ty: GgmlType, bytes: &[u8]) -> (Vec<u16>, Vec<u16>) {
             wgpu::BindGroupEntry {
                 binding: 2,
                 resource: f32_out.as_entire_binding(),
+            },
+            wgpu::BindGroupEntry {
+                binding: 3,
+                resource: raw_out.as_entire_binding(),
             },
         ],
     });
@@ -141,7 +151,7 @@ fn decode_on_gpu(ty: GgmlType, bytes: &[u8]) -> (Vec<u16>, Vec<u16>) {
         let values = ctx.read_f32(b, 0, n as u64).expect("readback");
         values.iter().map(|&v| f16::from_f32(v).to_bits()).collect()
     };
-    (read(&half_out), read(&f32_out))
+    (read(&half_out), read(&f32_out), read(&raw_out))
 }
 
 #[test]
@@ -163,7 +173,11 @@ fn f16_decode_is_the_reference_rounded_to_f16() {
             .flat_map(|i| block(ty, SCALES[i % SCALES.len()], &mut rng))
             .collect();
         let want = quant::dequantize(ty, &bytes, ROWS * K).expect("dequantize");
-        let (half8, converted) = decode_on_gpu(ty, &bytes);
+        let (half8, converted, held) = decode_on_gpu(ty, &bytes);
+        assert_eq!(
+            half8, held,
+            "{ty:?}: the words held as loaded decode otherwise"
+        );
         let (mut nearest, mut truncated) = (0, 0);
         for (i, (&got, &v)) in half8.iter().zip(&want).enumerate() {
             let rte = f16::from_f32(v);

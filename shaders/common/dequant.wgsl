@@ -185,9 +185,9 @@ fn fifth_bits(qh: u32, first: u32) -> u32 {
 // the conversion to f16 too, but naga's bitcast can't reinterpret a u32 as vec2<f16>.)
 
 #ifdef RAW_W
-// The warp-specialized tensor-core tiles' producers (matmul/gemm_coop_ws.wgsl) load a chunk's
-// words two chunks ahead and decode them a chunk later, so nothing waits on the loads until
-// then. Each HALF_W type file provides
+// The tensor-core tiles (matmul/coop_staging.wgsl hold_w) load the next chunk's words before
+// they multiply and decode them only after, so nothing waits on the loads before the products.
+// Each HALF_W type file provides
 //   fn raw8(r: WRow, o: u32) -> vec4<u32>       the words levels8 reads, as loaded (no ALU)
 //   fn levels_raw(raw: vec4<u32>) -> Levels8    levels8 of them
 // The f16 scale `half` (0: low, 1: high) of the scale plane's word `u`.

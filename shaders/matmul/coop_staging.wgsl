@@ -70,7 +70,7 @@ fn dequant_w8h(mr: vec2<u32>, o: u32) -> array<vec4<f16>, 2> {
 }
 
 // What a thread holds of a weight row's next 8 elements while the chunk before is multiplied:
-// with RAW_W (Q4_0 Q5_0 Q8_0; select.rs coop_raw_w, and the warp-specialized tiles) the words
+// with RAW_W (Q4_0 Q5_0 Q8_0; select.rs coop_raw_w, on by default) the words
 // as loaded, decoded only when staged, so nothing waits on the loads before the products;
 // otherwise the values decoded as loaded.
 #ifdef RAW_W

@@ -543,14 +543,9 @@ impl MatmulKey {
         let vec = if self.vec_stage { "_v4" } else { "" };
         let half = if self.half_w() { "_h16" } else { "" };
         let order = if self.tokens_first() { "_tf" } else { "" };
-        let ws = if self.warp_specialized() { "_ws" } else { "" };
-        let raw = if self.raw_w() && !self.warp_specialized() {
-            "_raw"
-        } else {
-            ""
-        };
+        let raw = if self.raw_w() { "_raw" } else { "" };
         let pairs = if self.chunk_pairs() { "_p2" } else { "" };
-        let vec = format!("{vec}{half}{order}{ws}{raw}{pairs}");
+        let vec = format!("{vec}{half}{order}{raw}{pairs}");
         let block = if self.coop8 && self.variant.is_coop() {
             "_b8"
         } else {
@@ -589,34 +584,20 @@ impl MatmulKey {
             && coop_split_pass()
     }
 
-    /// The prestaged 128-token tiles warp-specialized ([`coop_ws`]; `WARP_SPEC`): only where
-    /// split K, if any, is merged by the dispatch after.
-    pub fn warp_specialized(&self) -> bool {
-        self.variant == MatmulVariant::Coop128
-            && self.x16
-            && !self.sg64
-            && coop_ws()
-            && (self.splits == 1 || self.split_pass())
-    }
-
     /// The prestaged 128-token tiles holding the next chunk's weights as loaded words
-    /// (`RAW_W`): warp-specialized, or with [`coop_raw_w`]; types with [`has_half8`].
+    /// ([`coop_raw_w`]; `RAW_W`): types with [`has_half8`].
     pub fn raw_w(&self) -> bool {
         self.half_w()
             && self.variant == MatmulVariant::Coop128
             && self.x16
             && !self.sg64
-            && (self.warp_specialized() || coop_raw_w())
+            && coop_raw_w()
     }
 
     /// The prestaged 128-token tiles taking two chunks per pair of barriers ([`coop_pairs`];
-    /// `CHUNK_PAIRS`), unless warp-specialized.
+    /// `CHUNK_PAIRS`).
     pub fn chunk_pairs(&self) -> bool {
-        self.variant == MatmulVariant::Coop128
-            && self.x16
-            && !self.sg64
-            && coop_pairs()
-            && !self.warp_specialized()
+        self.variant == MatmulVariant::Coop128 && self.x16 && !self.sg64 && coop_pairs()
     }
 
     /// The prestaged 128-token tiles with their token tiles fastest ([`MatmulKey::tokens_first`]).
@@ -632,7 +613,7 @@ impl MatmulKey {
             | MatmulVariant::TiledCoop
             | MatmulVariant::Wide(_)
             | MatmulVariant::Dot4I8 => true,
-            MatmulVariant::Coop128 => self.x16 && !self.sg64 && !self.warp_specialized(),
+            MatmulVariant::Coop128 => self.x16 && !self.sg64,
             _ => false,
         };
         if has_switches {
@@ -675,9 +656,6 @@ impl MatmulKey {
             }
             if self.tokens_first() {
                 defines.push("TOKENS_FIRST");
-            }
-            if self.warp_specialized() {
-                defines.push("WARP_SPEC");
             }
             if self.raw_w() {
                 defines.push("RAW_W");
@@ -934,13 +912,6 @@ impl MatmulKey {
         };
         // Directives come before any declaration.
         let enables = match self.variant {
-            // Only the consumer subgroups run the matrix operations: uniform within each
-            // subgroup, as SPIR-V's cooperative matrices need, but not within the workgroup,
-            // which naga's uniformity analysis asks of them under this rule's name.
-            MatmulVariant::Coop128 if defines.contains(&"WARP_SPEC") => {
-                "enable f16;\nenable wgpu_cooperative_matrix;\n\
-                 diagnostic(off, derivative_uniformity);\n"
-            }
             MatmulVariant::TiledCoop | MatmulVariant::Coop128 | MatmulVariant::CoopStream(_) => {
                 "enable f16;\nenable wgpu_cooperative_matrix;\n"
             }

@@ -357,27 +357,23 @@ pub fn coop_split_pass() -> bool {
     })
 }
 
-/// The A/B switch `COCO_COOP_WS=1`, read once per process: the 128-token tensor-core tiles
-/// with x' prestaged run warp-specialized (shaders/matmul/gemm_coop_ws.wgsl: 256 threads
-/// multiply while 128 more stage the next chunk), where split K, if any, is merged by its own
-/// dispatch ([`coop_split_pass`]).
-pub fn coop_ws() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("COCO_COOP_WS").is_ok_and(|v| v == "1"))
-}
-
-/// The A/B switch `COCO_COOP_RAW_W=1`, read once per process: the 128-token tensor-core
-/// tiles with x' prestaged hold the next chunk's Q4_0 / Q5_0 / Q8_0 words as loaded while
-/// they multiply, and decode them when they stage them (`RAW_W`), where they otherwise decode
-/// as they load, before the products, and so wait for the loads there.
+/// Whether the 128-token tensor-core tiles with x' prestaged hold the next chunk's Q4_0 / Q5_0
+/// / Q8_0 weights as the words they loaded while they multiply, and decode them only when they
+/// stage them (`RAW_W`), read once per process. Decoding as they loaded put the decode's wait
+/// for the loads before the products, so the loads' latency was not hidden behind them (x''s,
+/// held as loaded, was). On by default; `COCO_COOP_RAW_W=0` is the A/B baseline. H100
+/// (BENCHMARKS.md "session 44"): pp512 on the Llama-1B Q4_0 shape 13.21 → 12.53 ms, the 8B
+/// 74.68 → 71.13, Qwen's gate/up 13% faster; the same staged bits.
 pub fn coop_raw_w() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("COCO_COOP_RAW_W").is_ok_and(|v| v == "1"))
+    *ON.get_or_init(|| switch_on_unless_zero("COCO_COOP_RAW_W"))
 }
 
 /// The A/B switch `COCO_COOP_PAIRS=1`, read once per process: the 128-token tensor-core tiles
 /// with x' prestaged take two chunks per pair of barriers (`CHUNK_PAIRS`): the next pair's
-/// loads are in flight during two chunks' products instead of one.
+/// loads are in flight during two chunks' products instead of one. H100 (BENCHMARKS.md
+/// "session 44"), with the weights held as loaded: the Llama-1B shape's W_o + W_down 14%
+/// faster, its gate/up 6% slower (165 and 238 registers).
 pub fn coop_pairs() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("COCO_COOP_PAIRS").is_ok_and(|v| v == "1"))
