@@ -195,9 +195,15 @@ fn f16_decode_is_the_reference_rounded_to_f16() {
                     got
                 );
             }
-            assert_eq!(
-                got, converted[i],
-                "{ty:?} element {i}: half8 and the f32 path's conversion differ"
+            // Bit for bit, but for the sign of zero: with a zero scale (q − c)·0 is −0 for
+            // q < c, as the reference has it, where the f32 path's fma(q, d, −c·d) gives +0
+            // (seen on the H100 in session 44; lavapipe matched the sign). Either zero adds
+            // nothing to a sum.
+            assert!(
+                got == converted[i] || (got | converted[i]) & 0x7fff == 0,
+                "{ty:?} element {i}: half8 ({got:#06x}) and the f32 path's conversion ({:#06x}) \
+                 differ",
+                converted[i]
             );
         }
         println!(
