@@ -165,10 +165,11 @@ pub(super) fn grid_splits(
 /// fits an SM), ranges of at least [`TILE_SPLIT_MIN_CHUNKS`] chunks. At 512 tokens the
 /// Llama-1B shape's W_o and W_down have 64 tiles for 132 SMs and took 10.8 of the step's 26 ms
 /// at half the gate/up's TFLOP/s (BENCHMARKS.md "session 30"); split 4 ways (with vec4
-/// staging) 5.9 ms, and at 128 tokens (16 tiles) 9.6 → 3.0 ms ("session 33"). Where the device
-/// can't hold the prestaged tiles, [`MatmulKey::staged`] takes the split back.
-/// `COCO_TILE_SPLIT_TARGET=<workgroups>` sets its target with the 64 × 64 tiles' (0: neither
-/// splits).
+/// staging) 5.9 ms, and at 128 tokens (16 tiles) 9.6 → 3.0 ms ("session 33"); with the ranges
+/// added by a dispatch after ([`coop_split_pass`]) 3.2 ms at 512 tokens ("session 44", H100:
+/// a target of 384 timed within 3% of 256 on three shapes, 128 up to 11% slower). Where the device can't hold the prestaged
+/// tiles, [`MatmulKey::staged`] takes the split back. `COCO_TILE_SPLIT_TARGET=<workgroups>` sets
+/// its target with the 64 × 64 tiles' (0: neither splits).
 pub const COOP128_SPLIT_TARGET: u64 = 256;
 /// Words of one (tile, range) record: the tile's 128 × 128 sums (the shader's COOP_RECORD).
 pub const COOP128_SPLIT_RECORD: u64 = 128 * 128;
@@ -590,7 +591,7 @@ pub struct KernelSettings {
     /// Decode batches the GPU loop keeps in flight (`COCO_IN_FLIGHT`, the page's `in_flight`).
     pub batches_in_flight: u32,
     /// The grid the 64 × 64 tiles split K up to ([`TILE_SPLIT_TARGET`], or
-    /// `COCO_TILE_SPLIT_TARGET`; 0: never).
+    /// `COCO_TILE_SPLIT_TARGET`, which sets the 128-token tiles' too; 0: never).
     pub tile_split_target: u64,
     /// `COCO_COOP128_MIN_GROUPS` ([`coop128_min_groups`]); null: unset.
     pub coop128_min_groups: Option<u64>,
@@ -604,6 +605,14 @@ pub struct KernelSettings {
     /// Whether the tensor-core tiles decode Q4_0 / Q5_0 / Q8_0 without integer conversions
     /// ([`coop_half_w`]).
     pub coop_half_w: bool,
+    /// Who adds the 128-token tensor-core tiles' split-K ranges: `pass` (a dispatch after the
+    /// product) or `last` (the tile's last workgroup to arrive) ([`coop_split_pass`]).
+    pub coop_split_merge: &'static str,
+    /// Whether those tiles hold the next chunk's Q4_0 / Q5_0 / Q8_0 weights as loaded words
+    /// ([`coop_raw_w`]).
+    pub coop_raw_w: bool,
+    /// Whether those tiles take two chunks per pair of barriers ([`coop_pairs`]).
+    pub coop_pairs: bool,
     /// Whether steps of 5–32 tokens run the short-step tensor-core tiles ([`coop_stream`]).
     pub coop_stream: bool,
     /// Whether the single-pass attention computes 2 × 2 score blocks and takes larger tiles
@@ -661,6 +670,9 @@ impl KernelSettings {
             coop_subgroup_tile64: coop_prestage() && coop_subgroup_tile64(),
             coop_vec_stage: coop_vec_stage(),
             coop_half_w: coop_half_w(),
+            coop_split_merge: if coop_split_pass() { "pass" } else { "last" },
+            coop_raw_w: coop_raw_w(),
+            coop_pairs: coop_pairs(),
             coop_stream: coop_stream(),
             attention_blocked: ctx.attention_blocked,
             attention_coop: ctx.coop_block.is_some()
