@@ -279,7 +279,6 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
             coop_half_w: false,
             coop_split_merge: "pass",
             coop_raw_w: false,
-            coop_pairs: false,
             coop_stream: false,
             attention_blocked: false,
             attention_coop: false,

@@ -64,32 +64,6 @@ fn stage_chunk(c: u32, at: u32, w8: array<HeldW, 2>, x8s: array<array<vec4<f16>,
 #ifdef MERGE_PASS
 #include "matmul/split_merge.wgsl"
 #else
-#ifdef CHUNK_PAIRS
-// Loads chunk n's share of this thread (its two W rows, zeros where not live, and two tokens)
-// into slot k of the held pair.
-fn hold_pair_chunk(
-    w_pair: ptr<function, array<array<HeldW, 2>, 2>>,
-    x_pair: ptr<function, array<array<array<vec4<f16>, 2>, 2>, 2>>,
-    k: u32,
-    n: u32,
-    w_lo: vec2<u32>,
-    w_hi: vec2<u32>,
-    lo_live: bool,
-    hi_live: bool,
-    t_lo: u32,
-    t_hi: u32,
-    q: u32,
-) {
-    let o = 4u * n + q;
-    if (lo_live) {
-        (*w_pair)[k][0] = hold_w(w_lo, o);
-    }
-    if (hi_live) {
-        (*w_pair)[k][1] = hold_w(w_hi, o);
-    }
-    (*x_pair)[k] = array<array<vec4<f16>, 2>, 2>(x8(t_lo, n, q), x8(t_hi, n, q));
-}
-#endif
 
 @compute @workgroup_size(256)
 fn main(
@@ -138,20 +112,6 @@ fn main(
     for (var i = 0u; i < 8u; i++) {
         ct[scratch + SGS * i + lane] = 0.0;
     }
-#ifdef CHUNK_PAIRS
-    // What this thread holds of the next pair of chunks; zeros for rows past the weight's.
-    var w_pair: array<array<HeldW, 2>, 2>;
-    var x_pair: array<array<array<vec4<f16>, 2>, 2>, 2>;
-    // (Each pair's two slots written out, not looped: registers take constant indices.)
-    if (range.x < range.y) {
-        hold_pair_chunk(&w_pair, &x_pair, 0u, range.x, w_lo, w_hi, lo_live, hi_live, t_lo, t_hi, q);
-        stage_chunk(range.x, at, w_pair[0], x_pair[0]);
-    }
-    if (range.x + 1u < range.y) {
-        hold_pair_chunk(&w_pair, &x_pair, 1u, range.x + 1u, w_lo, w_hi, lo_live, hi_live, t_lo, t_hi, q);
-        stage_chunk(range.x + 1u, at, w_pair[1], x_pair[1]);
-    }
-#else
     var w_next: array<HeldW, 2>; // zeros: rows past the weight's stage zeros
     if (range.x < range.y) {
         if (lo_live) {
@@ -163,7 +123,6 @@ fn main(
         let x0 = array<array<vec4<f16>, 2>, 2>(x8(t_lo, range.x, q), x8(t_hi, range.x, q));
         stage_chunk(range.x, at, w_next, x0);
     }
-#endif
     workgroupBarrier();
     // Accumulators c<h><j>: slots r0 + 64h .. + CB - 1, tokens n0 + CB j .. + CB - 1.
     var c00 = coopLoad<CoopC>(&ct[scratch], CB);
@@ -174,46 +133,6 @@ fn main(
     var c11 = c00;
     var c12 = c00;
     var c13 = c00;
-#ifdef CHUNK_PAIRS
-    // Two chunks per pair of barriers: chunks c + 2 and c + 3 load while c and c + 1 are
-    // multiplied, then the first barrier frees both buffers and the second publishes them.
-    for (var c = range.x; c < range.y; c += 2u) {
-        if (c + 2u < range.y) {
-            hold_pair_chunk(&w_pair, &x_pair, 0u, c + 2u, w_lo, w_hi, lo_live, hi_live, t_lo, t_hi, q);
-        }
-        if (c + 3u < range.y) {
-            hold_pair_chunk(&w_pair, &x_pair, 1u, c + 3u, w_lo, w_hi, lo_live, hi_live, t_lo, t_hi, q);
-        }
-        for (var m = c; m < min(c + 2u, range.y); m++) {
-            let wb = (m & 1u) * W_TILE;
-            let xb = (m & 1u) * X_TILE;
-            for (var kk = 0u; kk < KC; kk += CB) {
-                let a0 = coopLoadT<CoopA>(&wt16[(wb + r0 * KS + kk) / SV], KS / SV);
-                let a1 = coopLoadT<CoopA>(&wt16[(wb + (r0 + HALF_N) * KS + kk) / SV], KS / SV);
-                let b0 = coopLoad<CoopB>(&xt16[(xb + n0 * KS + kk) / SV], KS / SV);
-                let b1 = coopLoad<CoopB>(&xt16[(xb + (n0 + CB) * KS + kk) / SV], KS / SV);
-                let b2 = coopLoad<CoopB>(&xt16[(xb + (n0 + 2u * CB) * KS + kk) / SV], KS / SV);
-                let b3 = coopLoad<CoopB>(&xt16[(xb + (n0 + 3u * CB) * KS + kk) / SV], KS / SV);
-                c00 = coopMultiplyAdd(a0, b0, c00);
-                c01 = coopMultiplyAdd(a0, b1, c01);
-                c02 = coopMultiplyAdd(a0, b2, c02);
-                c03 = coopMultiplyAdd(a0, b3, c03);
-                c10 = coopMultiplyAdd(a1, b0, c10);
-                c11 = coopMultiplyAdd(a1, b1, c11);
-                c12 = coopMultiplyAdd(a1, b2, c12);
-                c13 = coopMultiplyAdd(a1, b3, c13);
-            }
-        }
-        workgroupBarrier();
-        if (c + 2u < range.y) {
-            stage_chunk(c + 2u, at, w_pair[0], x_pair[0]);
-        }
-        if (c + 3u < range.y) {
-            stage_chunk(c + 3u, at, w_pair[1], x_pair[1]);
-        }
-        workgroupBarrier();
-    }
-#else
     for (var c = range.x; c < range.y; c++) {
         let more = c + 1u < range.y;
         // Chunk c + 1's loads, issued before chunk c's matrix work.
@@ -254,7 +173,6 @@ fn main(
         }
         workgroupBarrier();
     }
-#endif
 #ifdef SPLIT_PASS
     // The accumulators as they lie, block c<h><j> at slots r0 + 64h .., tokens n0 + CB j ..:
     // no parking, no barriers.

@@ -228,7 +228,7 @@ fn open_gpu(verbose: bool) -> Result<Arc<GpuContext>> {
             "switches: chunk {} (COCO_CHUNK) | chunk splits {} | chunk min K {} | FFN levels {} \
              | W_o levels {} | f16 operands {} | tensor-core prestage {} | vec4 staging {} | \
              conversion-free weight decode {} | split merge {} | weights held as loaded {} | \
-             chunk pairs {} | short-step tiles {} | blocked attention {} | tensor-core attention {} | \
+             short-step tiles {} | blocked attention {} | tensor-core attention {} | \
              decode key ranges {} (COCO_ATTN_RANGE_KIB) | shader checks {} | subgroups {} ({})",
             k.chunk,
             k.chunk_splits.map_or("planned".into(), |s| s.to_string()),
@@ -241,7 +241,6 @@ fn open_gpu(verbose: bool) -> Result<Arc<GpuContext>> {
             k.coop_half_w,
             k.coop_split_merge,
             k.coop_raw_w,
-            k.coop_pairs,
             k.coop_stream,
             k.attention_blocked,
             k.attention_coop,

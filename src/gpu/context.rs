@@ -545,21 +545,10 @@ impl GpuContext {
     where
         K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
     {
-        if let Some(kernel) = self
-            .kernels
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .by_key(key)
-        {
-            return Ok(kernel);
-        }
-        let (label, source) = make()?;
-        let kernel = self.pipeline(&label, || source);
-        self.kernels
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert_key(key.clone(), kernel.clone());
-        Ok(kernel)
+        self.by_key_or(key, || {
+            let (label, source) = make()?;
+            Ok(self.pipeline(&label, || source))
+        })
     }
 
     /// The kernel of `key` (cached as [`GpuContext::keyed_pipeline`]'s) in the binding layout
@@ -574,23 +563,37 @@ impl GpuContext {
     where
         K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
     {
-        if let Some(kernel) = self
+        self.by_key_or(key, || {
+            let (label, source) = make()?;
+            let entries = super::shader::declared_bindings(&source);
+            let layout = self
+                .device
+                .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                    label: Some(&label),
+                    entries: &entries,
+                });
+            Ok(Arc::new(self.compile_in(&label, source, Some(layout))))
+        })
+    }
+
+    /// The kernel cached for `key`, or the one `build` makes, cached.
+    fn by_key_or<K, E>(
+        &self,
+        key: &K,
+        build: impl FnOnce() -> Result<Arc<Kernel>, E>,
+    ) -> Result<Arc<Kernel>, E>
+    where
+        K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
+    {
+        let cached = self
             .kernels
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .by_key(key)
-        {
+            .by_key(key);
+        if let Some(kernel) = cached {
             return Ok(kernel);
         }
-        let (label, source) = make()?;
-        let entries = super::shader::declared_bindings(&source);
-        let layout = self
-            .device
-            .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-                label: Some(&label),
-                entries: &entries,
-            });
-        let kernel = Arc::new(self.compile_in(&label, source, Some(layout)));
+        let kernel = build()?;
         self.kernels
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -105,20 +105,25 @@ pub fn declared_bindings(source: &str) -> Vec<wgpu::BindGroupLayoutEntry> {
                 "storage,read_write" => wgpu::BufferBindingType::Storage { read_only: false },
                 other => panic!("binding {binding}: address space {other:?}"),
             };
-            Some(wgpu::BindGroupLayoutEntry {
-                binding,
-                visibility: wgpu::ShaderStages::COMPUTE,
-                ty: wgpu::BindingType::Buffer {
-                    ty,
-                    has_dynamic_offset: false,
-                    min_binding_size: None,
-                },
-                count: None,
-            })
+            Some(buffer_entry(binding, ty))
         })
         .collect();
     entries.sort_by_key(|e| e.binding);
     entries
+}
+
+/// A compute stage's buffer at `binding`, any size, no dynamic offset.
+fn buffer_entry(binding: u32, ty: wgpu::BufferBindingType) -> wgpu::BindGroupLayoutEntry {
+    wgpu::BindGroupLayoutEntry {
+        binding,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer {
+            ty,
+            has_dynamic_offset: false,
+            min_binding_size: None,
+        },
+        count: None,
+    }
 }
 
 #[cfg(test)]
@@ -171,16 +176,7 @@ pub(crate) fn used_bindings(source: &str) -> Vec<wgpu::BindGroupLayoutEntry> {
                 },
                 _ => return None,
             };
-            Some(wgpu::BindGroupLayoutEntry {
-                binding: v.binding.as_ref()?.binding,
-                visibility: wgpu::ShaderStages::COMPUTE,
-                ty: wgpu::BindingType::Buffer {
-                    ty,
-                    has_dynamic_offset: false,
-                    min_binding_size: None,
-                },
-                count: None,
-            })
+            Some(buffer_entry(v.binding.as_ref()?.binding, ty))
         })
         .collect();
     entries.sort_by_key(|e| e.binding);

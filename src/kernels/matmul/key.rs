@@ -544,8 +544,7 @@ impl MatmulKey {
         let half = if self.half_w() { "_h16" } else { "" };
         let order = if self.tokens_first() { "_tf" } else { "" };
         let raw = if self.raw_w() { "_raw" } else { "" };
-        let pairs = if self.chunk_pairs() { "_p2" } else { "" };
-        let vec = format!("{vec}{half}{order}{raw}{pairs}");
+        let vec = format!("{vec}{half}{order}{raw}");
         let block = if self.coop8 && self.variant.is_coop() {
             "_b8"
         } else {
@@ -592,12 +591,6 @@ impl MatmulKey {
             && self.x16
             && !self.sg64
             && coop_raw_w()
-    }
-
-    /// The prestaged 128-token tiles taking two chunks per pair of barriers ([`coop_pairs`];
-    /// `CHUNK_PAIRS`).
-    pub fn chunk_pairs(&self) -> bool {
-        self.variant == MatmulVariant::Coop128 && self.x16 && !self.sg64 && coop_pairs()
     }
 
     /// The prestaged 128-token tiles with their token tiles fastest ([`MatmulKey::tokens_first`]).
@@ -659,9 +652,6 @@ impl MatmulKey {
             }
             if self.raw_w() {
                 defines.push("RAW_W");
-            }
-            if self.chunk_pairs() {
-                defines.push("CHUNK_PAIRS");
             }
             if let MatmulVariant::CoopStream(block) = self.variant {
                 // Its tile is the device's block; it reads x' only as the f16 rows.

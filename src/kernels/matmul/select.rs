@@ -370,16 +370,6 @@ pub fn coop_raw_w() -> bool {
     *ON.get_or_init(|| switch_on_unless_zero("COCO_COOP_RAW_W"))
 }
 
-/// The A/B switch `COCO_COOP_PAIRS=1`, read once per process: the 128-token tensor-core tiles
-/// with x' prestaged take two chunks per pair of barriers (`CHUNK_PAIRS`): the next pair's
-/// loads are in flight during two chunks' products instead of one. H100 (BENCHMARKS.md
-/// "session 44"), with the weights held as loaded: the Llama-1B shape's W_o + W_down 14%
-/// faster, its gate/up 6% slower (165 and 238 registers).
-pub fn coop_pairs() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("COCO_COOP_PAIRS").is_ok_and(|v| v == "1"))
-}
-
 /// A default-on switch: off only where the variable `name` is `0`.
 fn switch_on_unless_zero(name: &str) -> bool {
     std::env::var(name).map_or(true, |v| v != "0")
@@ -611,8 +601,6 @@ pub struct KernelSettings {
     /// Whether those tiles hold the next chunk's Q4_0 / Q5_0 / Q8_0 weights as loaded words
     /// ([`coop_raw_w`]).
     pub coop_raw_w: bool,
-    /// Whether those tiles take two chunks per pair of barriers ([`coop_pairs`]).
-    pub coop_pairs: bool,
     /// Whether steps of 5–32 tokens run the short-step tensor-core tiles ([`coop_stream`]).
     pub coop_stream: bool,
     /// Whether the single-pass attention computes 2 × 2 score blocks and takes larger tiles
@@ -672,7 +660,6 @@ impl KernelSettings {
             coop_half_w: coop_half_w(),
             coop_split_merge: if coop_split_pass() { "pass" } else { "last" },
             coop_raw_w: coop_raw_w(),
-            coop_pairs: coop_pairs(),
             coop_stream: coop_stream(),
             attention_blocked: ctx.attention_blocked,
             attention_coop: ctx.coop_block.is_some()
