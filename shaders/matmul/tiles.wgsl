@@ -56,11 +56,11 @@ fn levels_w8(mr: vec2<u32>, o: u32) -> Levels8 {
 #endif
 
 #ifdef RAW_W
-// levels_w8's words as loaded (common/dequant.wgsl raw8; wsel as in dot_w): the warp-specialized
-// tensor-core tiles decode them a chunk later.
+// levels_w8's words as loaded (common/dequant.wgsl raw8; wsel as in dot_w): the tensor-core
+// tiles decode them after the chunk's products (coop_staging.wgsl hold_w).
 fn raw_w8(mr: vec2<u32>, o: u32) -> vec4<u32> {
 #ifdef ABLATE_W
-    // The diagnostic COCO_ABLATE=w: no loads (levels_w8's constants, scale 1).
+    // The diagnostic COCO_ABLATE=w: no loads (constant words; the outputs are wrong anyway).
     return vec4<u32>(0x01fe03fdu, 0x02fd01ffu, 0x3c003c00u, 0u);
 #endif
     let wr = row_of(mr.x, mr.y);
