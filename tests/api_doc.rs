@@ -278,6 +278,7 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
             coop_vec_stage: false,
             coop_half_w: false,
             coop_split_merge: "pass",
+            coop64_split_pass: false,
             coop_raw_w: false,
             coop_stream: false,
             attention_blocked: false,

@@ -35,14 +35,7 @@ var<workgroup> ct: array<f32, NSG * CB * CB>; // [subgroup][CB × CB]: a parked 
 // the tile's last workgroup to arrive does.
 const COOP_RECORD: u32 = TILE_N * TILE_T;
 
-#ifdef SPLIT_PASS
-// With SPLIT_PASS (select.rs coop_split_pass) the records are plain f32 and the dispatch after
-// merges them (matmul/split_merge.wgsl): the first word of split `split`'s record of tile
-// `tile`, which holds the sum of slot s and tile token n at n · TILE_N + s.
-fn record_base(tile: u32, split: u32) -> u32 {
-    return SPLIT_COUNTERS + (tile * p.splits + split) * COOP_RECORD;
-}
-#else
+#ifndef SPLIT_PASS
 // The record word of lane `lane`'s value e (< 8: the gate / low block, else the partner 64
 // slots on) of token round j, subgroup sg, in split `split`'s record of tile `tile`.
 fn record_word(tile: u32, split: u32, sg: u32, j: u32, e: u32, lane: u32) -> u32 {

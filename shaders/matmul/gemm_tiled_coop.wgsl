@@ -49,6 +49,9 @@ fn token_scale(tok: u32) -> f32 {
 #endif
 }
 
+#ifdef MERGE_PASS
+#include "matmul/split_merge.wgsl"
+#else
 @compute @workgroup_size(256)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -158,6 +161,12 @@ fn main(
         workgroupBarrier();
     }
 #endif
+#ifdef SPLIT_PASS
+    // The accumulators as they lie, into this range's record; the dispatch after merges them.
+    let rec = record_base(split_tile(wid.z, rg), g % p.splits);
+    coopStore(c0, &split_records[rec + n0 * TILE_N + r0], TILE_N);
+    coopStore(c1, &split_records[rec + (n0 + CB) * TILE_N + r0], TILE_N);
+#else
     coopStore(c0, &ct[n0 * TILE_N + r0], TILE_N);
     coopStore(c1, &ct[(n0 + CB) * TILE_N + r0], TILE_N);
     workgroupBarrier();
@@ -189,4 +198,6 @@ fn main(
         let o = tok * TILE_N + tx;
         store_tile(rg, tx, t0 + tok, tok, vec4<f32>(ct[o], ct[o + 16u], ct[o + 32u], ct[o + 48u]));
     }
+#endif
 }
+#endif

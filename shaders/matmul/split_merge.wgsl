@@ -1,26 +1,27 @@
-// The merge of the 128-token tensor-core tiles' split K (MERGE_PASS: the dispatch after a
-// product with SPLIT_PASS; select.rs coop_split_pass): adds each output's p.splits records
-// in split order, times its token's scale, and stores it as the tiles' epilogue would
-// (finish_blocks). Included by matmul/gemm_coop_x16.wgsl in place of its main, with the same
-// defines and binding layout (the host binds both alike).
+// The merge of the tensor-core tiles' split K (MERGE_PASS: the dispatch after a product with
+// SPLIT_PASS; select.rs coop_split_pass): adds each output's p.splits records in split order,
+// times its token's scale, and stores it as the tiles' epilogue would (finish_blocks,
+// store_tile). Included by matmul/gemm_coop_x16.wgsl or matmul/gemm_tiled_coop.wgsl in place
+// of its main, with the same defines and binding layout (the host binds both alike).
 //
 // Why a second dispatch: the tiles merged in the tile's last workgroup to arrive, which read
 // p.splits × 64 KiB through atomic loads, one workgroup per tile, while the SM's next
 // workgroups waited behind it. Here the whole GPU shares the merge, with plain loads that the
 // dispatch boundary orders after the records' stores (BENCHMARKS.md "session 44").
 //
-// Consecutive lanes take consecutive slots (with GLU a gate slot and its up slot, HALF_N on),
+// Consecutive lanes take consecutive slots (with GLU a gate slot and its up slot, MERGE_HALF on),
 // so loads and stores are contiguous, and each thread MERGE_PER tokens, whose loads are in
 // flight together; workgroup w takes MERGE_TOKENS tokens of tile w / MERGE_BLOCKS (token
 // tile · row groups + row group, as split_tile numbers them).
 
+const MERGE_HALF: u32 = TILE_N / 2u; // the tiles' GLU pairing: gate slots, then their up slots
 #ifdef GLU
-const MERGE_SLOTS: u32 = HALF_N;
+const MERGE_SLOTS: u32 = MERGE_HALF;
 #else
 const MERGE_SLOTS: u32 = TILE_N;
 #endif
 const MERGE_PER: u32 = 4u;
-const MERGE_TOKENS: u32 = (256u / MERGE_SLOTS) * MERGE_PER; // 8, or with GLU 16
+const MERGE_TOKENS: u32 = (256u / MERGE_SLOTS) * MERGE_PER; // 128-slot tiles: 8, or with GLU 16
 const MERGE_BLOCKS: u32 = TILE_T / MERGE_TOKENS;
 
 @compute @workgroup_size(256)
@@ -50,11 +51,11 @@ fn main(
 #endif
     // Range by range in split order (so the sums are the last-to-arrive merge's, bit for bit).
     for (var sp = 0u; sp < p.splits; sp++) {
-        let rec = at + sp * COOP_RECORD;
+        let rec = at + sp * TILE_N * TILE_T;
         for (var i = 0u; i < MERGE_PER; i++) {
             lo[i] += split_records[rec + i * TILE_N];
 #ifdef GLU
-            hi[i] += split_records[rec + i * TILE_N + HALF_N];
+            hi[i] += split_records[rec + i * TILE_N + MERGE_HALF];
 #endif
         }
     }

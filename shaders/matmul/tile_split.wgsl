@@ -20,10 +20,17 @@
 
 const SPLIT_COUNTERS: u32 = 4096u;
 #ifdef SPLIT_PASS
-// With SPLIT_PASS (the 128-token tensor-core tiles; matmul/gemm_coop_x16.wgsl) no workgroup
-// merges: each stores its range's sums as plain f32 records after the counters' words, and
-// the dispatch after the product (MERGE_PASS) adds them. The counters are not used.
+// With SPLIT_PASS (the tensor-core tiles with x' prestaged: matmul/gemm_coop_x16.wgsl, and
+// matmul/gemm_tiled_coop.wgsl with COCO_COOP64_SPLIT_PASS=1) no workgroup merges: each stores
+// its range's sums as plain f32 records after the counters' words, and the dispatch after the
+// product (MERGE_PASS, matmul/split_merge.wgsl) adds them. The counters are not used.
 @group(0) @binding(B_SPLIT) var<storage, read_write> split_records: array<f32>;
+
+// The first word of range `split`'s record of tile `tile` (token tile · row groups + row
+// group, split_tile), which holds the sum of slot s and tile token n at n · TILE_N + s.
+fn record_base(tile: u32, split: u32) -> u32 {
+    return SPLIT_COUNTERS + (tile * p.splits + split) * TILE_N * TILE_T;
+}
 #else
 @group(0) @binding(B_SPLIT) var<storage, read_write> split_sums: array<atomic<u32>>;
 const TILE_RECORD: u32 = 17u * 256u;

@@ -227,7 +227,8 @@ fn open_gpu(verbose: bool) -> Result<Arc<GpuContext>> {
         eprintln!(
             "switches: chunk {} (COCO_CHUNK) | chunk splits {} | chunk min K {} | FFN levels {} \
              | W_o levels {} | f16 operands {} | tensor-core prestage {} | vec4 staging {} | \
-             conversion-free weight decode {} | split merge {} | weights held as loaded {} | \
+             conversion-free weight decode {} | split merge {} (64-token tiles by a pass {}) | \
+             weights held as loaded {} | \
              short-step tiles {} | blocked attention {} | tensor-core attention {} | \
              decode key ranges {} (COCO_ATTN_RANGE_KIB) | shader checks {} | subgroups {} ({})",
             k.chunk,
@@ -240,6 +241,7 @@ fn open_gpu(verbose: bool) -> Result<Arc<GpuContext>> {
             k.coop_vec_stage,
             k.coop_half_w,
             k.coop_split_merge,
+            k.coop64_split_pass,
             k.coop_raw_w,
             k.coop_stream,
             k.attention_blocked,

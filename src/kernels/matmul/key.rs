@@ -573,14 +573,16 @@ impl MatmulKey {
         self.variant.is_coop() && has_half8(self.ty) && coop_half_w()
     }
 
-    /// The prestaged 128-token tiles splitting K, merged by the dispatch after
-    /// ([`coop_split_pass`]; `SPLIT_PASS`).
+    /// The prestaged tensor-core tiles splitting K, merged by the dispatch after (`SPLIT_PASS`):
+    /// the 128-token tiles by default ([`coop_split_pass`]), the 64-token ones with
+    /// [`coop64_split_pass`].
     pub fn split_pass(&self) -> bool {
-        self.splits > 1
-            && self.variant == MatmulVariant::Coop128
-            && self.x16
-            && !self.sg64
-            && coop_split_pass()
+        let wanted = match self.variant {
+            MatmulVariant::Coop128 => !self.sg64 && coop_split_pass(),
+            MatmulVariant::TiledCoop => coop64_split_pass(),
+            _ => false,
+        };
+        wanted && self.splits > 1 && self.x16
     }
 
     /// The prestaged 128-token tiles holding the next chunk's weights as loaded words

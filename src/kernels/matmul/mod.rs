@@ -971,9 +971,8 @@ pub(super) fn launch(
     Ok(())
 }
 
-/// The dispatch after a 128-token tensor-core product that split K with `SPLIT_PASS`: adds
-/// each output's records (shaders/matmul/split_merge.wgsl, `MERGE_PASS`), bound as the
-/// product was.
+/// The dispatch after a tensor-core product that split K with `SPLIT_PASS`: adds each
+/// output's records (shaders/matmul/split_merge.wgsl, `MERGE_PASS`), bound as the product was.
 fn record_split_merge(
     rec: &mut StepRecorder,
     key: &MatmulKey,
@@ -984,14 +983,15 @@ fn record_split_merge(
     /// The merge of `0`'s splits (its own cache key: another source of the same layout).
     #[derive(Clone, Hash, PartialEq, Eq)]
     struct SplitMerge(MatmulKey);
-    // A thread per slot (with GLU a gate and up pair) and 4 tokens: 256 threads take 8
-    // tokens of the tile's 128 slots, or with GLU 16 tokens of its 64 pairs
-    // (split_merge.wgsl MERGE_TOKENS).
-    let merge_tokens = if matches!(key.fusion, Fusion::Glu(_)) {
-        16
+    // A thread per slot (with GLU a gate and up pair) and 4 tokens (split_merge.wgsl
+    // MERGE_TOKENS): the 128-slot tiles' 256 threads take 8 tokens, or with GLU 16.
+    let (tile_n, tile_t) = (key.variant.slots_per_group(), key.variant.tile_tokens());
+    let threads_per_token = if matches!(key.fusion, Fusion::Glu(_)) {
+        tile_n / 2
     } else {
-        8
+        tile_n
     };
+    let merge_tokens = 256 / threads_per_token * 4;
     let ctx = rec.ctx();
     let merge = ctx.keyed_pipeline_declared(&SplitMerge(*key), || {
         let mut defines = key.defines()?;
@@ -999,12 +999,13 @@ fn record_split_merge(
         Ok::<_, KernelError>((split_merge_label(key), key.source_for(defines)?))
     })?;
     let tiles = (params.groups / params.splits) * t_groups;
-    let workgroups = tiles * (COOP_TILE / merge_tokens);
+    let workgroups = tiles * (tile_t / merge_tokens);
     let [gx, gy] = fold(workgroups, ctx.limits.max_compute_workgroups_per_dimension);
     // Each record read once, each output written once.
-    let records = tiles as u64 * params.splits as u64 * COOP128_SPLIT_RECORD;
+    let record = tile_n as u64 * tile_t as u64;
+    let records = tiles as u64 * params.splits as u64 * record;
     let work = Work {
-        bytes: 4 * records + 4 * tiles as u64 * COOP128_SPLIT_RECORD,
+        bytes: 4 * records + 4 * tiles as u64 * record,
         flops: records,
     };
     rec.dispatch_counted(

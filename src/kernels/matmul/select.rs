@@ -370,6 +370,15 @@ pub fn coop_raw_w() -> bool {
     *ON.get_or_init(|| switch_on_unless_zero("COCO_COOP_RAW_W"))
 }
 
+/// The A/B switch `COCO_COOP64_SPLIT_PASS=1`, read once per process: the 64-token tensor-core
+/// tiles with x' prestaged (33–64-token steps natively) merge their split K as the 128-token
+/// tiles do ([`coop_split_pass`]), by a dispatch after the product instead of the tile's last
+/// workgroup to arrive. Built, not timed yet (BENCHMARKS.md "session 44").
+pub fn coop64_split_pass() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("COCO_COOP64_SPLIT_PASS").is_ok_and(|v| v == "1"))
+}
+
 /// A default-on switch: off only where the variable `name` is `0`.
 fn switch_on_unless_zero(name: &str) -> bool {
     std::env::var(name).map_or(true, |v| v != "0")
@@ -598,6 +607,9 @@ pub struct KernelSettings {
     /// Who adds the 128-token tensor-core tiles' split-K ranges: `pass` (a dispatch after the
     /// product) or `last` (the tile's last workgroup to arrive) ([`coop_split_pass`]).
     pub coop_split_merge: &'static str,
+    /// Whether the 64-token tensor-core tiles merge their split K by a dispatch after
+    /// ([`coop64_split_pass`]).
+    pub coop64_split_pass: bool,
     /// Whether those tiles hold the next chunk's Q4_0 / Q5_0 / Q8_0 weights as loaded words
     /// ([`coop_raw_w`]).
     pub coop_raw_w: bool,
@@ -659,6 +671,7 @@ impl KernelSettings {
             coop_vec_stage: coop_vec_stage(),
             coop_half_w: coop_half_w(),
             coop_split_merge: if coop_split_pass() { "pass" } else { "last" },
+            coop64_split_pass: coop64_split_pass(),
             coop_raw_w: coop_raw_w(),
             coop_stream: coop_stream(),
             attention_blocked: ctx.attention_blocked,

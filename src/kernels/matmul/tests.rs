@@ -258,29 +258,32 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
                         "{label}"
                     );
                 }
-                if key.split_pass() {
-                    // Its merge: the same declared bindings (the host binds both in that
-                    // layout), each read by one of the two, and no workgroup memory.
+                // Split K merged by the dispatch after (SPLIT_PASS: the 128-token tiles by
+                // default, the 64-token ones with COCO_COOP64_SPLIT_PASS=1): the product, and
+                // its merge with the same declared bindings (the host binds both in that
+                // layout), each binding read by one of the two, no workgroup memory.
+                if splits > 1 && x16 && !sg64 {
                     let mut defines = key.defines().unwrap();
+                    if !defines.contains(&"SPLIT_PASS") {
+                        defines.push("SPLIT_PASS");
+                    }
+                    let product = key.source_for(defines.clone()).unwrap();
+                    let label = format!("{} (split pass)", key.label());
+                    assert!(
+                        compile_to_spirv(&label, &product) <= WORKGROUP_BYTES,
+                        "{label}"
+                    );
                     defines.push("MERGE_PASS");
                     let merge = key.source_for(defines).unwrap();
-                    assert_eq!(
-                        compile_to_spirv(&format!("{}_merge", key.label()), &merge),
-                        0
-                    );
-                    let declared = crate::gpu::declared_bindings(&source);
+                    assert_eq!(compile_to_spirv(&format!("{label} merge"), &merge), 0);
+                    let declared = crate::gpu::declared_bindings(&product);
                     assert_eq!(crate::gpu::declared_bindings(&merge), declared);
-                    assert_eq!(
-                        declared.len() as u32,
-                        key.layout().count + 1,
-                        "{}",
-                        key.label()
-                    );
-                    let mut used = used_bindings(&source);
+                    assert_eq!(declared.len() as u32, key.layout().count + 1, "{label}");
+                    let mut used = used_bindings(&product);
                     used.extend(used_bindings(&merge));
                     used.sort_by_key(|e| e.binding);
                     used.dedup();
-                    assert_eq!(used, declared, "{}", key.label());
+                    assert_eq!(used, declared, "{label}");
                 }
                 // What the device check and the prestage check ask of a device, and the 48
                 // KiB the H200's browser and Vulkan driver give.
