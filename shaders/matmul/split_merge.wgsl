@@ -1,12 +1,13 @@
 // The merge of the tensor-core tiles' split K (MERGE_PASS: the dispatch after a product with
-// SPLIT_PASS; select.rs coop_split_pass): adds each output's p.splits records in split order,
-// times its token's scale, and stores it as the tiles' epilogue would (finish_blocks,
-// store_tile). Included by matmul/gemm_coop_x16.wgsl or matmul/gemm_tiled_coop.wgsl in place
-// of its main, with the same defines and binding layout (the host binds both alike).
+// SPLIT_PASS; select.rs coop_split_pass, coop64_split_pass): adds each output's p.splits
+// records in split order, times its token's scale, and stores it as the tiles' epilogue would
+// (finish_blocks, store_tile). Included by matmul/gemm_coop_x16.wgsl or
+// matmul/gemm_tiled_coop.wgsl in place of its main, with the same defines and binding layout
+// (the host binds both alike).
 //
 // Why a second dispatch: the tiles merged in the tile's last workgroup to arrive, which read
-// p.splits × 64 KiB through atomic loads, one workgroup per tile, while the SM's next
-// workgroups waited behind it. Here the whole GPU shares the merge, with plain loads that the
+// every range's record (64 KiB for a 128 × 128 tile) through atomic loads, one workgroup per
+// tile, while the SM's next workgroups waited behind it. Here the whole GPU shares the merge, with plain loads that the
 // dispatch boundary orders after the records' stores (BENCHMARKS.md "session 44").
 //
 // Consecutive lanes take consecutive slots (with GLU a gate slot and its up slot, MERGE_HALF on),
