@@ -49,8 +49,9 @@
 //                 x' the next product reads (binding levels_out at B_LEVELS)
 //   LEVELS_IN     (MATVEC_CHUNK, INT8, no NORM) reads x' as those levels (binding x_levels in
 //                 x's place, B_X) instead of staging it from x
-//   X16           (TILED_COOP, GEMM_COOP, no NORM) reads x' as the f16 rows the pass before
-//                 staged (binding x16 in x's place; matmul/coop_staging.wgsl)
+//   X16           (TILED_COOP, GEMM_COOP, GEMM_WIDE; no NORM) reads x' as the f16 rows the
+//                 pass before staged (binding x16 in x's place, per-token factors at B_SCALES;
+//                 matmul/coop_staging.wgsl, or the wide GEMM in f16: gemm_wide_f16.wgsl)
 //   ABLATE_MMA ABLATE_W ABLATE_X  (TILED, GEMM_WIDE, TILED_COOP, GEMM_COOP with X16, DOT4_TILES) the
 //                 diagnostic COCO_ABLATE leaves the multiply, W's loads or x''s loads out of
 //                 the K loop, for timing only: the outputs are wrong (select.rs ablations)
@@ -762,7 +763,11 @@ fn main(
 #endif
 
 #ifdef GEMM_WIDE
+#ifdef X16
+#include "matmul/gemm_wide_f16.wgsl"
+#else
 #include "matmul/gemm_wide.wgsl"
+#endif
 #endif
 
 #ifdef COOP_STAGING

@@ -21,7 +21,7 @@ use coco::kernels::matmul::MatmulVariant::{
 };
 use coco::kernels::matmul::{has_levels8, matmul_variant, MatmulArgs, WideTile};
 use coco::reference::{matmul as reference, ops, quant};
-use common::{ctx, is_k_quant, ATOL_PER_ABS_SUM, COOP_ATOL_PER_ABS_SUM, RTOL};
+use common::{ctx, is_k_quant, RTOL};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -104,6 +104,13 @@ impl Case {
             ..self
         }
     }
+    /// Odd tokens' x around ±2^-20: the f16 wide tiles' scale pass brings them up.
+    fn tiny(self) -> Case {
+        Case {
+            odd_token_x: 1.0 / (1 << 20) as f32,
+            ..self
+        }
+    }
     fn softcap(self) -> Case {
         Case {
             softcap: true,
@@ -148,6 +155,11 @@ impl Case {
 /// The wide GEMM with `slots` × `tokens` per thread.
 fn wide(slots: u32, tokens: u32) -> MatmulVariant {
     MatmulVariant::Wide(WideTile::new(slots, tokens))
+}
+
+/// The same in f16 (`gemm_wide_f16.wgsl`).
+fn wide_f16(slots: u32, tokens: u32) -> MatmulVariant {
+    MatmulVariant::Wide(WideTile::new(slots, tokens).f16())
 }
 
 /// Runs one matmul on the GPU and checks it against the reference; returns the max |error|.
@@ -252,12 +264,10 @@ fn run_matmul(case: Case, seed: u64) -> f64 {
     );
     rec.submit();
     let got = ctx.read_f32(&yb, 0, (t * n) as u64).expect("readback");
+    ctx.check_health()
+        .unwrap_or_else(|e| panic!("{case:?} ({}): {e}", labels[0]));
     // Unforced cases pick the device's kernel, which is the f16 one on tensor-core adapters.
-    let atol_per_abs = if common::has_f16_operands(&labels[0]) {
-        COOP_ATOL_PER_ABS_SUM
-    } else {
-        ATOL_PER_ABS_SUM
-    };
+    let atol_per_abs = common::atol_per_abs_sum(&labels[0]);
     let want: Vec<f64> = want[..t * n].iter().map(|&w| w as f64).collect();
     let max_err = common::assert_close(
         &format!("{case:?} ({})", labels[0]),
@@ -373,6 +383,25 @@ fn matmul_type(ty: GgmlType) {
         ]);
     } else {
         println!("{ty}: no SUBGROUP on this adapter; subgroup matvec not tested");
+    }
+    if ctx().has_f16() {
+        // The wide GEMM in f16, each register tile: partial slot and token tiles, two of each,
+        // split weights, long K, tokens past f16's range and tokens far below it (scaled up).
+        cases.extend([
+            Case::new(ty, 131, 33, Some(wide_f16(8, 4)))
+                .bias()
+                .accumulate()
+                .scaled(),
+            Case::new(ty, 67, 70, Some(wide_f16(8, 4))).accumulate(),
+            Case::new(ty, 67, 140, Some(wide_f16(4, 8))).bias(),
+            Case::new(ty, 67, 17, Some(wide_f16(4, 4))).split(12),
+            Case::new(ty, 67, 17, Some(wide_f16(8, 4))).split(12).softcap(),
+            Case::new(ty, 67, 9, Some(wide_f16(4, 8))).beyond_f16(),
+            Case::new(ty, 67, 9, Some(wide_f16(4, 4))).tiny(),
+            Case::new(ty, 67, 17, Some(wide_f16(4, 8))).wide(),
+        ]);
+    } else {
+        println!("{ty}: no shader-f16 on this adapter; the f16 wide tiles are not tested");
     }
     if ctx().has_coop_gemm() {
         cases.extend([

@@ -169,6 +169,11 @@ fn wide(slots: u32, tokens: u32) -> MatmulVariant {
     MatmulVariant::Wide(coco::kernels::matmul::WideTile::new(slots, tokens))
 }
 
+/// The same in f16 (`gemm_wide_f16.wgsl`).
+fn wide_f16(slots: u32, tokens: u32) -> MatmulVariant {
+    MatmulVariant::Wide(coco::kernels::matmul::WideTile::new(slots, tokens).f16())
+}
+
 /// Shapes every op is tried in: each matvec reduction, the tiled kernel for 1, 17 (a partial
 /// tile) and 70 tokens (two z slices), and the automatic choice for 64 tokens.
 fn variants_cases(ty: GgmlType, base: impl Fn(Case) -> Case) -> Vec<Case> {
@@ -194,6 +199,17 @@ fn variants_cases(ty: GgmlType, base: impl Fn(Case) -> Case) -> Vec<Case> {
         base(case(1, Some(MatvecRows))),
         base(case(3, Some(MatvecRows))).no_norm(),
     ];
+    if ctx().has_f16() {
+        cases.extend([
+            base(case(17, Some(wide_f16(8, 4)))),
+            base(case(70, Some(wide_f16(8, 4)))).no_norm(),
+            base(case(33, Some(wide_f16(4, 8)))).long(),
+            base(case(100, Some(wide_f16(4, 8)))),
+            base(case(5, Some(wide_f16(4, 4)))),
+        ]);
+    } else {
+        println!("no shader-f16 on this adapter; the f16 wide tiles are not tested");
+    }
     if ctx().has_subgroups() {
         cases.extend([
             base(case(1, Some(MatvecSubgroup))),

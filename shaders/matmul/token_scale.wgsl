@@ -9,6 +9,9 @@
 // slot-group workgroups re-read all of K for its 128 tokens first: 11–12% of the Llama
 // shapes' pp512 on the H200 (BENCHMARKS.md "session 22").
 //
+// With HEADROOM (the f16 wide tiles, gemm_wide_f16.wgsl, always with X16) the scale also
+// brings the largest into (2^7, 2^8], up as well as down: see there.
+//
 // With X16 (the default; COCO_COOP_PRESTAGE=0 turns it off) the pass stages x' for
 // the GEMM as well, once per product instead of once per row group: x16[t] = f16(x'[t] ·
 // scales[t]) for every token of the tiles, zeros past the step's (so a tile's last matrix
@@ -87,7 +90,15 @@ fn main(
         }
         workgroupBarrier();
     }
+#ifdef HEADROOM
+    // The f16 wide tiles sum 16 products in f16 (gemm_wide_f16.wgsl): the largest |x'| is
+    // brought into (2^7, 2^8], up or down, leaving them room below 65,504. (A zero token keeps
+    // 1; the exponent is clamped so no scale leaves f32's range.)
+    let largest = partial[0].x;
+    let scale = select(exp2(clamp(8.0 - ceil(log2(largest)), -120.0, 120.0)), 1.0, largest == 0.0);
+#else
     let scale = exp2(-max(0.0, ceil(log2(partial[0].x)) - 15.0));
+#endif
 #ifdef X16
     for (var i = li; i < kv; i += 256u) {
         x16[t * kv + i] = vec4<f16>(staged(t, i) * scale);

@@ -70,6 +70,9 @@ impl AttentionMerge {
 pub struct WideTile {
     pub slots: u32,
     pub tokens: u32,
+    /// Staged and multiplied in f16 (`shaders/matmul/gemm_wide_f16.wgsl`), x' from the scale
+    /// pass's f16 rows: where the device has shader-f16 ([`WideTile::f16`]).
+    pub half: bool,
 }
 
 impl WideTile {
@@ -82,7 +85,16 @@ impl WideTile {
     ];
 
     pub const fn new(slots: u32, tokens: u32) -> WideTile {
-        WideTile { slots, tokens }
+        WideTile {
+            slots,
+            tokens,
+            half: false,
+        }
+    }
+
+    /// The same register tile in f16.
+    pub const fn f16(self) -> WideTile {
+        WideTile { half: true, ..self }
     }
 
     /// Slots and tokens of a workgroup's tile.
@@ -91,10 +103,11 @@ impl WideTile {
     }
 
     /// Elements of K staged per chunk: both f32 tiles within 16 KiB (WebGPU's guaranteed
-    /// workgroup memory), and at most one 8-element group of each per thread and chunk.
+    /// workgroup memory), and at most one 8-element group of each per thread and chunk. The f16
+    /// tiles take 32 (12 KiB at most), whose partial sums they add up per 32 of K.
     pub fn chunk(self) -> u32 {
         let (n, t) = self.tile();
-        if n + t > 128 {
+        if n + t > 128 && !self.half {
             16
         } else {
             32

@@ -126,6 +126,7 @@ pub fn qkv_rope_fits(
         vec_stage: false,
         coop8: false,
         tokens_first: false,
+        wide_f16: false,
     };
     qkv_key_fits(ctx, &key, [wq, wk, wv.unwrap_or(wk)])
 }

@@ -102,6 +102,15 @@ impl MatmulVariant {
         }
     }
 
+    /// This variant with a wide tile in f16 where `f16` (the device's choice,
+    /// [`DeviceKernels::wide_f16`]); any other variant as it is.
+    pub(crate) fn in_f16(self, f16: bool) -> MatmulVariant {
+        match self {
+            Self::Wide(w) if f16 => Self::Wide(w.f16()),
+            v => v,
+        }
+    }
+
     pub(crate) fn is_tiled(self) -> bool {
         matches!(
             self,
@@ -155,7 +164,8 @@ impl MatmulVariant {
             Self::CoopStream(block) => format!("coopstream{block}x{}", 2 * block),
             Self::Wide(w) => {
                 let (n, t) = w.tile();
-                format!("wide{n}x{t}")
+                let half = if w.half { "h" } else { "" };
+                format!("wide{half}{n}x{t}")
             }
             Self::MatrixI8 { emulated: false } => format!("matrix_i8_{TILE_N}x{TILE_T}"),
             Self::MatrixI8 { emulated: true } => format!("matrix_i8_emulated_{TILE_N}x{TILE_T}"),
@@ -275,6 +285,9 @@ pub struct MatmulKey {
     /// lavapipe) instead of 16 × 16 × 16 on subgroups of 32 (its `coop_block`, from
     /// [`DeviceKernels`]); only the tensor-core variants read it.
     pub coop8: bool,
+    /// The device's portable wide tiles run in f16 ([`DeviceKernels::wide_f16`]): what
+    /// [`MatmulKey::sized`] makes of the wide tile it picks.
+    pub wide_f16: bool,
 }
 
 /// Storage binding numbers of a [`MatmulKey`]'s layout: the order the host lists them in.
@@ -325,6 +338,7 @@ impl MatmulKey {
             vec_stage: false,
             coop8: kernels.coop_block == 8,
             tokens_first: false,
+            wide_f16: kernels.wide_f16,
         }
     }
 
@@ -377,14 +391,16 @@ impl MatmulKey {
             // The fused Q/K/V keeps the 64 × 64 tiles: as wide64x128 it ran 2.8× slower on
             // the Llama-8B shape (105.7 against 37.7 ms per 512-token step; BENCHMARKS.md
             // "session 16"), the slowdown gemm_wide.wgsl warns of.
-            MatmulVariant::Tiled if !matches!(self.fusion, Fusion::Qkv) => gemm.pick(slots, t),
+            MatmulVariant::Tiled if !matches!(self.fusion, Fusion::Qkv) => {
+                gemm.pick(slots, t).in_f16(self.wide_f16)
+            }
             // Types without int8 levels take the portable tiles the device would run without
             // subgroup matrices.
             MatmulVariant::MatrixI8 { .. } | MatmulVariant::Dot4I8 if !has_levels8(self.ty) => {
                 if matches!(self.fusion, Fusion::Qkv) {
                     MatmulVariant::Tiled
                 } else {
-                    gemm.pick(slots, t)
+                    gemm.pick(slots, t).in_f16(self.wide_f16)
                 }
             }
             v => v,
@@ -454,9 +470,14 @@ impl MatmulKey {
                 ..prestaged
             };
         }
-        if let MatmulVariant::Wide(_) = self.variant {
-            // Its own chunk (WideTile::chunk), within WebGPU's guaranteed 16 KiB.
-            return MatmulKey { stage_k: 0, ..self };
+        if let MatmulVariant::Wide(w) = self.variant {
+            // Its own chunk (WideTile::chunk), within WebGPU's guaranteed 16 KiB; in f16 x'
+            // comes as the scale pass's rows.
+            return MatmulKey {
+                stage_k: 0,
+                x16: w.half,
+                ..self
+            };
         }
         let shape = matvec_shape();
         let wanted = match shape.stage_x {
@@ -495,7 +516,7 @@ impl MatmulKey {
     /// Whether this portable tile kernel rounds its operands as the tensor-core GEMM does
     /// ([`f16_operands`]).
     fn f16_operands(&self) -> bool {
-        self.variant.is_tiled() && !self.variant.is_coop() && f16_operands()
+        self.variant.is_tiled() && !self.variant.is_coop() && !self.x16 && f16_operands()
     }
 
     /// `matmul_q4_k_matvec_wg256`, `matmul_f16_tiled64x64_bias`,
@@ -570,7 +591,18 @@ impl MatmulKey {
     /// Whether this tensor-core kernel decodes its weights without integer conversions
     /// ([`has_half8`], unless `COCO_COOP_HALF_W=0`: [`coop_half_w`]).
     pub fn half_w(&self) -> bool {
-        self.variant.is_coop() && has_half8(self.ty) && coop_half_w()
+        (self.variant.is_coop() || self.is_wide_f16()) && has_half8(self.ty) && coop_half_w()
+    }
+
+    /// Whether this is the wide GEMM in f16 (`gemm_wide_f16.wgsl`).
+    fn is_wide_f16(&self) -> bool {
+        matches!(self.variant, MatmulVariant::Wide(w) if w.half)
+    }
+
+    /// Whether the scale pass (`shaders/matmul/token_scale.wgsl`) runs before this product
+    /// and its per-token factors are bound last: the tensor-core tiles, the f16 wide tiles.
+    pub(super) fn has_token_scales(&self) -> bool {
+        self.variant.is_coop() || self.is_wide_f16()
     }
 
     /// The prestaged tensor-core tiles splitting K, merged by the dispatch after (`SPLIT_PASS`):
@@ -641,13 +673,13 @@ impl MatmulKey {
                 _ => "DOT4_TILES",
             });
         }
+        if self.half_w() {
+            defines.extend(["LEVELS8", "HALF_W"]);
+        }
         if self.variant.is_coop() {
             defines.push("COOP_STAGING");
             if self.coop8 {
                 defines.push("COOP8");
-            }
-            if self.half_w() {
-                defines.extend(["LEVELS8", "HALF_W"]);
             }
             if self.tokens_first() {
                 defines.push("TOKENS_FIRST");
@@ -708,16 +740,17 @@ impl MatmulKey {
                 defines.push("POST_NORM");
             }
         }
+        if self.is_wide_f16() != (self.x16 && !self.variant.is_coop()) {
+            return Err(KernelError::Shape {
+                kernel: "matmul",
+                why: format!(
+                    "prestaged f16 x' is read by the tensor-core tiles and the f16 wide tiles \
+                     (always), not {:?}",
+                    self.variant
+                ),
+            });
+        }
         if self.x16 {
-            if !self.variant.is_coop() {
-                return Err(KernelError::Shape {
-                    kernel: "matmul",
-                    why: format!(
-                        "prestaged f16 x' is read by the tensor-core tiles, not {:?}",
-                        self.variant
-                    ),
-                });
-            }
             // The scale pass applied the norm: the GEMM reads neither x nor norm_w.
             defines.push("X16");
             if self.sg64 {
@@ -860,7 +893,7 @@ impl MatmulKey {
         // A reader's levels take x's binding.
         let split = levels + (self.levels == XLevels::Emit) as u32;
         let scales = split + (self.splits > 1) as u32;
-        let count = scales - 1 + self.variant.is_coop() as u32;
+        let count = scales - 1 + self.has_token_scales() as u32;
         Layout {
             x,
             y,
@@ -881,7 +914,7 @@ impl MatmulKey {
     /// ones exactly 32 (`gemm_tiled_coop.wgsl`, lavapipe's limit); `None` without it (the
     /// device check covers those: `COOP_GEMM_WORKGROUP_BYTES`).
     pub fn prestage_workgroup_bytes(&self) -> Option<u32> {
-        self.x16
+        (self.x16 && self.variant.is_coop())
             .then_some(if self.variant == MatmulVariant::Coop128 {
                 48 * 1024
             } else {
@@ -907,6 +940,7 @@ impl MatmulKey {
             MatmulVariant::TiledCoop | MatmulVariant::Coop128 | MatmulVariant::CoopStream(_) => {
                 "enable f16;\nenable wgpu_cooperative_matrix;\n"
             }
+            MatmulVariant::Wide(w) if w.half => "enable f16;\n",
             // The browser's compiler needs it. naga takes the subgroup builtins without it,
             // and with it (naga 30, lavapipe) the subgroup matvec's sums come out NaN.
             MatmulVariant::MatvecSubgroup

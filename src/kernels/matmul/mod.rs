@@ -546,6 +546,7 @@ pub fn qkv_fuses(
         vec_stage: false,
         coop8: false,
         tokens_first: false,
+        wide_f16: false,
     };
     qkv_key_fits(ctx, &key, [wq, wk, wv])
 }
@@ -704,8 +705,7 @@ pub fn planned_labels(
         .with_levels(levels)
         .staged(k as u32, ctx.limits.max_compute_workgroup_storage_size);
     let scale = key
-        .variant
-        .is_coop()
+        .has_token_scales()
         .then(|| token_scale::scale_pass(&key).0.to_string());
     let merge = key.split_pass().then(|| split_merge_label(&key));
     scale
@@ -839,6 +839,9 @@ pub(super) fn launch(
                 .into(),
         );
     }
+    if matches!(key.variant, MatmulVariant::Wide(w) if w.half) && !ctx.has_f16() {
+        return err("the f16 wide tiles need Features::SHADER_F16, which this device lacks".into());
+    }
     if key.variant == (MatmulVariant::MatrixI8 { emulated: false }) && !ctx.subgroup_matrix_i8 {
         return err(
             "the int8 subgroup-matrix GEMM needs Chromium's chromium-experimental-subgroup-matrix \
@@ -879,7 +882,7 @@ pub(super) fn launch(
     // The split scratch is the context's own (appended below).
     debug_assert_eq!(
         layout.count as usize,
-        bindings.len() + (key.splits > 1) as usize + key.variant.is_coop() as usize,
+        bindings.len() + (key.splits > 1) as usize + key.has_token_scales() as usize,
         "{}",
         key.label()
     );
@@ -922,9 +925,9 @@ pub(super) fn launch(
     params.groups = slots.div_ceil(key.variant.slots_per_group()) * key.splits;
     params.splits = key.splits;
     let mut bindings = bindings.to_vec();
-    // The tensor-core tiles' per-token scales (and with X16 their f16 x', which takes x's
-    // binding, norm_w's gone: the pass applied it), recorded first; bound last.
-    let scales = if key.variant.is_coop() {
+    // The tensor-core and f16 wide tiles' per-token scales (and with X16 their f16 x', which
+    // takes x's binding, norm_w's gone: the pass applied it), recorded first; bound last.
+    let scales = if key.has_token_scales() {
         let x = &bindings[caller_layout.x as usize - 1];
         let norm_w = key.norm.then(|| &bindings[caller_layout.norm as usize - 1]);
         let (scales, x16) = record_token_scales(rec, key, &params, x, norm_w)?;

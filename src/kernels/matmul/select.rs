@@ -380,6 +380,15 @@ pub fn coop64_split_pass() -> bool {
 }
 
 /// A default-on switch: off only where the variable `name` is `0`.
+/// Whether the portable wide tiles run in f16 where the device has shader-f16
+/// ([`DeviceKernels::wide_f16`]; shaders/matmul/gemm_wide_f16.wgsl: W and x' staged as f16,
+/// products on vec2<f16> fmas summed in f16 per 32 of K), read once per process. The A/B
+/// switch `COCO_WIDE_F16=1`; off by default until timed.
+pub fn wide_f16() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("COCO_WIDE_F16").is_ok_and(|v| v == "1"))
+}
+
 fn switch_on_unless_zero(name: &str) -> bool {
     std::env::var(name).map_or(true, |v| v != "0")
 }
@@ -878,6 +887,9 @@ pub struct DeviceKernels {
     /// The cooperative-matrix block of the tensor-core tiles (`GpuContext::coop_block`; 16
     /// where there is none, so a forced variant names the tensor cores' block).
     pub coop_block: u32,
+    /// The portable wide tiles run in f16 ([`WideTile::f16`]): where the device has
+    /// shader-f16 and [`wide_f16`] is on.
+    pub wide_f16: bool,
 }
 
 impl DeviceKernels {
@@ -887,6 +899,7 @@ impl DeviceKernels {
         tiled: MatmulVariant::Tiled,
         gemm: GemmChoice::Auto,
         coop_block: 16,
+        wide_f16: false,
     };
 
     /// The matvec: subgroup sums where SUBGROUP exists, one row per invocation on a CPU
@@ -918,6 +931,7 @@ impl DeviceKernels {
             tiled,
             gemm: ctx.gemm,
             coop_block: ctx.coop_block.unwrap_or(16),
+            wide_f16: ctx.has_f16() && wide_f16(),
         }
     }
 

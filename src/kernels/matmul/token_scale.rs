@@ -85,8 +85,16 @@ pub(super) fn record_token_scales(
     Ok((scales, x16))
 }
 
-/// The label and defines of the scale pass before the tensor-core product `key`.
+/// The label and defines of the scale pass before the tensor-core or f16 wide product `key`
+/// (the latter with `HEADROOM`: its f16 sums need it).
 pub(super) fn scale_pass(key: &MatmulKey) -> (&'static str, &'static [&'static str]) {
+    if !key.variant.is_coop() {
+        return if key.norm {
+            ("matmul_token_scale_x16_norm_h8", &["X16", "NORM", "HEADROOM"])
+        } else {
+            ("matmul_token_scale_x16_h8", &["X16", "HEADROOM"])
+        };
+    }
     match (key.x16, key.norm) {
         (true, true) => ("matmul_token_scale_x16_norm", &["X16", "NORM"]),
         (true, false) => ("matmul_token_scale_x16", &["X16"]),
