@@ -39,16 +39,32 @@ fn token_scale(tok: u32) -> f32 {
 var<workgroup> wt: array<vec4<f16>, KV * TILE_N>;
 var<workgroup> xt: array<vec4<f16>, KV * TILE_T>;
 
-// Elements 8o .. 8o + 7 of weight row mr in f16 (Q4_0, Q5_0, Q8_0 decoded without integer
-// conversions: HALF_W, the tensor-core tiles' half8).
-fn w_half8(mr: vec2<u32>, o: u32) -> array<vec4<f16>, 2> {
-#ifdef HALF_W
-    return half8(levels_w8(mr, o));
+// What a thread holds of 8 elements of a weight row between loading them (during the chunk
+// before) and staging them: with RAW_W (Q4_0, Q5_0, Q8_0) the words as loaded, decoded
+// without integer conversions only when staged (the tensor-core tiles' half8), so the
+// products don't wait on the loads; other types their values in f16.
+#ifdef RAW_W
+alias HeldW = vec4<u32>;
+
+fn hold_w(mr: vec2<u32>, o: u32) -> HeldW {
+    return raw_w8(mr, o);
+}
+
+fn decode_w(h: HeldW) -> array<vec4<f16>, 2> {
+    return half8(levels_raw(h));
+}
 #else
+alias HeldW = array<vec4<f16>, 2>;
+
+fn hold_w(mr: vec2<u32>, o: u32) -> HeldW {
     let v = dequant_w8(mr, o);
     return array<vec4<f16>, 2>(vec4<f16>(v[0]), vec4<f16>(v[1]));
-#endif
 }
+
+fn decode_w(h: HeldW) -> array<vec4<f16>, 2> {
+    return h;
+}
+#endif
 
 // Elements 8q .. 8q + 7 of chunk c of token t's staged row.
 fn x_half8(t: u32, c: u32, q: u32) -> array<vec4<f16>, 2> {
@@ -58,6 +74,29 @@ fn x_half8(t: u32, c: u32, q: u32) -> array<vec4<f16>, 2> {
 #endif
     let i = (t * p.k + G_KC * c + 8u * q) / 4u;
     return array<vec4<f16>, 2>(x16[i], x16[i + 1u]);
+}
+
+// Thread li's 8-element groups of chunk c: its W rows' (held) and its tokens'.
+fn load_chunk(
+    c: u32,
+    li: u32,
+    t0: u32,
+    w_rows: ptr<function, array<vec2<u32>, W_STAGES>>,
+    w_live: ptr<function, array<bool, W_STAGES>>,
+    w_next: ptr<function, array<HeldW, W_STAGES>>,
+    x_next: ptr<function, array<array<vec4<f16>, 2>, X_STAGES>>,
+) {
+    for (var s = 0u; s < W_STAGES; s++) {
+        if ((*w_live)[s]) {
+            (*w_next)[s] = hold_w((*w_rows)[s], c * GROUPS + (li + 256u * s) % GROUPS);
+        }
+    }
+    for (var s = 0u; s < X_STAGES; s++) {
+        let e = li + 256u * s;
+        if (e < TILE_T * GROUPS) {
+            (*x_next)[s] = x_half8(t0 + e / GROUPS, c, e % GROUPS);
+        }
+    }
 }
 
 @compute @workgroup_size(256)
@@ -91,29 +130,31 @@ fn main(
         sums[i] = 0.0;
         part[i] = vec2<f16>(0.0h);
     }
+    // Chunk c + 1's loads are issued before chunk c's products and staged after them, so their
+    // latency hides behind the products (one buffer: two barriers per chunk).
+    var w_next: array<HeldW, W_STAGES>; // zeros: rows past the weight's stage zeros
+    var x_next: array<array<vec4<f16>, 2>, X_STAGES>;
+    load_chunk(0u, li, t0, &w_rows, &w_live, &w_next, &x_next);
     for (var c = 0u; c < chunks; c++) {
         for (var s = 0u; s < W_STAGES; s++) {
             let e = li + 256u * s;
             if (e < TILE_N * GROUPS) {
-                let q = e % GROUPS;
-                var v = array<vec4<f16>, 2>(vec4<f16>(0.0h), vec4<f16>(0.0h));
-                if (w_live[s]) {
-                    v = w_half8(w_rows[s], c * GROUPS + q);
-                }
-                wt[(2u * q) * TILE_N + e / GROUPS] = v[0];
-                wt[(2u * q + 1u) * TILE_N + e / GROUPS] = v[1];
+                let v = decode_w(w_next[s]);
+                wt[(2u * (e % GROUPS)) * TILE_N + e / GROUPS] = v[0];
+                wt[(2u * (e % GROUPS) + 1u) * TILE_N + e / GROUPS] = v[1];
             }
         }
         for (var s = 0u; s < X_STAGES; s++) {
             let e = li + 256u * s;
             if (e < TILE_T * GROUPS) {
-                let q = e % GROUPS;
-                let v = x_half8(t0 + e / GROUPS, c, q);
-                xt[(2u * q) * TILE_T + e / GROUPS] = v[0];
-                xt[(2u * q + 1u) * TILE_T + e / GROUPS] = v[1];
+                xt[(2u * (e % GROUPS)) * TILE_T + e / GROUPS] = x_next[s][0];
+                xt[(2u * (e % GROUPS) + 1u) * TILE_T + e / GROUPS] = x_next[s][1];
             }
         }
         workgroupBarrier();
+        if (c + 1u < chunks) {
+            load_chunk(c + 1u, li, t0, &w_rows, &w_live, &w_next, &x_next);
+        }
 #ifndef ABLATE_MMA
         for (var kv = 0u; kv < KV; kv++) {
             var a: array<vec4<f16>, GT_N>;

@@ -394,6 +394,9 @@ impl MatmulKey {
             MatmulVariant::Tiled if !matches!(self.fusion, Fusion::Qkv) => {
                 gemm.pick(slots, t).in_f16(self.wide_f16)
             }
+            MatmulVariant::Tiled if self.wide_f16 && wide_f16_qkv() => {
+                gemm.pick(slots, t).in_f16(true)
+            }
             // Types without int8 levels take the portable tiles the device would run without
             // subgroup matrices.
             MatmulVariant::MatrixI8 { .. } | MatmulVariant::Dot4I8 if !has_levels8(self.ty) => {
@@ -618,13 +621,11 @@ impl MatmulKey {
     }
 
     /// The prestaged 128-token tiles holding the next chunk's weights as loaded words
-    /// ([`coop_raw_w`]; `RAW_W`): types with [`has_half8`].
+    /// ([`coop_raw_w`]; `RAW_W`), and the f16 wide tiles: types with [`has_half8`].
     pub fn raw_w(&self) -> bool {
-        self.half_w()
-            && self.variant == MatmulVariant::Coop128
-            && self.x16
-            && !self.sg64
-            && coop_raw_w()
+        let held = (self.variant == MatmulVariant::Coop128 && self.x16 && !self.sg64)
+            || self.is_wide_f16();
+        self.half_w() && held && coop_raw_w()
     }
 
     /// The prestaged 128-token tiles with their token tiles fastest ([`MatmulKey::tokens_first`]).

@@ -389,6 +389,13 @@ pub fn wide_f16() -> bool {
     *ON.get_or_init(|| std::env::var("COCO_WIDE_F16").is_ok_and(|v| v == "1"))
 }
 
+/// The A/B switch `COCO_WIDE_F16_QKV=1`, read once per process: with [`wide_f16`] the fused
+/// Q/K/V takes the f16 wide tiles too (it keeps the 64 × 64 f32 tiles otherwise).
+pub fn wide_f16_qkv() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("COCO_WIDE_F16_QKV").is_ok_and(|v| v == "1"))
+}
+
 fn switch_on_unless_zero(name: &str) -> bool {
     std::env::var(name).map_or(true, |v| v != "0")
 }
