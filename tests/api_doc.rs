@@ -269,6 +269,8 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
             matvec_max_t: None,
             tiles: "tiled64x64".into(),
             gemm: "auto".into(),
+            wide_f16: false,
+            wide_f16_prefetch: false,
             attention_merge: "in_split",
             batches_in_flight: 2,
             tile_split_target: 512,

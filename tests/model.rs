@@ -67,6 +67,13 @@ const F16_REL_DELTA: f64 = 5e-3;
 /// 13-token checks, whose steps stay on the f32 matvec (BENCHMARKS.md "session 25").
 const F16_VS_CPU_REL: f32 = 0.3;
 
+/// [`check_gpu_vs_cpu`]'s bound where prompt steps run the f16 wide tiles ([`f16_sums`]), whose
+/// fmas round each partial sum to f16 as well: about twice the f16 operands' error. Measured
+/// on lavapipe with every step of 5+ tokens on `wideh64x64` (BENCHMARKS.md "session 45"):
+/// phi3-q4_k 0.30 (0.15 with f16 operands alone), gemma3-q8_0 over 150 tokens 0.39 (0.13),
+/// phi3-q8_0's LongRoPE sets 0.48 (0.17); the HF goldens hold at the f16 bounds throughout.
+const F16_SUMS_VS_CPU_REL: f32 = 0.6;
+
 /// The largest |logit| among HF's top entries of a golden.
 fn logit_scale(golden: &Value) -> f64 {
     let mut scale = 0.0f64;
@@ -86,10 +93,18 @@ fn f16_max_delta(golden: &Value) -> f64 {
 }
 
 /// Whether this run's prompt steps may multiply f16-rounded operands: on an adapter that runs
-/// the tensor-core GEMM, or with `COCO_GEMM_F16_OPERANDS=1` (how CI checks those numerics on
-/// lavapipe). Steps of up to the matvec's token count never do.
+/// the tensor-core GEMM, with `COCO_GEMM_F16_OPERANDS=1` (how CI checks those numerics on
+/// lavapipe), or on the f16 wide tiles ([`f16_sums`]). Steps of up to the matvec's token count
+/// never do.
 fn f16_operands(ctx: &GpuContext) -> bool {
-    ctx.has_coop_gemm() || coco::kernels::matmul::f16_operands()
+    ctx.has_coop_gemm() || coco::kernels::matmul::f16_operands() || f16_sums(ctx)
+}
+
+/// Whether this run's prompt steps also sum in f16: a wide tile in f16 asked for by name
+/// (`COCO_GEMM=4x4h`, …: how CI checks those numerics; the planner picks them only for grids
+/// of 256+ workgroups, which the fixtures' products don't reach).
+fn f16_sums(ctx: &GpuContext) -> bool {
+    matches!(ctx.gemm, coco::gpu::GemmChoice::Force(w) if w.half)
 }
 
 /// HF's top-1/top-2 margin below which this run's logits may legitimately rank the two the
@@ -563,7 +578,9 @@ fn check_gpu_vs_cpu_in(
         stepped.extend(s.forward_blocking(&[id]).unwrap());
     }
     let mut runs = vec![("batched", batched), ("decode", stepped)];
-    let rel_bound = if f16_operands(ctx) {
+    let rel_bound = if f16_sums(ctx) {
+        F16_SUMS_VS_CPU_REL
+    } else if f16_operands(ctx) {
         F16_VS_CPU_REL
     } else {
         2e-3

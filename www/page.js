@@ -26,7 +26,7 @@ export const page = {
   subgroups: undefined, // a link's subgroups=0 / 1: false / true (A/B runs); undefined: the engine decides
   attnMerge: undefined, // a link's attn_merge=separate: "separate" (A/B runs); undefined: in the split kernel
   inFlight: undefined, // a link's in_flight=1..3: decode batches kept in flight (A/B runs); undefined: the engine's 2
-  gemm: undefined, // a link's gemm=tiled / 4x8 / 8x4 / 4x4: the prefill GEMM by name; matrix: Chromium's int8 subgroup matrices (experimental); undefined: by product
+  gemm: undefined, // a link's gemm=tiled / 4x8 / 8x4 / 4x4 (4x8h, …: in f16): the prefill GEMM by name; matrix: Chromium's int8 subgroup matrices (experimental); undefined: by product
   attnBlocked: undefined, // a link's attn_blocked=1: the attention's 2 × 2 score blocks (A/B runs)
   adapterName: "", // the browser's name for the GPU (wgpu's browser backend reports none)
 };

@@ -125,8 +125,8 @@ export function readShareParams(search = location.search) {
   // The prefill GEMM by name (A/B runs, and the tile kernels through the browser's compiler).
   if (params.has("gemm")) {
     const gemm = params.get("gemm");
-    if (["auto", "tiled", "matrix", "dot4", "4x8", "8x4", "4x4"].includes(gemm)) out.gemm = gemm;
-    else out.problems.push(`ignored gemm="${gemm.slice(0, 40)}" (not auto, tiled, matrix, dot4, 4x8, 8x4 or 4x4)`);
+    if (["auto", "tiled", "matrix", "dot4", "4x8", "8x4", "4x4", "4x8h", "8x4h", "4x4h"].includes(gemm)) out.gemm = gemm;
+    else out.problems.push(`ignored gemm="${gemm.slice(0, 40)}" (not auto, tiled, matrix, dot4, 4x8, 8x4, 4x4, 4x8h, 8x4h or 4x4h)`);
   }
   // The single-pass attention's 2 × 2 score blocks and larger tiles (A/B runs; 1: on).
   if (params.has("attn_blocked")) out.attnBlocked = params.get("attn_blocked") === "1";

@@ -99,6 +99,15 @@ fn load_chunk(
     }
 }
 
+// The f16 lanes' partial sums added to the f32 sums, and zeroed.
+fn flush(part: ptr<function, array<vec2<f16>, SUMS>>, sums: ptr<function, array<f32, SUMS>>) {
+    for (var i = 0u; i < SUMS; i++) {
+        let h = vec2<f32>((*part)[i]);
+        (*sums)[i] += h.x + h.y;
+        (*part)[i] = vec2<f16>(0.0h);
+    }
+}
+
 @compute @workgroup_size(256)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -130,12 +139,18 @@ fn main(
         sums[i] = 0.0;
         part[i] = vec2<f16>(0.0h);
     }
-    // Chunk c + 1's loads are issued before chunk c's products and staged after them, so their
-    // latency hides behind the products (one buffer: two barriers per chunk).
+    // With PREFETCH chunk c + 1's loads are issued before chunk c's products and staged after
+    // them, so their latency can hide behind the products; otherwise each chunk is loaded just
+    // before it is staged. One buffer either way: two barriers per chunk.
     var w_next: array<HeldW, W_STAGES>; // zeros: rows past the weight's stage zeros
     var x_next: array<array<vec4<f16>, 2>, X_STAGES>;
+#ifdef PREFETCH
     load_chunk(0u, li, t0, &w_rows, &w_live, &w_next, &x_next);
+#endif
     for (var c = 0u; c < chunks; c++) {
+#ifndef PREFETCH
+        load_chunk(c, li, t0, &w_rows, &w_live, &w_next, &x_next);
+#endif
         for (var s = 0u; s < W_STAGES; s++) {
             let e = li + 256u * s;
             if (e < TILE_N * GROUPS) {
@@ -152,9 +167,11 @@ fn main(
             }
         }
         workgroupBarrier();
+#ifdef PREFETCH
         if (c + 1u < chunks) {
             load_chunk(c + 1u, li, t0, &w_rows, &w_live, &w_next, &x_next);
         }
+#endif
 #ifndef ABLATE_MMA
         for (var kv = 0u; kv < KV; kv++) {
             var a: array<vec4<f16>, GT_N>;
@@ -172,12 +189,9 @@ fn main(
 #endif
         workgroupBarrier();
         // Every 32 of K (K is whole 32-element blocks), the f16 lanes into the f32 sums.
+        // (Every 16 halved no error: each fma's rounding, not the partials' length, sets it.)
         if ((c + 1u) * G_KC % 32u == 0u) {
-            for (var i = 0u; i < SUMS; i++) {
-                let h = vec2<f32>(part[i]);
-                sums[i] += h.x + h.y;
-                part[i] = vec2<f16>(0.0h);
-            }
+            flush(&part, &sums);
         }
     }
     for (var j = 0u; j < GT_T; j++) {

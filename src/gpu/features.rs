@@ -114,11 +114,20 @@ impl WideTile {
         }
     }
 
-    /// `4x8`, … as `COCO_GEMM` and the page's `gemm=` take it.
+    /// `4x8`, … as `COCO_GEMM` and the page's `gemm=` take it; `4x8h`, … in f16.
     pub fn parse(v: &str) -> Option<WideTile> {
+        let (v, half) = v.strip_suffix('h').map_or((v, false), |v| (v, true));
         let (a, b) = v.split_once('x')?;
         let tile = WideTile::new(a.parse().ok()?, b.parse().ok()?);
-        WideTile::ALL.contains(&tile).then_some(tile)
+        WideTile::ALL
+            .contains(&tile)
+            .then_some(WideTile { half, ..tile })
+    }
+
+    /// [`WideTile::parse`]'s spelling of this tile.
+    pub fn name(self) -> String {
+        let half = if self.half { "h" } else { "" };
+        format!("{}x{}{half}", self.slots, self.tokens)
     }
 }
 
@@ -131,7 +140,8 @@ pub enum GemmChoice {
     /// The 64 × 64 tile kernel everywhere, the wide GEMM's A/B baseline (`COCO_GEMM=tiled`,
     /// the page's `gemm=tiled`).
     Tiled,
-    /// One wide tile everywhere (`COCO_GEMM=4x8`, `gemm=4x8`, …).
+    /// One wide tile everywhere (`COCO_GEMM=4x8`, `gemm=4x8`, …; `4x8h`, … in f16, where the
+    /// device has shader-f16), in the precision named.
     Force(WideTile),
     /// The browser's int8 subgroup-matrix GEMM where Chromium grants it (the page's
     /// `gemm=matrix`; experimental and opt-in until it has run on a real GPU), `Auto`'s
@@ -148,7 +158,8 @@ pub enum GemmChoice {
 }
 
 impl GemmChoice {
-    /// "auto", "tiled", "matrix", "dot4", "4x8", "8x4" or "4x4"; `None` for anything else.
+    /// "auto", "tiled", "matrix", "dot4", "4x8", "8x4" or "4x4" (f32), "4x8h", "8x4h" or "4x4h"
+    /// (f16); `None` for anything else.
     pub fn parse(v: &str) -> Option<GemmChoice> {
         match v.trim() {
             "auto" => Some(GemmChoice::Auto),
@@ -166,7 +177,7 @@ impl GemmChoice {
             GemmChoice::Tiled => "tiled".into(),
             GemmChoice::Matrix => "matrix".into(),
             GemmChoice::Dot4 => "dot4".into(),
-            GemmChoice::Force(w) => format!("{}x{}", w.slots, w.tokens),
+            GemmChoice::Force(w) => w.name(),
         }
     }
 
@@ -174,7 +185,8 @@ impl GemmChoice {
     pub fn parse_or_warn(v: &str, source: &str) -> GemmChoice {
         GemmChoice::parse(v).unwrap_or_else(|| {
             log::warn!(
-                "{source}={v:?} ignored: expected auto, tiled, matrix, dot4, 4x8, 8x4 or 4x4"
+                "{source}={v:?} ignored: expected auto, tiled, matrix, dot4, 4x8, 8x4, 4x4, \
+                 4x8h, 8x4h or 4x4h"
             );
             GemmChoice::Auto
         })

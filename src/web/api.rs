@@ -427,8 +427,9 @@ pub struct OpenOptions {
     /// Decode batches the GPU loop keeps in flight, 1..=3 (null / absent: 2; A/B runs).
     pub batches_in_flight: Option<u32>,
     /// The portable prefill GEMM: "tiled" (the 64 × 64 tiles, the A/B baseline), "4x8",
-    /// "8x4" or "4x4" (that wide register tile everywhere), or "auto" / null / absent (by
-    /// product). Anything but auto also runs the tiles on a software adapter.
+    /// "8x4" or "4x4" (that wide register tile everywhere; "4x8h", … in f16), "dot4", or
+    /// "auto" / null / absent (by product). Anything but auto also runs the tiles on a
+    /// software adapter.
     pub gemm: Option<String>,
     /// The single-pass attention's 2 × 2 score blocks and larger tiles (A/B runs; null /
     /// absent: off).

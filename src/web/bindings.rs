@@ -229,7 +229,7 @@ impl Coco {
                     throw(PageError::new(
                         super::error::ErrorKind::InvalidRequest,
                         format!(
-                            "open options: gemm {:?} is not \"auto\", \"tiled\", \"matrix\", \"4x8\", \"8x4\" or \"4x4\"",
+                            "open options: gemm {:?} is not \"auto\", \"tiled\", \"matrix\", \"dot4\", \"4x8\", \"8x4\", \"4x4\", \"4x8h\", \"8x4h\" or \"4x4h\"",
                             v.chars().take(40).collect::<String>()
                         ),
                     ))

@@ -102,15 +102,6 @@ impl MatmulVariant {
         }
     }
 
-    /// This variant with a wide tile in f16 where `f16` (the device's choice,
-    /// [`DeviceKernels::wide_f16`]); any other variant as it is.
-    pub(crate) fn in_f16(self, f16: bool) -> MatmulVariant {
-        match self {
-            Self::Wide(w) if f16 => Self::Wide(w.f16()),
-            v => v,
-        }
-    }
-
     pub(crate) fn is_tiled(self) -> bool {
         matches!(
             self,
@@ -388,23 +379,11 @@ impl MatmulKey {
             {
                 MatmulVariant::TiledCoop
             }
-            // The fused Q/K/V keeps the 64 × 64 tiles: as wide64x128 it ran 2.8× slower on
-            // the Llama-8B shape (105.7 against 37.7 ms per 512-token step; BENCHMARKS.md
-            // "session 16"), the slowdown gemm_wide.wgsl warns of.
-            MatmulVariant::Tiled if !matches!(self.fusion, Fusion::Qkv) => {
-                gemm.pick(slots, t).in_f16(self.wide_f16)
-            }
-            MatmulVariant::Tiled if self.wide_f16 && wide_f16_qkv() => {
-                gemm.pick(slots, t).in_f16(true)
-            }
+            MatmulVariant::Tiled => self.portable_tiles(gemm, slots, t),
             // Types without int8 levels take the portable tiles the device would run without
             // subgroup matrices.
             MatmulVariant::MatrixI8 { .. } | MatmulVariant::Dot4I8 if !has_levels8(self.ty) => {
-                if matches!(self.fusion, Fusion::Qkv) {
-                    MatmulVariant::Tiled
-                } else {
-                    gemm.pick(slots, t).in_f16(self.wide_f16)
-                }
+                self.portable_tiles(gemm, slots, t)
             }
             v => v,
         };
@@ -434,6 +413,20 @@ impl MatmulKey {
             splits,
             tokens_first: variant == MatmulVariant::Coop128 && coop_tokens_first(weight_bytes),
             ..self
+        }
+    }
+
+    /// The portable tiles for `slots` rows × `t` tokens ([`GemmChoice::pick`]), except that the
+    /// fused Q/K/V keeps the 64 × 64 tiles rather than f32 wide ones: as wide64x128 it ran 2.8×
+    /// slower on the Llama-8B shape (105.7 against 37.7 ms per 512-token step; BENCHMARKS.md
+    /// "session 16"), the slowdown gemm_wide.wgsl warns of. In f16 the wide tiles beat them
+    /// (the 8B's 37.8 → 25.9 ms, H100, BENCHMARKS.md "session 45").
+    fn portable_tiles(&self, gemm: GemmChoice, slots: u64, t: u32) -> MatmulVariant {
+        match gemm.pick(slots, t, self.wide_f16) {
+            MatmulVariant::Wide(w) if !w.half && matches!(self.fusion, Fusion::Qkv) => {
+                MatmulVariant::Tiled
+            }
+            v => v,
         }
     }
 
@@ -568,6 +561,11 @@ impl MatmulKey {
         let half = if self.half_w() { "_h16" } else { "" };
         let order = if self.tokens_first() { "_tf" } else { "" };
         let raw = if self.raw_w() { "_raw" } else { "" };
+        let raw = if self.wide_prefetch() {
+            format!("{raw}_pf")
+        } else {
+            raw.to_string()
+        };
         let vec = format!("{vec}{half}{order}{raw}");
         let block = if self.coop8 && self.variant.is_coop() {
             "_b8"
@@ -595,6 +593,11 @@ impl MatmulKey {
     /// ([`has_half8`], unless `COCO_COOP_HALF_W=0`: [`coop_half_w`]).
     pub fn half_w(&self) -> bool {
         (self.variant.is_coop() || self.is_wide_f16()) && has_half8(self.ty) && coop_half_w()
+    }
+
+    /// The f16 wide tiles loading the next chunk during the products ([`wide_f16_prefetch`]).
+    fn wide_prefetch(&self) -> bool {
+        self.is_wide_f16() && wide_f16_prefetch()
     }
 
     /// Whether this is the wide GEMM in f16 (`gemm_wide_f16.wgsl`).
@@ -677,6 +680,13 @@ impl MatmulKey {
         if self.half_w() {
             defines.extend(["LEVELS8", "HALF_W"]);
         }
+        if self.raw_w() {
+            defines.push("RAW_W");
+        }
+        if self.wide_prefetch() {
+            defines.push("PREFETCH");
+        }
+
         if self.variant.is_coop() {
             defines.push("COOP_STAGING");
             if self.coop8 {
@@ -684,9 +694,6 @@ impl MatmulKey {
             }
             if self.tokens_first() {
                 defines.push("TOKENS_FIRST");
-            }
-            if self.raw_w() {
-                defines.push("RAW_W");
             }
             if let MatmulVariant::CoopStream(block) = self.variant {
                 // Its tile is the device's block; it reads x' only as the f16 rows.

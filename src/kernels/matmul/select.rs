@@ -370,30 +370,34 @@ pub fn coop_raw_w() -> bool {
     *ON.get_or_init(|| switch_on_unless_zero("COCO_COOP_RAW_W"))
 }
 
-/// The A/B switch `COCO_COOP64_SPLIT_PASS=1`, read once per process: the 64-token tensor-core
-/// tiles with x' prestaged (33–64-token steps natively) merge their split K as the 128-token
-/// tiles do ([`coop_split_pass`]), by a dispatch after the product instead of the tile's last
-/// workgroup to arrive. Built, not timed yet (BENCHMARKS.md "session 44").
+/// Whether the 64-token tensor-core tiles with x' prestaged (25–64-token steps natively) merge
+/// their split K as the 128-token tiles do ([`coop_split_pass`]), by a dispatch after the
+/// product instead of the tile's last workgroup to arrive; read once per process. On by
+/// default; `COCO_COOP64_SPLIT_PASS=0` is the A/B baseline. H100 (BENCHMARKS.md "session 45"):
+/// the Llama-1B Q4_0 shape's pp64 7.94 → 6.38 ms, a 32-token step on the tiles 7.17 → 6.19.
 pub fn coop64_split_pass() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("COCO_COOP64_SPLIT_PASS").is_ok_and(|v| v == "1"))
+    *ON.get_or_init(|| switch_on_unless_zero("COCO_COOP64_SPLIT_PASS"))
 }
 
 /// A default-on switch: off only where the variable `name` is `0`.
-/// Whether the portable wide tiles run in f16 where the device has shader-f16
-/// ([`DeviceKernels::wide_f16`]; shaders/matmul/gemm_wide_f16.wgsl: W and x' staged as f16,
-/// products on vec2<f16> fmas summed in f16 per 32 of K), read once per process. The A/B
-/// switch `COCO_WIDE_F16=1`; off by default until timed.
+/// Whether the portable wide tiles the planner picks run in f16 where the device has
+/// shader-f16 ([`DeviceKernels::wide_f16`]; shaders/matmul/gemm_wide_f16.wgsl: W and x'
+/// staged as f16, products on vec2<f16> fmas summed in f16 per 32 of K), the fused Q/K/V
+/// with them; read once per process. On by default; `COCO_WIDE_F16=0` is the A/B baseline
+/// (the f32 tiles). H100, `COCO_COOPMAT=0` (BENCHMARKS.md "session 45"): pp512 on the
+/// Llama-1B Q4_0 shape 11,521 → 14,377 tok/s, the 8B 1,819 → 2,441. Its sums in f16 about
+/// double the tensor-core tiles' error against HF's logits (tests/model.rs).
 pub fn wide_f16() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("COCO_WIDE_F16").is_ok_and(|v| v == "1"))
+    *ON.get_or_init(|| switch_on_unless_zero("COCO_WIDE_F16"))
 }
 
-/// The A/B switch `COCO_WIDE_F16_QKV=1`, read once per process: with [`wide_f16`] the fused
-/// Q/K/V takes the f16 wide tiles too (it keeps the 64 × 64 f32 tiles otherwise).
-pub fn wide_f16_qkv() -> bool {
+/// The A/B switch `COCO_WIDE_F16_PREFETCH=1`, read once per process: the f16 wide tiles load
+/// chunk c + 1 while they multiply chunk c (`PREFETCH`), holding its words in registers.
+pub fn wide_f16_prefetch() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("COCO_WIDE_F16_QKV").is_ok_and(|v| v == "1"))
+    *ON.get_or_init(|| std::env::var("COCO_WIDE_F16_PREFETCH").is_ok_and(|v| v == "1"))
 }
 
 fn switch_on_unless_zero(name: &str) -> bool {
@@ -599,8 +603,14 @@ pub struct KernelSettings {
     /// The prefill tiles: `tiled64x64`, or `coop128x128` (tensor cores; `coop64x64` with
     /// `COCO_GEMM=tiled`).
     pub tiles: String,
-    /// The portable GEMM choice: `auto`, `tiled`, `4x8`, `8x4` or `4x4`.
+    /// The portable GEMM choice: `auto`, `tiled`, `4x8`, `8x4` or `4x4` (`4x8h`, … in f16).
     pub gemm: String,
+    /// Whether the wide tiles the planner picks run in f16 ([`DeviceKernels::wide_f16`]: a
+    /// device with shader-f16, unless `COCO_WIDE_F16=0`).
+    pub wide_f16: bool,
+    /// Whether the f16 wide tiles load the next chunk during the products
+    /// ([`wide_f16_prefetch`]).
+    pub wide_f16_prefetch: bool,
     /// Who merges flash-decoding's key ranges: `in_split` or `separate`.
     pub attention_merge: &'static str,
     /// Decode batches the GPU loop keeps in flight (`COCO_IN_FLIGHT`, the page's `in_flight`).
@@ -678,6 +688,8 @@ impl KernelSettings {
             matvec_max_t: matvec_max_t(kernels),
             tiles: kernels.tiled.label(),
             gemm: ctx.gemm.name(),
+            wide_f16: kernels.wide_f16,
+            wide_f16_prefetch: wide_f16_prefetch(),
             attention_merge: ctx.attention_merge.name(),
             batches_in_flight: ctx.batches_in_flight,
             tile_split_target: tile_split_target_override().unwrap_or(TILE_SPLIT_TARGET),
@@ -756,8 +768,9 @@ impl GemmChoice {
         }
     }
 
-    /// The tile kernel for `slots` rows × `t` tokens.
-    pub fn pick(self, slots: u64, t: u32) -> MatmulVariant {
+    /// The tile kernel for `slots` rows × `t` tokens: a wide tile chosen here is in f16 where
+    /// `f16` ([`DeviceKernels::wide_f16`]); one asked for by name is as named.
+    pub fn pick(self, slots: u64, t: u32, f16: bool) -> MatmulVariant {
         match self {
             GemmChoice::Tiled => MatmulVariant::Tiled,
             GemmChoice::Force(w) => MatmulVariant::Wide(w),
@@ -767,7 +780,9 @@ impl GemmChoice {
                     let (n, tt) = w.tile();
                     slots.div_ceil(n as u64) * (t as u64).div_ceil(tt as u64) >= WIDE_MIN_GROUPS
                 })
-                .map_or(MatmulVariant::Tiled, MatmulVariant::Wide),
+                .map_or(MatmulVariant::Tiled, |w| {
+                    MatmulVariant::Wide(if f16 { w.f16() } else { w })
+                }),
         }
     }
 }
@@ -798,6 +813,13 @@ pub fn coop128_min_groups() -> Option<u64> {
 /// 16.7; Gemma-3-270M shape T = 32: 6.1 vs 8.2 ms.
 pub const MATVEC_MAX_T: u32 = 32;
 
+/// [`MATVEC_MAX_T`] where the tiles are the tensor-core ones: from 25 tokens their 64-token
+/// tiles, with split K merged by a dispatch ([`coop64_split_pass`]), beat the int8 chunk
+/// matvec. H100 (BENCHMARKS.md "session 45"), prefill ms, matvec vs tiles: Llama-1B Q4_0
+/// 16: 4.77 vs 6.79, 24: 6.56 vs 7.03, 32: 8.28 vs 7.10; Gemma-270M Q5_0 24: 4.32 vs 4.18,
+/// 32: 5.19 vs 4.75; Qwen-0.5B Q8_0 24: 7.19 vs 6.38, 32: 9.02 vs 7.47.
+pub const COOP_MATVEC_MAX_T: u32 = 24;
+
 /// The most tokens a step may have and still run the matvec on a device running `kernels`
 /// (`None`: every step). On a CPU adapter the tiled kernel's barriers cost more than reading
 /// W once per token, so prefill stays on the row-per-invocation matvec there too, unless a
@@ -807,12 +829,10 @@ pub fn matvec_max_t(kernels: DeviceKernels) -> Option<u32> {
     let tiles = kernels.matvec != MatmulVariant::MatvecRows
         || !matches!(kernels.gemm, GemmChoice::Auto | GemmChoice::Matrix);
     let stream = kernels.tiled.is_coop() && coop_stream() && matvec_max_t_override().is_none();
-    tiles.then(|| {
-        if stream {
-            COOP_STREAM_MIN_T - 1
-        } else {
-            matvec_max_t_setting()
-        }
+    tiles.then(|| match matvec_max_t_override() {
+        None if stream => COOP_STREAM_MIN_T - 1,
+        None if kernels.tiled.is_coop() => COOP_MATVEC_MAX_T,
+        setting => setting.unwrap_or(MATVEC_MAX_T),
     })
 }
 
@@ -863,10 +883,6 @@ pub fn chunk_min_k_override() -> Option<u64> {
 pub fn f16_operands() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("COCO_GEMM_F16_OPERANDS").is_ok_and(|v| v == "1"))
-}
-
-fn matvec_max_t_setting() -> u32 {
-    matvec_max_t_override().unwrap_or(MATVEC_MAX_T)
 }
 
 /// `COCO_MATVEC_MAX_T` (1..=512), read once per process.

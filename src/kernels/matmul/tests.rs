@@ -90,6 +90,7 @@ fn levels_variants_compile_to_spirv() {
         vec_stage: false,
         coop8: false,
         tokens_first: false,
+        wide_f16: false,
     };
     for ty in GgmlType::SUPPORTED
         .into_iter()
@@ -214,6 +215,7 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
                     vec_stage,
                     coop8,
                     tokens_first: splits == 3,
+                    wide_f16: false,
                 };
                 let source = key.source().unwrap();
                 assert!(source.contains("coopMultiplyAdd"), "{}", key.label());
@@ -321,6 +323,7 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
             tiled: MatmulVariant::TiledCoop,
             gemm: GemmChoice::Auto,
             coop_block: 16,
+            wide_f16: false,
         },
         GgmlType::Q4_0,
         64,
@@ -352,6 +355,7 @@ fn layouts_number_bindings_in_host_order() {
         vec_stage: false,
         coop8: false,
         tokens_first: false,
+        wide_f16: false,
     };
     // w, x, y, [norm_w], [bias]
     let l = key(Fusion::None, false, true).layout();
@@ -460,6 +464,7 @@ fn qkv_rope_compiles_for_the_matvecs_and_is_refused_for_tiles() {
                 vec_stage: false,
                 coop8: false,
                 tokens_first: false,
+                wide_f16: false,
             };
             if variant.is_tiled() {
                 assert!(key.defines().is_err(), "{}", key.label());
@@ -481,8 +486,11 @@ fn every_variant_preprocesses() {
             MatmulVariant::Tiled,
             MatmulVariant::Wide(WideTile::new(4, 8)),
             MatmulVariant::Wide(WideTile::new(8, 4)),
+            MatmulVariant::Wide(WideTile::new(4, 8).f16()),
+            MatmulVariant::Wide(WideTile::new(4, 4).f16()),
         ] {
             for fusion in [Fusion::None, Fusion::Glu(Activation::Silu), Fusion::Qkv] {
+                let half = matches!(variant, MatmulVariant::Wide(w) if w.half);
                 let key = MatmulKey {
                     ty,
                     variant,
@@ -492,11 +500,12 @@ fn every_variant_preprocesses() {
                     stage_k: 0,
                     splits: 1,
                     levels: XLevels::Staged,
-                    x16: false,
+                    x16: half,
                     sg64: false,
                     vec_stage: false,
                     coop8: false,
                     tokens_first: false,
+                    wide_f16: half,
                 };
                 let src = key.source().unwrap();
                 assert!(
@@ -504,6 +513,11 @@ fn every_variant_preprocesses() {
                     "{}",
                     key.label()
                 );
+                if half {
+                    // The f16 tiles (their held-word path for Q4_0 / Q5_0 / Q8_0) compile.
+                    compile_to_spirv(&key.label(), &src);
+                    assert_eq!(src.contains("fn levels_raw"), has_half8(ty), "{}", key.label());
+                }
                 if variant == MatmulVariant::MatvecSubgroup {
                     // the staged forms, with and without the norm, must compile too
                     for norm in [true, false] {
@@ -522,39 +536,66 @@ fn every_variant_preprocesses() {
 }
 
 /// The portable tiles' choice on the Llama-3.2-1B and 8B shapes of a 512-token step (what
-/// BENCHMARKS.md "session 16" measured), and the fused Q/K/V's exception.
+/// BENCHMARKS.md "session 16" measured), in f32 and in f16, and the fused Q/K/V's exception.
 #[test]
 fn wide_tiles_are_chosen_where_the_grid_stays_full() {
     let wide = |n, t| MatmulVariant::Wide(WideTile::new(n, t));
+    let wide_f16 = |n, t| MatmulVariant::Wide(WideTile::new(n, t).f16());
     let auto = GemmChoice::Auto;
-    assert_eq!(auto.pick(2 * 8192, 512), wide(4, 8)); // 1B gate/up: 256 × 4 groups
-    assert_eq!(auto.pick(2048, 512), wide(4, 4)); // 1B o, down: 32 × 8
-    assert_eq!(auto.pick(4096, 512), wide(4, 8)); // 8B o, down: 64 × 4
-    assert_eq!(auto.pick(2048, 100), MatmulVariant::Tiled); // 32 × 2: too few for any
-    assert_eq!(GemmChoice::Tiled.pick(1 << 20, 512), MatmulVariant::Tiled);
+    for f16 in [false, true] {
+        let want = |n, t| if f16 { wide_f16(n, t) } else { wide(n, t) };
+        assert_eq!(auto.pick(2 * 8192, 512, f16), want(4, 8)); // 1B gate/up: 256 × 4 groups
+        assert_eq!(auto.pick(2048, 512, f16), want(4, 4)); // 1B o, down: 32 × 8
+        assert_eq!(auto.pick(4096, 512, f16), want(4, 8)); // 8B o, down: 64 × 4
+        assert_eq!(auto.pick(2048, 100, f16), MatmulVariant::Tiled); // 32 × 2: too few for any
+        assert_eq!(GemmChoice::Tiled.pick(1 << 20, 512, f16), MatmulVariant::Tiled);
+        // A tile asked for by name keeps the precision it names.
+        let forced = GemmChoice::Force(WideTile::new(8, 4));
+        assert_eq!(forced.pick(64, 40, f16), wide(8, 4));
+    }
     assert_eq!(
         GemmChoice::parse("8x4"),
         Some(GemmChoice::Force(WideTile::new(8, 4)))
     );
+    assert_eq!(
+        GemmChoice::parse("8x4h"),
+        Some(GemmChoice::Force(WideTile::new(8, 4).f16()))
+    );
+    assert_eq!(GemmChoice::parse("8x4h").unwrap().name(), "8x4h");
     assert_eq!(GemmChoice::parse("8x8"), None);
-    let key = |fusion| MatmulKey {
+    assert_eq!(GemmChoice::parse("8x8h"), None);
+    let key = |fusion, wide_f16| MatmulKey {
         fusion,
         norm: true,
+        wide_f16,
         ..MatmulKey::choose(DeviceKernels::PORTABLE, GgmlType::Q4_0, 512, false, None)
     };
-    let glu = key(Fusion::Glu(Activation::Silu)).sized(2048, 16384, 512, auto, false);
+    let glu = key(Fusion::Glu(Activation::Silu), false).sized(2048, 16384, 512, auto, false);
     assert_eq!(glu.label(), "matmul_q4_0_wide64x128_glu_silu_norm");
-    let qkv = key(Fusion::Qkv).sized(4096, 6144, 512, auto, false);
+    let qkv = key(Fusion::Qkv, false).sized(4096, 6144, 512, auto, false);
     assert_eq!(qkv.variant, MatmulVariant::Tiled);
-    let forced =
-        key(Fusion::None).sized(4096, 64, 40, GemmChoice::Force(WideTile::new(8, 4)), false);
+    // In f16 the fused Q/K/V takes the wide tiles too; the launch stages x' as f16 rows.
+    let qkv = key(Fusion::Qkv, true)
+        .sized(4096, 6144, 512, auto, false)
+        .staged(4096, 16384);
+    assert_eq!(qkv.label(), "matmul_q4_0_wideh64x128_qkv_norm_x16_h16_raw");
+    let forced = key(Fusion::None, false).sized(
+        4096,
+        64,
+        40,
+        GemmChoice::Force(WideTile::new(8, 4)),
+        false,
+    );
     assert_eq!(forced.label(), "matmul_q4_0_wide128x64_norm");
-    // Every tile fits WebGPU's guaranteed 16 KiB of workgroup memory and stages at most
-    // one group of each tile per thread.
+    // Every tile fits WebGPU's guaranteed 16 KiB of workgroup memory; the f32 tiles stage at
+    // most one group of each tile per thread per chunk (the f16 ones loop: W_STAGES, X_STAGES).
     for w in WideTile::ALL {
         let (n, t) = w.tile();
         assert!((n + t) * w.chunk() * 4 <= 16384, "{w:?}");
         assert!(n.max(t) * w.chunk() / 8 <= 256, "{w:?}");
+        let h = w.f16();
+        assert!((n + t) * h.chunk() * 2 <= 16384, "{h:?}");
+        assert_eq!(h.chunk(), 32, "the f16 tiles flush their f16 sums per chunk of 32");
     }
 }
 
@@ -684,6 +725,7 @@ fn tile_splits_grow_short_grids_and_match_the_shader() {
         vec_stage: false,
         coop8: false,
         tokens_first: false,
+        wide_f16: false,
     };
     assert!(key.label().ends_with("_k4"), "{}", key.label());
     let source = key.source().unwrap();
@@ -843,6 +885,7 @@ fn ablated_prefill_tiles_compile() {
                 vec_stage: x16,
                 coop8: false,
                 tokens_first: false,
+                wide_f16: false,
             };
             let parts: Vec<Vec<Ablation>> = all
                 .iter()

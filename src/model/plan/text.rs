@@ -208,13 +208,23 @@ impl Plan {
                          int8 levels, else the portable tiles",
                         MatmulVariant::Dot4I8.label()
                     ),
-                    (_, GemmChoice::Auto | GemmChoice::Matrix | GemmChoice::Dot4) => format!(
-                        "the first of {} that leaves >= {WIDE_MIN_GROUPS} workgroups, else {}",
-                        WideTile::ALL
-                            .map(|w| MatmulVariant::Wide(w).label())
-                            .join(", "),
-                        MatmulVariant::Tiled.label()
-                    ),
+                    (_, GemmChoice::Auto | GemmChoice::Matrix | GemmChoice::Dot4) => {
+                        let f16 = self.kernels.wide_f16;
+                        let precision = if f16 {
+                            " (f16: shader-f16, sums in f16 per 32 of K, the fused Q/K/V on \
+                             them too; COCO_WIDE_F16=0: f32)"
+                        } else {
+                            " (f32; the fused Q/K/V on the 64 x 64 tiles)"
+                        };
+                        format!(
+                            "the first of {}{precision} that leaves >= {WIDE_MIN_GROUPS} \
+                             workgroups, else {}",
+                            WideTile::ALL
+                                .map(|w| MatmulVariant::Wide(if f16 { w.f16() } else { w }).label())
+                                .join(", "),
+                            MatmulVariant::Tiled.label()
+                        )
+                    }
                     (_, GemmChoice::Tiled) =>
                         format!("{} (asked for by name)", MatmulVariant::Tiled.label()),
                     (_, GemmChoice::Force(w)) => {
