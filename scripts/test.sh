@@ -139,6 +139,13 @@ cargo test --release --lib --bins --examples "${other_tests[@]}" -- --test-threa
 say "cargo test (lavapipe): whole-model suites (${whole_model_tests[*]}) with COCO_MATVEC=64x1x8x0 COCO_CHUNK_MIN_K=2048"
 COCO_MATVEC=64x1x8x0 COCO_CHUNK_MIN_K=2048 cargo test --release $(printf -- '--test %s ' "${whole_model_tests[@]}") -- --test-threads=2
 
+# The HF goldens once more with every prompt step of 5+ tokens on the f16 wide tiles (natively
+# the portable tiles' default where the device has shader-f16, as lavapipe has; the fixtures'
+# products are too small for the planner to pick them, so COCO_GEMM=4x4h names them), held to
+# the f16 bounds tests/model.rs states for sums in f16.
+say "cargo test (lavapipe): the HF goldens on the f16 wide tiles (COCO_GEMM=4x4h COCO_MATVEC_MAX_T=4)"
+COCO_MATVEC=64x1x8x0 COCO_CHUNK_MIN_K=2048 COCO_MATVEC_MAX_T=4 COCO_GEMM=4x4h cargo test --release --test model -- --test-threads=2
+
 # The subgroup matvec's shape is read once per process (COCO_MATVEC, for tuning), so the
 # kernel suites' run above covers only the default (8 slots, 1 group per trip, 2 rows per
 # task, x' unstaged).

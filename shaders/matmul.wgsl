@@ -52,6 +52,8 @@
 //   X16           (TILED_COOP, GEMM_COOP, GEMM_WIDE; no NORM) reads x' as the f16 rows the
 //                 pass before staged (binding x16 in x's place, per-token factors at B_SCALES;
 //                 matmul/coop_staging.wgsl, or the wide GEMM in f16: gemm_wide_f16.wgsl)
+//   F16_STAGING   (the tensor-core tiles, GEMM_WIDE with X16) W staged as f16: matmul/tiles.wgsl's
+//                 dequant_w8h and the held words of the next chunk (RAW_W: Q4_0, Q5_0, Q8_0)
 //   ABLATE_MMA ABLATE_W ABLATE_X  (TILED, GEMM_WIDE, TILED_COOP, GEMM_COOP with X16, DOT4_TILES) the
 //                 diagnostic COCO_ABLATE leaves the multiply, W's loads or x''s loads out of
 //                 the K loop, for timing only: the outputs are wrong (select.rs ablations)

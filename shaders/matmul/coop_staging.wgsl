@@ -56,45 +56,6 @@ fn scaled8(v: array<vec4<f32>, 2>, s: f32) -> array<vec4<f32>, 2> {
     return array<vec4<f32>, 2>(v[0] * s, v[1] * s);
 }
 
-// Elements 8o .. 8o + 7 of row mr.y of weight mr.x as the tiles stage them, in f16:
-// dequant_w8's f32 values rounded, with HALF_W decoded without integer conversions
-// (common/dequant.wgsl half8 of tiles.wgsl levels_w8: the same bits; the A/B baseline is
-// COCO_COOP_HALF_W=0).
-fn dequant_w8h(mr: vec2<u32>, o: u32) -> array<vec4<f16>, 2> {
-#ifdef HALF_W
-    return half8(levels_w8(mr, o));
-#else
-    let v = dequant_w8(mr, o);
-    return array<vec4<f16>, 2>(vec4<f16>(v[0]), vec4<f16>(v[1]));
-#endif
-}
-
-// What a thread holds of a weight row's next 8 elements while the chunk before is multiplied:
-// with RAW_W (Q4_0 Q5_0 Q8_0; select.rs coop_raw_w, on by default) the words
-// as loaded, decoded only when staged, so nothing waits on the loads before the products;
-// otherwise the values decoded as loaded.
-#ifdef RAW_W
-alias HeldW = vec4<u32>;
-
-fn hold_w(mr: vec2<u32>, o: u32) -> HeldW {
-    return raw_w8(mr, o);
-}
-
-fn decode_w(h: HeldW) -> array<vec4<f16>, 2> {
-    return half8(levels_raw(h));
-}
-#else
-alias HeldW = array<vec4<f16>, 2>;
-
-fn hold_w(mr: vec2<u32>, o: u32) -> HeldW {
-    return dequant_w8h(mr, o);
-}
-
-fn decode_w(h: HeldW) -> array<vec4<f16>, 2> {
-    return h;
-}
-#endif
-
 // Writes 8 staged values (two vec4) at element `at` (a multiple of 8) of wt16.
 fn stage_w16(at: u32, v: array<vec4<f16>, 2>) {
 #ifdef VEC_STAGE

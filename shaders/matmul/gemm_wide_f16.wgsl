@@ -6,10 +6,13 @@
 // memory per 4 of K (27 TFLOP/s of an H100's 67 in f32; BENCHMARKS.md "session 41"). Here W
 // and x' are staged as f16, and each product instruction is a vec2<f16> fma: two
 // multiply-adds (NVIDIA's HFMA2, issued at the f32 FMA's rate), so per 4 of K a thread reads
-// 12 8-byte vec4s and issues 64 fmas for the same 128 multiply-adds, with no transposes.
+// 12 8-byte vec4s and issues 64 fmas for the same 128 multiply-adds, with no transposes. On
+// an H100 the Llama-1B shape's gate/up took 20.5 → 14.9 ms of a 512-token step, W_o and
+// W_down 15.0 → 10.9 (BENCHMARKS.md "session 45"). W is staged as the tensor-core tiles stage
+// it (tiles.wgsl F16_STAGING: Q4_0, Q5_0, Q8_0 decoded without integer conversions).
 //
 // Numerics: W and x' rounded to f16, as on the tensor cores, and each (slot, token)'s
-// products summed in f16 over 32 of K (two lanes of 16, even and odd pairs of k) before they
+// products summed in f16 over 32 of K (two lanes of 16: its even and its odd elements) before they
 // are added to its f32 sum: at most 16 roundings of 2^-11 of a lane's partial, so the error
 // stays within 18 · 2^-11 of Σ|w·x'| (tests/common WIDE_F16_ATOL_PER_ABS_SUM). llama.cpp's
 // Vulkan matrix kernels sum in f16 by default too. A lane's partial is at most 16 · max|w| ·
@@ -38,33 +41,6 @@ fn token_scale(tok: u32) -> f32 {
 // K-major as gemm_wide.wgsl: vec4 j of row n at [j · rows + n], 4 consecutive elements of K.
 var<workgroup> wt: array<vec4<f16>, KV * TILE_N>;
 var<workgroup> xt: array<vec4<f16>, KV * TILE_T>;
-
-// What a thread holds of 8 elements of a weight row between loading them (during the chunk
-// before) and staging them: with RAW_W (Q4_0, Q5_0, Q8_0) the words as loaded, decoded
-// without integer conversions only when staged (the tensor-core tiles' half8), so the
-// products don't wait on the loads; other types their values in f16.
-#ifdef RAW_W
-alias HeldW = vec4<u32>;
-
-fn hold_w(mr: vec2<u32>, o: u32) -> HeldW {
-    return raw_w8(mr, o);
-}
-
-fn decode_w(h: HeldW) -> array<vec4<f16>, 2> {
-    return half8(levels_raw(h));
-}
-#else
-alias HeldW = array<vec4<f16>, 2>;
-
-fn hold_w(mr: vec2<u32>, o: u32) -> HeldW {
-    let v = dequant_w8(mr, o);
-    return array<vec4<f16>, 2>(vec4<f16>(v[0]), vec4<f16>(v[1]));
-}
-
-fn decode_w(h: HeldW) -> array<vec4<f16>, 2> {
-    return h;
-}
-#endif
 
 // Elements 8q .. 8q + 7 of chunk c of token t's staged row.
 fn x_half8(t: u32, c: u32, q: u32) -> array<vec4<f16>, 2> {

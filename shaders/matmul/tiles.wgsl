@@ -57,7 +57,7 @@ fn levels_w8(mr: vec2<u32>, o: u32) -> Levels8 {
 
 #ifdef RAW_W
 // levels_w8's words as loaded (common/dequant.wgsl raw8; wsel as in dot_w): the tensor-core
-// tiles decode them after the chunk's products (coop_staging.wgsl hold_w).
+// tiles decode them after the chunk's products (hold_w below).
 fn raw_w8(mr: vec2<u32>, o: u32) -> vec4<u32> {
 #ifdef ABLATE_W
     // The diagnostic COCO_ABLATE=w: no loads (constant words; the outputs are wrong anyway).
@@ -79,6 +79,49 @@ fn raw_w8(mr: vec2<u32>, o: u32) -> vec4<u32> {
 #endif
     return raw8(wr, o);
 }
+#endif
+
+#ifdef F16_STAGING
+// What the tiles that stage W as f16 share (F16_STAGING: the tensor-core tiles,
+// coop_staging.wgsl, and the f16 wide tiles, gemm_wide_f16.wgsl).
+// Elements 8o .. 8o + 7 of row mr.y of weight mr.x as the f16 tiles stage them:
+// dequant_w8's f32 values rounded, with HALF_W decoded without integer conversions
+// (common/dequant.wgsl half8 of tiles.wgsl levels_w8: the same bits; the A/B baseline is
+// COCO_COOP_HALF_W=0).
+fn dequant_w8h(mr: vec2<u32>, o: u32) -> array<vec4<f16>, 2> {
+#ifdef HALF_W
+    return half8(levels_w8(mr, o));
+#else
+    let v = dequant_w8(mr, o);
+    return array<vec4<f16>, 2>(vec4<f16>(v[0]), vec4<f16>(v[1]));
+#endif
+}
+
+// What a thread holds of a weight row's next 8 elements while the chunk before is multiplied:
+// with RAW_W (Q4_0 Q5_0 Q8_0: the 128-token tensor-core tiles unless COCO_COOP_RAW_W=0, and
+// the f16 wide tiles) the words as loaded, decoded only when staged, so nothing waits on the
+// loads before the products; otherwise the values decoded as loaded.
+#ifdef RAW_W
+alias HeldW = vec4<u32>;
+
+fn hold_w(mr: vec2<u32>, o: u32) -> HeldW {
+    return raw_w8(mr, o);
+}
+
+fn decode_w(h: HeldW) -> array<vec4<f16>, 2> {
+    return half8(levels_raw(h));
+}
+#else
+alias HeldW = array<vec4<f16>, 2>;
+
+fn hold_w(mr: vec2<u32>, o: u32) -> HeldW {
+    return dequant_w8h(mr, o);
+}
+
+fn decode_w(h: HeldW) -> array<vec4<f16>, 2> {
+    return h;
+}
+#endif
 #endif
 
 // With F16_OPERANDS (select.rs f16_operands: the tensor-core GEMM's numerics on the portable

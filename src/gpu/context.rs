@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::cache::{BindGroupCache, Kernel, KernelCache};
-use super::features::{AttentionMerge, DeviceOptions, GemmChoice, SubgroupDecision};
+use super::features::{AttentionMerge, DeviceOptions, GemmChoice, SubgroupDecision, WideTile};
 use super::recorder::Binding;
 
 #[derive(Debug, thiserror::Error)]
@@ -158,7 +158,7 @@ pub const MATRIX_I8_WORKGROUP_BYTES: u32 = 28 * 1024;
 /// `COCO_COOPMAT=0` turns it off (the portable tiles, the browser's path).
 ///
 /// Its numerics are those of llama.cpp's tensor-core path: W and x' rounded to f16, sums in
-/// f32. Only steps of more than the matvec's tokens (33+) run it; decode and short prompts
+/// f32. Only steps of more than the matvec's tokens (25+) run it; decode and short prompts
 /// stay on the f32 / int8 matvec. Against HF's logits it moves the fixtures' teacher-forced
 /// logits by 0.4e-3 … 3.2e-3 of their scale (0.017 … 0.08 on the H200's tensor cores, 0.27 on
 /// phi3-q4_k in the portable tiles' emulation, `COCO_GEMM_F16_OPERANDS=1`), where the f32 tiles
@@ -379,6 +379,16 @@ impl GpuContext {
                 _ => message,
             });
         });
+        if let GemmChoice::Force(w) = options.gemm {
+            if w.half && !features.contains(wgpu::Features::SHADER_F16) {
+                return Err(GpuError::RequestDevice(format!(
+                    "not yet: gemm={} (the wide tiles in f16) needs shader-f16, which this \
+                     device lacks; gemm={} runs them in f32",
+                    w.name(),
+                    WideTile { half: false, ..w }.name()
+                )));
+            }
+        }
         Ok(GpuContext {
             device,
             queue,

@@ -677,6 +677,9 @@ impl MatmulKey {
                 _ => "DOT4_TILES",
             });
         }
+        if self.variant.is_coop() || self.is_wide_f16() {
+            defines.push("F16_STAGING");
+        }
         if self.half_w() {
             defines.extend(["LEVELS8", "HALF_W"]);
         }

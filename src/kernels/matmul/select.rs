@@ -386,11 +386,16 @@ pub fn coop64_split_pass() -> bool {
 /// staged as f16, products on vec2<f16> fmas summed in f16 per 32 of K), the fused Q/K/V
 /// with them; read once per process. On by default; `COCO_WIDE_F16=0` is the A/B baseline
 /// (the f32 tiles). H100, `COCO_COOPMAT=0` (BENCHMARKS.md "session 45"): pp512 on the
-/// Llama-1B Q4_0 shape 11,521 → 14,377 tok/s, the 8B 1,819 → 2,441. Its sums in f16 about
+/// Llama-1B Q4_0 shape 11,644 → 15,549 tok/s, the 8B 1,819 → 2,428. Its sums in f16 about
 /// double the tensor-core tiles' error against HF's logits (tests/model.rs).
+///
+/// Not yet in the page by default: no browser with shader-f16 has run these kernels (CI's
+/// SwiftShader grants none), so there a link asks for them by name (`gemm=4x8h`, …).
 pub fn wide_f16() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| switch_on_unless_zero("COCO_WIDE_F16"))
+    *ON.get_or_init(|| {
+        cfg!(not(target_arch = "wasm32")) && switch_on_unless_zero("COCO_WIDE_F16")
+    })
 }
 
 /// The A/B switch `COCO_WIDE_F16_PREFETCH=1`, read once per process: the f16 wide tiles load
