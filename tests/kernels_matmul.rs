@@ -395,7 +395,9 @@ fn matmul_type(ty: GgmlType) {
             Case::new(ty, 67, 70, Some(wide_f16(8, 4))).accumulate(),
             Case::new(ty, 67, 140, Some(wide_f16(4, 8))).bias(),
             Case::new(ty, 67, 17, Some(wide_f16(4, 4))).split(12),
-            Case::new(ty, 67, 17, Some(wide_f16(8, 4))).split(12).softcap(),
+            Case::new(ty, 67, 17, Some(wide_f16(8, 4)))
+                .split(12)
+                .softcap(),
             Case::new(ty, 67, 9, Some(wide_f16(4, 8))).beyond_f16(),
             Case::new(ty, 67, 9, Some(wide_f16(4, 4))).tiny(),
             Case::new(ty, 67, 17, Some(wide_f16(4, 8))).wide(),

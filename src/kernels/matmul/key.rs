@@ -589,8 +589,8 @@ impl MatmulKey {
         )
     }
 
-    /// Whether this tensor-core kernel decodes its weights without integer conversions
-    /// ([`has_half8`], unless `COCO_COOP_HALF_W=0`: [`coop_half_w`]).
+    /// Whether this tensor-core or f16 wide kernel decodes its weights without integer
+    /// conversions ([`has_half8`], unless `COCO_COOP_HALF_W=0`: [`coop_half_w`]).
     pub fn half_w(&self) -> bool {
         (self.variant.is_coop() || self.is_wide_f16()) && has_half8(self.ty) && coop_half_w()
     }
@@ -689,7 +689,6 @@ impl MatmulKey {
         if self.wide_prefetch() {
             defines.push("PREFETCH");
         }
-
         if self.variant.is_coop() {
             defines.push("COOP_STAGING");
             if self.coop8 {
@@ -755,9 +754,9 @@ impl MatmulKey {
             return Err(KernelError::Shape {
                 kernel: "matmul",
                 why: format!(
-                    "prestaged f16 x' is read by the tensor-core tiles and the f16 wide tiles \
-                     (always), not {:?}",
-                    self.variant
+                    "x' as the scale pass's f16 rows is read by the tensor-core tiles, and \
+                     always by the f16 wide tiles: not by {:?} with x16 = {}",
+                    self.variant, self.x16
                 ),
             });
         }
@@ -925,12 +924,11 @@ impl MatmulKey {
     /// ones exactly 32 (`gemm_tiled_coop.wgsl`, lavapipe's limit); `None` without it (the
     /// device check covers those: `COOP_GEMM_WORKGROUP_BYTES`).
     pub fn prestage_workgroup_bytes(&self) -> Option<u32> {
-        (self.x16 && self.variant.is_coop())
-            .then_some(if self.variant == MatmulVariant::Coop128 {
-                48 * 1024
-            } else {
-                32 * 1024
-            })
+        (self.x16 && self.variant.is_coop()).then_some(if self.variant == MatmulVariant::Coop128 {
+            48 * 1024
+        } else {
+            32 * 1024
+        })
     }
 
     /// The preprocessed WGSL, with the grid constants and binding numbers the host also uses

@@ -380,7 +380,6 @@ pub fn coop64_split_pass() -> bool {
     *ON.get_or_init(|| switch_on_unless_zero("COCO_COOP64_SPLIT_PASS"))
 }
 
-/// A default-on switch: off only where the variable `name` is `0`.
 /// Whether the portable wide tiles the planner picks run in f16 where the device has
 /// shader-f16 ([`DeviceKernels::wide_f16`]; shaders/matmul/gemm_wide_f16.wgsl: W and x'
 /// staged as f16, products on vec2<f16> fmas summed in f16 per 32 of K), the fused Q/K/V
@@ -393,9 +392,7 @@ pub fn coop64_split_pass() -> bool {
 /// SwiftShader grants none), so there a link asks for them by name (`gemm=4x8h`, …).
 pub fn wide_f16() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        cfg!(not(target_arch = "wasm32")) && switch_on_unless_zero("COCO_WIDE_F16")
-    })
+    *ON.get_or_init(|| cfg!(not(target_arch = "wasm32")) && switch_on_unless_zero("COCO_WIDE_F16"))
 }
 
 /// The A/B switch `COCO_WIDE_F16_PREFETCH=1`, read once per process: the f16 wide tiles load
@@ -405,6 +402,7 @@ pub fn wide_f16_prefetch() -> bool {
     *ON.get_or_init(|| std::env::var("COCO_WIDE_F16_PREFETCH").is_ok_and(|v| v == "1"))
 }
 
+/// A default-on switch: off only where the variable `name` is `0`.
 fn switch_on_unless_zero(name: &str) -> bool {
     std::env::var(name).map_or(true, |v| v != "0")
 }
@@ -826,14 +824,15 @@ pub const MATVEC_MAX_T: u32 = 32;
 pub const COOP_MATVEC_MAX_T: u32 = 24;
 
 /// The most tokens a step may have and still run the matvec on a device running `kernels`
-/// (`None`: every step). On a CPU adapter the tiled kernel's barriers cost more than reading
+/// (`None`: every step): [`MATVEC_MAX_T`], or [`COOP_MATVEC_MAX_T`] where the tiles are the
+/// tensor-core ones, unless `COCO_MATVEC_MAX_T` sets it. On a CPU adapter the tiled kernel's barriers cost more than reading
 /// W once per token, so prefill stays on the row-per-invocation matvec there too, unless a
 /// GEMM was asked for by name (`DeviceOptions::gemm`: the page's check of the tile kernels
 /// in the browser's compiler). The one rule [`MatmulKey::choose`](super::MatmulKey::choose) and `model::Plan` share.
 pub fn matvec_max_t(kernels: DeviceKernels) -> Option<u32> {
     let tiles = kernels.matvec != MatmulVariant::MatvecRows
         || !matches!(kernels.gemm, GemmChoice::Auto | GemmChoice::Matrix);
-    let stream = kernels.tiled.is_coop() && coop_stream() && matvec_max_t_override().is_none();
+    let stream = kernels.tiled.is_coop() && coop_stream();
     tiles.then(|| match matvec_max_t_override() {
         None if stream => COOP_STREAM_MIN_T - 1,
         None if kernels.tiled.is_coop() => COOP_MATVEC_MAX_T,

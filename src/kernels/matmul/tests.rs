@@ -516,7 +516,12 @@ fn every_variant_preprocesses() {
                 if half {
                     // The f16 tiles (their held-word path for Q4_0 / Q5_0 / Q8_0) compile.
                     compile_to_spirv(&key.label(), &src);
-                    assert_eq!(src.contains("fn levels_raw"), has_half8(ty), "{}", key.label());
+                    assert_eq!(
+                        src.contains("fn levels_raw"),
+                        has_half8(ty),
+                        "{}",
+                        key.label()
+                    );
                 }
                 if variant == MatmulVariant::MatvecSubgroup {
                     // the staged forms, with and without the norm, must compile too
@@ -548,7 +553,10 @@ fn wide_tiles_are_chosen_where_the_grid_stays_full() {
         assert_eq!(auto.pick(2048, 512, f16), want(4, 4)); // 1B o, down: 32 × 8
         assert_eq!(auto.pick(4096, 512, f16), want(4, 8)); // 8B o, down: 64 × 4
         assert_eq!(auto.pick(2048, 100, f16), MatmulVariant::Tiled); // 32 × 2: too few for any
-        assert_eq!(GemmChoice::Tiled.pick(1 << 20, 512, f16), MatmulVariant::Tiled);
+        assert_eq!(
+            GemmChoice::Tiled.pick(1 << 20, 512, f16),
+            MatmulVariant::Tiled
+        );
         // A tile asked for by name keeps the precision it names.
         let forced = GemmChoice::Force(WideTile::new(8, 4));
         assert_eq!(forced.pick(64, 40, f16), wide(8, 4));
@@ -579,13 +587,8 @@ fn wide_tiles_are_chosen_where_the_grid_stays_full() {
         .sized(4096, 6144, 512, auto, false)
         .staged(4096, 16384);
     assert_eq!(qkv.label(), "matmul_q4_0_wideh64x128_qkv_norm_x16_h16_raw");
-    let forced = key(Fusion::None, false).sized(
-        4096,
-        64,
-        40,
-        GemmChoice::Force(WideTile::new(8, 4)),
-        false,
-    );
+    let forced =
+        key(Fusion::None, false).sized(4096, 64, 40, GemmChoice::Force(WideTile::new(8, 4)), false);
     assert_eq!(forced.label(), "matmul_q4_0_wide128x64_norm");
     // Every tile fits WebGPU's guaranteed 16 KiB of workgroup memory; the f32 tiles stage at
     // most one group of each tile per thread per chunk (the f16 ones loop: W_STAGES, X_STAGES).
@@ -595,7 +598,11 @@ fn wide_tiles_are_chosen_where_the_grid_stays_full() {
         assert!(n.max(t) * w.chunk() / 8 <= 256, "{w:?}");
         let h = w.f16();
         assert!((n + t) * h.chunk() * 2 <= 16384, "{h:?}");
-        assert_eq!(h.chunk(), 32, "the f16 tiles flush their f16 sums per chunk of 32");
+        assert_eq!(
+            h.chunk(),
+            32,
+            "the f16 tiles flush their f16 sums per chunk of 32"
+        );
     }
 }
 

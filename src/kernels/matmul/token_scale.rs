@@ -90,7 +90,10 @@ pub(super) fn record_token_scales(
 pub(super) fn scale_pass(key: &MatmulKey) -> (&'static str, &'static [&'static str]) {
     if !key.variant.is_coop() {
         return if key.norm {
-            ("matmul_token_scale_x16_norm_h8", &["X16", "NORM", "HEADROOM"])
+            (
+                "matmul_token_scale_x16_norm_h8",
+                &["X16", "NORM", "HEADROOM"],
+            )
         } else {
             ("matmul_token_scale_x16_h8", &["X16", "HEADROOM"])
         };
