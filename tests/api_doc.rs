@@ -270,7 +270,7 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
             tiles: "tiled64x64".into(),
             gemm: "auto".into(),
             wide_f16: false,
-            wide_f16_double: false,
+            wide_f16_prefetch: false,
             attention_merge: "in_split",
             batches_in_flight: 2,
             tile_split_target: 512,

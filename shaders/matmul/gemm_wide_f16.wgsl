@@ -39,15 +39,8 @@ fn token_scale(tok: u32) -> f32 {
 }
 
 // K-major as gemm_wide.wgsl: vec4 j of row n at [j · rows + n], 4 consecutive elements of K.
-// With DOUBLE_BUFFER (where the device's workgroup memory holds two, 24 KiB at most: natively)
-// chunk c is staged in buffer c % 2.
-#ifdef DOUBLE_BUFFER
-const BUFFERS: u32 = 2u;
-#else
-const BUFFERS: u32 = 1u;
-#endif
-var<workgroup> wt: array<vec4<f16>, BUFFERS * KV * TILE_N>;
-var<workgroup> xt: array<vec4<f16>, BUFFERS * KV * TILE_T>;
+var<workgroup> wt: array<vec4<f16>, KV * TILE_N>;
+var<workgroup> xt: array<vec4<f16>, KV * TILE_T>;
 
 // Elements 8q .. 8q + 7 of chunk c of token t's staged row.
 fn x_half8(t: u32, c: u32, q: u32) -> array<vec4<f16>, 2> {
@@ -80,53 +73,6 @@ fn load_chunk(
             (*x_next)[s] = x_half8(t0 + e / GROUPS, c, e % GROUPS);
         }
     }
-}
-
-// Stores the held groups of chunk c into its buffer.
-fn stage_chunk(
-    c: u32,
-    li: u32,
-    w_next: ptr<function, array<HeldW, W_STAGES>>,
-    x_next: ptr<function, array<array<vec4<f16>, 2>, X_STAGES>>,
-) {
-    let wb = (c % BUFFERS) * KV * TILE_N;
-    let xb = (c % BUFFERS) * KV * TILE_T;
-    for (var s = 0u; s < W_STAGES; s++) {
-        let e = li + 256u * s;
-        if (e < TILE_N * GROUPS) {
-            let v = decode_w((*w_next)[s]);
-            wt[wb + (2u * (e % GROUPS)) * TILE_N + e / GROUPS] = v[0];
-            wt[wb + (2u * (e % GROUPS) + 1u) * TILE_N + e / GROUPS] = v[1];
-        }
-    }
-    for (var s = 0u; s < X_STAGES; s++) {
-        let e = li + 256u * s;
-        if (e < TILE_T * GROUPS) {
-            xt[xb + (2u * (e % GROUPS)) * TILE_T + e / GROUPS] = (*x_next)[s][0];
-            xt[xb + (2u * (e % GROUPS) + 1u) * TILE_T + e / GROUPS] = (*x_next)[s][1];
-        }
-    }
-}
-
-// Chunk c's products of thread (tx, ty)'s slots and tokens into its f16 lanes.
-fn multiply_chunk(c: u32, tx: u32, ty: u32, part: ptr<function, array<vec2<f16>, SUMS>>) {
-#ifndef ABLATE_MMA
-    let wb = (c % BUFFERS) * KV * TILE_N;
-    let xb = (c % BUFFERS) * KV * TILE_T;
-    for (var kv = 0u; kv < KV; kv++) {
-        var a: array<vec4<f16>, GT_N>;
-        for (var i = 0u; i < GT_N; i++) {
-            a[i] = wt[wb + kv * TILE_N + tx + 16u * i];
-        }
-        for (var j = 0u; j < GT_T; j++) {
-            let b = xt[xb + kv * TILE_T + ty + 16u * j];
-            for (var i = 0u; i < GT_N; i++) {
-                let s = j * GT_N + i;
-                (*part)[s] = fma(a[i].zw, b.zw, fma(a[i].xy, b.xy, (*part)[s]));
-            }
-        }
-    }
-#endif
 }
 
 // The f16 lanes' partial sums added to the f32 sums, and zeroed.
@@ -169,32 +115,55 @@ fn main(
         sums[i] = 0.0;
         part[i] = vec2<f16>(0.0h);
     }
+    // With PREFETCH chunk c + 1's loads are issued before chunk c's products and staged after
+    // them, so their latency can hide behind the products; otherwise each chunk is loaded just
+    // before it is staged. One buffer either way: two barriers per chunk.
     var w_next: array<HeldW, W_STAGES>; // zeros: rows past the weight's stage zeros
     var x_next: array<array<vec4<f16>, 2>, X_STAGES>;
-#ifdef DOUBLE_BUFFER
-    // Chunk c + 1 is loaded and staged into the other buffer before chunk c's products (that
-    // buffer was last read in chunk c - 1, before the barrier that ended it): one barrier
-    // per chunk, and one warp's loads overlap another's products.
+#ifdef PREFETCH
     load_chunk(0u, li, t0, &w_rows, &w_live, &w_next, &x_next);
-    stage_chunk(0u, li, &w_next, &x_next);
-    workgroupBarrier();
+#endif
     for (var c = 0u; c < chunks; c++) {
+#ifndef PREFETCH
+        load_chunk(c, li, t0, &w_rows, &w_live, &w_next, &x_next);
+#endif
+        for (var s = 0u; s < W_STAGES; s++) {
+            let e = li + 256u * s;
+            if (e < TILE_N * GROUPS) {
+                let v = decode_w(w_next[s]);
+                wt[(2u * (e % GROUPS)) * TILE_N + e / GROUPS] = v[0];
+                wt[(2u * (e % GROUPS) + 1u) * TILE_N + e / GROUPS] = v[1];
+            }
+        }
+        for (var s = 0u; s < X_STAGES; s++) {
+            let e = li + 256u * s;
+            if (e < TILE_T * GROUPS) {
+                xt[(2u * (e % GROUPS)) * TILE_T + e / GROUPS] = x_next[s][0];
+                xt[(2u * (e % GROUPS) + 1u) * TILE_T + e / GROUPS] = x_next[s][1];
+            }
+        }
+        workgroupBarrier();
+#ifdef PREFETCH
         if (c + 1u < chunks) {
             load_chunk(c + 1u, li, t0, &w_rows, &w_live, &w_next, &x_next);
-            stage_chunk(c + 1u, li, &w_next, &x_next);
         }
-        multiply_chunk(c, tx, ty, &part);
-        workgroupBarrier();
-#else
-    // One buffer (WebGPU's guaranteed 16 KiB): two barriers per chunk. (Loading chunk c + 1
-    // during chunk c's products bought nothing on an H100: BENCHMARKS.md "session 45".)
-    for (var c = 0u; c < chunks; c++) {
-        load_chunk(c, li, t0, &w_rows, &w_live, &w_next, &x_next);
-        stage_chunk(c, li, &w_next, &x_next);
-        workgroupBarrier();
-        multiply_chunk(c, tx, ty, &part);
-        workgroupBarrier();
 #endif
+#ifndef ABLATE_MMA
+        for (var kv = 0u; kv < KV; kv++) {
+            var a: array<vec4<f16>, GT_N>;
+            for (var i = 0u; i < GT_N; i++) {
+                a[i] = wt[kv * TILE_N + tx + 16u * i];
+            }
+            for (var j = 0u; j < GT_T; j++) {
+                let b = xt[kv * TILE_T + ty + 16u * j];
+                for (var i = 0u; i < GT_N; i++) {
+                    let s = j * GT_N + i;
+                    part[s] = fma(a[i].zw, b.zw, fma(a[i].xy, b.xy, part[s]));
+                }
+            }
+        }
+#endif
+        workgroupBarrier();
         // Every 32 of K (K is whole 32-element blocks), the f16 lanes into the f32 sums.
         // (Every 16 halved no error: each fma's rounding, not the partials' length, sets it.)
         if ((c + 1u) * G_KC % 32u == 0u) {

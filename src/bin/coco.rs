@@ -228,7 +228,7 @@ fn open_gpu(verbose: bool) -> Result<Arc<GpuContext>> {
             "switches: chunk {} (COCO_CHUNK) | chunk splits {} | chunk min K {} | FFN levels {} \
              | W_o levels {} | f16 operands {} | tensor-core prestage {} | vec4 staging {} | \
              conversion-free weight decode {} | split merge {} (64-token tiles by a pass {}) | \
-             weights held as loaded {} | f16 wide tiles {} (double-buffered {}) | \
+             weights held as loaded {} | f16 wide tiles {} (prefetch {}) | \
              short-step tiles {} | blocked attention {} | tensor-core attention {} | \
              decode key ranges {} (COCO_ATTN_RANGE_KIB) | shader checks {} | subgroups {} ({})",
             k.chunk,
@@ -244,7 +244,7 @@ fn open_gpu(verbose: bool) -> Result<Arc<GpuContext>> {
             k.coop64_split_pass,
             k.coop_raw_w,
             k.wide_f16,
-            k.wide_f16_double,
+            k.wide_f16_prefetch,
             k.coop_stream,
             k.attention_blocked,
             k.attention_coop,

@@ -279,10 +279,6 @@ pub struct MatmulKey {
     /// The device's portable wide tiles run in f16 ([`DeviceKernels::wide_f16`]): what
     /// [`MatmulKey::sized`] makes of the wide tile it picks.
     pub wide_f16: bool,
-    /// The f16 wide tiles stage into two buffers (`DOUBLE_BUFFER`): set by the launch
-    /// ([`MatmulKey::staged`]) with [`wide_f16_double`] where the device's workgroup memory
-    /// holds them.
-    pub double_buffer: bool,
 }
 
 /// Storage binding numbers of a [`MatmulKey`]'s layout: the order the host lists them in.
@@ -334,7 +330,6 @@ impl MatmulKey {
             coop8: kernels.coop_block == 8,
             tokens_first: false,
             wide_f16: kernels.wide_f16,
-            double_buffer: false,
         }
     }
 
@@ -473,13 +468,10 @@ impl MatmulKey {
         }
         if let MatmulVariant::Wide(w) = self.variant {
             // Its own chunk (WideTile::chunk), within WebGPU's guaranteed 16 KiB; in f16 x'
-            // comes as the scale pass's rows, and two buffers where they fit.
-            let (n, t) = w.tile();
-            let two_buffers = 2 * (n + t) * w.chunk() * 2;
+            // comes as the scale pass's rows.
             return MatmulKey {
                 stage_k: 0,
                 x16: w.half,
-                double_buffer: w.half && wide_f16_double() && two_buffers <= workgroup_bytes,
                 ..self
             };
         }
@@ -569,8 +561,8 @@ impl MatmulKey {
         let half = if self.half_w() { "_h16" } else { "" };
         let order = if self.tokens_first() { "_tf" } else { "" };
         let raw = if self.raw_w() { "_raw" } else { "" };
-        let raw = if self.double_buffer {
-            format!("{raw}_db")
+        let raw = if self.wide_prefetch() {
+            format!("{raw}_pf")
         } else {
             raw.to_string()
         };
@@ -601,6 +593,11 @@ impl MatmulKey {
     /// conversions ([`has_half8`], unless `COCO_COOP_HALF_W=0`: [`coop_half_w`]).
     pub fn half_w(&self) -> bool {
         (self.variant.is_coop() || self.is_wide_f16()) && has_half8(self.ty) && coop_half_w()
+    }
+
+    /// The f16 wide tiles loading the next chunk during the products ([`wide_f16_prefetch`]).
+    fn wide_prefetch(&self) -> bool {
+        self.is_wide_f16() && wide_f16_prefetch()
     }
 
     /// Whether this is the wide GEMM in f16 (`gemm_wide_f16.wgsl`).
@@ -689,17 +686,8 @@ impl MatmulKey {
         if self.raw_w() {
             defines.push("RAW_W");
         }
-        if self.double_buffer {
-            if !self.is_wide_f16() {
-                return Err(KernelError::Shape {
-                    kernel: "matmul",
-                    why: format!(
-                        "two staging buffers are the f16 wide tiles', not {:?}",
-                        self.variant
-                    ),
-                });
-            }
-            defines.push("DOUBLE_BUFFER");
+        if self.wide_prefetch() {
+            defines.push("PREFETCH");
         }
         if self.variant.is_coop() {
             defines.push("COOP_STAGING");

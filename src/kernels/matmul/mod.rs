@@ -547,7 +547,6 @@ pub fn qkv_fuses(
         coop8: false,
         tokens_first: false,
         wide_f16: false,
-        double_buffer: false,
     };
     qkv_key_fits(ctx, &key, [wq, wk, wv])
 }

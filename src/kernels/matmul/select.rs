@@ -395,12 +395,11 @@ pub fn wide_f16() -> bool {
     *ON.get_or_init(|| cfg!(not(target_arch = "wasm32")) && switch_on_unless_zero("COCO_WIDE_F16"))
 }
 
-/// The A/B switch `COCO_WIDE_F16_DOUBLE=1`, read once per process: the f16 wide tiles stage
-/// into two buffers where the device's workgroup memory holds them (`DOUBLE_BUFFER`: one
-/// barrier per chunk; [`MatmulKey::double_buffer`]). Not timed yet.
-pub fn wide_f16_double() -> bool {
+/// The A/B switch `COCO_WIDE_F16_PREFETCH=1`, read once per process: the f16 wide tiles load
+/// chunk c + 1 while they multiply chunk c (`PREFETCH`), holding its words in registers.
+pub fn wide_f16_prefetch() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("COCO_WIDE_F16_DOUBLE").is_ok_and(|v| v == "1"))
+    *ON.get_or_init(|| std::env::var("COCO_WIDE_F16_PREFETCH").is_ok_and(|v| v == "1"))
 }
 
 /// A default-on switch: off only where the variable `name` is `0`.
@@ -612,9 +611,9 @@ pub struct KernelSettings {
     /// Whether the wide tiles the planner picks run in f16 ([`DeviceKernels::wide_f16`]: a
     /// device with shader-f16, unless `COCO_WIDE_F16=0`).
     pub wide_f16: bool,
-    /// Whether the f16 wide tiles stage into two buffers where the device holds them
-    /// ([`wide_f16_double`]).
-    pub wide_f16_double: bool,
+    /// Whether the f16 wide tiles load the next chunk during the products
+    /// ([`wide_f16_prefetch`]).
+    pub wide_f16_prefetch: bool,
     /// Who merges flash-decoding's key ranges: `in_split` or `separate`.
     pub attention_merge: &'static str,
     /// Decode batches the GPU loop keeps in flight (`COCO_IN_FLIGHT`, the page's `in_flight`).
@@ -693,7 +692,7 @@ impl KernelSettings {
             tiles: kernels.tiled.label(),
             gemm: ctx.gemm.name(),
             wide_f16: kernels.wide_f16,
-            wide_f16_double: wide_f16_double(),
+            wide_f16_prefetch: wide_f16_prefetch(),
             attention_merge: ctx.attention_merge.name(),
             batches_in_flight: ctx.batches_in_flight,
             tile_split_target: tile_split_target_override().unwrap_or(TILE_SPLIT_TARGET),

@@ -91,7 +91,6 @@ fn levels_variants_compile_to_spirv() {
         coop8: false,
         tokens_first: false,
         wide_f16: false,
-        double_buffer: false,
     };
     for ty in GgmlType::SUPPORTED
         .into_iter()
@@ -217,7 +216,6 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
                     coop8,
                     tokens_first: splits == 3,
                     wide_f16: false,
-                    double_buffer: false,
                 };
                 let source = key.source().unwrap();
                 assert!(source.contains("coopMultiplyAdd"), "{}", key.label());
@@ -358,7 +356,6 @@ fn layouts_number_bindings_in_host_order() {
         coop8: false,
         tokens_first: false,
         wide_f16: false,
-        double_buffer: false,
     };
     // w, x, y, [norm_w], [bias]
     let l = key(Fusion::None, false, true).layout();
@@ -468,7 +465,6 @@ fn qkv_rope_compiles_for_the_matvecs_and_is_refused_for_tiles() {
                 coop8: false,
                 tokens_first: false,
                 wide_f16: false,
-                double_buffer: false,
             };
             if variant.is_tiled() {
                 assert!(key.defines().is_err(), "{}", key.label());
@@ -510,7 +506,6 @@ fn every_variant_preprocesses() {
                     coop8: false,
                     tokens_first: false,
                     wide_f16: half,
-                    double_buffer: false,
                 };
                 let src = key.source().unwrap();
                 assert!(
@@ -519,8 +514,7 @@ fn every_variant_preprocesses() {
                     key.label()
                 );
                 if half {
-                    // The f16 tiles (their held-word path for Q4_0 / Q5_0 / Q8_0) compile, with
-                    // one staging buffer and with two.
+                    // The f16 tiles (their held-word path for Q4_0 / Q5_0 / Q8_0) compile.
                     compile_to_spirv(&key.label(), &src);
                     assert_eq!(
                         src.contains("fn levels_raw"),
@@ -528,11 +522,6 @@ fn every_variant_preprocesses() {
                         "{}",
                         key.label()
                     );
-                    let double = MatmulKey {
-                        double_buffer: true,
-                        ..key
-                    };
-                    compile_to_spirv(&double.label(), &double.source().unwrap());
                 }
                 if variant == MatmulVariant::MatvecSubgroup {
                     // the staged forms, with and without the norm, must compile too
@@ -744,7 +733,6 @@ fn tile_splits_grow_short_grids_and_match_the_shader() {
         coop8: false,
         tokens_first: false,
         wide_f16: false,
-        double_buffer: false,
     };
     assert!(key.label().ends_with("_k4"), "{}", key.label());
     let source = key.source().unwrap();
@@ -905,7 +893,6 @@ fn ablated_prefill_tiles_compile() {
                 coop8: false,
                 tokens_first: false,
                 wide_f16: false,
-                double_buffer: false,
             };
             let parts: Vec<Vec<Ablation>> = all
                 .iter()
