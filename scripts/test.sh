@@ -136,13 +136,17 @@ done
 say "cargo test (lavapipe): unit tests, examples and $((${#other_tests[@]} / 2)) suites with the default shapes"
 cargo test --release --lib --bins --examples "${other_tests[@]}" -- --test-threads=2
 
-say "cargo test (lavapipe): whole-model suites (${whole_model_tests[*]}) with COCO_MATVEC=64x1x8x0 COCO_CHUNK_MIN_K=2048"
-COCO_MATVEC=64x1x8x0 COCO_CHUNK_MIN_K=2048 cargo test --release $(printf -- '--test %s ' "${whole_model_tests[@]}") -- --test-threads=2
+# They keep the portable tiles in f32 (COCO_WIDE_F16=0), so the f32 bounds of tests/model.rs
+# hold every product: lavapipe has shader-f16, and natively the planner's wide tiles would then
+# run in f16 wherever a grid reaches 256 workgroups (an LM head over every token's logits).
+# The f16 tiles' own pass follows.
+say "cargo test (lavapipe): whole-model suites (${whole_model_tests[*]}) with COCO_MATVEC=64x1x8x0 COCO_CHUNK_MIN_K=2048 COCO_WIDE_F16=0"
+COCO_MATVEC=64x1x8x0 COCO_CHUNK_MIN_K=2048 COCO_WIDE_F16=0 cargo test --release $(printf -- '--test %s ' "${whole_model_tests[@]}") -- --test-threads=2
 
 # The HF goldens once more with every prompt step of 5+ tokens on the f16 wide tiles (natively
-# the portable tiles' default where the device has shader-f16, as lavapipe has; the fixtures'
-# products are too small for the planner to pick them, so COCO_GEMM=4x4h names them), held to
-# the f16 bounds tests/model.rs states for sums in f16.
+# the portable tiles' default where the device has shader-f16, as lavapipe has; most of the
+# fixtures' products are too small for the planner to pick them, so COCO_GEMM=4x4h names them
+# for every product), held to the f16 bounds tests/model.rs states for sums in f16.
 say "cargo test (lavapipe): the HF goldens on the f16 wide tiles (COCO_GEMM=4x4h COCO_MATVEC_MAX_T=4)"
 COCO_MATVEC=64x1x8x0 COCO_CHUNK_MIN_K=2048 COCO_MATVEC_MAX_T=4 COCO_GEMM=4x4h cargo test --release --test model -- --test-threads=2
 

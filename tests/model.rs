@@ -100,11 +100,20 @@ fn f16_operands(ctx: &GpuContext) -> bool {
     ctx.has_coop_gemm() || coco::kernels::matmul::f16_operands() || f16_sums(ctx)
 }
 
-/// Whether this run's prompt steps also sum in f16: a wide tile in f16 asked for by name
-/// (`COCO_GEMM=4x4h`, …: how CI checks those numerics; the planner picks them only for grids
-/// of 256+ workgroups, which the fixtures' products don't reach).
+/// Whether this run's prompt steps may also sum in f16: a wide tile in f16 asked for by name
+/// (`COCO_GEMM=4x4h`, …: how CI checks those numerics), or the planner's choice where the
+/// device runs the wide tiles in f16 (it picks them for grids of 256+ workgroups: among the
+/// fixtures' products, an LM head over every token's logits). CI's other whole-model runs
+/// keep the f32 tiles (`COCO_WIDE_F16=0`), so the f32 bounds hold them.
 fn f16_sums(ctx: &GpuContext) -> bool {
-    matches!(ctx.gemm, coco::gpu::GemmChoice::Force(w) if w.half)
+    use coco::gpu::GemmChoice;
+    match ctx.gemm {
+        GemmChoice::Force(w) => w.half,
+        GemmChoice::Tiled => false,
+        GemmChoice::Auto | GemmChoice::Matrix | GemmChoice::Dot4 => {
+            coco::kernels::matmul::DeviceKernels::of(ctx).wide_f16
+        }
+    }
 }
 
 /// HF's top-1/top-2 margin below which this run's logits may legitimately rank the two the
