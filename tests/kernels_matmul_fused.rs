@@ -265,6 +265,14 @@ fn variants_cases(ty: GgmlType, base: impl Fn(Case) -> Case) -> Vec<Case> {
     cases
 }
 
+/// A kernel that failed validation (a shader the driver rejected) leaves its output as it
+/// was, NaN here, which the comparison would only report as a mismatch: name the cause.
+fn assert_healthy(label: &str) {
+    ctx()
+        .check_health()
+        .unwrap_or_else(|e| panic!("{label}: {e}"));
+}
+
 fn label_of(rec: &StepRecorder) -> String {
     let labels = common::product_labels(rec);
     let mut first = labels.first().cloned().unwrap_or_default();
@@ -322,6 +330,7 @@ fn run_normed(ty: GgmlType, c: Case, seed: u64) -> Err {
     let label = label_of(&rec);
     rec.submit();
     let got = ctx().read_f32(&yb, 0, (t * n) as u64).expect("readback");
+    assert_healthy(&label);
 
     let xn = normed(&x, c.norm.then_some(&nw[..]), t, k, &label);
     let (mut want, tol) = reference_product(&w, &xn, n, k, t, &label);
@@ -410,6 +419,7 @@ fn run_glu(ty: GgmlType, c: Case, seed: u64) -> Err {
     let got = ctx()
         .read_f32(&outb, 0, (t * ffn) as u64)
         .expect("readback");
+    assert_healthy(&label);
 
     let xn = normed(&x, c.norm.then_some(&nw[..]), t, k, &label);
     let (g, g_tol) = reference_product(&gate_w, &xn, ffn, k, t, &label);
@@ -524,6 +534,7 @@ fn run_qkv(ty: GgmlType, c: Case, seed: u64) -> Err {
         let got = ctx()
             .read_f32(&outs[i], 0, (t * n) as u64)
             .expect("readback");
+        assert_healthy(&label);
         let (mut want, tol) = reference_product(w, &xn, n, k, t, &label);
         if c.bias {
             for (j, v) in want.iter_mut().enumerate() {
@@ -607,6 +618,7 @@ fn run_post_norm(ty: GgmlType, n: usize, t: usize, variant: MatmulVariant, seed:
     let label = label_of(&rec);
     rec.submit();
     let got = ctx().read_f32(&rb, 0, (t * n) as u64).expect("readback");
+    assert_healthy(&label);
 
     let xs = normed(&x, None, t, k, &label);
     let (prod, tol) = reference_product(&w, &xs, n, k, t, &label);

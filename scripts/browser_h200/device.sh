@@ -7,8 +7,10 @@
 #           same file (default, COCO_SUBGROUPS=0)
 # Env: RUNS (2), PP/TG (128), REPS (3), TOKENS (128), BENCH_PROMPT (short; long: the greedy
 # generation after a ~128-token prompt, which the prefill GEMM runs), VARIANTS (page link
-# variants, "auto subgroups=0"), NATIVE_ENVS (native runs besides the default, "COCO_SUBGROUPS=0"). $OUT gets page.jsonl, page-summary.json,
-# page.png, native.jsonl and logs.txt (the device tool brings back 8 files a call).
+# variants, "auto subgroups=0"), NATIVE_ENVS (native runs besides the default, "COCO_SUBGROUPS=0"),
+# DAWN_FEATURES (Dawn toggles for Chromium, e.g. vulkan_enable_f16_on_nvidia: shader-f16 on
+# this GPU). $OUT gets page.jsonl, page-summary.json, page.png, native.jsonl and logs.txt (the
+# device tool brings back 8 files a call).
 CB=.carry-browser
 H=$(cd "$(dirname "$0")" && pwd)
 MODEL=/tmp/models/gemma-3-270m-q4_k_m.gguf
@@ -67,7 +69,7 @@ for step in "$@"; do
       python3 $H/serve.py --coi 8123 $H /wllama=/tmp/wllama /m=/tmp/models >> $OUT/logs.txt 2>&1 &
       sleep 1.5
       PYTHONUNBUFFERED=1 python3 $H/page_bench.py --runs ${RUNS:-2} --pp ${PP:-128} --tg ${TG:-128} \
-        --reps ${REPS:-3} --tokens ${TOKENS:-128} --bench-prompt ${BENCH_PROMPT:-short} $(for v in ${VARIANTS:-auto subgroups=0}; do echo --variant $v; done) --out $OUT \
+        --reps ${REPS:-3} --tokens ${TOKENS:-128} --bench-prompt ${BENCH_PROMPT:-short} ${DAWN_FEATURES:+--dawn-features $DAWN_FEATURES} $(for v in ${VARIANTS:-auto subgroups=0}; do echo --variant $v; done) --out $OUT \
         $([ -f /tmp/wllama/package.json ] && echo --wllama http://127.0.0.1:8123/wllama.html)
       # Native on the same file: Vulkan through a manifest naming the EGL build of NVIDIA's
       # driver (headless, the image's GLX manifest gives no vkCreateInstance to wgpu).

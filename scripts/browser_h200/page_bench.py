@@ -32,6 +32,16 @@ FLAGS = [
 ]
 # A dry run on the dev box (no GPU): Chromium's own SwiftShader adapter.
 DRY_RUN_FLAGS = FLAGS[:10] + ["--enable-unsafe-webgpu", "--disable-gpu-sandbox"]
+
+
+def browser_flags(a):
+    """The flag set, plus Dawn toggles where asked: Dawn withholds `shader-f16` from NVIDIA's
+    Vulkan driver (crbug.com/42251215, driver bugs) unless `vulkan_enable_f16_on_nvidia` is on,
+    which a benchmark may set to run the f16 kernels on this GPU; no visitor has it."""
+    flags = list(DRY_RUN_FLAGS if a.dry_run else FLAGS)
+    if a.dawn_features:
+        flags.append(f"--enable-dawn-features={a.dawn_features}")
+    return flags
 PROMPT = "The capital of France is"
 # About 128 Gemma tokens of plain prose: wllama's prompt (it reports the exact count).
 LONG_PROMPT = (
@@ -168,7 +178,7 @@ async def visit(a, port, query, want_bench, screenshot=None):
     rec = {"url": url}
     t0 = time.time()
     with open(os.path.join(a.out, "logs.txt"), "ab") as log:
-        async with Browser(port, log, DRY_RUN_FLAGS if a.dry_run else FLAGS) as b:
+        async with Browser(port, log, browser_flags(a)) as b:
             try:
                 await b.call("Page.addScriptToEvaluateOnNewDocument", source=LONG_TASKS)
                 await b.call("Page.navigate", url=url)
@@ -177,9 +187,9 @@ async def visit(a, port, query, want_bench, screenshot=None):
                 if want_bench:
                     # One decode step kernel by kernel (timestamp queries), as `coco bench --profile`.
                     rec["profile"] = await b.evaluate("window.cocoPage.engine.profile(128)", timeout=a.timeout)
-                    # And the 128-token prefill step: per-kernel GB/s and TFLOP/s in the browser
+                    # And the benchmark's prefill step (--pp tokens): per-kernel GB/s and TFLOP/s in the browser
                     # beside native `coco bench --profile`'s prefill_profile.
-                    rec["prefill_profile"] = await b.evaluate("window.cocoPage.engine.profile(128, 'prefill')", timeout=a.timeout)
+                    rec["prefill_profile"] = await b.evaluate(f"window.cocoPage.engine.profile({a.pp}, 'prefill')", timeout=a.timeout)
                     # The f32 FMA ceiling through the browser's compiler (`coco probe` natively).
                     rec["compute_probe"] = await b.evaluate("window.cocoPage.engine.probe()", timeout=a.timeout)
                 else:
@@ -209,7 +219,7 @@ async def wllama_visit(a, port):
     rec = {"engine": "wllama", "url": a.wllama}
     t0 = time.time()
     with open(os.path.join(a.out, "logs.txt"), "ab") as log:
-        async with Browser(port, log, DRY_RUN_FLAGS if a.dry_run else FLAGS) as b:
+        async with Browser(port, log, browser_flags(a)) as b:
             try:
                 await b.call("Page.navigate", url=a.wllama)
                 await b.wait_for("window.__ready === true", 60)
@@ -284,6 +294,7 @@ async def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--wllama", help="URL of wllama.html: also run wllama on the same file")
     ap.add_argument("--wllama-model", default="/m/gemma-3-270m-q4_k_m.gguf")
+    ap.add_argument("--dawn-features", help="Dawn toggles to enable, e.g. vulkan_enable_f16_on_nvidia")
     ap.add_argument("--dry-run", action="store_true", help="SwiftShader flags, to try the script on a machine without a GPU")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
