@@ -7,10 +7,11 @@
 #           same file (default, COCO_SUBGROUPS=0)
 # Env: RUNS (2), PP/TG (128), REPS (3), TOKENS (128), BENCH_PROMPT (short; long: the greedy
 # generation after a ~128-token prompt, which the prefill GEMM runs), VARIANTS (page link
-# variants, "auto subgroups=0"), NATIVE_ENVS (native runs besides the default, "COCO_SUBGROUPS=0"),
-# DAWN_FEATURES (Dawn toggles for Chromium, e.g. vulkan_enable_f16_on_nvidia: shader-f16 on
-# this GPU). $OUT gets page.jsonl, page-summary.json, page.png, native.jsonl and logs.txt (the
-# device tool brings back 8 files a call).
+# variants, "auto subgroups=0"), NATIVE_ENVS (native runs besides the default,
+# "COCO_SUBGROUPS=0"; an entry "A=1+B=2" sets both), DAWN_FEATURES (Dawn toggles
+# for Chromium, e.g. vulkan_enable_f16_on_nvidia: shader-f16 on this GPU). $OUT gets page.jsonl,
+# page-summary.json, page.png, native.jsonl and logs.txt (the device tool brings back 8 files a
+# call).
 CB=.carry-browser
 H=$(cd "$(dirname "$0")" && pwd)
 MODEL=/tmp/models/gemma-3-270m-q4_k_m.gguf
@@ -78,7 +79,7 @@ for step in "$@"; do
       WGPU_BACKEND=vulkan /tmp/coco-native -v info -m $MODEL 2>&1 | grep '^adapter' || echo "native: no adapter line"
       for env in "" ${NATIVE_ENVS-COCO_SUBGROUPS=0}; do
         echo "native ${env:-default}:"
-        env $env WGPU_BACKEND=vulkan /tmp/coco-native bench -m $MODEL -p ${PP:-128} -n ${TG:-128} --reps ${REPS:-3} --profile --json \
+        env ${env//+/ } WGPU_BACKEND=vulkan /tmp/coco-native bench -m $MODEL -p ${PP:-128} -n ${TG:-128} --reps ${REPS:-3} --profile --json \
           > /tmp/native.json 2>> $OUT/logs.txt
         python3 -c "import json,sys; d=json.load(open(sys.argv[1])); d['env']=sys.argv[2]; print(json.dumps(d), file=open(sys.argv[3],'a')); print({k: d.get(k) for k in ('adapter','pp_tok_s','tg_tok_s','tg_sampled_tok_s','dispatches_per_token')})" /tmp/native.json "${env:-default}" $OUT/native.jsonl
       done
