@@ -274,6 +274,7 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
             attention_merge: "in_split",
             batches_in_flight: 2,
             tile_split_target: 512,
+            coop128_split_target: 256,
             coop128_min_groups: None,
             coop_prestage: false,
             coop_subgroup_tile64: false,

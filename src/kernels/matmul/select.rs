@@ -621,6 +621,9 @@ pub struct KernelSettings {
     /// The grid the 64 × 64 tiles split K up to ([`TILE_SPLIT_TARGET`], or
     /// `COCO_TILE_SPLIT_TARGET`, which sets the 128-token tiles' too; 0: never).
     pub tile_split_target: u64,
+    /// The grid the 128-token tensor-core tiles split K up to ([`COOP128_SPLIT_TARGET`], or
+    /// `COCO_TILE_SPLIT_TARGET`).
+    pub coop128_split_target: u64,
     /// `COCO_COOP128_MIN_GROUPS` ([`coop128_min_groups`]); null: unset.
     pub coop128_min_groups: Option<u64>,
     /// Whether the tensor-core tiles read x' prestaged as f16 ([`coop_prestage`]).
@@ -696,6 +699,7 @@ impl KernelSettings {
             attention_merge: ctx.attention_merge.name(),
             batches_in_flight: ctx.batches_in_flight,
             tile_split_target: tile_split_target_override().unwrap_or(TILE_SPLIT_TARGET),
+            coop128_split_target: tile_split_target_override().unwrap_or(COOP128_SPLIT_TARGET),
             coop128_min_groups: coop128_min_groups(),
             coop_prestage: coop_prestage(),
             coop_subgroup_tile64: coop_prestage() && coop_subgroup_tile64(),
