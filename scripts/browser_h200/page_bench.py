@@ -34,12 +34,13 @@ FLAGS = [
 DRY_RUN_FLAGS = FLAGS[:10] + ["--enable-unsafe-webgpu", "--disable-gpu-sandbox"]
 
 
-def browser_flags(a):
-    """The flag set, plus Dawn toggles where asked: Dawn withholds `shader-f16` from NVIDIA's
-    Vulkan driver (crbug.com/42251215, driver bugs) unless `vulkan_enable_f16_on_nvidia` is on,
-    which a benchmark may set to run the f16 kernels on this GPU; no visitor has it."""
+def browser_flags(a, dawn=True):
+    """The flag set, plus Dawn toggles where asked (and `dawn`): Dawn withholds `shader-f16`
+    from NVIDIA's Vulkan driver (crbug.com/42251215, driver bugs) unless
+    `vulkan_enable_f16_on_nvidia` is on, which a benchmark may set to run the f16 kernels on
+    this GPU; no visitor has it. The variant `no-dawn-features` is the same page without them."""
     flags = list(DRY_RUN_FLAGS if a.dry_run else FLAGS)
-    if a.dawn_features:
+    if a.dawn_features and dawn:
         flags.append(f"--enable-dawn-features={a.dawn_features}")
     return flags
 PROMPT = "The capital of France is"
@@ -173,12 +174,12 @@ class Browser:
         raise TimeoutError(f"page not done after {timeout} s")
 
 
-async def visit(a, port, query, want_bench, screenshot=None):
+async def visit(a, port, query, want_bench, screenshot=None, dawn=True):
     url = a.base + "?" + urllib.parse.urlencode(query, quote_via=urllib.parse.quote)
     rec = {"url": url}
     t0 = time.time()
     with open(os.path.join(a.out, "logs.txt"), "ab") as log:
-        async with Browser(port, log, browser_flags(a)) as b:
+        async with Browser(port, log, browser_flags(a, dawn)) as b:
             try:
                 await b.call("Page.addScriptToEvaluateOnNewDocument", source=LONG_TASKS)
                 await b.call("Page.navigate", url=url)
@@ -313,7 +314,7 @@ async def main():
                 port += 1
                 # One screenshot (the device tool brings back 8 files a call): what a visitor sees.
                 shot = "page.png" if (run, variant, kind) == (0, "auto", "sampled") else None
-                rec = await visit(a, port, query, want_bench, shot)
+                rec = await visit(a, port, query, want_bench, shot, dawn=variant != "no-dawn-features")
                 rec.update(run=run, variant=variant, kind=kind)
                 records.append(rec)
                 with open(os.path.join(a.out, "page.jsonl"), "a") as f:

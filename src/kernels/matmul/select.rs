@@ -388,11 +388,28 @@ pub fn coop64_split_pass() -> bool {
 /// Llama-1B Q4_0 shape 11,644 → 15,549 tok/s, the 8B 1,819 → 2,428. Its sums in f16 about
 /// double the tensor-core tiles' error against HF's logits (tests/model.rs).
 ///
-/// Not yet in the page by default: no browser with shader-f16 has run these kernels (CI's
-/// SwiftShader grants none), so there a link asks for them by name (`gemm=4x8h`, …).
+/// The page too, where the browser grants shader-f16: Chromium on an H100 (Dawn's
+/// `vulkan_enable_f16_on_nvidia`) ran Gemma-3-270M's GLU 1.51× and Q/K/V 1.32× faster on them
+/// than on the f32 tiles (BENCHMARKS.md "session 46"). There no variable reaches it; a link's
+/// `gemm=…` names a tile instead.
 pub fn wide_f16() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| cfg!(not(target_arch = "wasm32")) && switch_on_unless_zero("COCO_WIDE_F16"))
+    *ON.get_or_init(|| switch_on_unless_zero("COCO_WIDE_F16"))
+}
+
+/// How many chunks ahead the 64-token tensor-core tiles with x' prestaged load their Q4_0 /
+/// Q5_0 / Q8_0 weights (as words, decoded when staged) and their x' (`W_AHEAD`: 2 or 4, from
+/// `COCO_COOP64_AHEAD`; 0, the default, keeps the one-chunk-ahead loop). Why: a 32-token step
+/// on these tiles spent ~3,600 clocks per 32-wide chunk on the H100 (BENCHMARKS.md "session
+/// 46"), about one memory latency, as if each chunk waited for its own loads: two workgroups
+/// an SM with one chunk's 2.3 KiB of weights in flight read the 1B's gate/up at 143 GB/s.
+pub fn coop64_ahead() -> u32 {
+    static AHEAD: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *AHEAD.get_or_init(|| match std::env::var("COCO_COOP64_AHEAD").as_deref() {
+        Ok("2") => 2,
+        Ok("4") => 4,
+        _ => 0,
+    })
 }
 
 /// The A/B switch `COCO_WIDE_F16_PREFETCH=1`, read once per process: the f16 wide tiles load
@@ -645,6 +662,9 @@ pub struct KernelSettings {
     /// Whether those tiles hold the next chunk's Q4_0 / Q5_0 / Q8_0 weights as loaded words
     /// ([`coop_raw_w`]).
     pub coop_raw_w: bool,
+    /// How many chunks ahead the 64-token tensor-core tiles load ([`coop64_ahead`]; 0: one,
+    /// decoded as loaded).
+    pub coop64_ahead: u32,
     /// Whether steps of 5–32 tokens run the short-step tensor-core tiles ([`coop_stream`]).
     pub coop_stream: bool,
     /// Whether the single-pass attention computes 2 × 2 score blocks and takes larger tiles
@@ -708,6 +728,7 @@ impl KernelSettings {
             coop_split_merge: if coop_split_pass() { "pass" } else { "last" },
             coop64_split_pass: coop64_split_pass(),
             coop_raw_w: coop_raw_w(),
+            coop64_ahead: coop64_ahead(),
             coop_stream: coop_stream(),
             attention_blocked: ctx.attention_blocked,
             attention_coop: ctx.coop_block.is_some()
