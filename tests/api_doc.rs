@@ -283,7 +283,6 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
             coop_split_merge: "pass",
             coop64_split_pass: false,
             coop_raw_w: false,
-            coop64_ahead: 0,
             coop_stream: false,
             attention_blocked: false,
             attention_coop: false,

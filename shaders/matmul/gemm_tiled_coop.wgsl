@@ -22,13 +22,6 @@ var<workgroup> wt16: array<StagedHalf, (TILE_N * 32u) / SV>; // [TILE_N][32]: th
 var<workgroup> xt16: array<StagedHalf, (TILE_T * 32u) / SV>; // [TILE_T][32]: x' chunk by token (B, column-major)
 #endif
 var<workgroup> ct: array<f32, TILE_N * TILE_T>; // [TILE_T][TILE_N]: the outputs (C, column-major)
-#ifdef W_AHEAD
-#ifdef W_AHEAD4
-const AHEAD: u32 = 4u;
-#else
-const AHEAD: u32 = 2u;
-#endif
-#endif
 #ifdef X16
 // The workgroup's first token: with X16 the scale pass left each token's whole factor in
 // tscales, read where it is (no copy in workgroup memory: the double-buffered tiles and ct
@@ -94,64 +87,6 @@ fn main(
         ct[i] = 0.0;
     }
     var ss = 0.0;
-#ifdef W_AHEAD
-    // Chunks c + 1 .. c + AHEAD in flight while chunk c is multiplied (select.rs
-    // coop64_ahead): W as the words loaded (RAW_W, decoded when staged) and x' as loaded, in
-    // rings that shift by one each chunk (constant indices, so they stay in registers).
-    // Double-buffered as below, one barrier per chunk.
-    let at = sr * 32u + 8u * q;
-    var w_ring: array<HeldW, AHEAD>;                 // zeros: rows past the weight's stage zeros
-    var x_ring: array<array<vec4<f16>, 2>, AHEAD>;
-    if (range.x < range.y) {
-        var w_first: HeldW;
-        if (staged_live) {
-            w_first = hold_w(staged, 4u * range.x + q);
-        }
-        stage_chunk(range.x, at, decode_w(w_first), x8(t_stage, range.x, q));
-        for (var i = 0u; i < AHEAD; i++) {
-            let ci = range.x + 1u + i;
-            if (ci < range.y) {
-                if (staged_live) {
-                    w_ring[i] = hold_w(staged, 4u * ci + q);
-                }
-                x_ring[i] = x8(t_stage, ci, q);
-            }
-        }
-    }
-    workgroupBarrier();
-    var c0 = coopLoad<CoopC>(&ct[n0 * TILE_N + r0], TILE_N);
-    var c1 = coopLoad<CoopC>(&ct[(n0 + CB) * TILE_N + r0], TILE_N);
-    for (var c = range.x; c < range.y; c++) {
-        let w_next = w_ring[0];
-        let x_next = x_ring[0];
-        for (var i = 0u; i + 1u < AHEAD; i++) {
-            w_ring[i] = w_ring[i + 1u];
-            x_ring[i] = x_ring[i + 1u];
-        }
-        let c_load = c + 1u + AHEAD;
-        if (c_load < range.y) {
-            if (staged_live) {
-                w_ring[AHEAD - 1u] = hold_w(staged, 4u * c_load + q);
-            }
-            x_ring[AHEAD - 1u] = x8(t_stage, c_load, q);
-        }
-        let wb = (c & 1u) * TILE_N * 32u;
-        let xb = (c & 1u) * TILE_T * 32u;
-#ifndef ABLATE_MMA
-        for (var kk = 0u; kk < 32u; kk += CB) {
-            let a = coopLoadT<CoopA>(&wt16[(wb + r0 * 32u + kk) / SV], 32u / SV);
-            let b0 = coopLoad<CoopB>(&xt16[(xb + n0 * 32u + kk) / SV], 32u / SV);
-            let b1 = coopLoad<CoopB>(&xt16[(xb + (n0 + CB) * 32u + kk) / SV], 32u / SV);
-            c0 = coopMultiplyAdd(a, b0, c0);
-            c1 = coopMultiplyAdd(a, b1, c1);
-        }
-#endif
-        if (c + 1u < range.y) {
-            stage_chunk(c + 1u, at, decode_w(w_next), x_next);
-        }
-        workgroupBarrier();
-    }
-#else
 #ifdef X16
     // Double-buffered, as gemm_coop_x16.wgsl: chunk c + 1's loads are issued before chunk c's
     // matrix work and stored into the other buffer after it, one barrier per chunk.
@@ -225,7 +160,6 @@ fn main(
 #endif
         workgroupBarrier();
     }
-#endif
 #endif
 #ifdef SPLIT_PASS
     // The accumulators as they lie, into this range's record; the dispatch after merges them.

@@ -563,8 +563,6 @@ impl MatmulKey {
         let raw = if self.raw_w() { "_raw" } else { "" };
         let raw = if self.wide_prefetch() {
             format!("{raw}_pf")
-        } else if self.ahead() > 0 {
-            format!("{raw}_a{}", self.ahead())
         } else {
             raw.to_string()
         };
@@ -630,18 +628,7 @@ impl MatmulKey {
     pub fn raw_w(&self) -> bool {
         let held = (self.variant == MatmulVariant::Coop128 && self.x16 && !self.sg64)
             || self.is_wide_f16();
-        (self.half_w() && held && coop_raw_w()) || self.ahead() > 0
-    }
-
-    /// The chunks ahead the prestaged 64-token tensor-core tiles load ([`coop64_ahead`];
-    /// `W_AHEAD`), for types whose words they hold as loaded ([`has_half8`]); 0: one chunk,
-    /// decoded as loaded.
-    pub fn ahead(&self) -> u32 {
-        if self.variant == MatmulVariant::TiledCoop && self.x16 && self.half_w() {
-            coop64_ahead()
-        } else {
-            0
-        }
+        self.half_w() && held && coop_raw_w()
     }
 
     /// The prestaged 128-token tiles with their token tiles fastest ([`MatmulKey::tokens_first`]).
@@ -698,11 +685,6 @@ impl MatmulKey {
         }
         if self.raw_w() {
             defines.push("RAW_W");
-        }
-        match self.ahead() {
-            0 => {}
-            2 => defines.extend(["W_AHEAD", "W_AHEAD2"]),
-            _ => defines.extend(["W_AHEAD", "W_AHEAD4"]),
         }
         if self.wide_prefetch() {
             defines.push("PREFETCH");

@@ -397,21 +397,6 @@ pub fn wide_f16() -> bool {
     *ON.get_or_init(|| switch_on_unless_zero("COCO_WIDE_F16"))
 }
 
-/// How many chunks ahead the 64-token tensor-core tiles with x' prestaged load their Q4_0 /
-/// Q5_0 / Q8_0 weights (as words, decoded when staged) and their x' (`W_AHEAD`: 2 or 4, from
-/// `COCO_COOP64_AHEAD`; 0, the default, keeps the one-chunk-ahead loop). Why: a 32-token step
-/// on these tiles spent ~3,600 clocks per 32-wide chunk on the H100 (BENCHMARKS.md "session
-/// 46"), about one memory latency, as if each chunk waited for its own loads: two workgroups
-/// an SM with one chunk's 2.3 KiB of weights in flight read the 1B's gate/up at 143 GB/s.
-pub fn coop64_ahead() -> u32 {
-    static AHEAD: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *AHEAD.get_or_init(|| match std::env::var("COCO_COOP64_AHEAD").as_deref() {
-        Ok("2") => 2,
-        Ok("4") => 4,
-        _ => 0,
-    })
-}
-
 /// The A/B switch `COCO_WIDE_F16_PREFETCH=1`, read once per process: the f16 wide tiles load
 /// chunk c + 1 while they multiply chunk c (`PREFETCH`), holding its words in registers.
 pub fn wide_f16_prefetch() -> bool {
@@ -662,9 +647,6 @@ pub struct KernelSettings {
     /// Whether those tiles hold the next chunk's Q4_0 / Q5_0 / Q8_0 weights as loaded words
     /// ([`coop_raw_w`]).
     pub coop_raw_w: bool,
-    /// How many chunks ahead the 64-token tensor-core tiles load ([`coop64_ahead`]; 0: one,
-    /// decoded as loaded).
-    pub coop64_ahead: u32,
     /// Whether steps of 5–32 tokens run the short-step tensor-core tiles ([`coop_stream`]).
     pub coop_stream: bool,
     /// Whether the single-pass attention computes 2 × 2 score blocks and takes larger tiles
@@ -728,7 +710,6 @@ impl KernelSettings {
             coop_split_merge: if coop_split_pass() { "pass" } else { "last" },
             coop64_split_pass: coop64_split_pass(),
             coop_raw_w: coop_raw_w(),
-            coop64_ahead: coop64_ahead(),
             coop_stream: coop_stream(),
             attention_blocked: ctx.attention_blocked,
             attention_coop: ctx.coop_block.is_some()
