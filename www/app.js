@@ -178,9 +178,15 @@ async function openEngine() {
     });
   } catch (err) {
     const message = errorMessage(err);
-    // Kind "not_yet": no adapter or device (Coco.open), or no module workers or no WebGPU
-    // inside them (www/engine.js says which in `reason`).
-    if (errorKind(err) === "not_yet") {
+    // Kind "not_yet": a setting of the link this GPU can't run (`setting`), no adapter or
+    // device (Coco.open), or no module workers or no WebGPU inside them (www/engine.js says
+    // which in `reason`).
+    if (errorKind(err) === "not_yet" && err.setting) {
+      // WebGPU works; a setting the link asked for doesn't on this GPU (www/API.md, PageError).
+      showError(`${message}. Remove ${err.setting}= from the link, or pick what the message names.`);
+      status(`Not yet on this GPU: the link's ${err.setting}= setting.`);
+      setState("error");
+    } else if (errorKind(err) === "not_yet") {
       $("webgpu-missing-reason").textContent = message;
       const why = {
         no_module_worker: "Not yet: this browser can't start the module Web Worker coco runs its engine in.",

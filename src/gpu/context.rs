@@ -15,6 +15,10 @@ pub enum GpuError {
     AdapterNameNotFound(String, String),
     #[error("could not open the GPU device: {0}")]
     RequestDevice(String),
+    /// A setting (a link's or an environment variable's) this device can't run, named so the
+    /// page can say which one instead of "no usable GPU".
+    #[error("{why}")]
+    Unsupported { setting: &'static str, why: String },
     #[error("GPU buffer readback failed: {0}")]
     Readback(String),
     #[error("dispatch `{label}`: {why}")]
@@ -381,12 +385,15 @@ impl GpuContext {
         });
         if let GemmChoice::Force(w) = options.gemm {
             if w.half && !features.contains(wgpu::Features::SHADER_F16) {
-                return Err(GpuError::RequestDevice(format!(
-                    "not yet: gemm={} (the wide tiles in f16) needs shader-f16, which this \
-                     device lacks; gemm={} runs them in f32",
-                    w.name(),
-                    WideTile { half: false, ..w }.name()
-                )));
+                return Err(GpuError::Unsupported {
+                    setting: "gemm",
+                    why: format!(
+                        "not yet: gemm={} (the wide tiles in f16) needs shader-f16, which this \
+                         device lacks; gemm={} runs them in f32",
+                        w.name(),
+                        WideTile { half: false, ..w }.name()
+                    ),
+                });
             }
         }
         Ok(GpuContext {

@@ -239,7 +239,12 @@ impl Coco {
         };
         let ctx = GpuContext::with_options(device).await.map_err(|e| {
             let e = PageError::from(e);
-            throw(PageError::new(e.kind, format!("no WebGPU: {}", e.message)))
+            // A setting this GPU can't run is not a missing WebGPU: its message stands.
+            if e.setting.is_some() {
+                throw(e)
+            } else {
+                throw(PageError::new(e.kind, format!("no WebGPU: {}", e.message)))
+            }
         })?;
         let ctx = Arc::new(ctx);
         let state = State {

@@ -45,6 +45,10 @@ pub enum ErrorKind {
 pub struct PageError {
     pub kind: ErrorKind,
     pub message: String,
+    /// With `not_yet`: the setting this GPU can't run (`gemm`), where a setting is the cause
+    /// and not the browser or the model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub setting: Option<&'static str>,
     /// The numbers the message quotes, by name (see `www/API.md` for the names).
     #[serde(flatten)]
     pub numbers: BTreeMap<&'static str, f64>,
@@ -55,6 +59,7 @@ impl PageError {
         PageError {
             kind,
             message: message.into(),
+            setting: None,
             numbers: BTreeMap::new(),
         }
     }
@@ -130,11 +135,18 @@ impl From<TokenizerError> for PageError {
 
 impl From<GpuError> for PageError {
     fn from(e: GpuError) -> PageError {
+        if let GpuError::Unsupported { setting, .. } = e {
+            return PageError {
+                setting: Some(setting),
+                ..PageError::new(ErrorKind::NotYet, message(&e))
+            };
+        }
         let kind = match e {
             // No adapter or no device: WebGPU is there in name only.
             GpuError::NoAdapter(_)
             | GpuError::AdapterNameNotFound(..)
             | GpuError::RequestDevice(_) => ErrorKind::NotYet,
+            GpuError::Unsupported { .. } => ErrorKind::NotYet,
             GpuError::Lost(_) => ErrorKind::GpuLost,
             GpuError::OutOfMemory(_) => ErrorKind::OutOfMemory,
             GpuError::Readback(_) | GpuError::Dispatch { .. } | GpuError::Validation(_) => {
@@ -299,6 +311,22 @@ mod tests {
         let e = PageError::new(ErrorKind::Internal, "readback failed").or_lost(Some("gone".into()));
         assert_eq!(e.kind, ErrorKind::GpuLost);
         assert!(e.message.contains("gone"));
+    }
+
+    #[test]
+    fn a_setting_the_gpu_cant_run_is_named() {
+        let e: PageError = GpuError::Unsupported {
+            setting: "gemm",
+            why: "not yet: gemm=4x8h … needs shader-f16".into(),
+        }
+        .into();
+        let json = serde_json::to_value(&e).unwrap();
+        assert_eq!(json["kind"], "not_yet");
+        assert_eq!(json["setting"], "gemm");
+        assert_eq!(json["message"], "not yet: gemm=4x8h … needs shader-f16");
+        let no_device: PageError = GpuError::RequestDevice("lost".into()).into();
+        let json = serde_json::to_value(&no_device).unwrap();
+        assert!(json.get("setting").is_none(), "{json}");
     }
 
     #[test]

@@ -28,6 +28,26 @@ describe('not yet', { timeout: 10 * 60_000 }, () => {
       assert.deepEqual(cached.filter((u) => u.includes('mamba')), [], 'nothing of a refused model is cached');
     }));
 
+  // The f16 wide tiles by name on a browser without shader-f16 (CI's SwiftShader grants
+  // none): the page says which setting, and that WebGPU itself works.
+  it('gemm=4x8h without shader-f16: state error, naming the setting and the f32 tile', { timeout: 2 * 60_000 }, (t) =>
+    withBrowser(t, { server: shared.server }, async (session) => {
+      const { page } = session;
+      const f16 = await page.evaluate(async () => Boolean((await navigator.gpu?.requestAdapter())?.features.has('shader-f16')));
+      if (f16) {
+        t.skip('this browser grants shader-f16: gemm=4x8h runs');
+        return;
+      }
+      await page.goto(`${shared.server.url}/?gemm=4x8h`);
+      await waitState(page, 'error', { timeout: 60_000 });
+      assert.ok(await page.isHidden('#webgpu-missing'), 'not the "no WebGPU" panel');
+      const shown = await text(page, '#error');
+      assert.match(shown, /gemm=4x8h/, `the error names the link's setting: ${shown}`);
+      assert.match(shown, /shader-f16/, 'and what the GPU lacks');
+      assert.match(shown, /gemm=4x8 runs them in f32/, 'and what runs instead');
+      assert.match(await text(page, '#status-text'), /gemm=/, 'the status line names the setting');
+    }));
+
   it('WebGPU hidden from the page (navigator.gpu deleted): state no-webgpu and the explanation', { timeout: 2 * 60_000 }, (t) =>
     withBrowser(t, { server: shared.server, initScript: () => delete Navigator.prototype.gpu }, async (session) => {
       const { page } = session;
