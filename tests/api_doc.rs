@@ -420,6 +420,10 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
                 .with("tensors", 1)
                 .with("largest_tensor_bytes", 1),
         ),
+        json(&PageError::from(coco::gpu::GpuError::Unsupported {
+            setting: "gemm",
+            why: "not yet: gemm=4x8h needs shader-f16".into(),
+        })),
     ];
     vec![
         ("Adapter", vec![json(&adapter)]),
