@@ -43,6 +43,8 @@ def browser_flags(a, dawn=True):
     if a.dawn_features and dawn:
         flags.append(f"--enable-dawn-features={a.dawn_features}")
     return flags
+
+
 PROMPT = "The capital of France is"
 # About 128 Gemma tokens of plain prose: wllama's prompt (it reports the exact count).
 LONG_PROMPT = (

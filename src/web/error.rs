@@ -135,25 +135,27 @@ impl From<TokenizerError> for PageError {
 
 impl From<GpuError> for PageError {
     fn from(e: GpuError) -> PageError {
-        if let GpuError::Unsupported { setting, .. } = e {
-            return PageError {
-                setting: Some(setting),
-                ..PageError::new(ErrorKind::NotYet, message(&e))
-            };
-        }
+        let mut setting = None;
         let kind = match e {
             // No adapter or no device: WebGPU is there in name only.
             GpuError::NoAdapter(_)
             | GpuError::AdapterNameNotFound(..)
             | GpuError::RequestDevice(_) => ErrorKind::NotYet,
-            GpuError::Unsupported { .. } => ErrorKind::NotYet,
+            // WebGPU works, but not with this setting.
+            GpuError::Unsupported { setting: name, .. } => {
+                setting = Some(name);
+                ErrorKind::NotYet
+            }
             GpuError::Lost(_) => ErrorKind::GpuLost,
             GpuError::OutOfMemory(_) => ErrorKind::OutOfMemory,
             GpuError::Readback(_) | GpuError::Dispatch { .. } | GpuError::Validation(_) => {
                 ErrorKind::Internal
             }
         };
-        PageError::new(kind, message(&e))
+        PageError {
+            setting,
+            ..PageError::new(kind, message(&e))
+        }
     }
 }
 

@@ -388,10 +388,10 @@ pub fn coop64_split_pass() -> bool {
 /// Llama-1B Q4_0 shape 11,644 → 15,549 tok/s, the 8B 1,819 → 2,428. Its sums in f16 about
 /// double the tensor-core tiles' error against HF's logits (tests/model.rs).
 ///
-/// The page too, where the browser grants shader-f16: Chromium on an H100 (Dawn's
-/// `vulkan_enable_f16_on_nvidia`) ran Gemma-3-270M's GLU 1.51× and Q/K/V 1.32× faster on them
-/// than on the f32 tiles (BENCHMARKS.md "session 46"). There no variable reaches it; a link's
-/// `gemm=…` names a tile instead.
+/// The page too, where the browser grants shader-f16: in Chromium on an H100 (Dawn's
+/// `vulkan_enable_f16_on_nvidia`) Gemma-3-270M's GLU ran 1.46× faster on them than on the f32
+/// tiles, its pp512 step 4% (BENCHMARKS.md "session 46"). There no variable reaches it; a
+/// link's `gemm=…` names a tile instead.
 pub fn wide_f16() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| switch_on_unless_zero("COCO_WIDE_F16"))
