@@ -279,6 +279,10 @@ pub struct MatmulKey {
     /// The device's portable wide tiles run in f16 ([`DeviceKernels::wide_f16`]): what
     /// [`MatmulKey::sized`] makes of the wide tile it picks.
     pub wide_f16: bool,
+    /// Tokens per workgroup of the chunk matvec (`MV_TOKENS`; [`chunk_tokens`]), set by
+    /// [`MatmulKey::sized`]: 1 for every other kernel, and for the chunk matvec's epilogues
+    /// that wait for other workgroups (post-norm, per-head Q/K norm) and its split K.
+    pub tokens: u32,
 }
 
 /// Storage binding numbers of a [`MatmulKey`]'s layout: the order the host lists them in.
@@ -330,6 +334,7 @@ impl MatmulKey {
             coop8: kernels.coop_block == 8,
             tokens_first: false,
             wide_f16: kernels.wide_f16,
+            tokens: 1,
         }
     }
 
@@ -408,10 +413,20 @@ impl MatmulKey {
             _ => 1,
         };
         let weight_bytes = self.ty.bytes_for(k).map_or(0, |row| row * slots);
+        let chunk = matches!(
+            variant,
+            MatmulVariant::MatvecChunk | MatmulVariant::MatvecChunkWide(_)
+        );
+        let tokens = if chunk && splits == 1 && !self.waits_for_workgroups() {
+            chunk_tokens(t)
+        } else {
+            1
+        };
         MatmulKey {
             variant,
             splits,
             tokens_first: variant == MatmulVariant::Coop128 && coop_tokens_first(weight_bytes),
+            tokens,
             ..self
         }
     }
@@ -483,7 +498,8 @@ impl MatmulKey {
         };
         // The kernel's other workgroup arrays: partial sums and Σx² per subgroup, and the
         // Q/K-norm epilogue's sums and arrival flag.
-        let others = 64 * shape.rows_per_task * 8 + 64 * 4 + 516 * self.has_qk_norm() as u32;
+        let others =
+            (64 * shape.rows_per_task * 8 + 64 * 4) * self.tokens + 516 * self.has_qk_norm() as u32;
         if self.levels == XLevels::Read {
             // The levels are read where they lie: nothing is staged.
             return MatmulKey { stage_k: 0, ..self };
@@ -492,9 +508,9 @@ impl MatmulKey {
             self.variant,
             MatmulVariant::MatvecChunk | MatmulVariant::MatvecChunkWide(_)
         ) {
-            // Tiles of whole 32-element chunks, as many as the device's workgroup memory holds;
-            // with split K no more than a workgroup's range.
-            let fit = workgroup_bytes.saturating_sub(others) / 128 * 32;
+            // Tiles of whole 32-element chunks, as many as the device's workgroup memory holds
+            // for each of the workgroup's tokens; with split K no more than a workgroup's range.
+            let fit = workgroup_bytes.saturating_sub(others) / (128 * self.tokens) * 32;
             let range = (k / 32).div_ceil(self.splits.max(1)) * 32;
             return MatmulKey {
                 stage_k: range.min(fit.clamp(32, CHUNK_TILE_MAX_K)),
@@ -539,6 +555,11 @@ impl MatmulKey {
             String::new()
         };
         let int8 = if self.int8() { "_i8" } else { "" };
+        let int8 = if self.tokens > 1 {
+            format!("{int8}_t{}", self.tokens)
+        } else {
+            int8.to_string()
+        };
         let splits = if self.split_pass() {
             format!("_k{}p", self.splits)
         } else if self.splits > 1 {
@@ -825,6 +846,27 @@ impl MatmulKey {
                 defines.push("SPLIT_PASS");
             }
         }
+        if self.tokens != 1 {
+            let chunk = matches!(
+                self.variant,
+                MatmulVariant::MatvecChunk | MatmulVariant::MatvecChunkWide(_)
+            );
+            if !chunk
+                || self.splits > 1
+                || self.waits_for_workgroups()
+                || !self.tokens.is_power_of_two()
+                || self.tokens > 16
+            {
+                return Err(KernelError::Shape {
+                    kernel: "matmul",
+                    why: format!(
+                        "{}: several tokens per workgroup (1, 2, 4, 8 or 16) are the chunk \
+                         matvec's, without split K, post-norm or Q/K norm",
+                        self.label()
+                    ),
+                });
+            }
+        }
         match self.levels {
             XLevels::Staged => {}
             // The emitter's chunks are whole only in a workgroup of whole chunks of outputs,
@@ -866,6 +908,12 @@ impl MatmulKey {
     /// Whether this key folds the per-head Q/K norm into the Q/K/V + RoPE matvec.
     pub(super) fn has_qk_norm(&self) -> bool {
         matches!(self.fusion, Fusion::QkvRope { qk_norm: true, .. })
+    }
+
+    /// Whether this key's matvec epilogue waits for the other workgroups of its token (the
+    /// post-norm, the per-head Q/K norm): such a workgroup takes one token.
+    fn waits_for_workgroups(&self) -> bool {
+        self.fusion == Fusion::PostNorm || self.has_qk_norm()
     }
 
     /// This key with x' levels `levels`: an emitter runs unsplit (its epilogue's barrier
@@ -989,7 +1037,7 @@ impl MatmulKey {
         let consts = format!(
             "const MV_ROWS: u32 = {mv_rows}u;\nconst MV_LANES: u32 = {mv_lanes}u;\n\
              const MV_UNROLL: u32 = {mv_unroll}u;\nconst MV_RPS: u32 = {mv_rps}u;\n\
-             const MV_STAGE_VEC4: u32 = {}u;\n\
+             const MV_STAGE_VEC4: u32 = {}u;\nconst MV_TOKENS: u32 = {}u;\n\
              const TILE_N: u32 = {tile_n}u;\nconst TILE_T: u32 = {tile_t}u;\n\
              const GT_N: u32 = {}u;\nconst GT_T: u32 = {}u;\nconst G_KC: u32 = {}u;\n\
              const B_W1: u32 = 2u;\nconst B_W2: u32 = 3u;\nconst B_X: u32 = {}u;\n\
@@ -999,6 +1047,7 @@ impl MatmulKey {
              const B_SCALES: u32 = {}u;\n\
              const POST_COUNTERS: u32 = {}u;\n",
             (self.stage_k / 4).max(1),
+            self.tokens,
             wide.slots,
             wide.tokens,
             wide.chunk(),

@@ -453,6 +453,38 @@ pub fn o_levels_enabled() -> bool {
     *ON.get_or_init(|| switch_on_unless_zero("COCO_O_LEVELS"))
 }
 
+/// The most tokens one workgroup of the chunk matvec takes ([`chunk_tokens`]).
+pub const CHUNK_TOKENS_MAX: u32 = 8;
+
+/// Tokens per workgroup of the chunk matvec on a step of `t` tokens
+/// ([`MatmulKey::tokens`](super::MatmulKey::tokens)): each chunk of weights a lane loads and
+/// decodes is multiplied with this many tokens' x', so the step reads W t / tokens times
+/// instead of t times. The step's tokens rounded up to a power of two, at most
+/// [`CHUNK_TOKENS_MAX`] or the A/B switch `COCO_MATVEC_TOKENS` (1: a token per workgroup,
+/// the matvec until session 47).
+pub fn chunk_tokens(t: u32) -> u32 {
+    let max = chunk_tokens_override().unwrap_or(CHUNK_TOKENS_MAX);
+    t.max(1).next_power_of_two().min(max)
+}
+
+/// `COCO_MATVEC_TOKENS=<n>` (1, 2, 4, 8 or 16), read once per process: the most tokens a
+/// chunk matvec workgroup takes. An invalid value is ignored with a warning.
+pub fn chunk_tokens_override() -> Option<u32> {
+    static TOKENS: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    *TOKENS.get_or_init(|| {
+        let v = std::env::var("COCO_MATVEC_TOKENS").ok()?;
+        let parsed = v
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|n| n.is_power_of_two() && *n <= 16);
+        if parsed.is_none() {
+            log::warn!("COCO_MATVEC_TOKENS={v:?} ignored: expected 1, 2, 4, 8 or 16");
+        }
+        parsed
+    })
+}
+
 /// The A/B switch `COCO_CHUNK_SPLITS=<n>` (1 ..= 64; 1 is unsplit), read once per process:
 /// every chunk matvec then splits K n ways where the scratch holds it, instead of by
 /// [`AUTO_SPLIT`]'s rule. An invalid value is ignored with a warning.
@@ -605,6 +637,9 @@ pub struct KernelSettings {
     pub matvec_shape: String,
     /// The longest step the matvec runs (null: every step, a CPU adapter's prefill too).
     pub matvec_max_t: Option<u32>,
+    /// The most tokens a chunk matvec workgroup multiplies each decoded weight with
+    /// ([`chunk_tokens`]: [`CHUNK_TOKENS_MAX`], or `COCO_MATVEC_TOKENS`).
+    pub matvec_tokens: u32,
     /// The prefill tiles: `tiled64x64`, or `coop128x128` (tensor cores; `coop64x64` with
     /// `COCO_GEMM=tiled`).
     pub tiles: String,
@@ -694,6 +729,7 @@ impl KernelSettings {
             matvec: kernels.matvec.label(),
             matvec_shape: matvec_shape().to_string(),
             matvec_max_t: matvec_max_t(kernels),
+            matvec_tokens: chunk_tokens(u32::MAX),
             tiles: kernels.tiled.label(),
             gemm: ctx.gemm.name(),
             wide_f16: kernels.wide_f16,

@@ -91,6 +91,7 @@ fn levels_variants_compile_to_spirv() {
         coop8: false,
         tokens_first: false,
         wide_f16: false,
+        tokens: 1,
     };
     for ty in GgmlType::SUPPORTED
         .into_iter()
@@ -148,6 +149,100 @@ fn levels_variants_compile_to_spirv() {
         ] {
             assert!(refused.defines().is_err(), "{}", refused.label());
         }
+    }
+}
+
+/// The chunk matvec with several tokens per workgroup (`MV_TOKENS`): every type (int8 levels
+/// and f32), every fusion it takes them in, staged, reading and emitting levels, compiles;
+/// the epilogues that wait for other workgroups and split K refuse them; the step's tokens
+/// pick them ([`chunk_tokens`]).
+#[test]
+fn chunk_matvec_takes_several_tokens() {
+    let key = |ty, fusion, norm, levels, tokens, splits| MatmulKey {
+        fusion,
+        norm,
+        levels,
+        tokens,
+        splits,
+        ..MatmulKey::choose(
+            DeviceKernels::with_matvec(MatmulVariant::MatvecChunk),
+            ty,
+            1,
+            false,
+            Some(MatmulVariant::MatvecChunk),
+        )
+    };
+    let glu = Fusion::Glu(Activation::Silu);
+    let rope = Fusion::QkvRope {
+        layout: RopeLayout::Neox,
+        qk_norm: false,
+    };
+    for ty in GgmlType::SUPPORTED {
+        for tokens in [2, 8, 16] {
+            let mut keys = vec![
+                key(ty, Fusion::None, false, XLevels::Staged, tokens, 1),
+                key(ty, glu, true, XLevels::Staged, tokens, 1),
+                key(ty, rope, true, XLevels::Staged, tokens, 1),
+                key(ty, Fusion::Qkv, true, XLevels::Staged, tokens, 1),
+            ];
+            if has_int8_dot(ty) {
+                keys.push(MatmulKey {
+                    variant: MatmulVariant::MatvecChunkWide(64),
+                    ..key(ty, glu, true, XLevels::Emit, tokens, 1)
+                });
+                keys.push(key(ty, Fusion::None, false, XLevels::Read, tokens, 1));
+            }
+            for k in keys {
+                let k = k.staged(4096, WORKGROUP_BYTES);
+                assert!(k.label().contains(&format!("_t{tokens}")), "{}", k.label());
+                compile_to_spirv(&k.label(), &k.source().unwrap());
+            }
+            for refused in [
+                key(ty, Fusion::PostNorm, false, XLevels::Staged, tokens, 1),
+                key(
+                    ty,
+                    Fusion::QkvRope {
+                        layout: RopeLayout::Normal,
+                        qk_norm: true,
+                    },
+                    true,
+                    XLevels::Staged,
+                    tokens,
+                    1,
+                ),
+                key(ty, Fusion::None, false, XLevels::Staged, tokens, 4),
+                MatmulKey {
+                    variant: MatmulVariant::MatvecSubgroup,
+                    ..key(ty, Fusion::None, false, XLevels::Staged, tokens, 1)
+                },
+            ] {
+                assert!(refused.defines().is_err(), "{}", refused.label());
+            }
+        }
+    }
+    // The step's tokens, rounded up to a power of two, up to the most a workgroup takes.
+    if chunk_tokens_override().is_none() {
+        assert_eq!(
+            [1, 2, 3, 5, 8, 24, 512].map(chunk_tokens),
+            [1, 2, 4, 8, 8, 8, 8].map(|n: u32| n.min(CHUNK_TOKENS_MAX))
+        );
+        let sized = |fusion, t| {
+            MatmulKey {
+                fusion,
+                ..MatmulKey::choose(
+                    DeviceKernels::with_matvec(MatmulVariant::MatvecChunk),
+                    GgmlType::Q4_0,
+                    t,
+                    false,
+                    Some(MatmulVariant::MatvecChunk),
+                )
+            }
+            .sized(4096, 2048, t, GemmChoice::Auto, true)
+            .tokens
+        };
+        assert_eq!(sized(Fusion::None, 1), 1);
+        assert_eq!(sized(Fusion::None, 6), 8.min(CHUNK_TOKENS_MAX));
+        assert_eq!(sized(Fusion::PostNorm, 6), 1);
     }
 }
 
@@ -216,6 +311,7 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
                     coop8,
                     tokens_first: splits == 3,
                     wide_f16: false,
+                    tokens: 1,
                 };
                 let source = key.source().unwrap();
                 assert!(source.contains("coopMultiplyAdd"), "{}", key.label());
@@ -356,6 +452,7 @@ fn layouts_number_bindings_in_host_order() {
         coop8: false,
         tokens_first: false,
         wide_f16: false,
+        tokens: 1,
     };
     // w, x, y, [norm_w], [bias]
     let l = key(Fusion::None, false, true).layout();
@@ -465,6 +562,7 @@ fn qkv_rope_compiles_for_the_matvecs_and_is_refused_for_tiles() {
                 coop8: false,
                 tokens_first: false,
                 wide_f16: false,
+                tokens: 1,
             };
             if variant.is_tiled() {
                 assert!(key.defines().is_err(), "{}", key.label());
@@ -506,6 +604,7 @@ fn every_variant_preprocesses() {
                     coop8: false,
                     tokens_first: false,
                     wide_f16: half,
+                    tokens: 1,
                 };
                 let src = key.source().unwrap();
                 assert!(
@@ -733,6 +832,7 @@ fn tile_splits_grow_short_grids_and_match_the_shader() {
         coop8: false,
         tokens_first: false,
         wide_f16: false,
+        tokens: 1,
     };
     assert!(key.label().ends_with("_k4"), "{}", key.label());
     let source = key.source().unwrap();
@@ -893,6 +993,7 @@ fn ablated_prefill_tiles_compile() {
                 coop8: false,
                 tokens_first: false,
                 wide_f16: false,
+                tokens: 1,
             };
             let parts: Vec<Vec<Ablation>> = all
                 .iter()

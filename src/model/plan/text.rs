@@ -119,6 +119,10 @@ impl Plan {
                 } else {
                     String::new()
                 }
+            ) + &format!(
+                "; a chunk-matvec workgroup takes up to {} of a step's tokens (not with the \
+                 post-norm, the Q/K norm or split K)",
+                chunk_tokens(u32::MAX)
             ) + &chunk_splits_override().map_or_else(
                 || {
                     let (min_k, max_groups, ways) = AUTO_SPLIT;
