@@ -20,14 +20,14 @@
 // `spr` subgroups per task; after each tile a task's sums are added into `dots`, so K of
 // any length runs in tiles with two barriers each.
 //
-// A workgroup takes MV_TOKENS tokens (workgroup z: tokens z·MV_TOKENS on; the host's
-// `MatmulKey::tokens`): each chunk of weights a lane loads and decodes is multiplied with
-// every one of them, so a step of T tokens reads W T / MV_TOKENS times instead of T times.
-// With one token a step of 32 spent its time re-reading W per token (the matvec at 32
-// tokens cost 7.4 decode steps, BENCHMARKS.md "session 36"), and the tensor-core tiles
-// spend theirs staging each weight through workgroup memory. Tokens past the step's
-// (the last group's) compute on the step's last token and store nothing. The epilogues
-// that wait for other workgroups (POST_NORM, QK_NORM) and SPLIT_K take one token.
+// A workgroup takes MV_TOKENS tokens, 1 or 4 (workgroup z: tokens z·MV_TOKENS on; the
+// host's `MatmulKey::tokens`): each chunk of weights a lane loads is multiplied with all of
+// them, so a step of T tokens reads W T / 4 times instead of T times. A row's sums are one
+// vec4, token j in component j, and the tokens are written out one by one with constant
+// components: a loop over tokens indexing an array of sums ran 3–6× slower than a token per
+// workgroup on the H100 (sums in local memory; BENCHMARKS.md "session 47"). Tokens past the
+// step's (the last group's) compute on the step's last token and store nothing. The
+// epilogues that wait for other workgroups (POST_NORM, QK_NORM) and SPLIT_K take one token.
 
 var<private> t0: u32; // the workgroup's first token
 
@@ -231,26 +231,35 @@ fn emit_levels(t: u32, li: u32, rg: u32, h: f32, has: bool) {
 #endif
 
 // Σ w·x' of rows `row`, row + 1, … (MV_RPS, each clamped to `last`) of weight m over the
-// staged tile's chunks first, first + stride, … < chunks (the tile starts at chunk c0), for
-// each of the workgroup's tokens: row r's for token j at r·MV_TOKENS + j.
-fn dot_chunks(m: u32, row: u32, last: u32, c0: u32, chunks: u32, first: u32, stride: u32) -> array<f32, MV_RPS * MV_TOKENS> {
+// staged tile's chunks first, first + stride, … < chunks (the tile starts at chunk c0): row
+// r's in out[r], the workgroup's token j in component j (one token: .x only).
+fn dot_chunks(m: u32, row: u32, last: u32, c0: u32, chunks: u32, first: u32, stride: u32) -> array<vec4<f32>, MV_RPS> {
     var wr: array<WRow, MV_RPS>;
-    var out: array<f32, MV_RPS * MV_TOKENS>;
+    var out: array<vec4<f32>, MV_RPS>;
     for (var r = 0u; r < MV_RPS; r++) {
         wr[r] = row_of(m, slot_row(min(row + r, last)));
-    }
-    for (var i = 0u; i < MV_RPS * MV_TOKENS; i++) {
-        out[i] = 0.0;
     }
     for (var c = first; c < chunks; c += stride) {
         var raw: array<Raw32, MV_RPS>;
         for (var r = 0u; r < MV_RPS; r++) {
             raw[r] = raw32(wr[r], c0 + c);
         }
-        for (var j = 0u; j < MV_TOKENS; j++) {
-            let xc = x_chunk(j, c);
+        var xc = x_chunk(0u, c);
+        for (var r = 0u; r < MV_RPS; r++) {
+            out[r].x += idot32(raw[r], xc);
+        }
+        if (MV_TOKENS > 1u) {
+            xc = x_chunk(1u, c);
             for (var r = 0u; r < MV_RPS; r++) {
-                out[r * MV_TOKENS + j] += idot32(raw[r], xc);
+                out[r].y += idot32(raw[r], xc);
+            }
+            xc = x_chunk(2u, c);
+            for (var r = 0u; r < MV_RPS; r++) {
+                out[r].z += idot32(raw[r], xc);
+            }
+            xc = x_chunk(3u, c);
+            for (var r = 0u; r < MV_RPS; r++) {
+                out[r].w += idot32(raw[r], xc);
             }
         }
     }
@@ -275,15 +284,14 @@ fn stage_tile(j: u32, xrow: u32, v0: u32, n4: u32, li: u32) -> f32 {
 }
 
 // Σ w·x' of rows `row`, row + 1, … (MV_RPS, each clamped to `last`) of weight m over the
-// staged tile's chunks first, first + stride, … < chunks (the tile starts at chunk c0).
-fn dot_chunks(m: u32, row: u32, last: u32, c0: u32, chunks: u32, first: u32, stride: u32) -> array<f32, MV_RPS * MV_TOKENS> {
+// staged tile's chunks first, first + stride, … < chunks (the tile starts at chunk c0): row
+// r's in out[r], the workgroup's token j in component j (one token: .x only).
+fn dot_chunks(m: u32, row: u32, last: u32, c0: u32, chunks: u32, first: u32, stride: u32) -> array<vec4<f32>, MV_RPS> {
     var wr: array<WRow, MV_RPS>;
-    var acc: array<vec4<f32>, MV_RPS * MV_TOKENS>;
+    var acc: array<vec4<f32>, MV_RPS>; // one token: partial sums of row r
+    var out: array<vec4<f32>, MV_RPS>; // four tokens: row r's, token j in component j
     for (var r = 0u; r < MV_RPS; r++) {
         wr[r] = row_of(m, slot_row(min(row + r, last)));
-    }
-    for (var i = 0u; i < MV_RPS * MV_TOKENS; i++) {
-        acc[i] = vec4<f32>(0.0);
     }
     for (var c = first; c < chunks; c += stride) {
         var raw: array<Raw32, MV_RPS>;
@@ -291,30 +299,38 @@ fn dot_chunks(m: u32, row: u32, last: u32, c0: u32, chunks: u32, first: u32, str
             raw[r] = raw32(wr[r], c0 + c);
         }
         for (var q = 0u; q < 4u; q++) {
-            var wq: array<array<vec4<f32>, 2>, MV_RPS>;
+            let v = 8u * c + 2u * q;
             for (var r = 0u; r < MV_RPS; r++) {
-                wq[r] = decode8(raw[r], q);
-            }
-            for (var j = 0u; j < MV_TOKENS; j++) {
-                let xa = xs[j * MV_STAGE_VEC4 + swz(8u * c + 2u * q)];
-                let xb = xs[j * MV_STAGE_VEC4 + swz(8u * c + 2u * q + 1u)];
-                for (var r = 0u; r < MV_RPS; r++) {
-                    let i = r * MV_TOKENS + j;
-                    acc[i] = fma(wq[r][0], xa, fma(wq[r][1], xb, acc[i]));
+                let w = decode8(raw[r], q);
+                if (MV_TOKENS == 1u) {
+                    acc[r] = fma(w[0], xs[swz(v)], fma(w[1], xs[swz(v + 1u)], acc[r]));
+                } else {
+                    out[r] += vec4<f32>(
+                        token_dot(w, 0u, v),
+                        token_dot(w, 1u, v),
+                        token_dot(w, 2u, v),
+                        token_dot(w, 3u, v),
+                    );
                 }
             }
         }
     }
-    var out: array<f32, MV_RPS * MV_TOKENS>;
-    for (var i = 0u; i < MV_RPS * MV_TOKENS; i++) {
-        out[i] = (acc[i].x + acc[i].y) + (acc[i].z + acc[i].w);
+    if (MV_TOKENS == 1u) {
+        for (var r = 0u; r < MV_RPS; r++) {
+            out[r].x = (acc[r].x + acc[r].y) + (acc[r].z + acc[r].w);
+        }
     }
     return out;
+}
+
+// Σ of 8 decoded weights times token j's staged x', from vec4 v of its tile.
+fn token_dot(w: array<vec4<f32>, 2>, j: u32, v: u32) -> f32 {
+    return dot(w[0], xs[j * MV_STAGE_VEC4 + swz(v)]) + dot(w[1], xs[j * MV_STAGE_VEC4 + swz(v + 1u)]);
 }
 #endif
 
 // dot_chunks for rows mr.y, … of weight mr.x; each branch sets `wsel` to a constant.
-fn dot_chunks_w(mr: vec2<u32>, last: u32, c0: u32, chunks: u32, first: u32, stride: u32) -> array<f32, MV_RPS * MV_TOKENS> {
+fn dot_chunks_w(mr: vec2<u32>, last: u32, c0: u32, chunks: u32, first: u32, stride: u32) -> array<vec4<f32>, MV_RPS> {
 #ifdef QKV
     if (mr.x == 2u) {
         wsel = 2u;
@@ -333,22 +349,15 @@ fn dot_chunks_w(mr: vec2<u32>, last: u32, c0: u32, chunks: u32, first: u32, stri
 
 // The sums of task slots f, f + 1, … over the tile; a QKV task straddling two weights takes
 // one row at a time (as dot_task in MATVEC_SG).
-fn dot_chunk_task(f: u32, c0: u32, chunks: u32, first: u32, stride: u32) -> array<f32, MV_RPS * MV_TOKENS> {
+fn dot_chunk_task(f: u32, c0: u32, chunks: u32, first: u32, stride: u32) -> array<vec4<f32>, MV_RPS> {
     let mr = locate(f, MV_ROWS);
 #ifdef QKV
     if (locate(f + MV_RPS - 1u, MV_ROWS).x != mr.x) {
-        var out: array<f32, MV_RPS * MV_TOKENS>;
-        for (var i = 0u; i < MV_RPS * MV_TOKENS; i++) {
-            out[i] = 0.0;
-        }
+        var out: array<vec4<f32>, MV_RPS>;
         for (var r = 0u; r < MV_RPS; r++) {
             let mr_r = locate(f + r, MV_ROWS);
             if (live(mr_r)) {
-                // Row r alone: its sums are the first MV_TOKENS.
-                let one = dot_chunks_w(mr_r, mr_r.y, c0, chunks, first, stride);
-                for (var j = 0u; j < MV_TOKENS; j++) {
-                    out[r * MV_TOKENS + j] = one[j];
-                }
+                out[r] = dot_chunks_w(mr_r, mr_r.y, c0, chunks, first, stride)[0];
             }
         }
         return out;
@@ -393,7 +402,7 @@ fn main(
     let spr = max(1u, nsg / tasks); // subgroups per task
     let part = sg % spr;
     let task_step = max(1u, nsg / spr); // tasks are dealt to subgroups round-robin
-    var ss: array<f32, MV_TOKENS>; // this invocation's Σx² per token (NORM)
+    var ss = vec4<f32>(0.0); // this invocation's Σx², token j in component j (NORM)
 #ifdef LEVELS_IN
     // One tile: the workgroup's whole range of K, read from the producer's levels.
     let tile_vec4 = kv1 - kv0;
@@ -413,20 +422,24 @@ fn main(
 #endif
         for (var k = sg / spr; k < tasks; k += task_step) {
             let f = rg * MV_ROWS + k * MV_RPS;
-            var acc: array<f32, MV_RPS * MV_TOKENS>;
-            for (var i = 0u; i < MV_RPS * MV_TOKENS; i++) {
-                acc[i] = 0.0;
-            }
+            var acc: array<vec4<f32>, MV_RPS>;
             if (live(locate(f, MV_ROWS))) {
                 acc = dot_chunk_task(f, v0 / 8u, n4 / 8u, part * sg_size + lane, spr * sg_size);
             }
-            for (var i = 0u; i < MV_RPS * MV_TOKENS; i++) {
-                let sum = subgroupAdd(acc[i]);
-                if (lane == 0u) {
-                    // acc[r·MV_TOKENS + j]: row r for token j
-                    let r = i / MV_TOKENS;
-                    let j = i % MV_TOKENS;
-                    dots[j * DOTS_PER_TOKEN + (k * MV_RPS + r) * spr + part] += sum;
+            for (var r = 0u; r < MV_RPS; r++) {
+                let at = (k * MV_RPS + r) * spr + part;
+                if (MV_TOKENS == 1u) {
+                    let sum = subgroupAdd(acc[r].x);
+                    if (lane == 0u) {
+                        dots[at] += sum;
+                    }
+                } else {
+                    let sum = subgroupAdd(acc[r]);
+                    if (lane == 0u) {
+                        for (var j = 0u; j < MV_TOKENS; j++) {
+                            dots[j * DOTS_PER_TOKEN + at] += sum[j];
+                        }
+                    }
                 }
             }
         }
@@ -440,8 +453,8 @@ fn main(
     }
 #endif
     workgroupBarrier();
-    // Σx² per token (NORM; else unused).
-    var x2: array<f32, MV_TOKENS>;
+    // Σx² per token, token j in component j (NORM; else unused).
+    var x2 = vec4<f32>(0.0);
 #ifdef NORM
     for (var j = 0u; j < MV_TOKENS; j++) {
         for (var i = 0u; i < nsg; i++) {

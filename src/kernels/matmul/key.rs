@@ -851,17 +851,12 @@ impl MatmulKey {
                 self.variant,
                 MatmulVariant::MatvecChunk | MatmulVariant::MatvecChunkWide(_)
             );
-            if !chunk
-                || self.splits > 1
-                || self.waits_for_workgroups()
-                || !self.tokens.is_power_of_two()
-                || self.tokens > 16
-            {
+            if !chunk || self.splits > 1 || self.waits_for_workgroups() || self.tokens != 4 {
                 return Err(KernelError::Shape {
                     kernel: "matmul",
                     why: format!(
-                        "{}: several tokens per workgroup (1, 2, 4, 8 or 16) are the chunk \
-                         matvec's, without split K, post-norm or Q/K norm",
+                        "{}: several tokens per workgroup (4) are the chunk matvec's, without \
+                         split K, post-norm or Q/K norm",
                         self.label()
                     ),
                 });

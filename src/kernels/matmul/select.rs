@@ -453,33 +453,32 @@ pub fn o_levels_enabled() -> bool {
     *ON.get_or_init(|| switch_on_unless_zero("COCO_O_LEVELS"))
 }
 
-/// The most tokens one workgroup of the chunk matvec takes ([`chunk_tokens`]).
-pub const CHUNK_TOKENS_MAX: u32 = 8;
+/// Tokens per workgroup of the chunk matvec in steps of more than one token
+/// ([`chunk_tokens`]; the shader's sums are one vec4 per row).
+pub const CHUNK_TOKENS: u32 = 4;
 
 /// Tokens per workgroup of the chunk matvec on a step of `t` tokens
-/// ([`MatmulKey::tokens`](super::MatmulKey::tokens)): each chunk of weights a lane loads and
-/// decodes is multiplied with this many tokens' x', so the step reads W t / tokens times
-/// instead of t times. The step's tokens rounded up to a power of two, at most
-/// [`CHUNK_TOKENS_MAX`] or the A/B switch `COCO_MATVEC_TOKENS` (1: a token per workgroup,
-/// the matvec until session 47).
+/// ([`MatmulKey::tokens`](super::MatmulKey::tokens)): each chunk of weights a lane loads is
+/// multiplied with this many tokens' x', so the step reads W t / 4 times instead of t times.
+/// [`CHUNK_TOKENS`] where `t` > 1, unless the A/B switch `COCO_MATVEC_TOKENS=1` (a token per
+/// workgroup, the matvec until session 47) keeps 1.
 pub fn chunk_tokens(t: u32) -> u32 {
-    let max = chunk_tokens_override().unwrap_or(CHUNK_TOKENS_MAX);
-    t.max(1).next_power_of_two().min(max)
+    if t > 1 {
+        chunk_tokens_override().unwrap_or(CHUNK_TOKENS)
+    } else {
+        1
+    }
 }
 
-/// `COCO_MATVEC_TOKENS=<n>` (1, 2, 4, 8 or 16), read once per process: the most tokens a
-/// chunk matvec workgroup takes. An invalid value is ignored with a warning.
+/// `COCO_MATVEC_TOKENS=<n>` (1 or 4), read once per process: the tokens a chunk matvec
+/// workgroup takes in steps of several. An invalid value is ignored with a warning.
 pub fn chunk_tokens_override() -> Option<u32> {
     static TOKENS: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
     *TOKENS.get_or_init(|| {
         let v = std::env::var("COCO_MATVEC_TOKENS").ok()?;
-        let parsed = v
-            .trim()
-            .parse::<u32>()
-            .ok()
-            .filter(|n| n.is_power_of_two() && *n <= 16);
+        let parsed = v.trim().parse::<u32>().ok().filter(|n| [1, 4].contains(n));
         if parsed.is_none() {
-            log::warn!("COCO_MATVEC_TOKENS={v:?} ignored: expected 1, 2, 4, 8 or 16");
+            log::warn!("COCO_MATVEC_TOKENS={v:?} ignored: expected 1 or 4");
         }
         parsed
     })
@@ -637,8 +636,8 @@ pub struct KernelSettings {
     pub matvec_shape: String,
     /// The longest step the matvec runs (null: every step, a CPU adapter's prefill too).
     pub matvec_max_t: Option<u32>,
-    /// The most tokens a chunk matvec workgroup multiplies each decoded weight with
-    /// ([`chunk_tokens`]: [`CHUNK_TOKENS_MAX`], or `COCO_MATVEC_TOKENS`).
+    /// The tokens a chunk matvec workgroup multiplies each loaded weight with in steps of
+    /// several ([`chunk_tokens`]: [`CHUNK_TOKENS`], or `COCO_MATVEC_TOKENS`).
     pub matvec_tokens: u32,
     /// The prefill tiles: `tiled64x64`, or `coop128x128` (tensor cores; `coop64x64` with
     /// `COCO_GEMM=tiled`).

@@ -120,7 +120,7 @@ impl Plan {
                     String::new()
                 }
             ) + &format!(
-                "; a chunk-matvec workgroup takes up to {} of a step's tokens (not with the \
+                "; a chunk-matvec workgroup takes {} of a step's tokens (not with the \
                  post-norm, the Q/K norm or split K)",
                 chunk_tokens(u32::MAX)
             ) + &chunk_splits_override().map_or_else(
