@@ -454,14 +454,16 @@ pub fn o_levels_enabled() -> bool {
 }
 
 /// Tokens per workgroup of the chunk matvec in steps of more than one token
-/// ([`chunk_tokens`]; the shader's sums are one vec4 per row).
-pub const CHUNK_TOKENS: u32 = 4;
+/// ([`chunk_tokens`]), by default: 1 until the 4-token form (`COCO_MATVEC_TOKENS=4`; the
+/// shader's sums are one vec4 per row) is timed on a GPU. Its first form, 8 or 16 tokens'
+/// sums in an array, ran 3–6× slower than a token per workgroup on the H100 (BENCHMARKS.md
+/// "session 47").
+pub const CHUNK_TOKENS: u32 = 1;
 
 /// Tokens per workgroup of the chunk matvec on a step of `t` tokens
-/// ([`MatmulKey::tokens`](super::MatmulKey::tokens)): each chunk of weights a lane loads is
-/// multiplied with this many tokens' x', so the step reads W t / 4 times instead of t times.
-/// [`CHUNK_TOKENS`] where `t` > 1, unless the A/B switch `COCO_MATVEC_TOKENS=1` (a token per
-/// workgroup, the matvec until session 47) keeps 1.
+/// ([`MatmulKey::tokens`](super::MatmulKey::tokens)): with 4 each chunk of weights a lane
+/// loads is multiplied with 4 tokens' x', so the step reads W t / 4 times instead of t times.
+/// [`CHUNK_TOKENS`] where `t` > 1, unless the A/B switch `COCO_MATVEC_TOKENS` (1 or 4) sets it.
 pub fn chunk_tokens(t: u32) -> u32 {
     if t > 1 {
         chunk_tokens_override().unwrap_or(CHUNK_TOKENS)

@@ -220,11 +220,15 @@ fn chunk_matvec_takes_several_tokens() {
             }
         }
     }
-    // Four tokens a workgroup wherever a step has several; no other number compiles.
+    // CHUNK_TOKENS a workgroup wherever a step has several; no number but 1 and 4 compiles.
     let two = key(GgmlType::Q4_0, Fusion::None, false, XLevels::Staged, 2, 1);
     assert!(two.defines().is_err(), "{}", two.label());
     if chunk_tokens_override().is_none() {
-        assert_eq!([1, 2, 3, 5, 24, 512].map(chunk_tokens), [1, 4, 4, 4, 4, 4]);
+        let several = CHUNK_TOKENS;
+        assert_eq!(
+            [1, 2, 3, 5, 24, 512].map(chunk_tokens),
+            [1, several, several, several, several, several]
+        );
         let sized = |fusion, t| {
             MatmulKey {
                 fusion,
@@ -240,7 +244,7 @@ fn chunk_matvec_takes_several_tokens() {
             .tokens
         };
         assert_eq!(sized(Fusion::None, 1), 1);
-        assert_eq!(sized(Fusion::None, 6), 4);
+        assert_eq!(sized(Fusion::None, 6), CHUNK_TOKENS);
         assert_eq!(sized(Fusion::PostNorm, 6), 1);
     }
 }
