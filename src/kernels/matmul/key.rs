@@ -115,6 +115,11 @@ impl MatmulVariant {
         )
     }
 
+    /// Whether this shape is the chunk matvec (a lane per 32-element chunk), either width.
+    pub(crate) fn is_chunk(self) -> bool {
+        matches!(self, Self::MatvecChunk | Self::MatvecChunkWide(_))
+    }
+
     /// Whether this shape multiplies on cooperative matrices (tensor cores).
     pub(crate) fn is_coop(self) -> bool {
         matches!(self, Self::TiledCoop | Self::Coop128 | Self::CoopStream(_))
@@ -413,11 +418,7 @@ impl MatmulKey {
             _ => 1,
         };
         let weight_bytes = self.ty.bytes_for(k).map_or(0, |row| row * slots);
-        let chunk = matches!(
-            variant,
-            MatmulVariant::MatvecChunk | MatmulVariant::MatvecChunkWide(_)
-        );
-        let tokens = if chunk && splits == 1 && !self.waits_for_workgroups() {
+        let tokens = if variant.is_chunk() && splits == 1 && !self.waits_for_workgroups() {
             chunk_tokens(t)
         } else {
             1
@@ -504,10 +505,7 @@ impl MatmulKey {
             // The levels are read where they lie: nothing is staged.
             return MatmulKey { stage_k: 0, ..self };
         }
-        if matches!(
-            self.variant,
-            MatmulVariant::MatvecChunk | MatmulVariant::MatvecChunkWide(_)
-        ) {
+        if self.variant.is_chunk() {
             // Tiles of whole 32-element chunks, as many as the device's workgroup memory holds
             // for each of the workgroup's tokens; with split K no more than a workgroup's range.
             let fit = workgroup_bytes.saturating_sub(others) / (128 * self.tokens) * 32;
@@ -847,11 +845,11 @@ impl MatmulKey {
             }
         }
         if self.tokens != 1 {
-            let chunk = matches!(
-                self.variant,
-                MatmulVariant::MatvecChunk | MatmulVariant::MatvecChunkWide(_)
-            );
-            if !chunk || self.splits > 1 || self.waits_for_workgroups() || self.tokens != 4 {
+            if !self.variant.is_chunk()
+                || self.splits > 1
+                || self.waits_for_workgroups()
+                || self.tokens != 4
+            {
                 return Err(KernelError::Shape {
                     kernel: "matmul",
                     why: format!(
@@ -894,10 +892,7 @@ impl MatmulKey {
     /// Whether this is the chunk matvec staging x' as int8 levels: its weight type has an
     /// int8 dot product and [`MatvecShape::int8`] is on.
     pub fn int8(&self) -> bool {
-        matches!(
-            self.variant,
-            MatmulVariant::MatvecChunk | MatmulVariant::MatvecChunkWide(_)
-        ) && self.int8_candidate()
+        self.variant.is_chunk() && self.int8_candidate()
     }
 
     /// Whether this key folds the per-head Q/K norm into the Q/K/V + RoPE matvec.
