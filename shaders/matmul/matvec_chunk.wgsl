@@ -29,7 +29,10 @@
 // step's (the last group's) compute on the step's last token and store nothing. The
 // epilogues that wait for other workgroups (POST_NORM, QK_NORM) and SPLIT_K take one token.
 
-var<private> t0: u32; // the workgroup's first token
+// The workgroup's first token, for the loads deep in the K loop. Control flow reads main's
+// own copy: WGSL's uniformity analysis takes a private variable as non-uniform, and the
+// epilogues' barriers sit behind the per-token loop's exit.
+var<private> t0: u32;
 
 // The token whose x' the workgroup's j-th multiplies (the step's last past its end).
 fn token_of(j: u32) -> u32 {
@@ -380,7 +383,8 @@ fn main(
     if (g >= p.groups) {
         return;
     }
-    t0 = wid.z * MV_TOKENS;
+    let first_token = wid.z * MV_TOKENS;
+    t0 = first_token;
     let k4 = p.k / 4u;
     // The row group, and the vec4s of x' this workgroup reads: whole chunks of K, all of it
     // unless split.
@@ -468,7 +472,7 @@ fn main(
         // Record this range's sums; the workgroup that arrives last for (t, rg) reads every
         // range's back, in split order, as its own (dots, x2). Its storageBarrier is
         // device-scoped in naga's SPIR-V, ordering the records before the counter increment.
-        let record = split_record(t0, rg, split);
+        let record = split_record(first_token, rg, split);
         if (li < MV_ROWS) {
             atomicStore(&split_sums[record + li], bitcast<u32>(chunk_dot(0u, li, spr)));
         }
@@ -476,7 +480,7 @@ fn main(
             atomicStore(&split_sums[record + MV_ROWS], bitcast<u32>(x2[0]));
         }
         storageBarrier();
-        let counter = t0 * (p.groups / p.splits) + rg;
+        let counter = first_token * (p.groups / p.splits) + rg;
         if (li == 0u) {
             split_arrived = atomicAdd(&split_sums[counter], 1u);
         }
@@ -490,7 +494,7 @@ fn main(
         if (li <= MV_ROWS) {
             var total = 0.0;
             for (var sp = 0u; sp < p.splits; sp++) {
-                total += bitcast<f32>(atomicLoad(&split_sums[split_record(t0, rg, sp) + li]));
+                total += bitcast<f32>(atomicLoad(&split_sums[split_record(first_token, rg, sp) + li]));
             }
             if (li < MV_ROWS) {
                 dots[li * spr] = total;
@@ -508,7 +512,7 @@ fn main(
     let mr = locate(rg * MV_ROWS + li, MV_ROWS);
     // The epilogue per token (a uniform loop: the epilogues' barriers are reached by all).
     for (var j = 0u; j < MV_TOKENS; j++) {
-        let t = t0 + j;
+        let t = first_token + j;
         if (t >= p.t) {
             break;
         }
