@@ -239,6 +239,11 @@ if [ "$e2e" = 1 ]; then
     CARGO_TARGET_DIR=target/web coco_build_page
   fi
 
+  # The subgroup kernels' WGSL as the page hands it to the browser (tests/e2e/subgroup_wgsl:
+  # Tint's uniformity analysis, which naga lacks); cargo test built the example under a hash.
+  cargo build --release --example subgroup_wgsl >target/ci-logs/subgroup-wgsl-build.log 2>&1 \
+    || { tail -20 target/ci-logs/subgroup-wgsl-build.log >&2; exit 1; }
+
   say "browser tests (tests/e2e: Playwright + Chromium + SwiftShader WebGPU)"
   # Chromium grants Cache API storage only beyond a reserve it keeps free on the profile's
   # disk, so on a nearly full disk every cache test fails with QuotaExceededError: say how

@@ -977,6 +977,18 @@ impl MatmulKey {
 
     /// [`MatmulKey::source`] with `defines` in place of the key's own.
     pub(super) fn source_for(&self, defines: Vec<&'static str>) -> Result<String, KernelError> {
+        self.source_in(defines, cfg!(target_arch = "wasm32"))
+    }
+
+    /// The WGSL the page hands the browser's compiler for this key (its `enable subgroups;`
+    /// included), built natively: for checking the subgroup kernels in a browser whose
+    /// adapter the page would not run them on (tests/e2e/subgroup_wgsl.test.mjs).
+    pub fn browser_source(&self) -> Result<String, KernelError> {
+        self.source_in(self.defines()?, true)
+    }
+
+    /// The source with `defines`, its directives as the browser (`browser`) or naga needs them.
+    fn source_in(&self, defines: Vec<&'static str>, browser: bool) -> Result<String, KernelError> {
         let l = self.layout();
         let (mv_rows, mv_lanes) = match self.variant {
             v if v.is_tiled() => (MV_ROWS, MV_LANES),
@@ -993,7 +1005,7 @@ impl MatmulKey {
             MatmulVariant::MatvecSubgroup
             | MatmulVariant::MatvecChunk
             | MatmulVariant::MatvecChunkWide(_)
-                if cfg!(target_arch = "wasm32") =>
+                if browser =>
             {
                 "enable subgroups;\n"
             }
