@@ -1,6 +1,7 @@
 //! Writes the WGSL of the page's subgroup matvecs, as the browser's compiler gets it, into a
-//! folder: every fusion and x'-levels form of the chunk matvec (one token per workgroup and
-//! four) and the lane-per-8 matvec, for one type of each dequantizer family.
+//! folder: `subgroup_matvec_forms` (every fusion and x'-levels form of the chunk matvec, one
+//! token per workgroup and four, and the lane-per-8 matvec) for one type of each dequantizer
+//! family.
 //! tests/e2e/subgroup_wgsl.test.mjs compiles them in Chromium: CI's SwiftShader adapter offers
 //! subgroups, but the page runs no subgroup kernel on a software adapter, so nothing else
 //! puts them through Tint (whose uniformity analysis naga does not have).
@@ -8,11 +9,7 @@
 //! cargo run --release --example subgroup_wgsl -- <folder>
 
 use coco::gguf::GgmlType;
-use coco::kernels::elementwise::Activation;
-use coco::kernels::matmul::{
-    has_int8_dot, DeviceKernels, Fusion, MatmulKey, MatmulVariant, XLevels,
-};
-use coco::kernels::rope::RopeLayout;
+use coco::kernels::matmul::subgroup_matvec_forms;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = std::path::PathBuf::from(
@@ -21,11 +18,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .ok_or("usage: subgroup_wgsl <folder>")?,
     );
     std::fs::create_dir_all(&dir)?;
-    let glu = Fusion::Glu(Activation::Silu);
-    let rope = |qk_norm| Fusion::QkvRope {
-        layout: RopeLayout::Neox,
-        qk_norm,
-    };
     let mut written = 0;
     for ty in [
         GgmlType::F16,
@@ -35,56 +27,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         GgmlType::Q6_K,
         GgmlType::IQ4_XS,
     ] {
-        let key = |variant, fusion, norm, levels, tokens, splits| MatmulKey {
-            fusion,
-            norm,
-            levels,
-            tokens,
-            splits,
-            ..MatmulKey::choose(
-                DeviceKernels::with_matvec(variant),
-                ty,
-                1,
-                false,
-                Some(variant),
-            )
-        };
-        let chunk = MatmulVariant::MatvecChunk;
-        let mut keys = vec![
-            key(
-                MatmulVariant::MatvecSubgroup,
-                Fusion::None,
-                true,
-                XLevels::Staged,
-                1,
-                1,
-            ),
-            key(
-                MatmulVariant::MatvecSubgroup,
-                Fusion::PostNorm,
-                false,
-                XLevels::Staged,
-                1,
-                1,
-            ),
-            key(chunk, Fusion::PostNorm, false, XLevels::Staged, 1, 1),
-            key(chunk, rope(true), true, XLevels::Staged, 1, 1),
-            key(chunk, Fusion::None, true, XLevels::Staged, 1, 3),
-        ];
-        for tokens in [1, 4] {
-            keys.push(key(chunk, Fusion::None, true, XLevels::Staged, tokens, 1));
-            keys.push(key(chunk, glu, true, XLevels::Staged, tokens, 1));
-            keys.push(key(chunk, rope(false), true, XLevels::Staged, tokens, 1));
-            if has_int8_dot(ty) {
-                let wide = MatmulVariant::MatvecChunkWide(64);
-                keys.push(key(wide, glu, true, XLevels::Emit, tokens, 1));
-                keys.push(key(chunk, Fusion::None, false, XLevels::Read, tokens, 1));
-            }
-        }
-        for k in keys {
-            // WebGPU's guaranteed 16 KiB of workgroup memory, as the page plans for.
-            let k = k.staged(4096, 16 * 1024);
-            std::fs::write(dir.join(format!("{}.wgsl", k.label())), k.browser_source()?)?;
+        for key in subgroup_matvec_forms(ty) {
+            std::fs::write(
+                dir.join(format!("{}.wgsl", key.label())),
+                key.browser_source()?,
+            )?;
             written += 1;
         }
     }

@@ -1089,6 +1089,56 @@ pub fn has_int8_dot(ty: GgmlType) -> bool {
     )
 }
 
+/// The forms of the subgroup matvecs (the chunk matvec, one token per workgroup and four, and
+/// the lane-per-8 matvec) the page may run for weights of type `ty`, one per fusion, norm and
+/// x'-levels form: what naga (the unit tests) and the browser's compiler
+/// (`examples/subgroup_wgsl.rs`, tests/e2e/subgroup_wgsl.test.mjs) are both held to. Staged for
+/// K = 4,096 in WebGPU's guaranteed 16 KiB of workgroup memory, as the page plans for.
+pub fn subgroup_matvec_forms(ty: GgmlType) -> Vec<MatmulKey> {
+    let form = |variant, fusion, norm, levels, tokens, splits| MatmulKey {
+        fusion,
+        norm,
+        levels,
+        tokens,
+        splits,
+        ..MatmulKey::choose(
+            DeviceKernels::with_matvec(variant),
+            ty,
+            1,
+            false,
+            Some(variant),
+        )
+    };
+    let (chunk, lane8) = (MatmulVariant::MatvecChunk, MatmulVariant::MatvecSubgroup);
+    let glu = Fusion::Glu(Activation::Silu);
+    let rope = |qk_norm| Fusion::QkvRope {
+        layout: RopeLayout::Neox,
+        qk_norm,
+    };
+    let mut forms = vec![
+        form(lane8, Fusion::None, true, XLevels::Staged, 1, 1),
+        form(lane8, Fusion::PostNorm, false, XLevels::Staged, 1, 1),
+        form(chunk, Fusion::PostNorm, false, XLevels::Staged, 1, 1),
+        form(chunk, rope(true), true, XLevels::Staged, 1, 1),
+        form(chunk, Fusion::None, true, XLevels::Staged, 1, 3),
+    ];
+    for tokens in [1, 4] {
+        forms.push(form(chunk, Fusion::None, true, XLevels::Staged, tokens, 1));
+        forms.push(form(chunk, glu, true, XLevels::Staged, tokens, 1));
+        forms.push(form(chunk, rope(false), true, XLevels::Staged, tokens, 1));
+        forms.push(form(chunk, Fusion::Qkv, true, XLevels::Staged, tokens, 1));
+        if has_int8_dot(ty) {
+            let wide = MatmulVariant::MatvecChunkWide(64);
+            forms.push(form(wide, glu, true, XLevels::Emit, tokens, 1));
+            forms.push(form(chunk, Fusion::None, false, XLevels::Read, tokens, 1));
+        }
+    }
+    forms
+        .into_iter()
+        .map(|k| k.staged(4096, 16 * 1024))
+        .collect()
+}
+
 /// The define that makes `common/dequant.wgsl` read `ty`, or a "not yet" error.
 pub(crate) fn weight_define(ty: GgmlType) -> Result<&'static str, KernelError> {
     Ok(match ty {

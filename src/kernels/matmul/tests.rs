@@ -152,76 +152,39 @@ fn levels_variants_compile_to_spirv() {
     }
 }
 
-/// The chunk matvec with several tokens per workgroup (`MV_TOKENS`): every type (int8 levels
-/// and f32), every fusion it takes them in, staged, reading and emitting levels, compiles;
-/// the epilogues that wait for other workgroups and split K refuse them; the step's tokens
-/// pick them ([`chunk_tokens`]).
+/// The subgroup matvecs' forms (`subgroup_matvec_forms`: the chunk matvec with one token per
+/// workgroup and four, every fusion, norm and x'-levels form) compile for every type, as the
+/// browser check compiles them in Tint; four tokens are refused where an epilogue waits for
+/// other workgroups and with split K; the step's tokens pick them ([`chunk_tokens`]).
 #[test]
 fn chunk_matvec_takes_several_tokens() {
-    let key = |ty, fusion, norm, levels, tokens, splits| MatmulKey {
-        fusion,
-        norm,
-        levels,
-        tokens,
-        splits,
-        ..MatmulKey::choose(
-            DeviceKernels::with_matvec(MatmulVariant::MatvecChunk),
-            ty,
-            1,
-            false,
-            Some(MatmulVariant::MatvecChunk),
-        )
-    };
-    let glu = Fusion::Glu(Activation::Silu);
-    let rope = Fusion::QkvRope {
-        layout: RopeLayout::Neox,
-        qk_norm: false,
-    };
     for ty in GgmlType::SUPPORTED {
-        for tokens in [4] {
-            let mut keys = vec![
-                key(ty, Fusion::None, false, XLevels::Staged, tokens, 1),
-                key(ty, glu, true, XLevels::Staged, tokens, 1),
-                key(ty, rope, true, XLevels::Staged, tokens, 1),
-                key(ty, Fusion::Qkv, true, XLevels::Staged, tokens, 1),
-            ];
-            if has_int8_dot(ty) {
-                keys.push(MatmulKey {
-                    variant: MatmulVariant::MatvecChunkWide(64),
-                    ..key(ty, glu, true, XLevels::Emit, tokens, 1)
-                });
-                keys.push(key(ty, Fusion::None, false, XLevels::Read, tokens, 1));
-            }
-            for k in keys {
-                let k = k.staged(4096, WORKGROUP_BYTES);
-                assert!(k.label().contains(&format!("_t{tokens}")), "{}", k.label());
-                compile_to_spirv(&k.label(), &k.source().unwrap());
-            }
-            for refused in [
-                key(ty, Fusion::PostNorm, false, XLevels::Staged, tokens, 1),
-                key(
-                    ty,
-                    Fusion::QkvRope {
-                        layout: RopeLayout::Normal,
-                        qk_norm: true,
-                    },
-                    true,
-                    XLevels::Staged,
-                    tokens,
-                    1,
-                ),
-                key(ty, Fusion::None, false, XLevels::Staged, tokens, 4),
-                MatmulKey {
-                    variant: MatmulVariant::MatvecSubgroup,
-                    ..key(ty, Fusion::None, false, XLevels::Staged, tokens, 1)
-                },
-            ] {
-                assert!(refused.defines().is_err(), "{}", refused.label());
-            }
+        let forms = subgroup_matvec_forms(ty);
+        assert!(forms.iter().any(|k| k.tokens == 4), "{ty:?}");
+        for k in &forms {
+            assert_eq!(k.tokens > 1, k.label().contains("_t4"), "{}", k.label());
+            compile_to_spirv(&k.label(), &k.source().unwrap());
+        }
+        let four = |k: &MatmulKey| MatmulKey { tokens: 4, ..*k };
+        for refused in forms
+            .iter()
+            .filter(|k| k.fusion == Fusion::PostNorm || k.has_qk_norm() || k.splits > 1)
+            .map(four)
+            .chain(
+                forms
+                    .iter()
+                    .filter(|k| k.variant == MatmulVariant::MatvecSubgroup)
+                    .map(four),
+            )
+        {
+            assert!(refused.defines().is_err(), "{}", refused.label());
         }
     }
     // CHUNK_TOKENS a workgroup wherever a step has several; no number but 1 and 4 compiles.
-    let two = key(GgmlType::Q4_0, Fusion::None, false, XLevels::Staged, 2, 1);
+    let two = MatmulKey {
+        tokens: 2,
+        ..subgroup_matvec_forms(GgmlType::Q4_0)[5]
+    };
     assert!(two.defines().is_err(), "{}", two.label());
     if chunk_tokens_override().is_none() {
         let several = CHUNK_TOKENS;
