@@ -1,7 +1,6 @@
 //! Writes the WGSL of the page's subgroup matvecs, as the browser's compiler gets it, into a
-//! folder: `subgroup_matvec_forms` (every fusion and x'-levels form of the chunk matvec, one
-//! token per workgroup and four, and the lane-per-8 matvec) for one type of each dequantizer
-//! family.
+//! folder: `subgroup_matvec_forms` (every fusion, split and x'-levels form of the chunk
+//! matvec, and the lane-per-8 matvec) for one type of each dequantizer family.
 //! tests/e2e/subgroup_wgsl.test.mjs compiles them in Chromium: CI's SwiftShader adapter offers
 //! subgroups, but the page runs no subgroup kernel on a software adapter, so nothing else
 //! puts them through Tint (whose uniformity analysis naga does not have).

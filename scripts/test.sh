@@ -162,12 +162,6 @@ COCO_MATVEC=64x1x8x0 COCO_CHUNK_MIN_K=2048 COCO_MATVEC_MAX_T=4 COCO_GEMM=4x4h ca
 say "cargo test (lavapipe): kernel suites with COCO_MATVEC=8x2x4x2 COCO_CHUNK_SPLITS=3"
 COCO_MATVEC=8x2x4x2 COCO_CHUNK_SPLITS=3 cargo test --release --test kernels_matmul --test kernels_matmul_fused --test kernels_qkv_rope -- --test-threads=2 \
   _f16 _q4_0 _q8_0 _q3_k _q4_k _q6_k _iq4_xs
-# The chunk matvec with 4 tokens per workgroup (COCO_MATVEC_TOKENS=4, off by default until
-# timed on a GPU): its cases of steps of 2, 3 and 32 tokens (a partial last group), GLU with
-# x' levels written, Q/K/V with RoPE, W_down reading levels, on one type of each family.
-say "cargo test (lavapipe): the chunk matvec's cases with COCO_MATVEC_TOKENS=4"
-COCO_MATVEC_TOKENS=4 COCO_TEST_VARIANTS=chunk cargo test --release --test kernels_matmul --test kernels_matmul_fused --test kernels_matmul_levels --test kernels_qkv_rope -- --test-threads=2 \
-  _f16 _q4_0 _q8_0 _q4_k _q6_k levels
 # The attention suite once more with the single-pass kernel's 2 × 2 score blocks and larger
 # tiles (COCO_ATTN_BLOCKED, off by default until timed on a GPU).
 say "cargo test (lavapipe): attention with COCO_ATTN_BLOCKED=1"

@@ -267,7 +267,6 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
             matvec: "matvec_rows256".into(),
             matvec_shape: "8x1x2x0x1".into(),
             matvec_max_t: None,
-            matvec_tokens: 1,
             tiles: "tiled64x64".into(),
             gemm: "auto".into(),
             wide_f16: false,

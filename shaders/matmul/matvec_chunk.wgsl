@@ -19,25 +19,6 @@
 // Work split as in the subgroup matvec (MATVEC_SG): MV_ROWS slots as tasks of MV_RPS rows,
 // `spr` subgroups per task; after each tile a task's sums are added into `dots`, so K of
 // any length runs in tiles with two barriers each.
-//
-// A workgroup takes MV_TOKENS tokens, 1 or 4 (workgroup z: tokens z·MV_TOKENS on; the
-// host's `MatmulKey::tokens`): each chunk of weights a lane loads is multiplied with all of
-// them, so a step of T tokens reads W T / 4 times instead of T times. A row's sums are one
-// vec4, token j in component j, and the tokens are written out one by one with constant
-// components: a loop over tokens indexing an array of sums ran 3–6× slower than a token per
-// workgroup on the H100 (sums in local memory; BENCHMARKS.md "session 47"). Tokens past the
-// step's (the last group's) compute on the step's last token and store nothing. The
-// epilogues that wait for other workgroups (POST_NORM, QK_NORM) and SPLIT_K take one token.
-
-// The workgroup's first token, for the loads deep in the K loop. Control flow reads main's
-// own copy: WGSL's uniformity analysis takes a private variable as non-uniform, and the
-// epilogues' barriers sit behind the per-token loop's exit.
-var<private> t0: u32;
-
-// The token whose x' the workgroup's j-th multiplies (the step's last past its end).
-fn token_of(j: u32) -> u32 {
-    return min(t0 + j, p.t - 1u);
-}
 
 #ifdef INT8
 #include "common/levels.wgsl"
@@ -53,16 +34,11 @@ fn token_of(j: u32) -> u32 {
 // workgroup runs all of its K without a barrier, and x is quantized once per step instead
 // of once per workgroup (the 8B's W_down: 256 workgroups each quantized all 14,336 values).
 // (x_levels: matmul.wgsl binds them in x's place.)
-var<private> levels_base: u32; // the workgroup's first chunk of K in each plane
+var<private> levels_base: u32; // token t's planes, from the workgroup's first chunk of K
 #else
-// Per token j of the workgroup, its tile's chunks in each plane (xq_at).
 const MV_STAGE_CHUNKS: u32 = MV_STAGE_VEC4 / 8u;
-var<workgroup> xq: array<vec4<u32>, 4u * MV_STAGE_CHUNKS * MV_TOKENS>; // planes a0, a1, b0, b1
-var<workgroup> xd: array<vec4<f32>, MV_STAGE_CHUNKS * MV_TOKENS>;      // (d_a, d_b, Σx', 0)
-
-fn xq_at(plane: u32, j: u32, c: u32) -> u32 {
-    return (plane * MV_TOKENS + j) * MV_STAGE_CHUNKS + c;
-}
+var<workgroup> xq: array<vec4<u32>, 4u * MV_STAGE_CHUNKS>; // planes a0, a1, b0, b1
+var<workgroup> xd: array<vec4<f32>, MV_STAGE_CHUNKS>;      // (d_a, d_b, Σx', 0)
 #endif
 #ifdef EMIT_LEVELS
 // The GLU's outputs of this workgroup (MV_ROWS / 2 rows, whole chunks), for emit_levels.
@@ -70,13 +46,11 @@ fn xq_at(plane: u32, j: u32, c: u32) -> u32 {
 var<workgroup> glu_h: array<vec4<f32>, MV_ROWS / 8u>;
 #endif
 #else
-var<workgroup> xs: array<vec4<f32>, MV_STAGE_VEC4 * MV_TOKENS>; // a tile of x' per token (⊙ norm_w with NORM)
+var<workgroup> xs: array<vec4<f32>, MV_STAGE_VEC4>; // a tile of x'[t] (⊙ norm_w with NORM)
 #endif
-// Σ w·x' per (token, slot, subgroup part): token j's from j·DOTS_PER_TOKEN.
-const DOTS_PER_TOKEN: u32 = 64u * MV_RPS;
-var<workgroup> dots: array<f32, DOTS_PER_TOKEN * MV_TOKENS>;
+var<workgroup> dots: array<f32, 64u * MV_RPS>;     // Σ w·x' per (slot, subgroup part)
 #ifdef NORM
-var<workgroup> xs_ss: array<f32, 64u * MV_TOKENS>; // Σx² per (token, subgroup): at most 64 subgroups
+var<workgroup> xs_ss: array<f32, 64>;              // Σx² per subgroup (at most 64 of them)
 #endif
 
 #ifdef SPLIT_K
@@ -135,10 +109,10 @@ fn quantize_chunk(v: array<vec4<f32>, 8>) -> XChunk {
 }
 
 #ifdef LEVELS_IN
-// Chunk c of the workgroup's range of its token j's x', from the producer's planes.
-fn x_chunk(j: u32, c: u32) -> XChunk {
+// Chunk c of the workgroup's range of x', from its producer's planes.
+fn x_chunk(c: u32) -> XChunk {
     let n = p.k / 32u;
-    let at = token_of(j) * 5u * n + levels_base + c;
+    let at = levels_base + c;
     return XChunk(
         x_levels[at],
         x_levels[at + n],
@@ -148,9 +122,9 @@ fn x_chunk(j: u32, c: u32) -> XChunk {
     );
 }
 #else
-// Stages vec4s v0 .. v0 + n4 of x'[token_of(j)] (from vec4 `xrow`) as token j's int8
-// levels, an invocation per 32-element chunk; returns this invocation's Σx² of them.
-fn stage_tile(j: u32, xrow: u32, v0: u32, n4: u32, li: u32) -> f32 {
+// Stages x'[t] vec4s v0 .. v0 + n4 as int8 levels, an invocation per 32-element chunk;
+// returns this invocation's Σx² of them.
+fn stage_tile(xrow: u32, v0: u32, n4: u32, li: u32) -> f32 {
     var ss = 0.0;
     let chunks = n4 / 8u;
     for (var c = li; c < chunks; c += 256u) {
@@ -165,23 +139,23 @@ fn stage_tile(j: u32, xrow: u32, v0: u32, n4: u32, li: u32) -> f32 {
 #endif
         }
         let q = quantize_chunk(v);
-        xq[xq_at(0u, j, c)] = q.a0;
-        xq[xq_at(1u, j, c)] = q.a1;
-        xq[xq_at(2u, j, c)] = q.b0;
-        xq[xq_at(3u, j, c)] = q.b1;
-        xd[j * MV_STAGE_CHUNKS + c] = q.d;
+        xq[c] = q.a0;
+        xq[MV_STAGE_CHUNKS + c] = q.a1;
+        xq[2u * MV_STAGE_CHUNKS + c] = q.b0;
+        xq[3u * MV_STAGE_CHUNKS + c] = q.b1;
+        xd[c] = q.d;
     }
     return ss;
 }
 
-// The staged chunk c of token j's tile.
-fn x_chunk(j: u32, c: u32) -> XChunk {
+// The staged chunk c of the tile.
+fn x_chunk(c: u32) -> XChunk {
     return XChunk(
-        xq[xq_at(0u, j, c)],
-        xq[xq_at(1u, j, c)],
-        xq[xq_at(2u, j, c)],
-        xq[xq_at(3u, j, c)],
-        xd[j * MV_STAGE_CHUNKS + c],
+        xq[c],
+        xq[MV_STAGE_CHUNKS + c],
+        xq[2u * MV_STAGE_CHUNKS + c],
+        xq[3u * MV_STAGE_CHUNKS + c],
+        xd[c],
     );
 }
 #endif
@@ -196,7 +170,6 @@ fn x_chunk(j: u32, c: u32) -> XChunk {
 // invocation quantizing the whole chunk cost the 8B's gate/up 74 µs a step.
 // Every invocation of the workgroup calls this (a barrier, subgroup shuffles).
 fn emit_levels(t: u32, li: u32, rg: u32, h: f32, has: bool) {
-    workgroupBarrier(); // the workgroup's previous token's readers of glu_h are done
     if (li < MV_ROWS / 2u) {
         glu_h[li / 4u][li % 4u] = select(0.0, h, has);
     }
@@ -234,106 +207,75 @@ fn emit_levels(t: u32, li: u32, rg: u32, h: f32, has: bool) {
 #endif
 
 // Σ w·x' of rows `row`, row + 1, … (MV_RPS, each clamped to `last`) of weight m over the
-// staged tile's chunks first, first + stride, … < chunks (the tile starts at chunk c0): row
-// r's in out[r], the workgroup's token j in component j (one token: .x only).
-fn dot_chunks(m: u32, row: u32, last: u32, c0: u32, chunks: u32, first: u32, stride: u32) -> array<vec4<f32>, MV_RPS> {
+// staged tile's chunks first, first + stride, … < chunks (the tile starts at chunk c0).
+fn dot_chunks(m: u32, row: u32, last: u32, c0: u32, chunks: u32, first: u32, stride: u32) -> array<f32, MV_RPS> {
     var wr: array<WRow, MV_RPS>;
-    var out: array<vec4<f32>, MV_RPS>;
+    var out: array<f32, MV_RPS>;
     for (var r = 0u; r < MV_RPS; r++) {
         wr[r] = row_of(m, slot_row(min(row + r, last)));
+        out[r] = 0.0;
     }
     for (var c = first; c < chunks; c += stride) {
         var raw: array<Raw32, MV_RPS>;
         for (var r = 0u; r < MV_RPS; r++) {
             raw[r] = raw32(wr[r], c0 + c);
         }
-        var xc = x_chunk(0u, c);
+        let xc = x_chunk(c);
         for (var r = 0u; r < MV_RPS; r++) {
-            out[r].x += idot32(raw[r], xc);
-        }
-        if (MV_TOKENS > 1u) {
-            xc = x_chunk(1u, c);
-            for (var r = 0u; r < MV_RPS; r++) {
-                out[r].y += idot32(raw[r], xc);
-            }
-            xc = x_chunk(2u, c);
-            for (var r = 0u; r < MV_RPS; r++) {
-                out[r].z += idot32(raw[r], xc);
-            }
-            xc = x_chunk(3u, c);
-            for (var r = 0u; r < MV_RPS; r++) {
-                out[r].w += idot32(raw[r], xc);
-            }
+            out[r] += idot32(raw[r], xc);
         }
     }
     return out;
 }
 #else
-// Stages vec4s v0 .. v0 + n4 of x'[token_of(j)] (from vec4 `xrow`) into token j's part of
-// xs; returns this invocation's Σx² of them.
-fn stage_tile(j: u32, xrow: u32, v0: u32, n4: u32, li: u32) -> f32 {
+// Stages x'[t] vec4s v0 .. v0 + n4 into xs; returns this invocation's Σx² of them.
+fn stage_tile(xrow: u32, v0: u32, n4: u32, li: u32) -> f32 {
     var ss = 0.0;
-    let base = j * MV_STAGE_VEC4;
     for (var i = li; i < n4; i += 256u) {
         let a = x[xrow + v0 + i];
 #ifdef NORM
         ss += dot(a, a);
-        xs[base + swz(i)] = a * norm_w[v0 + i];
+        xs[swz(i)] = a * norm_w[v0 + i];
 #else
-        xs[base + swz(i)] = a;
+        xs[swz(i)] = a;
 #endif
     }
     return ss;
 }
 
 // Σ w·x' of rows `row`, row + 1, … (MV_RPS, each clamped to `last`) of weight m over the
-// staged tile's chunks first, first + stride, … < chunks (the tile starts at chunk c0): row
-// r's in out[r], the workgroup's token j in component j (one token: .x only).
-fn dot_chunks(m: u32, row: u32, last: u32, c0: u32, chunks: u32, first: u32, stride: u32) -> array<vec4<f32>, MV_RPS> {
+// staged tile's chunks first, first + stride, … < chunks (the tile starts at chunk c0).
+fn dot_chunks(m: u32, row: u32, last: u32, c0: u32, chunks: u32, first: u32, stride: u32) -> array<f32, MV_RPS> {
     var wr: array<WRow, MV_RPS>;
-    var acc: array<vec4<f32>, MV_RPS>; // one token: partial sums of row r
-    var out: array<vec4<f32>, MV_RPS>; // four tokens: row r's, token j in component j
+    var acc: array<vec4<f32>, MV_RPS>;
     for (var r = 0u; r < MV_RPS; r++) {
         wr[r] = row_of(m, slot_row(min(row + r, last)));
+        acc[r] = vec4<f32>(0.0);
     }
     for (var c = first; c < chunks; c += stride) {
         var raw: array<Raw32, MV_RPS>;
         for (var r = 0u; r < MV_RPS; r++) {
             raw[r] = raw32(wr[r], c0 + c);
         }
-        for (var q = 0u; q < 4u; q++) {
-            let v = 8u * c + 2u * q;
+        for (var j = 0u; j < 4u; j++) {
+            let xa = xs[swz(8u * c + 2u * j)];
+            let xb = xs[swz(8u * c + 2u * j + 1u)];
             for (var r = 0u; r < MV_RPS; r++) {
-                let w = decode8(raw[r], q);
-                if (MV_TOKENS == 1u) {
-                    acc[r] = fma(w[0], xs[swz(v)], fma(w[1], xs[swz(v + 1u)], acc[r]));
-                } else {
-                    out[r] += vec4<f32>(
-                        token_dot(w, 0u, v),
-                        token_dot(w, 1u, v),
-                        token_dot(w, 2u, v),
-                        token_dot(w, 3u, v),
-                    );
-                }
+                let w = decode8(raw[r], j);
+                acc[r] = fma(w[0], xa, fma(w[1], xb, acc[r]));
             }
         }
     }
-    if (MV_TOKENS == 1u) {
-        for (var r = 0u; r < MV_RPS; r++) {
-            out[r].x = (acc[r].x + acc[r].y) + (acc[r].z + acc[r].w);
-        }
+    var out: array<f32, MV_RPS>;
+    for (var r = 0u; r < MV_RPS; r++) {
+        out[r] = (acc[r].x + acc[r].y) + (acc[r].z + acc[r].w);
     }
     return out;
-}
-
-// Σ of 8 decoded weights times token j's staged x', from vec4 v of its tile.
-fn token_dot(w: array<vec4<f32>, 2>, j: u32, v: u32) -> f32 {
-    return dot(w[0], xs[j * MV_STAGE_VEC4 + swz(v)]) + dot(w[1], xs[j * MV_STAGE_VEC4 + swz(v + 1u)]);
 }
 #endif
 
 // dot_chunks for rows mr.y, … of weight mr.x; each branch sets `wsel` to a constant.
-fn dot_chunks_w(mr: vec2<u32>, last: u32, c0: u32, chunks: u32, first: u32, stride: u32) -> array<vec4<f32>, MV_RPS> {
+fn dot_chunks_w(mr: vec2<u32>, last: u32, c0: u32, chunks: u32, first: u32, stride: u32) -> array<f32, MV_RPS> {
 #ifdef QKV
     if (mr.x == 2u) {
         wsel = 2u;
@@ -352,13 +294,14 @@ fn dot_chunks_w(mr: vec2<u32>, last: u32, c0: u32, chunks: u32, first: u32, stri
 
 // The sums of task slots f, f + 1, … over the tile; a QKV task straddling two weights takes
 // one row at a time (as dot_task in MATVEC_SG).
-fn dot_chunk_task(f: u32, c0: u32, chunks: u32, first: u32, stride: u32) -> array<vec4<f32>, MV_RPS> {
+fn dot_chunk_task(f: u32, c0: u32, chunks: u32, first: u32, stride: u32) -> array<f32, MV_RPS> {
     let mr = locate(f, MV_ROWS);
 #ifdef QKV
     if (locate(f + MV_RPS - 1u, MV_ROWS).x != mr.x) {
-        var out: array<vec4<f32>, MV_RPS>;
+        var out: array<f32, MV_RPS>;
         for (var r = 0u; r < MV_RPS; r++) {
             let mr_r = locate(f + r, MV_ROWS);
+            out[r] = 0.0;
             if (live(mr_r)) {
                 out[r] = dot_chunks_w(mr_r, mr_r.y, c0, chunks, first, stride)[0];
             }
@@ -383,11 +326,10 @@ fn main(
     if (g >= p.groups) {
         return;
     }
-    let first_token = wid.z * MV_TOKENS;
-    t0 = first_token;
+    let t = wid.z;
     let k4 = p.k / 4u;
-    // The row group, and the vec4s of x' this workgroup reads: whole chunks of K, all of it
-    // unless split.
+    // The row group, and the vec4s of x'[t] this workgroup reads: whole chunks of K, all of
+    // it unless split.
 #ifdef SPLIT_K
     let rg = g / p.splits;
     let split = g % p.splits;
@@ -399,18 +341,19 @@ fn main(
     let kv0 = 0u;
     let kv1 = k4;
 #endif
-    for (var i = li; i < DOTS_PER_TOKEN * MV_TOKENS; i += 256u) {
+    let xrow = t * (p.k / 4u);
+    for (var i = li; i < 64u * MV_RPS; i += 256u) {
         dots[i] = 0.0;
     }
     let tasks = MV_ROWS / MV_RPS;
     let spr = max(1u, nsg / tasks); // subgroups per task
     let part = sg % spr;
     let task_step = max(1u, nsg / spr); // tasks are dealt to subgroups round-robin
-    var ss = vec4<f32>(0.0); // this invocation's Σx², token j in component j (NORM)
+    var ss = 0.0;
 #ifdef LEVELS_IN
     // One tile: the workgroup's whole range of K, read from the producer's levels.
     let tile_vec4 = kv1 - kv0;
-    levels_base = kv0 / 8u;
+    levels_base = t * 5u * (p.k / 32u) + kv0 / 8u;
     workgroupBarrier(); // dots is zeroed
 #else
     let tile_vec4 = MV_STAGE_VEC4;
@@ -419,68 +362,53 @@ fn main(
         let n4 = min(tile_vec4, kv1 - v0);
 #ifndef LEVELS_IN
         workgroupBarrier(); // the previous tile's readers are done (and dots is zeroed)
-        for (var j = 0u; j < MV_TOKENS; j++) {
-            ss[j] += stage_tile(j, token_of(j) * k4, v0, n4, li);
-        }
+        ss += stage_tile(xrow, v0, n4, li);
         workgroupBarrier();
 #endif
         for (var k = sg / spr; k < tasks; k += task_step) {
             let f = rg * MV_ROWS + k * MV_RPS;
-            var acc: array<vec4<f32>, MV_RPS>;
+            var acc: array<f32, MV_RPS>;
+            for (var r = 0u; r < MV_RPS; r++) {
+                acc[r] = 0.0;
+            }
             if (live(locate(f, MV_ROWS))) {
                 acc = dot_chunk_task(f, v0 / 8u, n4 / 8u, part * sg_size + lane, spr * sg_size);
             }
             for (var r = 0u; r < MV_RPS; r++) {
-                let at = (k * MV_RPS + r) * spr + part;
-                if (MV_TOKENS == 1u) {
-                    let sum = subgroupAdd(acc[r].x);
-                    if (lane == 0u) {
-                        dots[at] += sum;
-                    }
-                } else {
-                    let sum = subgroupAdd(acc[r]);
-                    if (lane == 0u) {
-                        for (var j = 0u; j < MV_TOKENS; j++) {
-                            dots[j * DOTS_PER_TOKEN + at] += sum[j];
-                        }
-                    }
+                let sum = subgroupAdd(acc[r]);
+                if (lane == 0u) {
+                    dots[(k * MV_RPS + r) * spr + part] += sum;
                 }
             }
         }
     }
 #ifdef NORM
-    for (var j = 0u; j < MV_TOKENS; j++) {
-        let s = subgroupAdd(ss[j]);
-        if (lane == 0u) {
-            xs_ss[j * 64u + sg] = s;
-        }
+    let s = subgroupAdd(ss);
+    if (lane == 0u) {
+        xs_ss[sg] = s;
     }
 #endif
     workgroupBarrier();
-    // Σx² per token, token j in component j (NORM; else unused).
-    var x2 = vec4<f32>(0.0);
+    var x2 = 0.0;
 #ifdef NORM
-    for (var j = 0u; j < MV_TOKENS; j++) {
-        for (var i = 0u; i < nsg; i++) {
-            x2[j] += xs_ss[j * 64u + i];
-        }
+    for (var i = 0u; i < nsg; i++) {
+        x2 += xs_ss[i];
     }
 #endif
 #ifdef SPLIT_K
-    // One token per workgroup here (the host's rule): token t0.
     if (p.splits > 1u) {
         // Record this range's sums; the workgroup that arrives last for (t, rg) reads every
         // range's back, in split order, as its own (dots, x2). Its storageBarrier is
         // device-scoped in naga's SPIR-V, ordering the records before the counter increment.
-        let record = split_record(first_token, rg, split);
+        let record = split_record(t, rg, split);
         if (li < MV_ROWS) {
-            atomicStore(&split_sums[record + li], bitcast<u32>(chunk_dot(0u, li, spr)));
+            atomicStore(&split_sums[record + li], bitcast<u32>(chunk_dot(li, spr)));
         }
         if (li == MV_ROWS) {
-            atomicStore(&split_sums[record + MV_ROWS], bitcast<u32>(x2[0]));
+            atomicStore(&split_sums[record + MV_ROWS], bitcast<u32>(x2));
         }
         storageBarrier();
-        let counter = first_token * (p.groups / p.splits) + rg;
+        let counter = t * (p.groups / p.splits) + rg;
         if (li == 0u) {
             split_arrived = atomicAdd(&split_sums[counter], 1u);
         }
@@ -494,7 +422,7 @@ fn main(
         if (li <= MV_ROWS) {
             var total = 0.0;
             for (var sp = 0u; sp < p.splits; sp++) {
-                total += bitcast<f32>(atomicLoad(&split_sums[split_record(first_token, rg, sp) + li]));
+                total += bitcast<f32>(atomicLoad(&split_sums[split_record(t, rg, sp) + li]));
             }
             if (li < MV_ROWS) {
                 dots[li * spr] = total;
@@ -506,59 +434,52 @@ fn main(
             }
         }
         workgroupBarrier();
-        x2[0] = split_x2;
+        x2 = split_x2;
     }
 #endif
     let mr = locate(rg * MV_ROWS + li, MV_ROWS);
-    // The epilogue per token (a uniform loop: the epilogues' barriers are reached by all).
-    for (var j = 0u; j < MV_TOKENS; j++) {
-        let t = first_token + j;
-        if (t >= p.t) {
-            break;
-        }
 #ifdef POST_NORM
-        // The row groups arrive (with split K, each group's last range).
-        let has = li < MV_ROWS && live(mr);
-        var v = 0.0;
-        if (has) {
-            v = finish(chunk_sums(j, li, spr, x2[j])) + bias_of(0u, mr.y);
-        }
-        post_norm_add(t, li, sg, nsg, lane, mr.y, v, has, p.groups / p.splits);
+    // The row groups arrive (with split K, each group's last range).
+    let has = li < MV_ROWS && live(mr);
+    var v = 0.0;
+    if (has) {
+        v = finish(chunk_sums(li, spr, x2)) + bias_of(0u, mr.y);
+    }
+    post_norm_add(t, li, sg, nsg, lane, mr.y, v, has, p.groups / p.splits);
 #else
 #ifdef QK_NORM
-        qk_norm_store(t, li, rg, mr, finish(chunk_sums(j, li, spr, x2[j])), li < MV_ROWS && live(mr));
+    qk_norm_store(t, li, rg, mr, finish(chunk_sums(li, spr, x2)), li < MV_ROWS && live(mr));
 #else
-        if (li < MV_ROWS && live(mr)) {
-            store_slot(mr, t, chunk_sums(j, li, spr, x2[j]), chunk_sums(j, partner_slot(li), spr, x2[j]));
-        }
-#ifdef EMIT_LEVELS
-        // The same value store_glu wrote, for W_down's levels.
-        var h = 0.0;
-        let has = li < MV_ROWS / 2u && live(mr);
-        if (has) {
-            h = glu_value(finish(chunk_sums(j, li, spr, x2[j])), finish(chunk_sums(j, partner_slot(li), spr, x2[j])));
-        }
-        emit_levels(t, li, rg, h, has);
-#endif
-#endif
-#endif
+    if (li < MV_ROWS && live(mr)) {
+        store_slot(mr, t, chunk_sums(li, spr, x2), chunk_sums(partner_slot(li), spr, x2));
     }
+#ifdef EMIT_LEVELS
+    // The same value store_glu wrote, for W_down's levels.
+    var h = 0.0;
+    let has = li < MV_ROWS / 2u && live(mr);
+    if (has) {
+        h = glu_value(finish(chunk_sums(li, spr, x2)), finish(chunk_sums(partner_slot(li), spr, x2)));
+    }
+    emit_levels(t, li, rg, h, has);
+#endif
+#endif
+#endif
 }
 
-// Slot r's Σ w·x' for the workgroup's token j from its `spr` parts.
-fn chunk_dot(j: u32, r: u32, spr: u32) -> f32 {
+// Slot r's Σ w·x' from its `spr` parts.
+fn chunk_dot(r: u32, spr: u32) -> f32 {
     var s = 0.0;
     for (var i = 0u; i < spr; i++) {
-        s += dots[j * DOTS_PER_TOKEN + r * spr + i];
+        s += dots[r * spr + i];
     }
     return s;
 }
 
-// Slot r's Sums for token j from its `spr` parts (and Σx² of the token, x2, with NORM).
-fn chunk_sums(j: u32, r: u32, spr: u32, x2: f32) -> Sums {
+// Slot r's Sums from its `spr` parts (and Σx²[t] with NORM).
+fn chunk_sums(r: u32, spr: u32, x2: f32) -> Sums {
 #ifdef NORM
-    return Sums(chunk_dot(j, r, spr), x2);
+    return Sums(chunk_dot(r, spr), x2);
 #else
-    return chunk_dot(j, r, spr);
+    return chunk_dot(r, spr);
 #endif
 }

@@ -213,14 +213,12 @@ fn open_gpu(verbose: bool) -> Result<Arc<GpuContext>> {
         );
         let k = coco::kernels::matmul::KernelSettings::of(&ctx);
         eprintln!(
-            "kernels: decode {} (COCO_MATVEC={}) up to {} tokens, {} per chunk-matvec workgroup \
-             (COCO_MATVEC_TOKENS) | prefill {} (COCO_GEMM={}) | \
+            "kernels: decode {} (COCO_MATVEC={}) up to {} tokens | prefill {} (COCO_GEMM={}) | \
              attention merge {} | decode batches in flight {} (COCO_IN_FLIGHT)",
             k.matvec,
             k.matvec_shape,
             k.matvec_max_t
                 .map_or("any number of".into(), |t| t.to_string()),
-            k.matvec_tokens,
             k.tiles,
             k.gemm,
             k.attention_merge,

@@ -127,7 +127,6 @@ pub fn qkv_rope_fits(
         coop8: false,
         tokens_first: false,
         wide_f16: false,
-        tokens: 1,
     };
     qkv_key_fits(ctx, &key, [wq, wk, wv.unwrap_or(wk)])
 }

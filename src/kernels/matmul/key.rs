@@ -284,10 +284,6 @@ pub struct MatmulKey {
     /// The device's portable wide tiles run in f16 ([`DeviceKernels::wide_f16`]): what
     /// [`MatmulKey::sized`] makes of the wide tile it picks.
     pub wide_f16: bool,
-    /// Tokens per workgroup of the chunk matvec (`MV_TOKENS`; [`chunk_tokens`]), set by
-    /// [`MatmulKey::sized`]: 1 for every other kernel, and for the chunk matvec's epilogues
-    /// that wait for other workgroups (post-norm, per-head Q/K norm) and its split K.
-    pub tokens: u32,
 }
 
 /// Storage binding numbers of a [`MatmulKey`]'s layout: the order the host lists them in.
@@ -339,7 +335,6 @@ impl MatmulKey {
             coop8: kernels.coop_block == 8,
             tokens_first: false,
             wide_f16: kernels.wide_f16,
-            tokens: 1,
         }
     }
 
@@ -418,16 +413,10 @@ impl MatmulKey {
             _ => 1,
         };
         let weight_bytes = self.ty.bytes_for(k).map_or(0, |row| row * slots);
-        let tokens = if variant.is_chunk() && splits == 1 && !self.waits_for_workgroups() {
-            chunk_tokens(t)
-        } else {
-            1
-        };
         MatmulKey {
             variant,
             splits,
             tokens_first: variant == MatmulVariant::Coop128 && coop_tokens_first(weight_bytes),
-            tokens,
             ..self
         }
     }
@@ -499,16 +488,15 @@ impl MatmulKey {
         };
         // The kernel's other workgroup arrays: partial sums and Σx² per subgroup, and the
         // Q/K-norm epilogue's sums and arrival flag.
-        let others =
-            (64 * shape.rows_per_task * 8 + 64 * 4) * self.tokens + 516 * self.has_qk_norm() as u32;
+        let others = 64 * shape.rows_per_task * 8 + 64 * 4 + 516 * self.has_qk_norm() as u32;
         if self.levels == XLevels::Read {
             // The levels are read where they lie: nothing is staged.
             return MatmulKey { stage_k: 0, ..self };
         }
         if self.variant.is_chunk() {
-            // Tiles of whole 32-element chunks, as many as the device's workgroup memory holds
-            // for each of the workgroup's tokens; with split K no more than a workgroup's range.
-            let fit = workgroup_bytes.saturating_sub(others) / (128 * self.tokens) * 32;
+            // Tiles of whole 32-element chunks, as many as the device's workgroup memory holds;
+            // with split K no more than a workgroup's range.
+            let fit = workgroup_bytes.saturating_sub(others) / 128 * 32;
             let range = (k / 32).div_ceil(self.splits.max(1)) * 32;
             return MatmulKey {
                 stage_k: range.min(fit.clamp(32, CHUNK_TILE_MAX_K)),
@@ -553,11 +541,6 @@ impl MatmulKey {
             String::new()
         };
         let int8 = if self.int8() { "_i8" } else { "" };
-        let int8 = if self.tokens > 1 {
-            format!("{int8}_t{}", self.tokens)
-        } else {
-            int8.to_string()
-        };
         let splits = if self.split_pass() {
             format!("_k{}p", self.splits)
         } else if self.splits > 1 {
@@ -844,22 +827,6 @@ impl MatmulKey {
                 defines.push("SPLIT_PASS");
             }
         }
-        if self.tokens != 1 {
-            if !self.variant.is_chunk()
-                || self.splits > 1
-                || self.waits_for_workgroups()
-                || self.tokens != 4
-            {
-                return Err(KernelError::Shape {
-                    kernel: "matmul",
-                    why: format!(
-                        "{}: several tokens per workgroup (4) are the chunk matvec's, without \
-                         split K, post-norm or Q/K norm",
-                        self.label()
-                    ),
-                });
-            }
-        }
         match self.levels {
             XLevels::Staged => {}
             // The emitter's chunks are whole only in a workgroup of whole chunks of outputs,
@@ -898,12 +865,6 @@ impl MatmulKey {
     /// Whether this key folds the per-head Q/K norm into the Q/K/V + RoPE matvec.
     pub(super) fn has_qk_norm(&self) -> bool {
         matches!(self.fusion, Fusion::QkvRope { qk_norm: true, .. })
-    }
-
-    /// Whether this key's matvec epilogue waits for the other workgroups of its token (the
-    /// post-norm, the per-head Q/K norm): such a workgroup takes one token.
-    fn waits_for_workgroups(&self) -> bool {
-        self.fusion == Fusion::PostNorm || self.has_qk_norm()
     }
 
     /// This key with x' levels `levels`: an emitter runs unsplit (its epilogue's barrier
@@ -1039,7 +1000,7 @@ impl MatmulKey {
         let consts = format!(
             "const MV_ROWS: u32 = {mv_rows}u;\nconst MV_LANES: u32 = {mv_lanes}u;\n\
              const MV_UNROLL: u32 = {mv_unroll}u;\nconst MV_RPS: u32 = {mv_rps}u;\n\
-             const MV_STAGE_VEC4: u32 = {}u;\nconst MV_TOKENS: u32 = {}u;\n\
+             const MV_STAGE_VEC4: u32 = {}u;\n\
              const TILE_N: u32 = {tile_n}u;\nconst TILE_T: u32 = {tile_t}u;\n\
              const GT_N: u32 = {}u;\nconst GT_T: u32 = {}u;\nconst G_KC: u32 = {}u;\n\
              const B_W1: u32 = 2u;\nconst B_W2: u32 = 3u;\nconst B_X: u32 = {}u;\n\
@@ -1049,7 +1010,6 @@ impl MatmulKey {
              const B_SCALES: u32 = {}u;\n\
              const POST_COUNTERS: u32 = {}u;\n",
             (self.stage_k / 4).max(1),
-            self.tokens,
             wide.slots,
             wide.tokens,
             wide.chunk(),
@@ -1089,17 +1049,16 @@ pub fn has_int8_dot(ty: GgmlType) -> bool {
     )
 }
 
-/// The forms of the subgroup matvecs (the chunk matvec, one token per workgroup and four, and
-/// the lane-per-8 matvec) the page may run for weights of type `ty`, one per fusion, norm and
-/// x'-levels form: what naga (the unit tests) and the browser's compiler
-/// (`examples/subgroup_wgsl.rs`, tests/e2e/subgroup_wgsl.test.mjs) are both held to. Staged for
-/// K = 4,096 in WebGPU's guaranteed 16 KiB of workgroup memory, as the page plans for.
+/// The forms of the subgroup matvecs (the chunk matvec and the lane-per-8 matvec) the page may
+/// run for weights of type `ty`, one per fusion, norm, split and x'-levels form: what naga (the
+/// unit tests) and the browser's compiler (`examples/subgroup_wgsl.rs`,
+/// tests/e2e/subgroup_wgsl.test.mjs) are both held to. Staged for K = 4,096 in WebGPU's
+/// guaranteed 16 KiB of workgroup memory, as the page plans for.
 pub fn subgroup_matvec_forms(ty: GgmlType) -> Vec<MatmulKey> {
-    let form = |variant, fusion, norm, levels, tokens, splits| MatmulKey {
+    let form = |variant, fusion, norm, levels, splits| MatmulKey {
         fusion,
         norm,
         levels,
-        tokens,
         splits,
         ..MatmulKey::choose(
             DeviceKernels::with_matvec(variant),
@@ -1116,22 +1075,20 @@ pub fn subgroup_matvec_forms(ty: GgmlType) -> Vec<MatmulKey> {
         qk_norm,
     };
     let mut forms = vec![
-        form(lane8, Fusion::None, true, XLevels::Staged, 1, 1),
-        form(lane8, Fusion::PostNorm, false, XLevels::Staged, 1, 1),
-        form(chunk, Fusion::PostNorm, false, XLevels::Staged, 1, 1),
-        form(chunk, rope(true), true, XLevels::Staged, 1, 1),
-        form(chunk, Fusion::None, true, XLevels::Staged, 1, 3),
+        form(lane8, Fusion::None, true, XLevels::Staged, 1),
+        form(lane8, Fusion::PostNorm, false, XLevels::Staged, 1),
+        form(chunk, Fusion::PostNorm, false, XLevels::Staged, 1),
+        form(chunk, rope(true), true, XLevels::Staged, 1),
+        form(chunk, Fusion::None, true, XLevels::Staged, 3),
+        form(chunk, Fusion::None, true, XLevels::Staged, 1),
+        form(chunk, glu, true, XLevels::Staged, 1),
+        form(chunk, rope(false), true, XLevels::Staged, 1),
+        form(chunk, Fusion::Qkv, true, XLevels::Staged, 1),
     ];
-    for tokens in [1, 4] {
-        forms.push(form(chunk, Fusion::None, true, XLevels::Staged, tokens, 1));
-        forms.push(form(chunk, glu, true, XLevels::Staged, tokens, 1));
-        forms.push(form(chunk, rope(false), true, XLevels::Staged, tokens, 1));
-        forms.push(form(chunk, Fusion::Qkv, true, XLevels::Staged, tokens, 1));
-        if has_int8_dot(ty) {
-            let wide = MatmulVariant::MatvecChunkWide(64);
-            forms.push(form(wide, glu, true, XLevels::Emit, tokens, 1));
-            forms.push(form(chunk, Fusion::None, false, XLevels::Read, tokens, 1));
-        }
+    if has_int8_dot(ty) {
+        let wide = MatmulVariant::MatvecChunkWide(64);
+        forms.push(form(wide, glu, true, XLevels::Emit, 1));
+        forms.push(form(chunk, Fusion::None, false, XLevels::Read, 1));
     }
     forms
         .into_iter()

@@ -547,7 +547,6 @@ pub fn qkv_fuses(
         coop8: false,
         tokens_first: false,
         wide_f16: false,
-        tokens: 1,
     };
     qkv_key_fits(ctx, &key, [wq, wk, wv])
 }
@@ -898,7 +897,7 @@ pub(super) fn launch(
     let t = params.t;
     let t_groups = match key.variant {
         v if v.is_tiled() => t.div_ceil(v.tile_tokens()),
-        _ => t.div_ceil(key.tokens), // MatmulKey::tokens per z slice
+        _ => t, // one token per z slice
     };
     if t_groups > max {
         return err(format!(

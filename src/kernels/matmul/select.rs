@@ -453,39 +453,6 @@ pub fn o_levels_enabled() -> bool {
     *ON.get_or_init(|| switch_on_unless_zero("COCO_O_LEVELS"))
 }
 
-/// Tokens per workgroup of the chunk matvec in steps of more than one token
-/// ([`chunk_tokens`]), by default: 1 until the 4-token form (`COCO_MATVEC_TOKENS=4`; the
-/// shader's sums are one vec4 per row) is timed on a GPU. Its first form, 8 or 16 tokens'
-/// sums in an array, ran 3–6× slower than a token per workgroup on the H100 (BENCHMARKS.md
-/// "session 47").
-pub const CHUNK_TOKENS: u32 = 1;
-
-/// Tokens per workgroup of the chunk matvec on a step of `t` tokens
-/// ([`MatmulKey::tokens`](super::MatmulKey::tokens)): with 4 each chunk of weights a lane
-/// loads is multiplied with 4 tokens' x', so the step reads W t / 4 times instead of t times.
-/// [`CHUNK_TOKENS`] where `t` > 1, unless the A/B switch `COCO_MATVEC_TOKENS` (1 or 4) sets it.
-pub fn chunk_tokens(t: u32) -> u32 {
-    if t > 1 {
-        chunk_tokens_override().unwrap_or(CHUNK_TOKENS)
-    } else {
-        1
-    }
-}
-
-/// `COCO_MATVEC_TOKENS=<n>` (1 or 4), read once per process: the tokens a chunk matvec
-/// workgroup takes in steps of several. An invalid value is ignored with a warning.
-pub fn chunk_tokens_override() -> Option<u32> {
-    static TOKENS: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
-    *TOKENS.get_or_init(|| {
-        let v = std::env::var("COCO_MATVEC_TOKENS").ok()?;
-        let parsed = v.trim().parse::<u32>().ok().filter(|n| [1, 4].contains(n));
-        if parsed.is_none() {
-            log::warn!("COCO_MATVEC_TOKENS={v:?} ignored: expected 1 or 4");
-        }
-        parsed
-    })
-}
-
 /// The A/B switch `COCO_CHUNK_SPLITS=<n>` (1 ..= 64; 1 is unsplit), read once per process:
 /// every chunk matvec then splits K n ways where the scratch holds it, instead of by
 /// [`AUTO_SPLIT`]'s rule. An invalid value is ignored with a warning.
@@ -638,9 +605,6 @@ pub struct KernelSettings {
     pub matvec_shape: String,
     /// The longest step the matvec runs (null: every step, a CPU adapter's prefill too).
     pub matvec_max_t: Option<u32>,
-    /// The tokens a chunk matvec workgroup multiplies each loaded weight with in steps of
-    /// several ([`chunk_tokens`]: [`CHUNK_TOKENS`], or `COCO_MATVEC_TOKENS`).
-    pub matvec_tokens: u32,
     /// The prefill tiles: `tiled64x64`, or `coop128x128` (tensor cores; `coop64x64` with
     /// `COCO_GEMM=tiled`).
     pub tiles: String,
@@ -730,7 +694,6 @@ impl KernelSettings {
             matvec: kernels.matvec.label(),
             matvec_shape: matvec_shape().to_string(),
             matvec_max_t: matvec_max_t(kernels),
-            matvec_tokens: chunk_tokens(u32::MAX),
             tiles: kernels.tiled.label(),
             gemm: ctx.gemm.name(),
             wide_f16: kernels.wide_f16,

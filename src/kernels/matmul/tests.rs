@@ -91,7 +91,6 @@ fn levels_variants_compile_to_spirv() {
         coop8: false,
         tokens_first: false,
         wide_f16: false,
-        tokens: 1,
     };
     for ty in GgmlType::SUPPORTED
         .into_iter()
@@ -152,63 +151,17 @@ fn levels_variants_compile_to_spirv() {
     }
 }
 
-/// The subgroup matvecs' forms (`subgroup_matvec_forms`: the chunk matvec with one token per
-/// workgroup and four, every fusion, norm and x'-levels form) compile for every type, as the
-/// browser check compiles them in Tint; four tokens are refused where an epilogue waits for
-/// other workgroups and with split K; the step's tokens pick them ([`chunk_tokens`]).
+/// The subgroup matvecs' forms (`subgroup_matvec_forms`: the chunk matvec and the lane-per-8
+/// matvec in every fusion, norm, split and x'-levels form) compile to SPIR-V for every type, as
+/// the browser check compiles them in Tint.
 #[test]
-fn chunk_matvec_takes_several_tokens() {
+fn subgroup_matvec_forms_compile() {
     for ty in GgmlType::SUPPORTED {
         let forms = subgroup_matvec_forms(ty);
-        assert!(forms.iter().any(|k| k.tokens == 4), "{ty:?}");
+        assert!(forms.len() >= 9, "{ty:?}: {} forms", forms.len());
         for k in &forms {
-            assert_eq!(k.tokens > 1, k.label().contains("_t4"), "{}", k.label());
             compile_to_spirv(&k.label(), &k.source().unwrap());
         }
-        let four = |k: &MatmulKey| MatmulKey { tokens: 4, ..*k };
-        for refused in forms
-            .iter()
-            .filter(|k| k.fusion == Fusion::PostNorm || k.has_qk_norm() || k.splits > 1)
-            .map(four)
-            .chain(
-                forms
-                    .iter()
-                    .filter(|k| k.variant == MatmulVariant::MatvecSubgroup)
-                    .map(four),
-            )
-        {
-            assert!(refused.defines().is_err(), "{}", refused.label());
-        }
-    }
-    // CHUNK_TOKENS a workgroup wherever a step has several; no number but 1 and 4 compiles.
-    let two = MatmulKey {
-        tokens: 2,
-        ..subgroup_matvec_forms(GgmlType::Q4_0)[5]
-    };
-    assert!(two.defines().is_err(), "{}", two.label());
-    if chunk_tokens_override().is_none() {
-        let several = CHUNK_TOKENS;
-        assert_eq!(
-            [1, 2, 3, 5, 24, 512].map(chunk_tokens),
-            [1, several, several, several, several, several]
-        );
-        let sized = |fusion, t| {
-            MatmulKey {
-                fusion,
-                ..MatmulKey::choose(
-                    DeviceKernels::with_matvec(MatmulVariant::MatvecChunk),
-                    GgmlType::Q4_0,
-                    t,
-                    false,
-                    Some(MatmulVariant::MatvecChunk),
-                )
-            }
-            .sized(4096, 2048, t, GemmChoice::Auto, true)
-            .tokens
-        };
-        assert_eq!(sized(Fusion::None, 1), 1);
-        assert_eq!(sized(Fusion::None, 6), CHUNK_TOKENS);
-        assert_eq!(sized(Fusion::PostNorm, 6), 1);
     }
 }
 
@@ -277,8 +230,7 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
                     coop8,
                     tokens_first: splits == 3,
                     wide_f16: false,
-                    tokens: 1,
-                };
+                            };
                 let source = key.source().unwrap();
                 assert!(source.contains("coopMultiplyAdd"), "{}", key.label());
                 assert_eq!(
@@ -418,7 +370,6 @@ fn layouts_number_bindings_in_host_order() {
         coop8: false,
         tokens_first: false,
         wide_f16: false,
-        tokens: 1,
     };
     // w, x, y, [norm_w], [bias]
     let l = key(Fusion::None, false, true).layout();
@@ -528,8 +479,7 @@ fn qkv_rope_compiles_for_the_matvecs_and_is_refused_for_tiles() {
                 coop8: false,
                 tokens_first: false,
                 wide_f16: false,
-                tokens: 1,
-            };
+                    };
             if variant.is_tiled() {
                 assert!(key.defines().is_err(), "{}", key.label());
             } else {
@@ -570,8 +520,7 @@ fn every_variant_preprocesses() {
                     coop8: false,
                     tokens_first: false,
                     wide_f16: half,
-                    tokens: 1,
-                };
+                            };
                 let src = key.source().unwrap();
                 assert!(
                     src.contains("fn dequant32") && src.contains("fn main"),
@@ -798,7 +747,6 @@ fn tile_splits_grow_short_grids_and_match_the_shader() {
         coop8: false,
         tokens_first: false,
         wide_f16: false,
-        tokens: 1,
     };
     assert!(key.label().ends_with("_k4"), "{}", key.label());
     let source = key.source().unwrap();
@@ -959,8 +907,7 @@ fn ablated_prefill_tiles_compile() {
                 coop8: false,
                 tokens_first: false,
                 wide_f16: false,
-                tokens: 1,
-            };
+                    };
             let parts: Vec<Vec<Ablation>> = all
                 .iter()
                 .map(|&a| vec![a])

@@ -119,12 +119,7 @@ impl Plan {
                 } else {
                     String::new()
                 }
-            ) + if chunk_tokens(u32::MAX) > 1 {
-                "; a chunk-matvec workgroup takes 4 of a step's tokens (COCO_MATVEC_TOKENS; not \
-                 with the post-norm, the Q/K norm or split K)"
-            } else {
-                "; a chunk-matvec workgroup takes one token (COCO_MATVEC_TOKENS=4: four)"
-            } + &chunk_splits_override().map_or_else(
+            ) + &chunk_splits_override().map_or_else(
                 || {
                     let (min_k, max_groups, ways) = AUTO_SPLIT;
                     format!(
