@@ -35,7 +35,7 @@ pub enum MatmulVariant {
     /// The same tiles multiplied with f16 cooperative matrices (tensor cores), where the
     /// native adapter offers them (`GpuContext::has_coop_gemm`), with
     /// [`MatmulVariant::Coop128`]'s per-token scaling of activations past f16's range: what
-    /// [`MatmulKey::sized`] picks for steps of up to [`COOP64_MAX_T`] tokens, and everywhere
+    /// [`MatmulKey::sized`] picks for steps of up to [`coop64_max_t`] tokens, and everywhere
     /// with `COCO_GEMM=tiled`.
     TiledCoop,
     /// Tensor cores with a 128 × 128 tile and 8 blocks per subgroup
@@ -375,7 +375,7 @@ impl MatmulKey {
             }
             // Short steps take the 64-token tensor-core tiles: the 128-token ones leave most of
             // the GPU idle there, each of their few workgroups walking all of K.
-            MatmulVariant::Coop128 if t <= COOP64_MAX_T => MatmulVariant::TiledCoop,
+            MatmulVariant::Coop128 if t <= coop64_max_t() => MatmulVariant::TiledCoop,
             // The A/B switch for longer steps: a product whose 128 × 128 grid stays small.
             MatmulVariant::Coop128
                 if coop128_min_groups().is_some_and(|min| {

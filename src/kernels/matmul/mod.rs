@@ -27,7 +27,7 @@
 //! - `coop128x128`: prefill on tensor cores with f16 cooperative matrices
 //!   (`shaders/matmul/gemm_coop.wgsl`), where the native adapter offers them (never in a
 //!   browser) unless `COCO_COOPMAT=0`; `coop64x64`, `tiled64x64`'s tiles on tensor cores,
-//!   runs the steps of up to [`COOP64_MAX_T`] tokens, and every step with `COCO_GEMM=tiled`.
+//!   runs the steps of up to [`coop64_max_t`] tokens, and every step with `COCO_GEMM=tiled`.
 //!
 //! Every fused form exists in all four shapes, so it serves any T; only its speed, not its
 //! dispatch count, depends on T.

@@ -803,6 +803,26 @@ impl GemmChoice {
 /// 53.8 vs 67.2, pp128 77.0 vs 73.3, pp256 134.9 vs 95.3.
 pub const COOP64_MAX_T: u32 = 64;
 
+/// [`COOP64_MAX_T`], or the A/B override `COCO_COOP64_MAX_T=<tokens>` (0..=512; 0: every tile
+/// step runs the 128-token tiles), read once per process. Session 27's rule predates the
+/// 128-token tiles' split K: since session 44 they take a 128-token step in less time than the
+/// 64-token tiles take 32 or 64 tokens (H100, Llama-1B Q4_0: pp128 5.06 ms against pp64 6.52).
+pub fn coop64_max_t() -> u32 {
+    static MAX_T: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *MAX_T.get_or_init(|| {
+        let Ok(v) = std::env::var("COCO_COOP64_MAX_T") else {
+            return COOP64_MAX_T;
+        };
+        match v.trim().parse::<u32>() {
+            Ok(t) if t <= 512 => t,
+            _ => {
+                log::warn!("COCO_COOP64_MAX_T={v:?} ignored: expected a whole number in 0..=512");
+                COOP64_MAX_T
+            }
+        }
+    })
+}
+
 /// The A/B switch `COCO_COOP128_MIN_GROUPS=<workgroups>`, read once per process: a product of
 /// a longer step whose 128 × 128 grid (row groups × token tiles) would hold fewer workgroups
 /// runs the 64 × 64 tensor-core tiles, which split K ([`tile_splits`]). Unset (the default):

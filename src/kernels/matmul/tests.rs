@@ -230,7 +230,7 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
                     coop8,
                     tokens_first: splits == 3,
                     wide_f16: false,
-                            };
+                };
                 let source = key.source().unwrap();
                 assert!(source.contains("coopMultiplyAdd"), "{}", key.label());
                 assert_eq!(
@@ -479,7 +479,7 @@ fn qkv_rope_compiles_for_the_matvecs_and_is_refused_for_tiles() {
                 coop8: false,
                 tokens_first: false,
                 wide_f16: false,
-                    };
+            };
             if variant.is_tiled() {
                 assert!(key.defines().is_err(), "{}", key.label());
             } else {
@@ -520,7 +520,7 @@ fn every_variant_preprocesses() {
                     coop8: false,
                     tokens_first: false,
                     wide_f16: half,
-                            };
+                };
                 let src = key.source().unwrap();
                 assert!(
                     src.contains("fn dequant32") && src.contains("fn main"),
@@ -907,7 +907,7 @@ fn ablated_prefill_tiles_compile() {
                 coop8: false,
                 tokens_first: false,
                 wide_f16: false,
-                    };
+            };
             let parts: Vec<Vec<Ablation>> = all
                 .iter()
                 .map(|&a| vec![a])

@@ -166,10 +166,13 @@ impl Plan {
                                      (COCO_COOP128_MIN_GROUPS)"
                                 )
                             });
-                            format!(
-                                "{} up to {COOP64_MAX_T} tokens{small}, else ",
-                                MatmulVariant::TiledCoop.label()
-                            )
+                            match coop64_max_t() {
+                                0 => String::new(),
+                                max => format!(
+                                    "{} up to {max} tokens{small}, else ",
+                                    MatmulVariant::TiledCoop.label()
+                                ),
+                            }
                         } else {
                             String::new()
                         };
