@@ -32,8 +32,8 @@ use crate::kernels::matmul::{
     coop64_max_t, coop_prestage, coop_stream, coop_subgroup_tile64, coop_vec_stage, ffn_levels_fit,
     matvec_max_t, matvec_shape, o_levels_fit, planned_labels, post_norm_fuses, post_norm_max_t,
     qkv_fuses, tile_split_target_override, DeviceKernels, Fusion, GemmChoice, MatmulVariant,
-    StageX, WideTile, XLevels, AUTO_SPLIT, CHUNK_WIDE, COOP_STREAM_MAX_T, TILE_SPLIT_MIN_CHUNKS,
-    TILE_SPLIT_TARGET, WIDE_MIN_GROUPS,
+    StageX, WideTile, XLevels, AUTO_SPLIT, CHUNK_WIDE, COOP64_MAX_WEIGHTS, COOP_STREAM_MAX_T,
+    TILE_SPLIT_MIN_CHUNKS, TILE_SPLIT_TARGET, WIDE_MIN_GROUPS,
 };
 use crate::kernels::megakernel::MegakernelKey;
 use crate::kernels::qkv_rope::{qk_norm_max_t, qkv_rope_fits, v_rows_bindable};

@@ -373,9 +373,9 @@ impl MatmulKey {
             {
                 MatmulVariant::CoopStream(if self.coop8 { 8 } else { 16 })
             }
-            // Short steps take the 64-token tensor-core tiles: the 128-token ones leave most of
-            // the GPU idle there, each of their few workgroups walking all of K.
-            MatmulVariant::Coop128 if t <= coop64_max_t() => MatmulVariant::TiledCoop,
+            // Short steps' small products take the 64-token tensor-core tiles: the 128-token
+            // ones would leave most of the GPU idle there, even split.
+            MatmulVariant::Coop128 if coop64_takes(t, slots, k) => MatmulVariant::TiledCoop,
             // The A/B switch for longer steps: a product whose 128 × 128 grid stays small.
             MatmulVariant::Coop128
                 if coop128_min_groups().is_some_and(|min| {

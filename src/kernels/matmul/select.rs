@@ -823,6 +823,33 @@ pub fn coop64_max_t() -> u32 {
     })
 }
 
+/// Products of at least this many weights (slots × K) take the 128-token tensor-core tiles
+/// with their split K even in steps of up to [`coop64_max_t`] tokens: their many row groups fill
+/// the GPU, and each of their workgroups walks its range of K at less cost per weight than
+/// the 64-token tiles' (BENCHMARKS.md "session 48", H100, µs per step at 32 tokens, 64-token →
+/// 128-token tiles: Llama-1B Q4_0 gate/up (33.6 M weights) 2,138 → 1,321, W_down (16.8 M)
+/// 1,127 → 789, W_o (4.2 M) 374 → 323, Q/K/V (6.3 M) 554 → 507; Qwen-0.5B gate/up (8.7 M) 1,240
+/// → 855, W_down (4.4 M) 830 → 714, but Q/K/V (1.0 M) 434 → 528, W_o (0.8 M) 411 → 478;
+/// Gemma-3-270M gate/up (2.6 M) 300 → 314, Q/K/V 300 → 363). `COCO_COOP64_MAX_WEIGHTS=<n>`
+/// overrides it (0: no short step takes the 64-token tiles).
+pub const COOP64_MAX_WEIGHTS: u64 = 1 << 22;
+
+/// Whether a step of `t` tokens multiplies a product of `slots` × `k` weights on the 64-token
+/// tensor-core tiles rather than the 128-token ones ([`coop64_max_t`], [`COOP64_MAX_WEIGHTS`]).
+pub fn coop64_takes(t: u32, slots: u64, k: u64) -> bool {
+    static MAX_WEIGHTS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let max_weights = *MAX_WEIGHTS.get_or_init(|| {
+        let Ok(v) = std::env::var("COCO_COOP64_MAX_WEIGHTS") else {
+            return COOP64_MAX_WEIGHTS;
+        };
+        v.trim().parse::<u64>().unwrap_or_else(|_| {
+            log::warn!("COCO_COOP64_MAX_WEIGHTS={v:?} ignored: expected a whole number");
+            COOP64_MAX_WEIGHTS
+        })
+    });
+    t <= coop64_max_t() && slots.saturating_mul(k) < max_weights
+}
+
 /// The A/B switch `COCO_COOP128_MIN_GROUPS=<workgroups>`, read once per process: a product of
 /// a longer step whose 128 × 128 grid (row groups × token tiles) would hold fewer workgroups
 /// runs the 64 × 64 tensor-core tiles, which split K ([`tile_splits`]). Unset (the default):
@@ -846,7 +873,11 @@ pub const MATVEC_MAX_T: u32 = 32;
 /// tiles, with split K merged by a dispatch ([`coop64_split_pass`]), beat the int8 chunk
 /// matvec. H100 (BENCHMARKS.md "session 45"), prefill ms, matvec vs tiles: Llama-1B Q4_0
 /// 16: 4.77 vs 6.79, 24: 6.56 vs 7.03, 32: 8.28 vs 7.10; Gemma-270M Q5_0 24: 4.32 vs 4.18,
-/// 32: 5.19 vs 4.75; Qwen-0.5B Q8_0 24: 7.19 vs 6.38, 32: 9.02 vs 7.47.
+/// 32: 5.19 vs 4.75; Qwen-0.5B Q8_0 24: 7.19 vs 6.38, 32: 9.02 vs 7.47. With the large
+/// products on the 128-token tiles ([`coop64_takes`]) the crossing moved lower on the small
+/// shapes (session 48, every product on them: Llama-1B 16: 4.98 vs 5.55, 24: 6.86 vs 5.16;
+/// Qwen 16: 5.49 vs 6.39, 24: 7.41 vs 6.27), but on the 8B the matvec's step grows ~1 ms a
+/// token while the tiles' stays ~25 ms: unmeasured between 17 and 24 tokens, so 24 stays.
 pub const COOP_MATVEC_MAX_T: u32 = 24;
 
 /// The most tokens a step may have and still run the matvec on a device running `kernels`

@@ -351,6 +351,27 @@ fn cooperative_matrix_gemm_compiles_to_spirv_in_every_fusion() {
     // ones (the A/B baseline).
     assert_eq!(GemmChoice::Auto.pick_coop(), MatmulVariant::Coop128);
     assert_eq!(GemmChoice::Tiled.pick_coop(), MatmulVariant::TiledCoop);
+    // Short steps: a product of >= COOP64_MAX_WEIGHTS weights keeps the split 128-token tiles,
+    // a smaller one takes the 64-token tiles; past coop64_max_t every product keeps them.
+    if std::env::var_os("COCO_COOP64_MAX_WEIGHTS").is_none()
+        && std::env::var_os("COCO_COOP64_MAX_T").is_none()
+    {
+        let tensor_cores = DeviceKernels {
+            tiled: MatmulVariant::Coop128,
+            ..DeviceKernels::with_matvec(MatmulVariant::MatvecChunk)
+        };
+        let short = |k: u64, slots: u64, t: u32| {
+            MatmulKey::choose(tensor_cores, GgmlType::Q4_0, t, false, None)
+                .sized(k, slots, t, GemmChoice::Auto, false)
+                .variant
+        };
+        // Llama-1B's gate/up (16,384 × 2,048) and Qwen-0.5B's W_o (896 × 896) at 32 tokens.
+        assert_eq!(short(2048, 16384, 32), MatmulVariant::Coop128);
+        assert_eq!(short(896, 896, 32), MatmulVariant::TiledCoop);
+        assert_eq!(short(896, 896, COOP64_MAX_T + 1), MatmulVariant::Coop128);
+        assert!(!coop64_takes(COOP64_MAX_T, COOP64_MAX_WEIGHTS, 1));
+        assert!(coop64_takes(COOP64_MAX_T, COOP64_MAX_WEIGHTS - 1, 1));
+    }
 }
 
 #[test]

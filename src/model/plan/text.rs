@@ -169,7 +169,8 @@ impl Plan {
                             match coop64_max_t() {
                                 0 => String::new(),
                                 max => format!(
-                                    "{} up to {max} tokens{small}, else ",
+                                    "{} up to {max} tokens for products of < {COOP64_MAX_WEIGHTS} \
+                                     weights (COCO_COOP64_MAX_WEIGHTS){small}, else ",
                                     MatmulVariant::TiledCoop.label()
                                 ),
                             }
