@@ -405,6 +405,32 @@ fn gpu_loop_matches_cpu_path_at_every_depth() {
 }
 
 #[test]
+fn a_prompt_step_submitted_in_parts_gives_the_same_logits() {
+    // Session::prefill_submit_every submits a prompt step's dispatches n at a time, so the GPU
+    // starts while the host records the rest: each part's pass must see what the parts
+    // before wrote, and each part's parameter blocks (packed into the same buffer) must be
+    // the ones it was recorded with. Every split, down to a submit per dispatch, gives the
+    // one-submit step's logits bit for bit.
+    let ctx = gpu();
+    let model = Arc::new(load(&ctx, "gemma3-q4_k"));
+    let ids = prompt(&model);
+    let logits = |every: Option<usize>| {
+        let mut s = Session::new(&ctx, &model, 512, LogitsFor::AllTokens);
+        s.prefill_submit_every = every;
+        s.forward_blocking(&ids).expect("prefill")
+    };
+    let whole = logits(None);
+    for every in [1, 7, 64] {
+        let parts = logits(Some(every));
+        assert!(
+            whole.iter().zip(&parts).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{every} dispatches a submit: the logits differ"
+        );
+        assert_eq!(whole.len(), parts.len());
+    }
+}
+
+#[test]
 fn position_free_dispatches_share_bind_groups_across_a_batch() {
     // The recorder packs equal parameter blocks once, so a product whose parameters don't
     // depend on the position binds the same block at every step of a batch, and a fresh

@@ -119,12 +119,42 @@ pub struct Session {
     /// of the GPU decode loop (engine/decode.rs): off by default; the switch is for A/B and
     /// debugging (`--cpu-sampling`, the page's `cpu_sampling=1`), and tests compare the two.
     pub cpu_sampling: bool,
+    /// A prompt step's dispatches are submitted this many at a time (`None`: one submit a
+    /// step); [`prefill_submit_every`] by default.
+    pub prefill_submit_every: Option<usize>,
     /// GPU time one decode batch may take (K ≤ this / seconds per token; engine/decode.rs).
     pub batch_budget_seconds: f64,
     /// Mapped copies of the slots of `scratch.generated`, made on first use.
     readback: [Option<wgpu::Buffer>; MAX_BATCHES_IN_FLIGHT as usize],
     /// What each step runs, for `pipeline` and `megakernel` ([`Session::plan`]).
     plan: model::Plan,
+}
+
+/// A prompt step's dispatches are submitted this many at a time ([`StepRecorder::submit_every`]):
+/// the GPU starts on the first ones while the host records the rest. 64 makes the Llama-1B
+/// shape's 226-dispatch step four submits.
+pub const PREFILL_SUBMIT_EVERY: usize = 64;
+
+/// [`PREFILL_SUBMIT_EVERY`], or the A/B override `COCO_SUBMIT_EVERY=<dispatches>` (0: a
+/// prompt step is one submit), read once per process (natively; the page keeps the default).
+pub fn prefill_submit_every() -> Option<usize> {
+    static EVERY: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *EVERY.get_or_init(|| {
+        let setting = if cfg!(target_arch = "wasm32") {
+            None
+        } else {
+            std::env::var("COCO_SUBMIT_EVERY").ok()
+        };
+        match setting.map(|v| (v.trim().parse::<usize>(), v)) {
+            None => Some(PREFILL_SUBMIT_EVERY),
+            Some((Ok(0), _)) => None,
+            Some((Ok(n), _)) => Some(n),
+            Some((Err(_), v)) => {
+                log::warn!("COCO_SUBMIT_EVERY={v:?} ignored: expected a dispatch count");
+                Some(PREFILL_SUBMIT_EVERY)
+            }
+        }
+    })
 }
 
 /// Each of [`Session::warm_up`]'s passes: at most this many tokens, and it stops at the first
@@ -169,6 +199,7 @@ impl Session {
             pipeline: model::Pipeline::Fused,
             megakernel: false,
             cpu_sampling: false,
+            prefill_submit_every: prefill_submit_every(),
             batch_budget_seconds: decode::BATCH_BUDGET_SECONDS,
             readback: Default::default(),
             plan,
@@ -294,6 +325,9 @@ impl Session {
                 .queue
                 .write_buffer(&self.scratch.ids, 0, bytemuck::cast_slice(chunk));
             let mut rec = StepRecorder::new(&self.ctx);
+            if let Some(n) = self.prefill_submit_every.filter(|_| t > 1) {
+                rec.submit_every(n);
+            }
             self.record_step(&mut rec, t)?;
             if t == 1 {
                 self.stats.dispatches_per_token = rec.dispatch_count() as u32;

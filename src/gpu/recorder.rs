@@ -104,6 +104,11 @@ pub struct StepRecorder<'a> {
     /// Every dispatch's storage bindings, one after the other.
     bindings: Vec<Binding>,
     dispatches: Vec<Dispatch>,
+    /// With [`StepRecorder::submit_every`]: the queued dispatches are submitted each time
+    /// there are this many.
+    submit_every: Option<usize>,
+    /// Dispatches already submitted by `submit_every`.
+    submitted: usize,
 }
 
 impl<'a> StepRecorder<'a> {
@@ -114,7 +119,20 @@ impl<'a> StepRecorder<'a> {
             blocks: FxHashMap::default(),
             bindings: Vec::new(),
             dispatches: Vec::new(),
+            submit_every: None,
+            submitted: 0,
         }
+    }
+
+    /// Submits the queued dispatches each time `n` are queued (the rest at
+    /// [`StepRecorder::submit`]), so the GPU starts on a long step's first kernels while the
+    /// host still records and encodes the later ones instead of idling through all of it
+    /// (a prefill step: ~225 dispatches at ~4 µs of host time each on an H100's host,
+    /// BENCHMARKS.md "session 48"). Each submit is a pass of its own. For steps that are only
+    /// submitted: [`StepRecorder::labels`], [`StepRecorder::work`] and
+    /// [`StepRecorder::submit_timed`] see only the dispatches not yet submitted.
+    pub fn submit_every(&mut self, n: usize) {
+        self.submit_every = Some(n.max(1));
     }
 
     pub fn ctx(&self) -> &'a GpuContext {
@@ -164,7 +182,28 @@ impl<'a> StepRecorder<'a> {
             bindings: first..self.bindings.len(),
             workgroups,
         });
+        if self.submit_every.is_some_and(|n| self.dispatches.len() >= n) {
+            self.submit_queued();
+        }
         Ok(())
+    }
+
+    /// Submits the queued dispatches in a pass of their own and empties the recorder.
+    fn submit_queued(&mut self) {
+        {
+            let _exclusive = self
+                .ctx
+                .submit_lock
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let commands = self.encode(|_| {});
+            self.ctx.queue.submit([commands]);
+        }
+        self.submitted += self.dispatches.len();
+        self.params.clear();
+        self.blocks.clear();
+        self.bindings.clear();
+        self.dispatches.clear();
     }
 
     /// The offset in `params` of the block `params` zero-padded to `size` bytes: an equal
@@ -194,8 +233,9 @@ impl<'a> StepRecorder<'a> {
         offset as u64
     }
 
+    /// Dispatches recorded: queued, and already submitted by [`StepRecorder::submit_every`].
     pub fn dispatch_count(&self) -> usize {
-        self.dispatches.len()
+        self.submitted + self.dispatches.len()
     }
 
     /// Labels of the queued dispatches, in order (for profiles and dispatch counts).
