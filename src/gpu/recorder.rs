@@ -1,4 +1,5 @@
-//! Records one step's dispatches and submits them in ONE compute pass.
+//! Records one step's dispatches and submits them in ONE compute pass (a long prompt step in
+//! a few: [`StepRecorder::submit_every`]).
 //!
 //! Every kernel takes its scalar parameters from a uniform at `@group(0) @binding(0)` and its
 //! tensors from storage bindings 1..n. The recorder packs all parameter blocks into one uniform
