@@ -130,28 +130,25 @@ pub struct Session {
     plan: model::Plan,
 }
 
-/// A prompt step's dispatches are submitted this many at a time ([`StepRecorder::submit_every`]):
-/// the GPU starts on the first ones while the host records the rest. 64 makes the Llama-1B
-/// shape's 226-dispatch step four submits.
-pub const PREFILL_SUBMIT_EVERY: usize = 64;
-
-/// [`PREFILL_SUBMIT_EVERY`], or the A/B override `COCO_SUBMIT_EVERY=<dispatches>` (0: a
-/// prompt step is one submit), read once per process (natively; the page keeps the default).
+/// How many of a prompt step's dispatches go in one submit ([`StepRecorder::submit_every`]), so
+/// the GPU starts on the first ones while the host records and encodes the rest: `None` (one
+/// submit a step, the default) unless `COCO_SUBMIT_EVERY=<dispatches>` sets it natively, read
+/// once per process. Off until timed on a GPU: an H100's Llama-1B pp32 step took 5.5 ms of
+/// which the GPU ran 3.5 (BENCHMARKS.md "session 48"), and its 226 dispatches cost ~1 ms of
+/// host time before the GPU starts; predicted −0.7 ms with 64 a submit.
 pub fn prefill_submit_every() -> Option<usize> {
     static EVERY: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
     *EVERY.get_or_init(|| {
-        let setting = if cfg!(target_arch = "wasm32") {
-            None
-        } else {
-            std::env::var("COCO_SUBMIT_EVERY").ok()
-        };
-        match setting.map(|v| (v.trim().parse::<usize>(), v)) {
-            None => Some(PREFILL_SUBMIT_EVERY),
-            Some((Ok(0), _)) => None,
-            Some((Ok(n), _)) => Some(n),
-            Some((Err(_), v)) => {
+        if cfg!(target_arch = "wasm32") {
+            return None;
+        }
+        let v = std::env::var("COCO_SUBMIT_EVERY").ok()?;
+        match v.trim().parse::<usize>() {
+            Ok(0) => None,
+            Ok(n) => Some(n),
+            Err(_) => {
                 log::warn!("COCO_SUBMIT_EVERY={v:?} ignored: expected a dispatch count");
-                Some(PREFILL_SUBMIT_EVERY)
+                None
             }
         }
     })

@@ -128,8 +128,8 @@ impl<'a> StepRecorder<'a> {
     /// Submits the queued dispatches each time `n` are queued (the rest at
     /// [`StepRecorder::submit`]), so the GPU starts on a long step's first kernels while the
     /// host still records and encodes the later ones instead of idling through all of it
-    /// (a prefill step: ~225 dispatches at ~4 µs of host time each on an H100's host,
-    /// BENCHMARKS.md "session 48"). Each submit is a pass of its own. For steps that are only
+    /// (a prefill step: ~225 dispatches at ~4 µs of host time each on an H100's host;
+    /// `COCO_SUBMIT_EVERY`, off until timed). Each submit is a pass of its own. For steps that are only
     /// submitted: [`StepRecorder::labels`], [`StepRecorder::work`] and
     /// [`StepRecorder::submit_timed`] see only the dispatches not yet submitted.
     pub fn submit_every(&mut self, n: usize) {
