@@ -319,6 +319,7 @@ fn samples() -> Vec<(&'static str, Vec<Value>)> {
         record_ms_per_token: Some(0.01),
         wait_ms_per_token: Some(0.02),
         encode_ms_per_token: Some(0.005),
+        pp_host_ms: Some(1.2),
         weight_bytes_per_token: 1 << 20,
         effective_gb_s: Some(0.01),
         probe: Some(Probe {

@@ -423,7 +423,10 @@ fn a_prompt_step_submitted_in_parts_gives_the_same_logits() {
     for every in [1, 7, 64] {
         let parts = logits(Some(every));
         assert!(
-            whole.iter().zip(&parts).all(|(a, b)| a.to_bits() == b.to_bits()),
+            whole
+                .iter()
+                .zip(&parts)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
             "{every} dispatches a submit: the logits differ"
         );
         assert_eq!(whole.len(), parts.len());

@@ -86,6 +86,10 @@ pub struct BenchResult {
     pub wait_ms_per_token: f64,
     /// The part of `record_ms_per_token` spent encoding the pass and submitting it.
     pub encode_ms_per_token: f64,
+    /// ms of the prompt's wall time (pp) the host spent recording, encoding and submitting it
+    /// before the GPU had all of it (median of reps; the session is fresh each rep, so its
+    /// bind groups are created then too).
+    pub pp_host_ms: f64,
     /// Bytes of weights one decode step reads (every matrix, the full LM head, one embedding row).
     pub weight_bytes_per_token: u64,
     pub probe: Option<Probe>,
@@ -296,6 +300,7 @@ pub async fn run_with(
                 .map(|r| r.encode_ms_per_token)
                 .collect::<Vec<_>>(),
         ),
+        pp_host_ms: median(&runs.iter().map(|r| r.pp_host_ms).collect::<Vec<_>>()),
         weight_bytes_per_token: weight_bytes_per_token(model),
         probe: None,
         megakernel: MegakernelAb {
@@ -319,6 +324,7 @@ struct TgRun {
     record_ms_per_token: f64,
     wait_ms_per_token: f64,
     encode_ms_per_token: f64,
+    pp_host_ms: f64,
 }
 
 /// What [`pp_tg`] runs: `cfg`'s sizes on `prompt`, each side of the FFN megakernel switch,
@@ -379,14 +385,17 @@ async fn pp_tg(
         s.megakernel = *prefill_megakernel;
         s
     };
-    let pp_rate = {
+    let (pp_rate, pp_host_ms) = {
         let mut s = session();
         if !depth_ids.is_empty() {
             s.forward(depth_ids).await?;
         }
         let clock = Clock::start();
         s.forward(prompt).await?;
-        prompt.len() as f64 / clock.seconds()
+        (
+            prompt.len() as f64 / clock.seconds(),
+            1e3 * s.stats.forward_host_seconds,
+        )
     };
     let mut s = session();
     let before = if depth_ids.is_empty() {
@@ -416,6 +425,7 @@ async fn pp_tg(
     let tokens = cfg.gen_tokens.max(1) as f64;
     Ok(TgRun {
         pp_tok_s: pp_rate,
+        pp_host_ms,
         tg_tok_s: cfg.gen_tokens as f64 / seconds,
         tg_positions: [first_position, s.pos.saturating_sub(1)],
         dispatches_per_token: s.stats.dispatches_per_token,
@@ -676,6 +686,7 @@ pub struct BenchRecord {
     pub record_ms_per_token: Option<f64>,
     pub wait_ms_per_token: Option<f64>,
     pub encode_ms_per_token: Option<f64>,
+    pub pp_host_ms: Option<f64>,
     pub weight_bytes_per_token: u64,
     pub effective_gb_s: Option<f64>,
     /// With `--probe` only.
@@ -755,6 +766,7 @@ impl BenchResult {
             record_ms_per_token: num(self.record_ms_per_token),
             wait_ms_per_token: num(self.wait_ms_per_token),
             encode_ms_per_token: num(self.encode_ms_per_token),
+            pp_host_ms: num(self.pp_host_ms),
             weight_bytes_per_token: self.weight_bytes_per_token,
             effective_gb_s: num(self.effective_gb_s()),
             probe: self.probe.clone(),

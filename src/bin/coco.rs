@@ -728,6 +728,12 @@ fn bench(args: BenchArgs, verbose: bool) -> Result<()> {
         if r.sampler_on_gpu { "GPU" } else { "CPU (--cpu-sampling)" },
         r.cpu_sampler_ms,
     );
+    println!(
+        "pp{}: {:.2} ms a prompt, of which the host recorded, encoded and submitted for {:.2} ms",
+        r.prompt_tokens,
+        1e3 * r.prompt_tokens as f64 / r.pp(),
+        r.pp_host_ms,
+    );
     if let Some(p) = &r.probe {
         println!(
             "probe: read {:.0} GB/s, dispatch {:.2} µs, round trip {:.0} µs",

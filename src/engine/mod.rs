@@ -62,6 +62,10 @@ pub struct Stats {
     /// Host time the GPU decode loop spent waiting for batches' ids (readback included): near
     /// the wall time, the GPU (or the browser's GPU process) bounds decode; near 0, the host.
     pub wait_seconds: f64,
+    /// Host time the last [`Session::forward`] spent recording, encoding and submitting its
+    /// steps (not waiting for its logits): against the forward's wall time it says how much
+    /// of a prompt the GPU waited for the host.
+    pub forward_host_seconds: f64,
     /// Why the last generation ended.
     pub stop: StopReason,
 }
@@ -316,8 +320,10 @@ impl Session {
         let vocab = c.vocab_size as u64;
         let mut out = Vec::new();
         let mut last_row = 0;
+        self.stats.forward_host_seconds = 0.0;
         for chunk in ids.chunks(self.scratch.rows as usize) {
             let t = chunk.len() as u32;
+            let host = crate::util::Clock::start();
             self.ctx
                 .queue
                 .write_buffer(&self.scratch.ids, 0, bytemuck::cast_slice(chunk));
@@ -330,6 +336,7 @@ impl Session {
                 self.stats.dispatches_per_token = rec.dispatch_count() as u32;
             }
             rec.submit();
+            self.stats.forward_host_seconds += host.seconds();
             self.pos += t;
             self.cached_tokens.extend_from_slice(chunk);
             last_row = if all { t - 1 } else { 0 };

@@ -183,7 +183,10 @@ impl<'a> StepRecorder<'a> {
             bindings: first..self.bindings.len(),
             workgroups,
         });
-        if self.submit_every.is_some_and(|n| self.dispatches.len() >= n) {
+        if self
+            .submit_every
+            .is_some_and(|n| self.dispatches.len() >= n)
+        {
             self.submit_queued();
         }
         Ok(())
