@@ -127,10 +127,10 @@ impl<'a> StepRecorder<'a> {
 
     /// Submits the queued dispatches each time `n` are queued (the rest at
     /// [`StepRecorder::submit`]), so the GPU starts on a long step's first kernels while the
-    /// host still records and encodes the later ones instead of idling through all of it
-    /// (a prefill step: ~225 dispatches at ~4 µs of host time each on an H100's host;
-    /// `COCO_SUBMIT_EVERY`, off until timed). Each submit is a pass of its own. For steps that are only
-    /// submitted: [`StepRecorder::labels`], [`StepRecorder::work`] and
+    /// host still records and encodes the later ones instead of idling through all of it (a
+    /// prefill step: ~225 dispatches at ~4 µs of host time each on an H100's host;
+    /// `COCO_SUBMIT_EVERY`, off until timed). Each submit is a pass of its own. For steps that
+    /// are only submitted: [`StepRecorder::labels`], [`StepRecorder::work`] and
     /// [`StepRecorder::submit_timed`] see only the dispatches not yet submitted.
     pub fn submit_every(&mut self, n: usize) {
         self.submit_every = Some(n.max(1));
@@ -194,15 +194,7 @@ impl<'a> StepRecorder<'a> {
 
     /// Submits the queued dispatches in a pass of their own and empties the recorder.
     fn submit_queued(&mut self) {
-        {
-            let _exclusive = self
-                .ctx
-                .submit_lock
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            let commands = self.encode(|_| {});
-            self.ctx.queue.submit([commands]);
-        }
+        self.encode_and_submit(|_| {});
         self.submitted += self.dispatches.len();
         self.params.clear();
         self.blocks.clear();
@@ -272,6 +264,14 @@ impl<'a> StepRecorder<'a> {
     /// Encodes everything in one compute pass, lets `after` append copies, and submits.
     pub fn submit_with(
         self,
+        after: impl FnOnce(&mut wgpu::CommandEncoder),
+    ) -> wgpu::SubmissionIndex {
+        self.encode_and_submit(after)
+    }
+
+    /// The queued dispatches' pass and `after`'s commands, submitted under `submit_lock`.
+    fn encode_and_submit(
+        &self,
         after: impl FnOnce(&mut wgpu::CommandEncoder),
     ) -> wgpu::SubmissionIndex {
         let ctx = self.ctx;

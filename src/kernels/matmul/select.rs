@@ -796,11 +796,12 @@ impl GemmChoice {
     }
 }
 
-/// Steps of up to this many tokens (and more than [`MATVEC_MAX_T`]) run the 64-token
-/// tensor-core tiles ([`MatmulVariant::TiledCoop`]) rather than the 128-token ones. Measured
-/// on the H200 (BENCHMARKS.md "session 27"), prefill ms, 64-token vs 128-token tiles: Llama-1B
-/// Q4_0 pp64 12.64 vs 17.11, pp128 15.26 vs 18.70, pp256 22.67 vs 21.00; Llama-8B Q4_0 pp64
-/// 53.8 vs 67.2, pp128 77.0 vs 73.3, pp256 134.9 vs 95.3.
+/// In steps of up to this many tokens (and more than the matvec's) the small products
+/// ([`coop64_takes`]) run the 64-token tensor-core tiles ([`MatmulVariant::TiledCoop`]) rather
+/// than the 128-token ones. Measured on the H200 before the 128-token tiles split K
+/// (BENCHMARKS.md "session 27"), prefill ms, 64-token vs 128-token tiles: Llama-1B Q4_0 pp64
+/// 12.64 vs 17.11, pp128 15.26 vs 18.70, pp256 22.67 vs 21.00; Llama-8B Q4_0 pp64 53.8 vs
+/// 67.2, pp128 77.0 vs 73.3, pp256 134.9 vs 95.3.
 pub const COOP64_MAX_T: u32 = 64;
 
 /// [`COOP64_MAX_T`], or the A/B override `COCO_COOP64_MAX_T=<tokens>` (0..=512; 0: every tile
