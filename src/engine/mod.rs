@@ -146,15 +146,7 @@ pub fn prefill_submit_every() -> Option<usize> {
         if cfg!(target_arch = "wasm32") {
             return None;
         }
-        let v = std::env::var("COCO_SUBMIT_EVERY").ok()?;
-        match v.trim().parse::<usize>() {
-            Ok(0) => None,
-            Ok(n) => Some(n),
-            Err(_) => {
-                log::warn!("COCO_SUBMIT_EVERY={v:?} ignored: expected a dispatch count");
-                None
-            }
-        }
+        crate::kernels::matmul::number_from_env("COCO_SUBMIT_EVERY", usize::MAX).filter(|&n| n > 0)
     })
 }
 

@@ -200,14 +200,21 @@ pub fn tile_split_target_override() -> Option<u64> {
 /// The workgroup count (at most 2^20) in the environment variable `name`, read once per
 /// process into `cell`; an invalid value is ignored with a warning.
 fn workgroups_from_env(cell: &'static std::sync::OnceLock<Option<u64>>, name: &str) -> Option<u64> {
-    *cell.get_or_init(|| {
-        let v = std::env::var(name).ok()?;
-        let parsed = v.parse::<u64>().ok().filter(|&n| n <= 1 << 20);
-        if parsed.is_none() {
-            log::warn!("{name}={v:?} ignored: expected a workgroup count");
-        }
-        parsed
-    })
+    *cell.get_or_init(|| number_from_env(name, 1 << 20))
+}
+
+/// The whole number of at most `max` in the environment variable `name` (None where it is
+/// unset; an invalid value is ignored with a warning). Callers keep it in a `OnceLock`.
+pub(crate) fn number_from_env<T>(name: &str, max: T) -> Option<T>
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display,
+{
+    let v = std::env::var(name).ok()?;
+    let parsed = v.trim().parse::<T>().ok().filter(|n| *n <= max);
+    if parsed.is_none() {
+        log::warn!("{name}={v:?} ignored: expected a whole number up to {max}");
+    }
+    parsed
 }
 
 /// A part of the prefill tile kernels' K loop that the diagnostic switch `COCO_ABLATE` leaves
@@ -810,18 +817,7 @@ pub const COOP64_MAX_T: u32 = 64;
 /// 64-token tiles take 32 or 64 tokens (H100, Llama-1B Q4_0: pp128 5.06 ms against pp64 6.52).
 pub fn coop64_max_t() -> u32 {
     static MAX_T: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *MAX_T.get_or_init(|| {
-        let Ok(v) = std::env::var("COCO_COOP64_MAX_T") else {
-            return COOP64_MAX_T;
-        };
-        match v.trim().parse::<u32>() {
-            Ok(t) if t <= 512 => t,
-            _ => {
-                log::warn!("COCO_COOP64_MAX_T={v:?} ignored: expected a whole number in 0..=512");
-                COOP64_MAX_T
-            }
-        }
-    })
+    *MAX_T.get_or_init(|| number_from_env("COCO_COOP64_MAX_T", 512).unwrap_or(COOP64_MAX_T))
 }
 
 /// Products of at least this many weights (slots × K) take the 128-token tensor-core tiles
@@ -840,13 +836,7 @@ pub const COOP64_MAX_WEIGHTS: u64 = 1 << 22;
 pub fn coop64_takes(t: u32, slots: u64, k: u64) -> bool {
     static MAX_WEIGHTS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     let max_weights = *MAX_WEIGHTS.get_or_init(|| {
-        let Ok(v) = std::env::var("COCO_COOP64_MAX_WEIGHTS") else {
-            return COOP64_MAX_WEIGHTS;
-        };
-        v.trim().parse::<u64>().unwrap_or_else(|_| {
-            log::warn!("COCO_COOP64_MAX_WEIGHTS={v:?} ignored: expected a whole number");
-            COOP64_MAX_WEIGHTS
-        })
+        number_from_env("COCO_COOP64_MAX_WEIGHTS", u64::MAX).unwrap_or(COOP64_MAX_WEIGHTS)
     });
     t <= coop64_max_t() && slots.saturating_mul(k) < max_weights
 }
