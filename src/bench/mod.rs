@@ -193,7 +193,7 @@ pub fn bench_ids(model: &Model, depth: u32, prompt_tokens: u32) -> (Vec<u32>, Ve
     (ids, prompt)
 }
 
-/// Runs pp and tg `reps` times each (after one warm-up) on fresh sessions, tg greedy and
+/// Runs pp and tg `reps` times each (after one warm-up; [`reps`] says on which sessions), tg greedy and
 /// then with the default sampler settings, with the headline figures measured with the FFN
 /// megakernel on (`coco bench --megakernel`; the caller has already checked it) or off, then
 /// the megakernel A/B, which measures the other side's greedy tg the same way.
@@ -341,15 +341,26 @@ struct TgPlan<'a> {
     cpu_sampling: bool,
 }
 
-/// `plan.cfg.reps` runs of [`pp_tg`] after one warm-up (not returned).
+/// `plan.cfg.reps` runs of [`pp_tg`] after one warm-up (not returned), on two sessions (one
+/// for pp, one for tg) that every run starts over with [`Session::reset`], as a chat reuses
+/// its session from turn to turn (and llama-bench its context from rep to rep). So the runs
+/// time steps whose bind groups the warm-up made, as the page's prompts after
+/// [`Session::warm_up`]; a fresh session's first step also makes its own, for ~4 µs of host
+/// time a dispatch more (`examples/step_timing.rs --prompt`; BENCHMARKS.md "session 49").
 async fn reps(
     ctx: &Arc<GpuContext>,
     model: &Arc<Model>,
     plan: &TgPlan<'_>,
 ) -> Result<Vec<TgRun>, EngineError> {
+    let session = || {
+        let mut s = Session::new(ctx, model, plan.context, LogitsFor::LastToken);
+        s.pipeline = plan.cfg.pipeline;
+        s
+    };
+    let (mut pp, mut tg) = (session(), session());
     let mut runs = Vec::new();
     for rep in 0..=plan.cfg.reps {
-        let r = pp_tg(ctx, model, plan).await?;
+        let r = pp_tg(&mut pp, &mut tg, plan).await?;
         if rep > 0 {
             runs.push(r);
         }
@@ -357,36 +368,34 @@ async fn reps(
     Ok(runs)
 }
 
-/// Two fresh sessions, each first holding `depth_ids`: one prefills the prompt (timed until
-/// its logits are back), the other decodes `gen_tokens` steps as `plan` says. With no depth
-/// the decode session prefills the prompt's first id alone, for the loop's first draw. Stop
-/// tokens don't end the run (random weights emit anything).
+/// Two sessions, started over and each first holding `depth_ids`: `pp` prefills the prompt
+/// (timed until its logits are back), `tg` decodes `gen_tokens` steps as `plan` says. With no
+/// depth the decode session prefills the prompt's first id alone, for the loop's first draw.
+/// Stop tokens don't end the run (random weights emit anything).
 async fn pp_tg(
-    ctx: &Arc<GpuContext>,
-    model: &Arc<Model>,
+    pp: &mut Session,
+    tg: &mut Session,
     plan: &TgPlan<'_>,
 ) -> Result<TgRun, EngineError> {
     let TgPlan {
         cfg,
         depth_ids,
         prompt,
-        context,
+        context: _,
         prefill_megakernel,
         decode_megakernel,
         sampler,
         cpu_sampling,
     } = plan;
-    let (context, cpu_sampling) = (*context, *cpu_sampling);
-    let session = || {
-        let mut s = Session::new(ctx, model, context, LogitsFor::LastToken);
-        s.pipeline = cfg.pipeline;
-        // The switch was checked once per run (in run_with) for this model and device;
-        // sessions differ only in their buffers, so it is set directly here.
+    let cpu_sampling = *cpu_sampling;
+    // The switch was checked once per run (in run_with) for this model and device; sessions
+    // differ only in their buffers, so it is set directly here.
+    for s in [&mut *pp, &mut *tg] {
+        s.reset();
         s.megakernel = *prefill_megakernel;
-        s
-    };
+    }
     let (pp_rate, pp_host_ms) = {
-        let mut s = session();
+        let s = pp;
         if !depth_ids.is_empty() {
             s.forward(depth_ids).await?;
         }
@@ -397,7 +406,7 @@ async fn pp_tg(
             1e3 * s.stats.forward_host_seconds,
         )
     };
-    let mut s = session();
+    let s = tg;
     let before = if depth_ids.is_empty() {
         &prompt[..1]
     } else {

@@ -154,6 +154,12 @@ pub fn prefill_submit_every() -> Option<usize> {
 /// batch after this many seconds.
 const WARM_UP_MAX_TOKENS: u32 = 48;
 const WARM_UP_SECONDS: f64 = 0.3;
+/// The prompt steps [`Session::warm_up`] records (besides its generations' 4-token prompt):
+/// a short chat turn's, and a whole chunk's ([`PREFILL_CHUNK`]). Between them they take every
+/// tile kernel the products' sizes pick on the GPUs measured (lavapipe's portable tiles take
+/// other kernels from 33 and from 384 tokens; the tensor-core tiles from 25), and with the
+/// layouts shared by binding list, a length between two of them binds what they bound.
+const WARM_UP_PROMPT_TOKENS: u32 = 64;
 
 impl Session {
     /// `context`: KV-cache positions (clamped to the model's trained context).
@@ -370,11 +376,17 @@ impl Session {
     ///
     /// The sampled pass runs as long as the greedy one: with 2 tokens (until session 36) a
     /// fresh page's first default-settings generation on an H100 decoded at 462–555 tok/s and
-    /// the next at 1,016–1,041 (BENCHMARKS.md session 36). Its batches of 4, 8 and 16 steps,
-    /// whose parameter blocks sit at other offsets than the greedy ones (the sampler's
-    /// dispatches), first ran in the visitor's generation: new bind groups, each a call into
-    /// the browser's GPU process, and the sampler's recording not yet optimized by the wasm
-    /// engine.
+    /// the next at 1,016–1,041 (BENCHMARKS.md session 36). Its batches of 4, 8 and 16 steps
+    /// first ran in the visitor's generation: then new bind groups (parameter blocks at other
+    /// offsets, which until session 49 meant other bind groups), each a call into the
+    /// browser's GPU process, and the sampler's recording not yet optimized by the wasm engine.
+    ///
+    /// Then it records a short chat turn's prompt step and a whole chunk's and encodes them
+    /// without running them: their tile kernels compile and their bind groups are made now,
+    /// not in the visitor's first prompt (on lavapipe a fresh 32-token step of the Llama-1B
+    /// shape took 4.9 µs of host time a dispatch, a warm one 1.1: BENCHMARKS.md "session 49").
+    /// After the generations, whose decode batches may grow the parameter buffer (which drops
+    /// every bind group).
     pub async fn warm_up(&mut self) -> Result<(), EngineError> {
         let token = self.model.tokenizer.bos_id().unwrap_or(0);
         let prompt = [token; 4];
@@ -392,6 +404,15 @@ impl Session {
             .await?;
         }
         self.reset();
+        let longest = self.scratch.rows.min(self.kv.context);
+        self.refresh_plan();
+        for t in [WARM_UP_PROMPT_TOKENS.min(longest), longest] {
+            let mut rec = StepRecorder::new(&self.ctx);
+            self.record_step(&mut rec, t)?;
+            // Never submitted: the parameter blocks it wrote are overwritten by the next step.
+            drop(rec.encode_unsubmitted());
+        }
+        self.ctx.check_health()?;
         Ok(())
     }
 

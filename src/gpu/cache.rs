@@ -117,17 +117,17 @@ const MAX_CACHED_BIND_GROUPS: usize = 16_384;
 
 /// One cached bind group and what it binds.
 struct CachedBindGroup {
-    kernel: Arc<Kernel>,
-    /// The parameter block's (offset, size) in the params buffer.
-    params: (u64, u64),
+    layout: wgpu::BindGroupLayout,
+    /// The size of the parameter block it binds (its offset is dynamic).
+    params_size: u64,
     storage: Vec<Binding>,
     group: wgpu::BindGroup,
 }
 
 impl CachedBindGroup {
-    fn binds(&self, kernel: &Arc<Kernel>, params: (u64, u64), storage: &[Binding]) -> bool {
-        Arc::ptr_eq(&self.kernel, kernel)
-            && self.params == params
+    fn binds(&self, layout: &wgpu::BindGroupLayout, params_size: u64, storage: &[Binding]) -> bool {
+        self.layout == *layout
+            && self.params_size == params_size
             && self.storage.len() == storage.len()
             && self
                 .storage
@@ -137,36 +137,40 @@ impl CachedBindGroup {
     }
 }
 
-/// Bind groups by (kernel, parameter range, storage ranges). A decode step binds the same
-/// buffers every token, so after the first token no bind group is created. Keyed by the
-/// FxHash of those; a lookup compares the entry with the dispatch, and where two differ under
-/// one hash the newer takes the slot (a cache: the other is made anew if it comes back).
+/// Bind groups by (layout, parameter block size, storage ranges). Kernels share layouts by
+/// their declared bindings and take their parameter block's offset at the dispatch, so a
+/// bind group serves every kernel of its layout that binds the same buffers, wherever its
+/// block lies in the step: a decode step's after the first token, a product's tile
+/// variants at any prompt length. Keyed by the FxHash of those; a lookup compares the entry
+/// with the dispatch, and where two differ under one hash the newer takes the slot (a cache:
+/// the other is made anew if it comes back).
 #[derive(Default)]
 pub(crate) struct BindGroupCache {
     groups: HashMap<u64, CachedBindGroup, FxBuild>,
 }
 
 impl BindGroupCache {
-    /// The bind group of `kernel` with the uniform block at `params` of `params_buffer` at
-    /// binding 0 and `storage` at 1, 2, …: cached, or created and cached.
+    /// The bind group of `layout` with a `params_size`-byte block of `params_buffer` at
+    /// binding 0 (offset given at the dispatch) and `storage` at 1, 2, …: cached, or created
+    /// and cached.
     pub fn get_or_create(
         &mut self,
         device: &wgpu::Device,
-        kernel: &Arc<Kernel>,
+        layout: &wgpu::BindGroupLayout,
         params_buffer: &wgpu::Buffer,
-        params: (u64, u64),
+        params_size: u64,
         storage: &[Binding],
     ) -> wgpu::BindGroup {
         let mut hasher = FxBuild::default().build_hasher();
-        Arc::as_ptr(kernel).hash(&mut hasher);
-        params.hash(&mut hasher);
+        layout.hash(&mut hasher);
+        params_size.hash(&mut hasher);
         for b in storage {
             b.buffer.hash(&mut hasher);
             (b.offset, b.size).hash(&mut hasher);
         }
         let hash = hasher.finish();
         if let Some(cached) = self.groups.get(&hash) {
-            if cached.binds(kernel, params, storage) {
+            if cached.binds(layout, params_size, storage) {
                 return cached.group.clone();
             }
         }
@@ -181,7 +185,7 @@ impl BindGroupCache {
             })
         };
         let entries: Vec<wgpu::BindGroupEntry> =
-            std::iter::once(buffer(params_buffer, params.0, Some(params.1)))
+            std::iter::once(buffer(params_buffer, 0, Some(params_size)))
                 .chain(storage.iter().map(|b| buffer(&b.buffer, b.offset, b.size)))
                 .enumerate()
                 .map(|(i, resource)| wgpu::BindGroupEntry {
@@ -190,15 +194,15 @@ impl BindGroupCache {
                 })
                 .collect();
         let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some(&kernel.label),
-            layout: &kernel.layout,
+            label: None,
+            layout,
             entries: &entries,
         });
         self.groups.insert(
             hash,
             CachedBindGroup {
-                kernel: kernel.clone(),
-                params,
+                layout: layout.clone(),
+                params_size,
                 storage: storage.to_vec(),
                 group: group.clone(),
             },

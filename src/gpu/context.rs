@@ -78,6 +78,8 @@ pub struct GpuContext {
     /// off by default: `DeviceOptions::attention_blocked`).
     pub attention_blocked: bool,
     kernels: Mutex<KernelCache>,
+    /// Bind group layouts by their entries ([`GpuContext::shared_layout`]).
+    layouts: Mutex<HashMap<Vec<wgpu::BindGroupLayoutEntry>, wgpu::BindGroupLayout>>,
     /// One grow-only uniform buffer for every step's dispatch parameters. Rewriting it with
     /// `queue.write_buffer` before each submit is safe: writes and submits are ordered on the
     /// queue timeline, so earlier steps still see their own values.
@@ -414,6 +416,7 @@ impl GpuContext {
             gemm: options.gemm,
             attention_blocked: options.attention_blocked,
             kernels: Mutex::default(),
+            layouts: Mutex::default(),
             scratch: Mutex::new(HashMap::new()),
             params: Mutex::new(None),
             submit_lock: Mutex::new(()),
@@ -568,31 +571,6 @@ impl GpuContext {
         })
     }
 
-    /// The kernel of `key` (cached as [`GpuContext::keyed_pipeline`]'s) in the binding layout
-    /// its source declares, not the subset its `main` reads: a dispatch that follows another
-    /// kernel built from the same declarations binds the same buffers in the same order (the
-    /// split-K merge of the tensor-core tiles after their product).
-    pub fn keyed_pipeline_declared<K, E>(
-        &self,
-        key: &K,
-        make: impl FnOnce() -> Result<(String, String), E>,
-    ) -> Result<Arc<Kernel>, E>
-    where
-        K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
-    {
-        self.by_key_or(key, || {
-            let (label, source) = make()?;
-            let entries = super::shader::declared_bindings(&source);
-            let layout = self
-                .device
-                .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-                    label: Some(&label),
-                    entries: &entries,
-                });
-            Ok(Arc::new(self.compile_in(&label, source, Some(layout))))
-        })
-    }
-
     /// The kernel cached for `key`, or the one `build` makes, cached.
     fn by_key_or<K, E>(
         &self,
@@ -618,18 +596,29 @@ impl GpuContext {
         Ok(kernel)
     }
 
-    fn compile(&self, label: &str, source: String) -> Kernel {
-        self.compile_in(label, source, None)
+    /// The bind group layout of `entries`: one per distinct list, shared by every kernel that
+    /// declares it, so a bind group made for one serves all of them (a product's tile variants,
+    /// whose split counts change with the step's length, bind the same buffers).
+    fn shared_layout(&self, entries: Vec<wgpu::BindGroupLayoutEntry>) -> wgpu::BindGroupLayout {
+        let mut layouts = self.layouts.lock().unwrap_or_else(|p| p.into_inner());
+        layouts
+            .entry(entries)
+            .or_insert_with_key(|entries| {
+                self.device
+                    .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                        label: None,
+                        entries,
+                    })
+            })
+            .clone()
     }
 
-    /// Compiles `source`'s `main` in the binding layout `layout`, or the one its `main`'s
-    /// bindings imply.
-    fn compile_in(
-        &self,
-        label: &str,
-        source: String,
-        layout: Option<wgpu::BindGroupLayout>,
-    ) -> Kernel {
+    /// Compiles `source`'s `main` in the binding layout its source declares
+    /// ([`super::shader::declared_bindings`]), shared with every kernel that declares the same
+    /// bindings ([`GpuContext::shared_layout`]). Not wgpu's automatic layout: that is one per
+    /// pipeline (WebGPU makes no two compatible), so each kernel needed bind groups of its own.
+    fn compile(&self, label: &str, source: String) -> Kernel {
+        let layout = self.shared_layout(super::shader::declared_bindings(&source));
         #[cfg(not(target_arch = "wasm32"))]
         dump_source(label, &source);
         let desc = wgpu::ShaderModuleDescriptor {
@@ -645,19 +634,18 @@ impl GpuContext {
         };
         #[cfg(target_arch = "wasm32")]
         let module = self.device.create_shader_module(desc);
-        let pipeline_layout = layout.as_ref().map(|layout| {
-            self.device
-                .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-                    label: Some(label),
-                    bind_group_layouts: &[Some(layout)],
-                    immediate_size: 0,
-                })
-        });
+        let pipeline_layout = self
+            .device
+            .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                label: Some(label),
+                bind_group_layouts: &[Some(&layout)],
+                immediate_size: 0,
+            });
         let pipeline = self
             .device
             .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                 label: Some(label),
-                layout: pipeline_layout.as_ref(),
+                layout: Some(&pipeline_layout),
                 module: &module,
                 entry_point: Some("main"),
                 compilation_options: wgpu::PipelineCompilationOptions {
@@ -667,7 +655,7 @@ impl GpuContext {
                 cache: None,
             });
         Kernel {
-            layout: layout.unwrap_or_else(|| pipeline.get_bind_group_layout(0)),
+            layout,
             pipeline,
             label: label.to_string(),
         }
@@ -792,17 +780,23 @@ impl GpuContext {
         buffer
     }
 
-    /// The bind group of each `(kernel, params range, storage)`, in order, with the
+    /// The bind group of each `(kernel, params block size, storage)`, in order, with the
     /// parameter blocks in `params_buffer`: cached, or created and cached (one lock for all).
     pub(crate) fn bind_groups<'b>(
         &self,
         params_buffer: &wgpu::Buffer,
-        dispatches: impl Iterator<Item = (&'b Arc<Kernel>, (u64, u64), &'b [Binding])>,
+        dispatches: impl Iterator<Item = (&'b Arc<Kernel>, u64, &'b [Binding])>,
     ) -> Vec<wgpu::BindGroup> {
         let mut cache = self.bind_groups.lock().unwrap_or_else(|p| p.into_inner());
         dispatches
-            .map(|(kernel, params, storage)| {
-                cache.get_or_create(&self.device, kernel, params_buffer, params, storage)
+            .map(|(kernel, params_size, storage)| {
+                cache.get_or_create(
+                    &self.device,
+                    &kernel.layout,
+                    params_buffer,
+                    params_size,
+                    storage,
+                )
             })
             .collect()
     }

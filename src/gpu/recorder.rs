@@ -3,13 +3,13 @@
 //!
 //! Every kernel takes its scalar parameters from a uniform at `@group(0) @binding(0)` and its
 //! tensors from storage bindings 1..n. The recorder packs all parameter blocks into one uniform
-//! buffer (each at the device's uniform offset alignment), creates the bind groups and encodes
-//! the pass. Equal blocks are packed once: a bind group is cached by its block's offset, so
-//! a product whose parameters don't depend on the position (most of a decode step) shares one
-//! bind group across a batch's steps instead of one per step. A fresh session creates its
-//! bind groups on its first batches (`coco bench` opens one per run): on the gemma3 fixture
-//! over 40 tokens 351 instead of 866, and on the H200 tg128 rose 1–10% with the decode step
-//! 27–48 µs shorter (BENCHMARKS.md "session 26").
+//! buffer (each at the device's uniform offset alignment; equal blocks once), creates the bind
+//! groups and encodes the pass, giving each dispatch its block's offset as the uniform's
+//! dynamic offset. So a bind group depends only on the kernel's layout (shared by every kernel
+//! that declares the same bindings) and the buffers it binds: a session makes its bind groups
+//! in its first prompt step and first decode step (on the gemma3 fixture over 40 tokens 35;
+//! keyed by the block's offset, until session 49, 351, and before session 26 866), and a
+//! prompt of another length reuses the last one's (BENCHMARKS.md "session 49").
 //!
 //! On the H200 an extra compute pass costs ~64 µs against ~3.5 µs for a dependent dispatch
 //! inside a pass (DEVICE.md), so a whole decode step lives in one pass.
@@ -251,13 +251,9 @@ impl<'a> StepRecorder<'a> {
     fn bind_groups(&self, params: &wgpu::Buffer) -> Vec<wgpu::BindGroup> {
         self.ctx.bind_groups(
             params,
-            self.dispatches.iter().map(|d| {
-                (
-                    &d.kernel,
-                    (d.params_offset, d.params_size),
-                    &self.bindings[d.bindings.clone()],
-                )
-            }),
+            self.dispatches
+                .iter()
+                .map(|d| (&d.kernel, d.params_size, &self.bindings[d.bindings.clone()])),
         )
     }
 
@@ -312,7 +308,7 @@ impl<'a> StepRecorder<'a> {
             });
             for (d, bg) in self.dispatches.iter().zip(&bind_groups) {
                 pass.set_pipeline(&d.kernel.pipeline);
-                pass.set_bind_group(0, bg, &[]);
+                pass.set_bind_group(0, bg, &[d.params_offset as u32]);
                 let [x, y, z] = d.workgroups;
                 pass.dispatch_workgroups(x, y, z);
             }
@@ -396,7 +392,7 @@ impl<'a> StepRecorder<'a> {
                     .zip(&bind_groups[range.clone()])
                 {
                     pass.set_pipeline(&d.kernel.pipeline);
-                    pass.set_bind_group(0, bg, &[]);
+                    pass.set_bind_group(0, bg, &[d.params_offset as u32]);
                     let [x, y, z] = d.workgroups;
                     pass.dispatch_workgroups(x, y, z);
                 }

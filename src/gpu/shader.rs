@@ -71,9 +71,9 @@ fn expand(name: &str, defines: &[&str], out: &mut String, included: &mut Vec<Str
 }
 
 /// The binding layout entries of group 0 that the preprocessed `source` declares, whether or
-/// not its `main` reads them: `var<uniform>` at a binding is a uniform buffer, `var<storage,
-/// read>` a read-only storage buffer, `var<storage, read_write>` a writable one, each visible
-/// to compute. A binding is a number, a module `const NAME: u32 = Nu;`, or such a name plus a
+/// not its `main` reads them: `var<uniform>` at a binding is a uniform buffer with a dynamic
+/// offset (the step's parameter block, `StepRecorder`), `var<storage, read>` a read-only
+/// storage buffer, `var<storage, read_write>` a writable one, each visible to compute. A binding is a number, a module `const NAME: u32 = Nu;`, or such a name plus a
 /// number (`B_Y + 1u`), as coco's kernels write them. Panics on any other form: the sources are
 /// compiled in, so that is a bug in coco, caught by the unit test of this function.
 pub fn declared_bindings(source: &str) -> Vec<wgpu::BindGroupLayoutEntry> {
@@ -100,7 +100,7 @@ pub fn declared_bindings(source: &str) -> Vec<wgpu::BindGroupLayoutEntry> {
             let binding = binding.split('+').map(term).sum();
             let space = rest.trim().strip_prefix("var<")?.split_once('>')?.0;
             let ty = match space.replace(' ', "").as_str() {
-                "uniform" => wgpu::BufferBindingType::Uniform,
+                "uniform" => return Some(params_entry(binding)),
                 "storage,read" => wgpu::BufferBindingType::Storage { read_only: true },
                 "storage,read_write" => wgpu::BufferBindingType::Storage { read_only: false },
                 other => panic!("binding {binding}: address space {other:?}"),
@@ -120,6 +120,21 @@ fn buffer_entry(binding: u32, ty: wgpu::BufferBindingType) -> wgpu::BindGroupLay
         ty: wgpu::BindingType::Buffer {
             ty,
             has_dynamic_offset: false,
+            min_binding_size: None,
+        },
+        count: None,
+    }
+}
+
+/// The parameter uniform at `binding`: its block's offset in the step's params buffer is
+/// given at each dispatch, so one bind group serves the kernel wherever its block lies.
+fn params_entry(binding: u32) -> wgpu::BindGroupLayoutEntry {
+    wgpu::BindGroupLayoutEntry {
+        binding,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer {
+            ty: wgpu::BufferBindingType::Uniform,
+            has_dynamic_offset: true,
             min_binding_size: None,
         },
         count: None,
@@ -170,7 +185,9 @@ pub(crate) fn used_bindings(source: &str) -> Vec<wgpu::BindGroupLayoutEntry> {
         .filter(|&(h, _)| !entry[h].is_empty())
         .filter_map(|(_, v)| {
             let ty = match v.space {
-                naga::AddressSpace::Uniform => wgpu::BufferBindingType::Uniform,
+                naga::AddressSpace::Uniform => {
+                    return Some(params_entry(v.binding.as_ref()?.binding))
+                }
                 naga::AddressSpace::Storage { access } => wgpu::BufferBindingType::Storage {
                     read_only: !access.contains(naga::StorageAccess::STORE),
                 },

@@ -915,12 +915,9 @@ pub(super) fn launch(
     // Cached by the key: the label and the source (whose defines may refuse the variant) are
     // only built on a miss (this runs for every dispatch of every step).
     let make = || Ok::<_, KernelError>((key.label(), key.source()?));
-    // With SPLIT_PASS the product leaves y and the scales to its merge, which is bound alike.
-    let pipeline = if key.split_pass() {
-        ctx.keyed_pipeline_declared(key, make)?
-    } else {
-        ctx.keyed_pipeline(key, make)?
-    };
+    // With SPLIT_PASS the product leaves y and the scales to its merge, which is bound alike
+    // (every kernel's layout is the one its source declares).
+    let pipeline = ctx.keyed_pipeline(key, make)?;
     let label = &pipeline.label;
     params.groups = slots.div_ceil(key.variant.slots_per_group()) * key.splits;
     params.splits = key.splits;
@@ -996,7 +993,7 @@ fn record_split_merge(
     };
     let merge_tokens = 256 / threads_per_token * 4;
     let ctx = rec.ctx();
-    let merge = ctx.keyed_pipeline_declared(&SplitMerge(*key), || {
+    let merge = ctx.keyed_pipeline(&SplitMerge(*key), || {
         let mut defines = key.defines()?;
         defines.push("MERGE_PASS");
         Ok::<_, KernelError>((split_merge_label(key), key.source_for(defines)?))
