@@ -87,8 +87,8 @@ pub struct BenchResult {
     /// The part of `record_ms_per_token` spent encoding the pass and submitting it.
     pub encode_ms_per_token: f64,
     /// ms of the prompt's wall time (pp) the host spent recording, encoding and submitting it
-    /// before the GPU had all of it (median of reps; the session is fresh each rep, so its
-    /// bind groups are created then too).
+    /// before the GPU had all of it (median of reps, on a session whose bind groups the
+    /// warm-up rep made: `reps`).
     pub pp_host_ms: f64,
     /// Bytes of weights one decode step reads (every matrix, the full LM head, one embedding row).
     pub weight_bytes_per_token: u64,
@@ -193,10 +193,11 @@ pub fn bench_ids(model: &Model, depth: u32, prompt_tokens: u32) -> (Vec<u32>, Ve
     (ids, prompt)
 }
 
-/// Runs pp and tg `reps` times each (after one warm-up; [`reps`] says on which sessions), tg greedy and
-/// then with the default sampler settings, with the headline figures measured with the FFN
-/// megakernel on (`coco bench --megakernel`; the caller has already checked it) or off, then
-/// the megakernel A/B, which measures the other side's greedy tg the same way.
+/// Runs pp and tg `cfg.reps` times each (after one warm-up, on the sessions the private
+/// `reps` says), tg greedy and then with the default sampler settings, with the headline
+/// figures measured with the FFN megakernel on (`coco bench --megakernel`; the caller has
+/// already checked it) or off, then the megakernel A/B, which measures the other side's
+/// greedy tg the same way.
 /// `cpu_sampling` times the one-token path that reads logits back for the CPU sampler (the
 /// A/B baseline) instead of the GPU decode loop. pp and tg each start `cfg.depth` tokens
 /// into the cache, as llama-bench's tests do: tg is not timed after pp's prompt.
